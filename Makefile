@@ -1,0 +1,43 @@
+# gpu-pool-autoscaler: `make run` serves config.example.yaml, `make test` runs every test.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+HOST ?= 127.0.0.1
+PORT ?= 8080
+WORKERS ?= 2
+AUTOSCALER_CONFIG ?= config.example.yaml
+export AUTOSCALER_CONFIG
+
+.PHONY: run test deps dev-deps system-deps check-config bench bench-smoke lint clean
+
+$(VENV)/.deps: requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --disable-pip-version-check -r requirements.txt
+	touch $@
+
+$(VENV)/.dev-deps: $(VENV)/.deps requirements-dev.txt
+	$(PIP) install -q --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+deps: $(VENV)/.deps
+dev-deps: $(VENV)/.dev-deps
+
+## Debian packages of the real components the tests start (only when root and missing).
+system-deps:
+	@bash scripts/system-deps.sh
+
+run: deps
+	mkdir -p data
+	$(PY) -m autoscaler check-config $(AUTOSCALER_CONFIG)
+	PROMETHEUS_MULTIPROC_DIR=$${PROMETHEUS_MULTIPROC_DIR:-$$(mktemp -d)} \
+	$(VENV)/bin/gunicorn -c gunicorn.conf.py -b $(HOST):$(PORT) -w $(WORKERS) app:app
+
+test: dev-deps system-deps
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+check-config: deps
+	$(PY) -m autoscaler check-config $(AUTOSCALER_CONFIG)
+
+clean:
+	rm -rf $(VENV) .pytest_cache

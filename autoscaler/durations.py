@@ -1,0 +1,28 @@
+"""Durations in config: integer seconds or strings like ``90s``, ``5m``, ``1h``, ``30d``."""
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
+
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from an int/float or a string such as ``5m``; ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError("must be a duration such as 90, 90s, 5m or 1h")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError("must not be negative")
+        return float(value)
+    if isinstance(value, str):
+        match = _PATTERN.match(value)
+        if match:
+            return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    raise ValueError(f"must be a duration such as 90, 90s, 5m or 1h, not {value!r}")
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]

@@ -1,0 +1,171 @@
+"""Typed values the core works with: alerts, signals, pool specs and state, decisions."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Outcome(str, enum.Enum):
+    """What became of one decision; the same word in the API, the logs, the events and the metrics."""
+
+    SCALED = "scaled"
+    DRY_RUN = "dry_run"
+    SKIPPED_COOLDOWN = "skipped_cooldown"
+    SKIPPED_LIMIT = "skipped_limit"
+    SKIPPED_DUPLICATE = "skipped_duplicate"
+    SKIPPED_PAUSED = "skipped_paused"
+    SKIPPED_BUSY = "skipped_busy"
+    SKIPPED_BACKOFF = "skipped_backoff"
+    IGNORED_RESOLVED = "ignored_resolved"
+    IGNORED_TEST = "ignored_test"
+    UNROUTED = "unrouted"
+    UNKNOWN_POOL = "unknown_pool"
+    FAILED = "failed"
+
+
+class Action(str, enum.Enum):
+    """Direction of a change."""
+
+    SCALE_OUT = "scale_out"
+    SCALE_IN = "scale_in"
+
+
+class Source(str, enum.Enum):
+    """Who sent the signal."""
+
+    ALERTMANAGER = "alertmanager"
+    GRAFANA = "grafana"
+    GRAFANA_LEGACY = "grafana_legacy"
+    MANUAL = "manual"
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One alert of a notification, parsed at the edge; the core never sees the raw payload."""
+
+    name: str
+    fingerprint: str
+    status: str  # firing | resolved | ignored (legacy no_data/paused/pending)
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    starts_at: str = ""
+    value: float | None = None
+    dedup_key: str = ""
+    is_test: bool = False
+
+    def ref(self) -> dict[str, str]:
+        """The short form stored in events: name and fingerprint."""
+        return {"alertname": self.name, "fingerprint": self.fingerprint}
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One webhook delivery: its sender, its alerts and the query parameters of the URL it came to."""
+
+    source: Source
+    alerts: tuple[Alert, ...]
+    query: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A request to change one pool, from one or more alerts or from an operator."""
+
+    pool: str
+    action: Action | None
+    source: Source
+    step: int | None = None
+    target: int | None = None
+    alerts: tuple[Alert, ...] = ()
+    force: bool = False
+    reason: str = ""
+    value: float | None = None
+
+    @property
+    def dedup_keys(self) -> tuple[str, ...]:
+        return tuple(a.dedup_key for a in self.alerts if a.dedup_key)
+
+
+@dataclass(frozen=True)
+class DirectionPolicy:
+    """Scaling settings of one direction of one pool, defaults already applied."""
+
+    step: int = 1
+    cooldown: float = 300.0
+    delay_after_scale_out: float = 0.0  # scale-in only
+    mode: str = "step"  # step | proportional
+    target_utilization: float = 70.0
+    max_step: int | None = None
+    tolerance: float = 0.1
+    stabilization_window: float = 300.0  # scale-in only
+    value_ref: str | None = None
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """Everything configured for one pool, defaults merged in."""
+
+    name: str
+    provider: str
+    min: int
+    max: int
+    dry_run: bool
+    scale_out: DirectionPolicy
+    scale_in: DirectionPolicy
+    dedup_window: float
+    provider_settings: Any = None
+
+    def direction(self, action: Action) -> DirectionPolicy:
+        return self.scale_out if action is Action.SCALE_OUT else self.scale_in
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """What the store remembers of a pool between decisions (times are Unix seconds)."""
+
+    name: str
+    tracked_count: int | None = None
+    count_changed_at: float | None = None
+    paused: bool = False
+    pause_reason: str = ""
+    last_scale_out_at: float | None = None
+    last_scale_in_at: float | None = None
+    failures: int = 0
+    backoff_until: float | None = None
+    last_event_id: int | None = None
+
+
+@dataclass(frozen=True)
+class CloudStatus:
+    """What the provider reports of a pool right now."""
+
+    current: int | None
+    busy: bool = False
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The answer to one signal: an outcome, the sizes before and after, and a reason for a person."""
+
+    pool: str | None
+    action: str | None
+    outcome: Outcome
+    from_: int | None
+    to: int | None
+    reason: str
+    event_id: int | None = None
+    retry_after: float | None = None  # seconds; set when a retry by the sender could help
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "pool": self.pool,
+            "action": self.action,
+            "outcome": self.outcome.value,
+            "from": self.from_,
+            "to": self.to,
+            "reason": self.reason,
+            "event_id": self.event_id,
+        }

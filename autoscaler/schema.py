@@ -1,0 +1,226 @@
+"""The config file's shape as pydantic models (validation only; the core uses ``models.PoolSpec``)."""
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
+from autoscaler.durations import Duration
+from autoscaler.models import Action
+
+POOL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BasicUser(_Frozen):
+    """One username/password pair accepted with HTTP basic auth."""
+
+    username: str = Field(min_length=1)
+    password: SecretStr
+
+
+class GrafanaHmac(_Frozen):
+    """Grafana's webhook HMAC-SHA256 signature check."""
+
+    secret: SecretStr
+    header: str = "X-Grafana-Alerting-Signature"
+    timestamp_header: str | None = "X-Grafana-Alerting-Timestamp"
+    max_skew: Duration = 300.0
+
+    @field_validator("secret")
+    @classmethod
+    def _non_empty(cls, v: SecretStr) -> SecretStr:
+        if not v.get_secret_value():
+            raise ValueError("must not be empty")
+        return v
+
+
+class AuthConfig(_Frozen):
+    """Who may call ``/webhook/*`` and ``/api/*``; any one configured method suffices."""
+
+    disabled: bool = False
+    bearer_tokens: list[SecretStr] = Field(default_factory=list)
+    basic: list[BasicUser] = Field(default_factory=list)
+    grafana_hmac: GrafanaHmac | None = None
+
+    @field_validator("bearer_tokens")
+    @classmethod
+    def _tokens(cls, v: list[SecretStr]) -> list[SecretStr]:
+        for i, token in enumerate(v):
+            if not token.get_secret_value().strip():
+                raise ValueError(f"token [{i}] is empty (is its environment variable set?)")
+        return v
+
+    @model_validator(mode="after")
+    def _something(self) -> "AuthConfig":
+        if not self.disabled and not (self.bearer_tokens or self.basic or self.grafana_hmac):
+            raise ValueError("no authentication configured: add bearer_tokens, basic or grafana_hmac, "
+                             "or write `disabled: true` to run without auth")
+        return self
+
+
+class ServerConfig(_Frozen):
+    """HTTP server settings."""
+
+    auth: AuthConfig
+    max_body_bytes: int = Field(default=1048576, ge=1024)
+    lock_wait: Duration = Field(default=5.0, description="How long a decision waits for another on the same pool.")
+
+
+class StoreConfig(_Frozen):
+    """Where state lives."""
+
+    url: str = "sqlite:///data/autoscaler.db"
+    retain_events: Duration | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, v: str) -> str:
+        if not re.match(r"^(sqlite|postgresql)(\+\w+)?://", v):
+            raise ValueError("must start with sqlite:/// or postgresql://")
+        return v
+
+
+class DirectionConfig(_Frozen):
+    """Settings of one direction; unset keys come from ``defaults``."""
+
+    step: int | None = Field(default=None, ge=1, le=1000)
+    cooldown: Duration | None = None
+    delay_after_scale_out: Duration | None = None
+    mode: Literal["step", "proportional"] | None = None
+    target_utilization: float | None = Field(default=None, gt=0, le=100)
+    max_step: int | None = Field(default=None, ge=1, le=1000)
+    tolerance: float | None = Field(default=None, ge=0, lt=1)
+    stabilization_window: Duration | None = None
+    value_ref: str | None = None
+
+
+class DefaultsConfig(_Frozen):
+    """Settings every pool inherits."""
+
+    scale_out: DirectionConfig = DirectionConfig(step=1, cooldown=300)
+    scale_in: DirectionConfig = DirectionConfig(step=1, cooldown=900, delay_after_scale_out=600)
+    dedup_window: Duration = 600.0
+
+
+class RoutingConfig(_Frozen):
+    """Label names read from alerts (for Grafana legacy notifications: rule tags)."""
+
+    pool_label: str = "autoscaler_pool"
+    action_label: str = "autoscaler_action"
+    step_label: str = "autoscaler_step"
+
+
+class RuleConfig(_Frozen):
+    """Routes alerts that carry no routing labels; the first match wins."""
+
+    match: dict[str, str] = Field(default_factory=dict)
+    match_re: dict[str, str] = Field(default_factory=dict)
+    pool: str
+    action: Action
+    step: int | None = Field(default=None, ge=1, le=1000)
+
+    @field_validator("match_re")
+    @classmethod
+    def _compiles(cls, v: dict[str, str]) -> dict[str, str]:
+        for label, pattern in v.items():
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{label}: not a valid regular expression: {exc}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _has_matcher(self) -> "RuleConfig":
+        if not self.match and not self.match_re:
+            raise ValueError("needs `match` or `match_re`")
+        return self
+
+
+class PoolConfig(BaseModel):
+    """One node pool; the provider's own settings sit under a key named after the provider."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = Field(pattern=POOL_NAME)
+    provider: str
+    min: int = Field(ge=0, le=1000)
+    max: int = Field(ge=0, le=1000)
+    dry_run: bool = False
+    scale_out: DirectionConfig = DirectionConfig()
+    scale_in: DirectionConfig = DirectionConfig()
+    dedup_window: Duration | None = None
+
+    @field_validator("max")
+    @classmethod
+    def _max_ge_min(cls, v: int, info: Any) -> int:
+        low = info.data.get("min")
+        if low is not None and v < low:
+            raise ValueError(f"must be >= min ({low})")
+        return v
+
+    @field_validator("provider")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        import providers
+
+        if v not in providers.available():
+            raise ValueError(f"unknown provider {v!r} (known: {', '.join(providers.available())})")
+        return v
+
+    def provider_settings(self, index: int) -> tuple[Any, list[str]]:
+        """Validate the section named after the provider; return (settings, problems with their paths)."""
+        import providers
+
+        where = f"pools[{index}]"
+        extra = dict(self.model_extra or {})
+        problems = [f"{where}.{key}: unknown key (is the provider {key!r}?)" for key in extra
+                    if key != self.provider]
+        model = providers.factory(self.provider).settings_model
+        try:
+            return model.model_validate(extra.get(self.provider) or {}), problems
+        except ValidationError as exc:
+            for err in exc.errors():
+                loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
+                msg = str(err["msg"]).removeprefix("Value error, ")
+                problems.append(f"{where}.{self.provider}{loc}: {msg}")
+            return None, problems
+
+
+class InfluxConfig(_Frozen):
+    """InfluxDB v2 event sink."""
+
+    url: str
+    token: SecretStr
+    org: str
+    bucket: str
+    batch_size: int = Field(default=100, ge=1)
+    flush_interval: Duration = 1.0
+
+
+class Config(_Frozen):
+    """The whole config file."""
+
+    server: ServerConfig
+    store: StoreConfig = StoreConfig()
+    defaults: DefaultsConfig = DefaultsConfig()
+    routing: RoutingConfig = RoutingConfig()
+    rules: list[RuleConfig] = Field(default_factory=list)
+    pools: list[PoolConfig] = Field(min_length=1)
+    influxdb: InfluxConfig | None = None
+    replay: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _references(self) -> "Config":
+        names = [p.name for p in self.pools]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"pools: duplicate pool names: {', '.join(dupes)}")
+        for i, rule in enumerate(self.rules):
+            if rule.pool not in names:
+                raise ValueError(f"rules[{i}].pool: no pool named {rule.pool!r}")
+        return self

@@ -1,0 +1,47 @@
+"""Registry of node-pool providers by name.
+
+Provider modules are imported lazily by name, so a cloud SDK is loaded only when a pool uses it.
+Each module exposes ``FACTORY: ProviderFactory``.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from providers.base import NodePoolProvider, ProviderError, ProviderFactory, Tracked
+
+__all__ = ["NodePoolProvider", "ProviderError", "ProviderFactory", "Tracked", "available", "factory", "build"]
+
+_MODULES: dict[str, str] = {
+    "simulated": "providers.simulated",
+    "aks": "providers.aks",
+    "ack_hook": "providers.ack_hook",
+    "ack": "providers.ack",
+    "webhook": "providers.webhook",
+}
+
+
+def available() -> list[str]:
+    """Names of the providers that can be configured."""
+    return sorted(name for name in _MODULES if _importable(name))
+
+
+def _importable(name: str) -> bool:
+    try:
+        importlib.util.find_spec(_MODULES[name])  # type: ignore[attr-defined]
+    except ModuleNotFoundError:
+        return False
+    return importlib.util.find_spec(_MODULES[name]) is not None  # type: ignore[attr-defined]
+
+
+def factory(name: str) -> ProviderFactory:
+    """The factory registered under ``name``; KeyError with the known names when there is none."""
+    if name not in _MODULES or not _importable(name):
+        raise KeyError(f"unknown provider {name!r} (known: {', '.join(available())})")
+    module = importlib.import_module(_MODULES[name])
+    return module.FACTORY  # type: ignore[no-any-return]
+
+
+def build(name: str, pool: str, settings: Any) -> NodePoolProvider:
+    """Build the provider for one pool from its validated settings."""
+    return factory(name).build(pool, settings)

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Install the Debian packages of the real components the tests start, when root and missing.
+set -euo pipefail
+want=()
+command -v prometheus >/dev/null 2>&1 || want+=(prometheus)
+command -v alertmanager >/dev/null 2>&1 || command -v prometheus-alertmanager >/dev/null 2>&1 || want+=(prometheus-alertmanager)
+command -v victoria-metrics >/dev/null 2>&1 || want+=(victoria-metrics)
+if [ ${#want[@]} -eq 0 ]; then exit 0; fi
+if [ "$(id -u)" != "0" ]; then
+  echo "system-deps: not root, cannot install: ${want[*]} (tests needing them will say so)" >&2
+  exit 0
+fi
+echo "system-deps: installing ${want[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${want[@]}" >/dev/null
