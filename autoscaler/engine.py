@@ -152,6 +152,8 @@ class Engine:
                             f"cannot read the pool: {redact_text(exc.message)}", retry_after=retry,
                             details={"code": exc.code}), {}
         plan = decide(signal, spec, state, cloud, now)
+        if signal.reason:
+            plan = replace(plan, reason=f"{signal.reason}: {plan.reason}")
         if plan.outcome is not Outcome.SCALED:
             return self._plan_decision(spec, plan), {}
         return self._act(provider, spec, state.failures, plan, now)
