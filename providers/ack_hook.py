@@ -31,7 +31,10 @@ class AckHookSettings(BaseModel):
     timeout: Duration = Field(default=5, gt=0, description="Time one HTTP attempt may take.")
     retry_budget: Duration = Field(default=8, ge=0, description="Total time one call may spend on retries.")
 
-    _urls = field_validator("scale_out_url", "scale_in_url")(check_http_url)
+    @field_validator("scale_out_url", "scale_in_url")
+    @classmethod
+    def _http_urls(cls, value: SecretStr) -> SecretStr:
+        return check_http_url(value)
 
 
 class AckHookProvider:
