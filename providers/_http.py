@@ -56,13 +56,33 @@ def with_query(url: str, **params: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(kept + list(params.items())), ""))
 
 
-class _Transient(Exception):
+class Transient(Exception):
     """A failure worth another attempt inside the time budget: 5xx, connection error, timeout."""
 
     def __init__(self, what: str, status: int | None = None) -> None:
         super().__init__(what)
         self.what = what
         self.status = status
+
+
+def retry_policy(budget: float, sleep: Sleep, what: str, *, max_attempts: int = 5, initial: float = 0.5,
+                 maximum: float = 4.0) -> Retrying:
+    """Retry :class:`Transient` failures: exponential backoff with jitter, bounded by attempts and a time budget."""
+    return Retrying(
+        retry=retry_if_exception_type(Transient),
+        stop=stop_after_attempt(max_attempts) | stop_before_delay(budget),
+        wait=wait_exponential_jitter(initial=initial, max=maximum, jitter=initial),
+        sleep=sleep,
+        before_sleep=lambda state: _log_retry(what, state),
+        reraise=True,
+    )
+
+
+def _log_retry(what: str, state: RetryCallState) -> None:
+    exc = state.outcome.exception() if state.outcome else None
+    wait = state.next_action.sleep if state.next_action else 0.0
+    log.warning("call=%r attempt=%d failed=%r retry_in=%.2fs", what, state.attempt_number,
+                getattr(exc, "what", type(exc).__name__), wait)
 
 
 @dataclass
@@ -84,18 +104,12 @@ class HttpCaller:
     def send(self, method: str, url: str, **kwargs: Any) -> requests.Response:
         """The response of the first attempt that is not transient; ProviderError when none is."""
         safe = f"{method} {redact_url(url)}"
-        retrying = Retrying(
-            retry=retry_if_exception_type(_Transient),
-            stop=stop_after_attempt(self.max_attempts) | stop_before_delay(self.budget),
-            wait=wait_exponential_jitter(initial=self.initial_backoff, max=self.max_backoff, jitter=self.initial_backoff),
-            sleep=self.sleep,
-            before_sleep=lambda state: self._log_retry(safe, state),
-            reraise=True,
-        )
+        retrying = retry_policy(self.budget, self.sleep, safe, max_attempts=self.max_attempts,
+                                initial=self.initial_backoff, maximum=self.max_backoff)
         deadline = time.monotonic() + self.budget
         try:
             return retrying(self._attempt, method, url, deadline, **kwargs)
-        except _Transient as exc:
+        except Transient as exc:
             attempts = retrying.statistics.get("attempt_number", 1)
             raise ProviderError(f"{safe} failed after {attempts} attempt(s): {exc.what}", retryable=True,
                                 code=str(exc.status) if exc.status else None) from None
@@ -106,22 +120,16 @@ class HttpCaller:
         try:
             response = self.session.request(method, url, timeout=timeout, allow_redirects=False, **kwargs)
         except requests.Timeout:
-            raise _Transient(f"no answer within {timeout:g}s") from None
+            raise Transient(f"no answer within {timeout:g}s") from None
         except requests.ConnectionError:
-            raise _Transient("connection failed") from None
+            raise Transient("connection failed") from None
         except requests.RequestException as exc:  # invalid URL and the like: a retry cannot help
             raise ProviderError(f"{method} {redact_url(url)} could not be sent ({type(exc).__name__})",
                                 retryable=False) from None
         if response.status_code >= 500:
-            raise _Transient(f"HTTP {response.status_code}", response.status_code)
+            raise Transient(f"HTTP {response.status_code}", response.status_code)
         return response
 
-    @staticmethod
-    def _log_retry(safe: str, state: RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome else None
-        wait = state.next_action.sleep if state.next_action else 0.0
-        log.warning("call=%r attempt=%d failed=%r retry_in=%.2fs", safe, state.attempt_number,
-                    getattr(exc, "what", type(exc).__name__), wait)
 
 
 def http_failure(safe: str, response: requests.Response, detail: str = "") -> ProviderError:
