@@ -122,7 +122,7 @@ def classify(exc: Exception, what: str) -> Exception:
     status = exc.status_code or 0
     code, message = arm_error(exc)
     text = f"{what}: ARM answered {status} {code or ''}".rstrip() + f": {message}"
-    retry_after = parse_retry_after(exc.response.headers if exc.response is not None else None)
+    retry_after = parse_retry_after(getattr(exc.response, "headers", None))
     if status in TRANSIENT_STATUSES:
         return _Transient(text, code, retry_after)
     if status == 409 and code in BUSY_CODES:
@@ -174,7 +174,7 @@ def call_with_budget(
 
     def before_sleep(state: tenacity.RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
-        log.warning("%s failed (attempt %d), retrying in %.2fs: %s", what, state.attempt_number,
+        log.warning("ARM call failed (attempt %d), retrying in %.2fs: %s", state.attempt_number,
                     state.upcoming_sleep, exc)
 
     retrying = tenacity.Retrying(

@@ -199,6 +199,25 @@ def test_connection_dropped_then_success(arm: FakeArm, make: Any, fake_time: Fak
     assert len(arm.calls("GET")) == 2 and len(fake_time.sleeps) == 1
 
 
+def test_slow_answer_hits_the_read_timeout_and_is_retried(arm: FakeArm, make: Any, fake_time: FakeTime) -> None:
+    arm.fail_next(0, delay=1.5, method="GET")
+    started = time.monotonic()
+    assert make(request_timeout="0.3s").status(NO_TRACK, 0.0).current == 1
+    assert time.monotonic() - started < 1.2
+    assert len(arm.calls("GET")) == 2 and len(fake_time.sleeps) == 1
+
+
+def test_read_and_change_share_one_budget(arm: FakeArm, make: Any, fake_time: FakeTime) -> None:
+    provider = make(budget="8s")
+    arm.fail_next(429, retry_after="3", method="GET")
+    provider.status(NO_TRACK, 0.0)
+    arm.fail_next(429, retry_after="6", method="PUT")
+    with pytest.raises(ProviderError) as err:
+        provider.scale(1, 2, 0.0)  # 3 s spent reading + 6 s more would pass the 8 s of this decision
+    assert err.value.retryable is True and err.value.retry_after == 6.0
+    assert fake_time.sleeps == [3.0] and len(arm.calls("PUT")) == 1
+
+
 def test_400_invalid_parameter_fails_at_once_with_arm_code_and_message(arm: FakeArm, make: Any) -> None:
     arm.fail_next(400, method="PUT", message="Node count 7 is not allowed for VM size Standard_NC40ads_H100_v5.")
     with pytest.raises(ProviderError) as err:
@@ -279,7 +298,7 @@ def test_bearer_token_never_in_errors_or_logs(arm: FakeArm, make: Any, token: st
         arm.faults.clear()
     provider.check()
     provider.scale(1, 2, 0.0)
-    assert caplog.records  # the SDK and the provider did log
+    assert "'Authorization': 'REDACTED'" in caplog.text  # the SDK logged the request headers, redacted
     assert token not in caplog.text
     assert all(token not in str(e) and token not in e.message for e in errors)
 
@@ -296,7 +315,8 @@ def test_one_client_per_subscription_and_endpoint(arm: FakeArm, token: str) -> N
 
 def test_settings_validation_and_factory() -> None:
     aks = factory("aks")
-    settings = aks.settings_model.model_validate(
+    assert aks.settings_model is AksSettings
+    settings = AksSettings.model_validate(
         {"subscription_id": SUB, "resource_group": RG, "cluster": CLUSTER, "agent_pool": "gpunp"})
     assert settings.arm_endpoint == "https://management.azure.com" and settings.budget == 8.0
     assert isinstance(aks.build("gpu", settings), AksProvider)
@@ -306,7 +326,7 @@ def test_settings_validation_and_factory() -> None:
         with pytest.raises(ValidationError):
             aks.settings_model.model_validate({"subscription_id": SUB, "resource_group": RG, "cluster": CLUSTER,
                                                "agent_pool": "gpunp", **change})
-    sovereign = aks.settings_model.model_validate(
+    sovereign = AksSettings.model_validate(
         {"subscription_id": SUB, "resource_group": RG, "cluster": CLUSTER, "agent_pool": "gpunp",
          "arm_endpoint": "https://management.usgovcloudapi.net/", "budget": "5s"})
     assert sovereign.arm_endpoint == "https://management.usgovcloudapi.net" and sovereign.budget == 5.0
@@ -328,3 +348,13 @@ def test_fake_operation_goes_in_progress_then_succeeded_under_the_sdk_poller(arm
     assert poller.result(timeout=10).provisioning_state == "Succeeded"
     assert len(arm.calls("GET", kind="operations")) == arm.operation_polls + 1
     assert client.agent_pools.get(RG, CLUSTER, "gpunp").count == 2
+
+
+def test_production_credential_is_default_azure_credential_shared_per_authority() -> None:
+    from azure.identity import DefaultAzureCredential
+
+    from providers.aks import _default_credential
+
+    public = _default_credential(None)
+    assert isinstance(public, DefaultAzureCredential) and _default_credential(None) is public
+    assert _default_credential("login.chinacloudapi.cn") is not public

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ class Fault:
     retry_after: str | None = None
     method: str | None = None  # only requests with this method consume the fault
     reset: bool = False
+    delay: float = 0.0  # seconds to wait before answering (to trip the client's read timeout)
 
 
 @dataclass
@@ -104,12 +106,13 @@ class FakeArm:
         }
 
     def fail_next(self, status: int, *, times: int = 1, code: str | None = None, message: str | None = None,
-                  retry_after: str | None = None, method: str | None = None, reset: bool = False) -> None:
+                  retry_after: str | None = None, method: str | None = None, reset: bool = False,
+                  delay: float = 0.0) -> None:
         """The next ``times`` requests (of ``method``, when given) answer ``status`` with an ARM error body."""
         default_code, default_message = _DEFAULT_CODES.get(status, ("Error", "Something failed."))
         for _ in range(times):
             self.faults.append(Fault(status, code or default_code, message or default_message, retry_after,
-                                     method, reset))
+                                     method, reset, delay))
 
     def finish_operations(self) -> None:
         """Every running operation ends now: its pool goes back to Succeeded."""
@@ -125,8 +128,7 @@ class FakeArm:
     @property
     def url(self) -> str:
         assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def __enter__(self) -> "FakeArm":
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -161,6 +163,8 @@ class FakeArm:
                 self.faults.remove(fault)
                 if fault.reset:
                     return 0, {}, None
+                if fault.delay:
+                    return 0, {"delay": str(fault.delay)}, None
                 extra = {"Retry-After": fault.retry_after} if fault.retry_after else {}
                 return fault.status, extra, _error(fault.code, fault.message)
             if headers.get("authorization") != f"Bearer {self.token}":
@@ -232,9 +236,14 @@ def _handler(fake: FakeArm) -> type[BaseHTTPRequestHandler]:
                 body = None
             headers = {k.lower(): v for k, v in self.headers.items()}
             status, extra, answer = fake.handle(self.command, parts.path, parse_qs(parts.query), headers, body)
+            if answer is None and "delay" in extra:  # a slow answer: wait, then drop it
+                time.sleep(float(extra["delay"]))
             if answer is None:  # a dropped connection
                 self.close_connection = True
-                self.connection.shutdown(2)
+                try:
+                    self.connection.shutdown(2)
+                except OSError:
+                    pass  # the client gave up first
                 return
             data = json.dumps(answer).encode()
             self.send_response(status)
