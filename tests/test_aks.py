@@ -358,3 +358,19 @@ def test_production_credential_is_default_azure_credential_shared_per_authority(
     public = _default_credential(None)
     assert isinstance(public, DefaultAzureCredential) and _default_credential(None) is public
     assert _default_credential("login.chinacloudapi.cn") is not public
+
+
+class NoCredential:
+    """A credential that cannot get a token, like DefaultAzureCredential with nothing configured."""
+
+    def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+        from azure.identity import CredentialUnavailableError
+
+        raise CredentialUnavailableError(message="EnvironmentCredential: environment variables are not set")
+
+
+def test_missing_credential_fails_clearly_without_calling_arm(arm: FakeArm, make: Any) -> None:
+    with pytest.raises(ProviderError) as err:
+        make(credential=NoCredential()).check()
+    assert err.value.code == "CredentialUnavailable" and err.value.retryable is False
+    assert "EnvironmentCredential" in err.value.message and arm.requests == []
