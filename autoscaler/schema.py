@@ -28,7 +28,7 @@ class GrafanaHmac(_Frozen):
 
     secret: SecretStr
     header: str = "X-Grafana-Alerting-Signature"
-    timestamp_header: str | None = "X-Grafana-Alerting-Timestamp"
+    timestamp_header: str | None = None
     max_skew: Duration = 300.0
 
     @field_validator("secret")

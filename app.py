@@ -1,0 +1,4 @@
+"""WSGI entry point for gunicorn: ``gunicorn app:app`` (config from AUTOSCALER_CONFIG)."""
+from autoscaler.app import create_app
+
+app = create_app()

@@ -1,0 +1,38 @@
+"""Command line: ``python -m autoscaler check-config FILE``."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from autoscaler.config import ConfigError, load_config
+
+
+def check_config(path: str) -> int:
+    """Exit 0 with a one-line summary when valid, 1 with every problem (one per line) when not."""
+    try:
+        settings = load_config(path)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return 1
+    pools = settings.pools.values()
+    parts = ", ".join(f"{p.name} ({p.provider} {p.min}..{p.max}{', dry-run' if p.dry_run else ''})" for p in pools)
+    store = settings.config.store.url.split("://", 1)[0]
+    print(f"{path}: OK: {len(settings.pools)} pool(s): {parts}; {len(settings.config.rules)} rule(s); store {store}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autoscaler", description="gpu-pool-autoscaler tools")
+    sub = parser.add_subparsers(dest="command", required=True)
+    check = sub.add_parser("check-config", help="validate a config file")
+    check.add_argument("file")
+    args = parser.parse_args(argv)
+    if args.command == "check-config":
+        return check_config(args.file)
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

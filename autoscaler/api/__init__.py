@@ -1,0 +1,94 @@
+"""HTTP API: JSON errors, body reading, auth, and the blueprints."""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, NoReturn
+
+from flask import Flask, Response, abort, current_app, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+from autoscaler.store import StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """An error answered as JSON with a status code."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+def fail(status: int, message: str, headers: dict[str, str] | None = None) -> NoReturn:
+    raise ApiError(status, message, headers)
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    resp = jsonify({"error": message})
+    resp.status_code = status
+    for k, v in (headers or {}).items():
+        resp.headers[k] = v
+    return resp
+
+
+def read_json() -> Any:
+    """The request body as JSON, or an ApiError with 413/415/400."""
+    ctype = request.mimetype or ""
+    if request.content_type and "json" not in ctype:
+        fail(415, f"expected a JSON body (Content-Type: application/json), got {ctype[:60]!r}")
+    raw = request.get_data(cache=True)
+    if not raw.strip():
+        fail(400, "empty body: expected a JSON object")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        fail(400, "body is not UTF-8")
+    except RecursionError:
+        fail(400, "body is nested too deeply")
+    except ValueError as exc:
+        fail(400, f"body is not valid JSON: {str(exc)[:120]}")
+
+
+def require_auth() -> None:
+    """Abort with 401 unless the request carries valid credentials."""
+    auth = current_app.extensions["autoscaler"].auth
+    headers = {k: v for k, v in request.headers.items()}
+    body = request.get_data(cache=True) if auth.cfg.grafana_hmac else b""
+    problem = auth.check(headers, body)
+    if problem:
+        fail(401, problem, {"WWW-Authenticate": 'Bearer realm="gpu-pool-autoscaler", Basic realm="gpu-pool-autoscaler"'})
+
+
+def register_errors(app: Flask) -> None:
+    """Every error as JSON; no traceback ever reaches the caller."""
+
+    @app.errorhandler(ApiError)
+    def _api(exc: ApiError) -> Response:
+        return error_response(exc.status, exc.message, exc.headers)
+
+    @app.errorhandler(StoreUnavailable)
+    def _store(exc: StoreUnavailable) -> Response:
+        log.error("store unavailable: %s", exc)
+        return error_response(503, "state store unavailable; retry later", {"Retry-After": "10"})
+
+    @app.errorhandler(HTTPException)
+    def _http(exc: HTTPException) -> Response:
+        messages = {404: "no such route", 405: "method not allowed for this route",
+                    413: "body larger than server.max_body_bytes"}
+        resp = error_response(exc.code or 500, messages.get(exc.code or 0, exc.description or exc.name))
+        allowed = getattr(exc, "valid_methods", None)
+        if exc.code == 405 and allowed:
+            resp.headers["Allow"] = ", ".join(allowed)
+        return resp
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return error_response(500, "internal error; see the service log")
+
+
+__all__ = ["ApiError", "abort", "fail", "read_json", "require_auth", "register_errors", "error_response"]

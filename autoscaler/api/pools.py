@@ -1,0 +1,148 @@
+"""The manual API: pools, scale, pause/resume, count, events."""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, request
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
+
+from autoscaler.api import fail, read_json, require_auth
+from autoscaler.events import event_json
+from autoscaler.models import Action, Signal, Source
+from autoscaler.service import Service
+from autoscaler.sources import validation_message
+
+log = logging.getLogger(__name__)
+bp = Blueprint("pools", __name__, url_prefix="/api/v1")
+
+
+class ScaleRequest(BaseModel):
+    """Body of POST /api/v1/pools/{pool}/scale."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    action: Action | None = None
+    step: int | None = Field(default=None, ge=1, le=1000, strict=True)
+    target: int | None = Field(default=None, ge=0, le=1000, strict=True)
+    reason: str = Field(default="", max_length=500)
+    force: StrictBool = False
+    value: float | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "ScaleRequest":
+        if (self.action is None) == (self.target is None):
+            raise ValueError("give either `action` (scale_out|scale_in, with optional `step`) or `target`")
+        if self.target is not None and self.step is not None:
+            raise ValueError("`step` goes with `action`, not with `target`")
+        return self
+
+
+class PauseRequest(BaseModel):
+    """Body of pause/resume (optional)."""
+
+    model_config = ConfigDict(extra="ignore")
+    reason: str = Field(default="", max_length=500)
+
+
+class CountRequest(BaseModel):
+    """Body of PUT /api/v1/pools/{pool}/count."""
+
+    model_config = ConfigDict(extra="ignore")
+    count: int = Field(ge=0, le=1000, strict=True)
+
+
+def _svc() -> Service:
+    return current_app.extensions["autoscaler"]  # type: ignore[no-any-return]
+
+
+@bp.before_request
+def _auth() -> None:
+    require_auth()
+
+
+def _spec(pool: str) -> Any:
+    spec = _svc().settings.pools.get(pool)
+    if spec is None:
+        fail(404, f"no pool named {pool[:80]!r}")
+    return spec
+
+
+def _body(model: type[BaseModel], optional: bool = False) -> Any:
+    if optional and not request.get_data(cache=True).strip():
+        return model()
+    body = read_json()
+    if not isinstance(body, dict):
+        fail(400, "body must be a JSON object")
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        fail(422, validation_message(exc))
+
+
+@bp.get("/pools")
+def list_pools() -> Response:
+    svc = _svc()
+    return jsonify({"pools": [svc.pool_json(spec) for spec in svc.settings.pools.values()]})
+
+
+@bp.get("/pools/<pool>")
+def get_pool(pool: str) -> Response:
+    return jsonify(_svc().pool_json(_spec(pool)))
+
+
+@bp.post("/pools/<pool>/scale")
+def scale(pool: str) -> Response:
+    spec = _spec(pool)
+    req: ScaleRequest = _body(ScaleRequest)
+    who = request.headers.get("X-Autoscaler-User", "")[:64]
+    reason = "manual request" + (f" by {who}" if who else "") + (f": {req.reason}" if req.reason else "")
+    signal = Signal(pool=spec.name, action=req.action, source=Source.MANUAL, step=req.step, target=req.target,
+                    force=req.force, reason=reason, value=req.value)
+    decision = _svc().engine.handle(signal)
+    return jsonify(decision.as_json())
+
+
+def _set_pause(pool: str, paused: bool) -> Response:
+    spec = _spec(pool)
+    req: PauseRequest = _body(PauseRequest, optional=True)
+    svc = _svc()
+    reason = req.reason if paused else ""
+    svc.store.update_pool(spec.name, None, {"paused": paused, "pause_reason": reason})
+    log.info("pool=%s %s reason=%r", spec.name, "paused" if paused else "resumed", req.reason)
+    return jsonify(svc.pool_json(spec))
+
+
+@bp.post("/pools/<pool>/pause")
+def pause(pool: str) -> Response:
+    return _set_pause(pool, True)
+
+
+@bp.post("/pools/<pool>/resume")
+def resume(pool: str) -> Response:
+    return _set_pause(pool, False)
+
+
+@bp.put("/pools/<pool>/count")
+def set_count(pool: str) -> Response:
+    spec = _spec(pool)
+    svc = _svc()
+    if not svc.providers[spec.name].tracks_count:
+        fail(409, f"provider {spec.provider} reports the pool's real size; the count cannot be set by hand")
+    req: CountRequest = _body(CountRequest)
+    svc.store.update_pool(spec.name, None, {"tracked_count": req.count})
+    log.info("pool=%s tracked count corrected to %d", spec.name, req.count)
+    return jsonify(svc.pool_json(spec))
+
+
+@bp.get("/events")
+def events() -> Response:
+    pool = request.args.get("pool") or None
+    text = request.args.get("limit", "100")
+    if not text.isdigit() or not 1 <= int(text) <= 1000:
+        fail(400, "limit must be a whole number from 1 to 1000")
+    before = request.args.get("before")
+    if before is not None and not before.isdigit():
+        fail(400, "before must be an event id")
+    rows = _svc().store.events(pool, int(text), int(before) if before else None)
+    return jsonify({"events": [event_json(ev) for ev in rows]})

@@ -1,0 +1,58 @@
+"""POST /webhook/alertmanager and /webhook/grafana."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from flask import Blueprint, Response, current_app, jsonify, request
+
+from autoscaler.api import fail, read_json, require_auth
+from autoscaler.models import Decision, Notification, Outcome
+from autoscaler.routing import ACTIONS, parse_step
+from autoscaler.sources import PayloadError, alertmanager, grafana
+
+bp = Blueprint("webhooks", __name__, url_prefix="/webhook")
+
+
+def _query() -> dict[str, str]:
+    query = {k: v for k, v in request.args.items() if k in ("pool", "action", "step")}
+    if "action" in query and query["action"].strip().lower() not in ACTIONS:
+        fail(422, f"query parameter action={query['action'][:40]!r} is not scale_out or scale_in")
+    if "step" in query:
+        step, problem = parse_step(query["step"])
+        if step is None:
+            fail(422, f"query parameter {problem}")
+    return query
+
+
+def _answer(note: Notification, decisions: list[Decision]) -> Response:
+    resp = jsonify({"received": len(note.alerts), "decisions": [d.as_json() for d in decisions]})
+    retry = [d.retry_after for d in decisions
+             if d.retry_after is not None and d.outcome in (Outcome.FAILED, Outcome.SKIPPED_BACKOFF)]
+    if retry:
+        resp.status_code = 503
+        resp.headers["Retry-After"] = str(max(1, int(min(retry) + 0.999)))
+    return resp
+
+
+def _handle(parse: Callable[[Any, dict[str, str]], Notification]) -> Response:
+    require_auth()
+    query = _query()
+    body = read_json()
+    try:
+        note = parse(body, query)
+    except PayloadError as exc:
+        fail(422 if isinstance(body, dict) else 400, str(exc))
+    engine = current_app.extensions["autoscaler"].engine
+    return _answer(note, engine.handle_notification(note))
+
+
+@bp.post("/alertmanager")
+def alertmanager_hook() -> Response:
+    """Alertmanager ``webhook_configs`` receiver (payload version 4)."""
+    return _handle(alertmanager.parse)
+
+
+@bp.post("/grafana")
+def grafana_hook() -> Response:
+    """Grafana unified-alerting contact point or legacy webhook notification channel."""
+    return _handle(grafana.parse)

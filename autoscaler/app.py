@@ -1,0 +1,114 @@
+"""The Flask application factory."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from typing import Any, Callable
+
+from flask import Flask
+
+from autoscaler.auth import Authenticator
+from autoscaler.config import Settings, load_config
+from autoscaler.engine import Engine
+from autoscaler.events import EventLog, EventSink
+from autoscaler.metrics import Metrics, PoolStateCollector
+from autoscaler.redact import redact_tree
+from autoscaler.service import Service
+from autoscaler.store import Store, open_store
+from providers import NodePoolProvider, ProviderError, build
+
+log = logging.getLogger("autoscaler")
+
+DEFAULT_CONFIG = "config.example.yaml"
+
+
+def setup_logging() -> None:
+    """Plain key=value lines (or JSON with LOG_FORMAT=json) on stderr, once per process."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    level = os.environ.get("LOG_LEVEL", "INFO").upper()
+    if os.environ.get("LOG_FORMAT", "").lower() == "json":
+        fmt = '{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","message":%(message)r}'
+    else:
+        fmt = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
+    logging.basicConfig(level=level, format=fmt)
+
+
+def _announce(settings: Settings) -> None:
+    effective = redact_tree(settings.config.model_dump(mode="python"))
+    log.info("effective config: %s", json.dumps(effective, default=str, sort_keys=True))
+    for spec in settings.pools.values():
+        if spec.dry_run:
+            log.warning("=" * 72)
+            log.warning("DRY-RUN: pool %s will decide but NEVER change the cloud (dry_run: true)", spec.name)
+            log.warning("=" * 72)
+    if settings.config.server.auth.disabled:
+        log.warning("AUTH DISABLED: anyone who can reach this service can scale your pools")
+
+
+def _providers(settings: Settings, given: dict[str, NodePoolProvider] | None) -> dict[str, NodePoolProvider]:
+    providers = dict(given or {})
+    for spec in settings.pools.values():
+        if spec.name not in providers:
+            providers[spec.name] = build(spec.provider, spec.name, spec.provider_settings)
+    return providers
+
+
+def _check(providers: dict[str, NodePoolProvider]) -> None:
+    for name, provider in providers.items():
+        try:
+            provider.check()
+        except ProviderError as exc:
+            log.error("pool %s cannot be managed: %s", name, exc.message)
+
+
+def create_app(config: Settings | str | None = None, *, clock: Callable[[], float] | None = None,
+               providers: dict[str, NodePoolProvider] | None = None, store: Store | None = None,
+               sinks: list[EventSink] | None = None, startup_check: bool = True) -> Flask:
+    """Build the app from settings, a config path, or ``AUTOSCALER_CONFIG``."""
+    setup_logging()
+    if config is None:
+        config = os.environ.get("AUTOSCALER_CONFIG", DEFAULT_CONFIG)
+    settings = load_config(config) if isinstance(config, str) else config
+    clock = clock or time.time
+    store = store or open_store(settings.config.store.url)
+    store.ensure_pools(list(settings.pools))
+    built = _providers(settings, providers)
+    if startup_check:
+        _check({k: v for k, v in built.items() if providers is None or k not in providers})
+    metrics = Metrics()
+    sinks = list(sinks or []) + _configured_sinks(settings, metrics)
+    events = EventLog(store, sinks, metrics)
+    engine = Engine(settings, store, built, events, clock=clock, metrics=metrics)
+    service = Service(settings=settings, store=store, providers=built, engine=engine, events=events,
+                      auth=Authenticator(settings.config.server.auth, clock), metrics=metrics, clock=clock,
+                      sinks=sinks)
+    metrics.add_collector(PoolStateCollector(service.pool_rows, clock))
+
+    app = Flask(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = settings.config.server.max_body_bytes
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.extensions["autoscaler"] = service
+    from autoscaler.api import health, pools, register_errors, webhooks
+
+    register_errors(app)
+    app.register_blueprint(health.bp)
+    app.register_blueprint(webhooks.bp)
+    app.register_blueprint(pools.bp)
+    _announce(settings)
+    return app
+
+
+def _configured_sinks(settings: Settings, metrics: Metrics) -> list[Any]:
+    influx = settings.config.influxdb
+    if influx is None:
+        return []
+    try:
+        from autoscaler.sinks.influx import InfluxSink
+    except ImportError:
+        log.error("influxdb is configured but the InfluxDB sink is not available")
+        return []
+    return [InfluxSink(influx, dropped=metrics.sink_dropped)]

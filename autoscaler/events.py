@@ -1,0 +1,88 @@
+"""The event log: every decision is one event, logged once, counted once and sent to the sinks."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import replace
+from datetime import datetime, timezone
+from typing import Any, Protocol
+
+from autoscaler.models import Alert, Decision
+from autoscaler.store import EventRecord, Store
+
+log = logging.getLogger("autoscaler.decision")
+
+
+class EventSink(Protocol):
+    """Somewhere events go besides the store (InfluxDB, ...); ``emit`` never blocks or raises."""
+
+    def emit(self, event: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def rfc3339(ts: float) -> str:
+    """UTC time in RFC 3339 with milliseconds."""
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def event_json(ev: EventRecord) -> dict[str, Any]:
+    """An event as the API shows it."""
+    out = {"id": ev.id, "time": rfc3339(ev.time), "pool": ev.pool, "source": ev.source, "action": ev.action,
+           "outcome": ev.outcome, "from": ev.from_, "to": ev.to, "reason": ev.reason, "alerts": ev.alerts}
+    if ev.details:
+        out["details"] = ev.details
+    return out
+
+
+class EventLog:
+    """Writes events to the store and fans them out to the log, the metrics and the sinks."""
+
+    def __init__(self, store: Store, sinks: list[EventSink] | None = None, metrics: Any = None) -> None:
+        self.store = store
+        self.sinks = list(sinks or [])
+        self.metrics = metrics
+        self.json_logs = os.environ.get("LOG_FORMAT", "").lower() == "json"
+
+    def _record_for(self, d: Decision, source: str, alerts: list[Alert], now: float) -> EventRecord:
+        details = {k: v for k, v in d.details.items() if v is not None}
+        return EventRecord(time=now, pool=d.pool, source=source, action=d.action, outcome=d.outcome.value,
+                           from_=d.from_, to=d.to, reason=d.reason, alerts=[a.ref() for a in alerts], details=details)
+
+    def record(self, d: Decision, source: str, alerts: list[Alert], now: float) -> Decision:
+        """Record a decision that changes no pool state."""
+        ev = self._record_for(d, source, alerts, now)
+        event_id = self.store.record(ev)
+        return self._published(d, replace(ev, id=event_id))
+
+    def finish(self, pool: str, owner: str, d: Decision, source: str, alerts: list[Alert], now: float,
+               changes: dict[str, Any]) -> Decision:
+        """Record a decision, apply its state changes and release the pool's lease, in one transaction."""
+        ev = self._record_for(d, source, alerts, now)
+        event_id = self.store.finish(pool, owner, ev, changes)
+        return self._published(d, replace(ev, id=event_id))
+
+    def change(self, pool: str, d: Decision, source: str, now: float, changes: dict[str, Any]) -> Decision:
+        """Record an operator's change to a pool (pause, resume, count) with the state it sets."""
+        ev = self._record_for(d, source, [], now)
+        event_id = self.store.update_pool(pool, ev, changes)
+        return self._published(d, replace(ev, id=event_id))
+
+    def _published(self, d: Decision, ev: EventRecord) -> Decision:
+        body = event_json(ev)
+        if self.json_logs:
+            log.info(json.dumps({"msg": "decision", **body}))
+        else:
+            alerts = ",".join(a.get("alertname", "") for a in ev.alerts[:10])
+            log.info("decision pool=%s action=%s outcome=%s from=%s to=%s source=%s alerts=%s event_id=%s reason=%s",
+                     ev.pool, ev.action, ev.outcome, ev.from_, ev.to, ev.source, alerts or "-", ev.id,
+                     json.dumps(ev.reason))
+        if self.metrics is not None:
+            self.metrics.decision(ev.pool, ev.action, ev.outcome)
+        for sink in self.sinks:
+            try:
+                sink.emit(body)
+            except Exception:  # a sink must never fail a decision
+                log.warning("event sink %s failed", type(sink).__name__, exc_info=True)
+        return replace(d, event_id=ev.id)

@@ -1,0 +1,101 @@
+"""Prometheus metrics, correct across gunicorn workers (prometheus_client multiprocess mode)."""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+PREFIX = "gpu_autoscaler"
+
+
+def multiprocess_dir() -> str | None:
+    """The directory gunicorn workers share their metric files in, when set."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir") or None
+
+
+class Metrics:
+    """The service's own counters; pool state gauges are read from the store at scrape time."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.multiprocess = multiprocess_dir() is not None
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        reg = None if self.multiprocess else self.registry
+        self.decisions = Counter(f"{PREFIX}_decisions_total", "Decisions by pool, action and outcome.",
+                                 ["pool", "action", "outcome"], registry=reg)
+        self.provider_seconds = Histogram(f"{PREFIX}_provider_call_seconds", "Provider scale call latency.",
+                                          ["provider", "pool", "result"], registry=reg,
+                                          buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
+        self.provider_errors = Counter(f"{PREFIX}_provider_errors_total", "Failed provider calls by code.",
+                                       ["provider", "code"], registry=reg)
+        self.sink_dropped = Counter(f"{PREFIX}_event_sink_dropped_total", "Events an event sink dropped.",
+                                    ["sink"], registry=reg)
+        self.extra: list[Collector] = []
+
+    def decision(self, pool: str | None, action: str | None, outcome: str) -> None:
+        self.decisions.labels(pool or "", action or "", outcome).inc()
+
+    def provider_call(self, provider: str, pool: str, result: str, seconds: float) -> None:
+        self.provider_seconds.labels(provider, pool, "ok" if result == "ok" else "error").observe(seconds)
+        if result != "ok":
+            self.provider_errors.labels(provider, result).inc()
+
+    def add_collector(self, collector: Collector) -> None:
+        """A collector evaluated at scrape time (reads shared state, so it is right in every worker)."""
+        self.extra.append(collector)
+        if not self.multiprocess:
+            self.registry.register(collector)
+
+    def render(self) -> bytes:
+        """The text exposition for /metrics."""
+        if not self.multiprocess:
+            return generate_latest(self.registry)
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        for collector in self.extra:
+            registry.register(collector)
+        return generate_latest(registry)
+
+
+class PoolStateCollector(Collector):
+    """Gauges from the store: paused, tracked count, cooldown left, backoff, time since last scale."""
+
+    def __init__(self, read: Callable[[], Iterable[dict[str, Any]]], clock: Callable[[], float] = time.time) -> None:
+        self.read = read
+        self.clock = clock
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterable[Any]:
+        paused = GaugeMetricFamily(f"{PREFIX}_pool_paused", "1 while the pool is paused.", labels=["pool"])
+        size = GaugeMetricFamily(f"{PREFIX}_pool_size", "Current node count (as read or tracked).", labels=["pool"])
+        cooldown = GaugeMetricFamily(f"{PREFIX}_pool_cooldown_remaining_seconds", "Cooldown left.",
+                                     labels=["pool", "direction"])
+        backoff = GaugeMetricFamily(f"{PREFIX}_pool_backoff_remaining_seconds", "Backoff left after failures.",
+                                    labels=["pool"])
+        last = GaugeMetricFamily(f"{PREFIX}_pool_last_scale_timestamp_seconds",
+                                 "Unix time of the last successful scale.", labels=["pool"])
+        up = GaugeMetricFamily(f"{PREFIX}_store_up", "1 when the store answered this scrape.")
+        try:
+            rows = list(self.read())
+            up.add_metric([], 1)
+        except Exception:
+            rows = []
+            up.add_metric([], 0)
+        for row in rows:
+            name = row["name"]
+            paused.add_metric([name], 1 if row["paused"] else 0)
+            if row.get("current") is not None:
+                size.add_metric([name], row["current"])
+            for direction in ("scale_out", "scale_in"):
+                cooldown.add_metric([name, direction], row["cooldown"][f"{direction}_remaining_s"])
+            backoff.add_metric([name], row.get("backoff_remaining_s", 0))
+            if row.get("last_scale_at") is not None:
+                last.add_metric([name], row["last_scale_at"])
+        yield from (paused, size, cooldown, backoff, last, up)

@@ -1,0 +1,109 @@
+"""The decision: a pure function of (signal, pool spec, pool state, cloud status, now). No I/O, no clock."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoscaler.models import Action, CloudStatus, Outcome, PoolSpec, PoolState, Signal
+
+BACKOFF_FIRST = 60.0
+BACKOFF_MAX = 900.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to do about one signal; only ``SCALED`` asks the engine to call the cloud."""
+
+    outcome: Outcome
+    action: Action | None
+    from_: int | None
+    to: int | None
+    reason: str
+    retry_after: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def backoff_seconds(failures: int) -> float:
+    """1 min after the first consecutive failure, doubling with each one, at most 15 min."""
+    if failures <= 0:
+        return 0.0
+    return min(BACKOFF_FIRST * 2 ** (failures - 1), BACKOFF_MAX)
+
+
+def cooldown_remaining(spec: PoolSpec, state: PoolState, now: float) -> dict[str, float]:
+    """Seconds until each direction may act again (0 when it may act now)."""
+    out = 0.0
+    if state.last_scale_out_at is not None:
+        out = state.last_scale_out_at + spec.scale_out.cooldown - now
+    inn = 0.0
+    if state.last_scale_in_at is not None:
+        inn = state.last_scale_in_at + spec.scale_in.cooldown - now
+    if state.last_scale_out_at is not None:
+        inn = max(inn, state.last_scale_out_at + spec.scale_in.delay_after_scale_out - now)
+    return {"scale_out": max(0.0, out), "scale_in": max(0.0, inn)}
+
+
+def _words(action: Action) -> str:
+    return "scale out" if action is Action.SCALE_OUT else "scale in"
+
+
+def _desired(signal: Signal, spec: PoolSpec, current: int) -> tuple[Action | None, int, str]:
+    """(action, unclamped target, how it was computed)."""
+    if signal.target is not None:
+        action = Action.SCALE_OUT if signal.target > current else Action.SCALE_IN if signal.target < current else None
+        return action, signal.target, f"target {signal.target}"
+    assert signal.action is not None
+    step = signal.step or spec.direction(signal.action).step
+    sign = 1 if signal.action is Action.SCALE_OUT else -1
+    return signal.action, current + sign * step, f"step {step}"
+
+
+def _limit(spec: PoolSpec, action: Action | None, current: int, desired: int) -> tuple[int, str]:
+    """The target clamped to [min, max] and, if that leaves nothing to do, why."""
+    target = max(spec.min, min(spec.max, desired))
+    if action is None or target == current:
+        if action is None:
+            return current, f"already at the requested size {current}"
+        bound = f"max ({spec.max})" if action is Action.SCALE_OUT else f"min ({spec.min})"
+        return current, f"already at {bound}: {current} nodes"
+    if (action is Action.SCALE_OUT) != (target > current):
+        bound = f"max ({spec.max})" if action is Action.SCALE_OUT else f"min ({spec.min})"
+        return current, f"{current} nodes is already beyond {bound}; not moving the other way"
+    return target, ""
+
+
+def decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus, now: float) -> Plan:
+    """Decide what one signal does to one pool."""
+    current = cloud.current
+    action = signal.action
+    if state.paused:
+        why = f" ({state.pause_reason})" if state.pause_reason else ""
+        return Plan(Outcome.SKIPPED_PAUSED, action, current, current, f"pool is paused{why}; resume it to scale")
+    if cloud.busy:
+        detail = f": {cloud.detail}" if cloud.detail else ""
+        return Plan(Outcome.SKIPPED_BUSY, action, current, current,
+                    f"the cloud is still working on an earlier change{detail}")
+    if not signal.force and state.backoff_until is not None and now < state.backoff_until:
+        wait = state.backoff_until - now
+        return Plan(Outcome.SKIPPED_BACKOFF, action, current, current,
+                    f"backing off for {wait:.0f}s more after {state.failures} consecutive failure(s)",
+                    retry_after=wait)
+    if current is None:
+        return Plan(Outcome.FAILED, action, None, None,
+                    "the pool's current size is unknown; set it with PUT /api/v1/pools/{pool}/count")
+    action, desired, how = _desired(signal, spec, current)
+    target, limited = _limit(spec, action, current, desired)
+    if limited:
+        return Plan(Outcome.SKIPPED_LIMIT, action, current, current, limited)
+    assert action is not None
+    if not signal.force:
+        remaining = cooldown_remaining(spec, state, now)[action.value]
+        if remaining > 0:
+            return Plan(Outcome.SKIPPED_COOLDOWN, action, current, current,
+                        f"{_words(action)} cooldown: {remaining:.0f}s left", retry_after=None)
+    clamp_note = f", clamped to {'max' if target == spec.max else 'min'} {target}" if target != desired else ""
+    if spec.dry_run:
+        return Plan(Outcome.DRY_RUN, action, current, target,
+                    f"dry run: would {_words(action)} {current} -> {target} ({how}{clamp_note})")
+    forced = ", forced" if signal.force else ""
+    return Plan(Outcome.SCALED, action, current, target, f"{_words(action)} {current} -> {target} ({how}{clamp_note}{forced})")

@@ -1,0 +1,89 @@
+"""The store interface the engine and the API depend on."""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoscaler.models import PoolState
+
+
+class StoreUnavailable(Exception):
+    """The database cannot be reached or written; the caller answers 503 and keeps nothing half-written."""
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """One decision as the event log keeps it."""
+
+    time: float
+    pool: str | None
+    source: str
+    action: str | None
+    outcome: str
+    from_: int | None
+    to: int | None
+    reason: str
+    alerts: list[dict[str, str]] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    id: int | None = None
+
+
+class Store(abc.ABC):
+    """Short transactions only: nothing here is held open across a cloud call."""
+
+    @abc.abstractmethod
+    def ensure_pools(self, names: list[str]) -> None:
+        """Create a row for each configured pool that has none."""
+
+    @abc.abstractmethod
+    def pool(self, name: str) -> PoolState:
+        """The stored state of one pool."""
+
+    @abc.abstractmethod
+    def pools(self) -> dict[str, PoolState]:
+        """The stored state of every pool."""
+
+    @abc.abstractmethod
+    def claim_dedup(self, pool: str, keys: tuple[str, ...], now: float, window: float, claim: str) -> bool:
+        """Atomically claim the keys not already claimed inside their window; True when any was new."""
+
+    @abc.abstractmethod
+    def release_dedup(self, keys: tuple[str, ...], claim: str) -> None:
+        """Forget keys this claim took, so that a retry of the same notification can act."""
+
+    @abc.abstractmethod
+    def acquire(self, pool: str, owner: str, now: float, ttl: float) -> bool:
+        """Take the pool's lease unless someone else holds an unexpired one."""
+
+    @abc.abstractmethod
+    def finish(self, pool: str, owner: str, event: EventRecord, changes: dict[str, Any]) -> int:
+        """In one transaction: apply state changes, append the event, release the lease; return the event id."""
+
+    @abc.abstractmethod
+    def release(self, pool: str, owner: str) -> None:
+        """Release the lease without recording anything."""
+
+    @abc.abstractmethod
+    def record(self, event: EventRecord) -> int:
+        """Append an event that changes no pool state; return its id."""
+
+    @abc.abstractmethod
+    def update_pool(self, pool: str, event: EventRecord | None, changes: dict[str, Any]) -> int | None:
+        """Change pool state outside a decision (pause, resume, count correction), with its event."""
+
+    @abc.abstractmethod
+    def events(self, pool: str | None, limit: int, before_id: int | None = None) -> list[EventRecord]:
+        """Newest first."""
+
+    @abc.abstractmethod
+    def event(self, event_id: int) -> EventRecord | None:
+        """One event by id."""
+
+    @abc.abstractmethod
+    def ping(self) -> None:
+        """Raise StoreUnavailable unless the database answers."""
+
+    @abc.abstractmethod
+    def prune(self, older_than: float) -> int:
+        """Delete events older than a time and expired dedup keys; return how many events went."""

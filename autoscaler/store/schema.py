@@ -1,0 +1,51 @@
+"""Tables of the store (SQLAlchemy Core)."""
+from __future__ import annotations
+
+from sqlalchemy import Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text
+
+metadata = MetaData()
+
+pools = Table(
+    "pools",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("tracked_count", Integer, nullable=True),
+    Column("count_changed_at", Float, nullable=True),
+    Column("paused", Boolean, nullable=False, default=False),
+    Column("pause_reason", Text, nullable=False, default=""),
+    Column("last_scale_out_at", Float, nullable=True),
+    Column("last_scale_in_at", Float, nullable=True),
+    Column("failures", Integer, nullable=False, default=0),
+    Column("backoff_until", Float, nullable=True),
+    Column("lease_owner", String(128), nullable=True),
+    Column("lease_until", Float, nullable=True),
+    Column("last_event_id", Integer, nullable=True),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("time", Float, nullable=False),
+    Column("pool", String(64), nullable=True),
+    Column("source", String(32), nullable=False),
+    Column("action", String(32), nullable=True),
+    Column("outcome", String(32), nullable=False),
+    Column("from_count", Integer, nullable=True),
+    Column("to_count", Integer, nullable=True),
+    Column("reason", Text, nullable=False),
+    Column("alerts", Text, nullable=False, default="[]"),
+    Column("details", Text, nullable=False, default="{}"),
+    Index("ix_events_pool_id", "pool", "id"),
+    Index("ix_events_time", "time"),
+)
+
+dedup = Table(
+    "dedup",
+    metadata,
+    Column("key", String(512), primary_key=True),
+    Column("pool", String(64), nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("claim", String(64), nullable=False),
+    Index("ix_dedup_expires", "expires_at"),
+)

@@ -1,0 +1,25 @@
+"""gunicorn settings: multiprocess metrics clean-up and sane timeouts."""
+import os
+
+timeout = int(os.environ.get("GUNICORN_TIMEOUT", "60"))
+graceful_timeout = 20
+keepalive = 5
+accesslog = os.environ.get("GUNICORN_ACCESS_LOG") or None
+
+
+def on_starting(server):  # noqa: ANN001 - gunicorn hook
+    """Start with an empty metrics directory so old worker files don't add up."""
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if path:
+        os.makedirs(path, exist_ok=True)
+        for name in os.listdir(path):
+            if name.endswith(".db"):
+                os.remove(os.path.join(path, name))
+
+
+def child_exit(server, worker):  # noqa: ANN001 - gunicorn hook
+    """Mark a dead worker's live gauges gone (prometheus_client multiprocess mode)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)
