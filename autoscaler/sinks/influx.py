@@ -58,13 +58,14 @@ def to_point(event: dict[str, Any]) -> Any:
 class InfluxSink:
     """Writes events to InfluxDB off the request path; drops (and counts) what it cannot deliver."""
 
-    def __init__(self, config: InfluxConfig, *, registry: CollectorRegistry = REGISTRY,
+    def __init__(self, config: InfluxConfig, *, registry: CollectorRegistry = REGISTRY, dropped: Counter | None = None,
                  queue_size: int = 10_000, timeout: float = 5.0) -> None:
+        """``dropped`` is a Counter with a ``sink`` label (the app's); else one is made on ``registry``."""
         from influxdb_client import InfluxDBClient
         from influxdb_client.client.write_api import SYNCHRONOUS
 
         self.config = config
-        self._dropped = dropped_counter(registry).labels(SINK_NAME)
+        self._dropped = (dropped if dropped is not None else dropped_counter(registry)).labels(SINK_NAME)
         self._queue: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=queue_size)
         self._client = InfluxDBClient(url=config.url, token=config.token.get_secret_value(), org=config.org,
                                       timeout=int(timeout * 1000))
