@@ -126,3 +126,21 @@ def write_result(name: str, data: dict[str, Any]) -> Path:
     path.write_text(json.dumps({"benchmark": name, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                 **data}, indent=2, default=str))
     return path
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its children now alive (gunicorn master + workers)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    pids = [pid]
+    try:
+        pids += [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        pass
+    total = 0.0
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
