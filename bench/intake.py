@@ -93,7 +93,7 @@ def run(smoke: bool = False, runs: int = 5, seconds: float = 10.0, rate: float =
                                             "stores": list(stores)}, "variants": {}}
     seq = 1_000_000
     for wclass in classes:
-        env = {"GUNICORN_CMD_ARGS": WORKER_CLASSES[wclass], "LOG_LEVEL": "WARNING"}
+        env = {"GUNICORN_CMD_ARGS": WORKER_CLASSES[wclass]}
         with ExitStack() as stack:
             targets = {"baseline": stack.enter_context(Service({}, workdir, env=env, app="bench.baseline_app:app"))}
             for store, url in stores.items():

@@ -41,7 +41,7 @@ def _pool_count(url: str) -> int | None:
 def one_run(store_url: str, workdir: Path, total: int, senders: int, burst_size: int, gap: float) -> dict[str, Any]:
     """Two gunicorn instances (2 workers each) on ``store_url``; the storm from a separate process."""
     cfg = service_config(store_url, cooldown="5m")
-    env = {"GUNICORN_CMD_ARGS": "--worker-class gthread --threads 4", "LOG_LEVEL": "WARNING"}
+    env = {"GUNICORN_CMD_ARGS": "--worker-class gthread --threads 4"}
     with ExitStack() as stack:
         instances = []
         for i in range(2):

@@ -59,6 +59,14 @@ _EXPIRE_KEYS = delete(schema.dedup).where(schema.dedup.c.key.in_(bindparam("p_ke
 
 
 @functools.lru_cache(maxsize=64)
+def _finish_sql(fields: tuple[str, ...]) -> Any:
+    """UPDATE of a pool's ``fields`` that also records its last event and releases its lease."""
+    values: dict[str, Any] = {f: bindparam(f"p_{f}") for f in fields}
+    return (update(schema.pools).where(schema.pools.c.name == bindparam("p_name"))
+            .values(**values, last_event_id=bindparam("p_event"), lease_owner=None, lease_until=None))
+
+
+@functools.lru_cache(maxsize=64)
 def _claim_sql(keys: int) -> Any:
     """INSERT … ON CONFLICT DO NOTHING of ``keys`` dedup rows, as text: SQLAlchemy never caches the compiled form of
     its dialect-specific insert, and compiling it cost more than the rest of a webhook's store work."""
@@ -171,11 +179,10 @@ class SqlStore(Store):
         return int(result.inserted_primary_key[0])  # type: ignore[index]
 
     def finish(self, pool: str, owner: str, event: EventRecord, changes: dict[str, Any]) -> int:
-        t = schema.pools
         with self._tx() as conn:
             event_id = self._append(conn, event)
-            conn.execute(update(t).where(t.c.name == pool)
-                         .values(**changes, last_event_id=event_id, lease_owner=None, lease_until=None))
+            conn.execute(_finish_sql(tuple(sorted(changes))),
+                         {"p_name": pool, "p_event": event_id, **{f"p_{k}": v for k, v in changes.items()}})
         return event_id
 
     def record(self, event: EventRecord) -> int:
