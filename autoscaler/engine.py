@@ -126,7 +126,7 @@ class Engine:
 
     def _acquire(self, pool: str, owner: str) -> bool:
         deadline = time.monotonic() + self.lock_wait
-        delay = 0.001  # a lease is held for ~1 ms (two short transactions): poll soon, then back off
+        delay = 0.005
         while True:
             if self.store.acquire(pool, owner, self.clock(), LEASE_TTL):
                 return True

@@ -6,7 +6,7 @@ import hashlib
 import json
 import os
 from typing import Any, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 
 from sqlalchemy import Connection, bindparam, create_engine, delete, event, insert, select, text, update
 from sqlalchemy.engine import make_url
@@ -15,7 +15,6 @@ from sqlalchemy.exc import IntegrityError, OperationalError, DBAPIError
 from autoscaler.models import PoolState
 from autoscaler.store import schema
 from autoscaler.store.base import EventRecord, Store, StoreUnavailable
-from autoscaler.store.gate import WriterGate
 
 _POOL_FIELDS = ("tracked_count", "count_changed_at", "paused", "pause_reason", "last_scale_out_at",
                 "last_scale_in_at", "failures", "backoff_until", "last_event_id")
@@ -84,12 +83,8 @@ class SqlStore(Store):
     def __init__(self, url: str) -> None:
         self.url = url
         self.dialect = make_url(url).get_backend_name()
-        self.gate: WriterGate | None = None
         if self.dialect == "sqlite":
             self.engine = _sqlite_engine(url)
-            database = make_url(url).database
-            if database and database != ":memory:":
-                self.gate = WriterGate(os.path.abspath(database))
         else:
             self.engine = create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5, pool_timeout=5)
         try:
@@ -100,7 +95,7 @@ class SqlStore(Store):
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
         try:
-            with self.gate.hold() if self.gate else nullcontext(), self.engine.begin() as conn:
+            with self.engine.begin() as conn:
                 yield conn
         except (OperationalError, DBAPIError) as exc:
             if isinstance(exc, IntegrityError):
