@@ -80,10 +80,17 @@ class Engine:
         if kind == "unknown":
             return self._note(source, pool, action_text, Outcome.UNKNOWN_POOL, alerts,
                               f"{names} asks for pool {pool!r}, which is not configured")
-        values = [a.value for a in alerts if a.value is not None]
+        values = [v for v in (self._value(a, pool, action) for a in alerts) if v is not None]
         signal = Signal(pool=pool, action=action, source=source, step=step, alerts=tuple(alerts),
                         reason=f"alert {names}", value=max(values) if values else None)
         return self.handle(signal)
+
+    def _value(self, alert: Alert, pool: str, action: Action) -> float | None:
+        """The alert's value; for Grafana, the query named by the direction's ``value_ref`` when it has one."""
+        ref = self.settings.pools[pool].direction(action).value_ref
+        if ref and alert.values.get(ref) is not None:
+            return alert.values[ref]
+        return alert.value
 
     def _note(self, source: Source, pool: str | None, action: str | None, outcome: Outcome,
               alerts: list[Alert], reason: str) -> Decision:
@@ -151,7 +158,12 @@ class Engine:
             return Decision(spec.name, signal.action.value if signal.action else None, Outcome.FAILED, None, None,
                             f"cannot read the pool: {redact_text(exc.message)}", retry_after=retry,
                             details={"code": exc.code}), {}
-        plan = decide(signal, spec, state, cloud, now)
+        proportional = "proportional" in (spec.scale_out.mode, spec.scale_in.mode)
+        window = spec.scale_in.stabilization_window
+        recent = self.store.recommendations(spec.name, now - window) if proportional else []
+        plan = decide(signal, spec, state, cloud, now, recent)
+        if plan.details.get("recommendation") is not None:
+            self.store.add_recommendation(spec.name, now, int(plan.details["recommendation"]), now - window)
         if plan.outcome is not Outcome.SCALED:
             return self._plan_decision(spec, plan), {}
         return self._act(provider, spec, state.failures, plan, now)

@@ -202,6 +202,44 @@ class InfluxConfig(_Frozen):
     flush_interval: Duration = 1.0
 
 
+class ReplayRule(_Frozen):
+    """One emulated alerting rule on the pool's average utilisation (0-100) of ready nodes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    alert: str = Field(min_length=1)
+    above: float | None = Field(default=None, ge=0, le=100)
+    below: float | None = Field(default=None, ge=0, le=100)
+    for_: Duration = Field(default=0.0, alias="for")
+    pool: str
+    action: Action
+    step: int | None = Field(default=None, ge=1, le=1000)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_threshold(self) -> "ReplayRule":
+        if (self.above is None) == (self.below is None):
+            raise ValueError("give exactly one of `above` or `below`")
+        return self
+
+
+class ReplayConfig(_Frozen):
+    """Read only by ``python -m autoscaler replay``: how Prometheus and Alertmanager are emulated."""
+
+    evaluation_interval: Duration = 30.0
+    group_wait: Duration = 30.0
+    group_interval: Duration = 300.0
+    repeat_interval: Duration = 300.0
+    rules: list[ReplayRule] = Field(min_length=1)
+
+    @field_validator("evaluation_interval", "group_interval", "repeat_interval")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError("must be more than 0")
+        return v
+
+
 class Config(_Frozen):
     """The whole config file."""
 
@@ -212,7 +250,7 @@ class Config(_Frozen):
     rules: list[RuleConfig] = Field(default_factory=list)
     pools: list[PoolConfig] = Field(min_length=1)
     influxdb: InfluxConfig | None = None
-    replay: dict[str, Any] | None = None
+    replay: ReplayConfig | None = None
 
     @model_validator(mode="after")
     def _references(self) -> "Config":
@@ -223,4 +261,7 @@ class Config(_Frozen):
         for i, rule in enumerate(self.rules):
             if rule.pool not in names:
                 raise ValueError(f"rules[{i}].pool: no pool named {rule.pool!r}")
+        for i, replay_rule in enumerate(self.replay.rules if self.replay else []):
+            if replay_rule.pool not in names:
+                raise ValueError(f"replay.rules[{i}].pool: no pool named {replay_rule.pool!r}")
         return self

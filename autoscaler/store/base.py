@@ -81,6 +81,14 @@ class Store(abc.ABC):
         """One event by id."""
 
     @abc.abstractmethod
+    def recommendations(self, pool: str, since: float) -> list[tuple[float, int]]:
+        """Proportional recommendations (time, desired nodes) of a pool made at or after ``since``, oldest first."""
+
+    @abc.abstractmethod
+    def add_recommendation(self, pool: str, time: float, desired: int, forget_before: float) -> None:
+        """Remember one recommendation and forget the pool's ones older than ``forget_before``."""
+
+    @abc.abstractmethod
     def ping(self) -> None:
         """Raise StoreUnavailable unless the database answers."""
 

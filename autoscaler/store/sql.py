@@ -189,6 +189,18 @@ class SqlStore(Store):
             row = conn.execute(select(schema.events).where(schema.events.c.id == event_id)).first()
         return self._record(row) if row else None
 
+    def recommendations(self, pool: str, since: float) -> list[tuple[float, int]]:
+        t = schema.recommendations
+        query = select(t.c.time, t.c.desired).where(t.c.pool == pool, t.c.time >= since).order_by(t.c.time)
+        with self._tx() as conn:
+            return [(float(r.time), int(r.desired)) for r in conn.execute(query).all()]
+
+    def add_recommendation(self, pool: str, time: float, desired: int, forget_before: float) -> None:
+        t = schema.recommendations
+        with self._tx() as conn:
+            conn.execute(delete(t).where(t.c.pool == pool, t.c.time < forget_before))
+            conn.execute(insert(t).values(pool=pool, time=time, desired=desired))
+
     def ping(self) -> None:
         try:
             with self.engine.connect() as conn:
