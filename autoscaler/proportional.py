@@ -63,12 +63,15 @@ def propose(signal: Signal, spec: PoolSpec, current: int, recent: Sequence[tuple
                   f"no change ({formula})", details, Outcome.SKIPPED_LIMIT)
     clamped = max(spec.min, min(spec.max, raw))
     details["recommendation"] = clamped
-    if action is Action.SCALE_OUT and raw <= current:
-        return Proposal(None, f"a scale-out alert never scales in: value {value:g} is not above the target "
-                              f"{goal:g} ({formula}, current {current})", details, Outcome.SKIPPED_LIMIT)
-    if action is Action.SCALE_IN and raw >= current:
-        return Proposal(None, f"a scale-in alert never scales out: value {value:g} is not below the target "
-                              f"{goal:g} ({formula}, current {current})", details, Outcome.SKIPPED_LIMIT)
+    if (action is Action.SCALE_OUT) != (value > goal):
+        words = ("a scale-out alert never scales in: value {v} is not above" if action is Action.SCALE_OUT
+                 else "a scale-in alert never scales out: value {v} is not below")
+        return Proposal(None, f"{words.format(v=f'{value:g}')} the target {goal:g} ({formula}, current {current})",
+                        details, Outcome.SKIPPED_LIMIT)
+    bound = spec.max if action is Action.SCALE_OUT else spec.min
+    if clamped == current and current != bound:
+        return Proposal(None, f"the formula keeps the pool at {current} nodes ({formula})", details,
+                        Outcome.SKIPPED_LIMIT)
     how = f"proportional: {formula}"
     if clamped != raw:
         how += f", clamped to {'max' if clamped == spec.max else 'min'} {clamped}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
@@ -73,6 +74,7 @@ class Run:
 
     minutes: list[Minute]
     decisions: list[tuple[float, Decision]]
+    notifications: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
 
 
 def replay_pool(settings: Settings) -> str:
@@ -119,6 +121,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     heapq.heapify(queue)
     minutes: list[Minute] = []
     decisions: list[tuple[float, Decision]] = []
+    notifications: list[tuple[float, dict[str, Any]]] = []
     outcomes: list[str] = []
     bound = len(trace.demand) * (4 + int(STEP / cfg.evaluation_interval)) + 10 * len(cfg.rules) + 100
     for _ in range(bound * 4):
@@ -143,6 +146,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
             if nxt is not None and nxt < trace.end:
                 heapq.heappush(queue, (nxt, FLUSH, index))
             if body is not None:
+                notifications.append((now, body))
                 for decision in engine.handle_notification(alertmanager.parse(body, {})):
                     decisions.append((now, decision))
                     outcomes.append(decision.outcome.value)
@@ -153,7 +157,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     if minutes:
         minutes[-1] = replace(minutes[-1], outcomes=tuple(outcomes))
     store.engine.dispose()
-    return Run(minutes, decisions)
+    return Run(minutes, decisions, notifications)
 
 
 def static_peak(trace: Trace) -> Run:
