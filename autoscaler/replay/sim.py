@@ -142,9 +142,9 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
             if nxt < trace.end:
                 heapq.heappush(queue, (nxt, EVALUATE, 0))
         else:
-            body, nxt = emulator.flush(now, index)
-            if nxt is not None and nxt < trace.end:
-                heapq.heappush(queue, (nxt, FLUSH, index))
+            body, again = emulator.flush(now, index)
+            if again is not None and again < trace.end:
+                heapq.heappush(queue, (again, FLUSH, index))
             if body is not None:
                 notifications.append((now, body))
                 for decision in engine.handle_notification(alertmanager.parse(body, {})):
