@@ -156,7 +156,7 @@ class Engine:
         except ProviderError as exc:
             retry = (exc.retry_after or 30.0) if exc.retryable else None
             return Decision(spec.name, signal.action.value if signal.action else None, Outcome.FAILED, None, None,
-                            f"cannot read the pool: {redact_text(exc.message)}", retry_after=retry,
+                            f"{signal.reason + ': ' if signal.reason else ''}pool status: {redact_text(exc.message)}", retry_after=retry,
                             details={"code": exc.code}), {}
         proportional = "proportional" in (spec.scale_out.mode, spec.scale_in.mode)
         window = spec.scale_in.stabilization_window
@@ -164,6 +164,8 @@ class Engine:
         plan = decide(signal, spec, state, cloud, now, recent)
         if plan.details.get("recommendation") is not None:
             self.store.add_recommendation(spec.name, now, int(plan.details["recommendation"]), now - window)
+        if signal.reason:
+            plan = replace(plan, reason=f"{signal.reason}: {plan.reason}")
         if plan.outcome is not Outcome.SCALED:
             return self._plan_decision(spec, plan), {}
         return self._act(provider, spec, state.failures, plan, now)
