@@ -22,7 +22,7 @@ def alembic_config(connection: Connection | None = None) -> Config:
     """A programmatic Alembic config (no alembic.ini); ``connection`` is the one migrations run on."""
     cfg = Config()
     cfg.set_main_option("script_location", MIGRATIONS)
-    cfg.set_main_option("version_locations", os.path.join(MIGRATIONS, "versions"))
+    cfg.set_main_option("path_separator", "os")
     if connection is not None:
         cfg.attributes["connection"] = connection
     return cfg
