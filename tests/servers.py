@@ -61,6 +61,10 @@ class Gunicorn:
 
     def start(self, timeout: float = 30.0) -> "Gunicorn":
         """Start and wait until /healthz answers 200."""
+        return self.spawn().wait_ready(timeout)
+
+    def spawn(self) -> "Gunicorn":
+        """Start without waiting (start several at once, then ``wait_ready`` each)."""
         env = dict(os.environ)
         env.update({"AUTOSCALER_CONFIG": self.config, "PROMETHEUS_MULTIPROC_DIR": self.metrics_dir,
                     "PYTHONUNBUFFERED": "1"}, **self.extra_env)
@@ -69,6 +73,10 @@ class Gunicorn:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True)
+        return self
+
+    def wait_ready(self, timeout: float = 30.0) -> "Gunicorn":
+        """Wait until /healthz answers 200; stop and raise with the log's tail when it does not."""
         try:
             wait_http(self.url + "/healthz", timeout, proc=self.proc)
         except Exception as exc:
