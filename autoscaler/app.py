@@ -36,6 +36,8 @@ def setup_logging() -> None:
     else:
         fmt = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
     logging.basicConfig(level=level, format=fmt)
+    for noisy in ("azure", "urllib3", "alibabacloud"):  # SDKs log every request at INFO
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def _announce(settings: Settings) -> None:

@@ -170,9 +170,11 @@ class Engine:
         except ProviderError as exc:
             retry = (exc.retry_after or 30.0) if exc.retryable else None
             return Decision(spec.name, signal.action.value if signal.action else None, Outcome.FAILED, None, None,
-                            f"cannot read the pool: {redact_text(exc.message)}", retry_after=retry,
+                            f"{signal.reason + ': ' if signal.reason else ''}pool status: {redact_text(exc.message)}", retry_after=retry,
                             details={"code": exc.code}), {}
         plan = decide(signal, spec, state, cloud, now)
+        if signal.reason:
+            plan = replace(plan, reason=f"{signal.reason}: {plan.reason}")
         if plan.outcome is not Outcome.SCALED:
             return self._plan_decision(spec, plan), {}
         return self._act(provider, spec, state.failures, plan, now)

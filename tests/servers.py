@@ -1,4 +1,4 @@
-"""Start and stop real gunicorn instances of the service for end-to-end tests."""
+"""Start the real service under gunicorn on a free port, for tests that need real processes."""
 from __future__ import annotations
 
 import os
@@ -12,19 +12,20 @@ from pathlib import Path
 from typing import Any
 
 import requests
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+GUNICORN = str(Path(sys.executable).parent / "gunicorn")
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def wait_http(url: str, timeout: float = 20.0, status: int = 200, proc: subprocess.Popen[Any] | None = None) -> None:
-    """Poll ``url`` until it answers ``status``; fail early when ``proc`` died."""
+    """Poll ``url`` until it answers ``status``; RuntimeError when ``proc`` exits first, TimeoutError at the end."""
     deadline = time.monotonic() + timeout
     last = "no answer"
     while time.monotonic() < deadline:
@@ -41,74 +42,74 @@ def wait_http(url: str, timeout: float = 20.0, status: int = 200, proc: subproce
     raise TimeoutError(f"{url} did not answer {status} within {timeout:.0f}s (last: {last})")
 
 
-class Gunicorn:
-    """One service instance: ``gunicorn app:app`` with its own port, config and metrics directory."""
+class Service:
+    """One gunicorn instance of app:app with its own config file and metrics directory."""
 
-    def __init__(self, config: str | Path, *, port: int | None = None, workers: int = 2,
-                 env: dict[str, str] | None = None, log_dir: str | Path | None = None) -> None:
-        self.config = str(config)
-        self.port = port or free_port()
+    def __init__(self, config: dict[str, Any], workdir: Path, workers: int = 2, env: dict[str, str] | None = None,
+                 port: int | None = None) -> None:
+        self.config = config
+        self.workdir = workdir
         self.workers = workers
-        self.extra_env = dict(env or {})
-        self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="gunicorn-logs-"))
-        self.metrics_dir = tempfile.mkdtemp(prefix="prom-multiproc-")
+        self.port = port or free_port()
+        self.extra_env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = self.log_dir / f"gunicorn-{self.port}.log"
+        self.log_path = workdir / f"gunicorn-{self.port}.log"
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> "Gunicorn":
+    def start(self, timeout: float = 30.0) -> "Service":
         """Start and wait until /healthz answers 200."""
         return self.spawn().wait_ready(timeout)
 
-    def spawn(self) -> "Gunicorn":
-        """Start without waiting (start several at once, then ``wait_ready`` each)."""
-        env = dict(os.environ)
-        env.update({"AUTOSCALER_CONFIG": self.config, "PROMETHEUS_MULTIPROC_DIR": self.metrics_dir,
-                    "PYTHONUNBUFFERED": "1"}, **self.extra_env)
-        cmd = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "gunicorn.conf.py"),
-               "-b", f"127.0.0.1:{self.port}", "-w", str(self.workers), "app:app"]
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+    def spawn(self) -> "Service":
+        """Start without waiting, so that several instances can start (and migrate) at the same instant."""
+        cfg_path = self.workdir / f"config-{self.port}.yaml"
+        cfg_path.write_text(yaml.safe_dump(self.config))
+        metrics_dir = tempfile.mkdtemp(prefix="prom-", dir=self.workdir)
+        env = {**os.environ, "AUTOSCALER_CONFIG": str(cfg_path), "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
+               "PYTHONPATH": str(ROOT), **self.extra_env}
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [GUNICORN, "-c", str(ROOT / "gunicorn.conf.py"), "-b", f"127.0.0.1:{self.port}", "-w", str(self.workers),
+             "app:app"], cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         return self
 
-    def wait_ready(self, timeout: float = 30.0) -> "Gunicorn":
-        """Wait until /healthz answers 200; stop and raise with the log's tail when it does not."""
+    def wait_ready(self, timeout: float = 30.0) -> "Service":
+        """Wait until /healthz answers 200; stop and raise with the log when it does not."""
+        assert self.proc is not None, "spawn() first"
         try:
-            wait_http(self.url + "/healthz", timeout, proc=self.proc)
-        except Exception as exc:
+            wait_http(f"{self.url}/healthz", timeout, proc=self.proc)
+        except RuntimeError:
+            raise RuntimeError(f"gunicorn exited with {self.proc.returncode}:\n{self.read_log()[-3000:]}") from None
+        except TimeoutError:
             self.stop()
-            raise RuntimeError(f"gunicorn on port {self.port} did not come up: {exc}\n{self.log_tail()}") from None
+            raise RuntimeError(f"gunicorn did not answer within {timeout}s:\n{self.read_log()[-3000:]}") from None
         return self
 
-    def stop(self, timeout: float = 20.0) -> None:
-        """SIGTERM (graceful), then SIGKILL of the whole process group if it does not exit in time."""
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
-
-    def restart(self) -> "Gunicorn":
-        """Stop and start again on the same port."""
+    def restart(self, timeout: float = 30.0) -> "Service":
+        """Stop gracefully and start again on the same port with the same config."""
         self.stop()
-        return self.start()
+        return self.start(timeout)
 
-    def log_tail(self, lines: int = 40) -> str:
-        """The end of the instance's output, for failure messages."""
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+    def read_log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
-    def __enter__(self) -> "Gunicorn":
+    def stop(self) -> None:
+        """SIGTERM (graceful), SIGKILL of the process group after 15 s; idempotent."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=5)
+        log = getattr(self, "log", None)
+        if log is not None and not log.closed:
+            log.close()
+
+    def __enter__(self) -> "Service":
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -9,10 +9,9 @@ from typing import Any, Iterator
 
 import pytest
 import requests
-import yaml
 
 from tests import pg
-from tests.servers import Gunicorn, wait_http
+from tests.servers import Service, wait_http
 from tests.tcpproxy import TcpProxy
 
 pytestmark = pytest.mark.slow
@@ -20,7 +19,7 @@ TOKEN = "replica-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-def write_config(path: Path, store_url: str) -> Path:
+def config(store_url: str) -> dict[str, Any]:
     """A config with one simulated pool, five-minute cooldowns and a ten-minute dedup window."""
     cfg = {
         "server": {"auth": {"bearer_tokens": [TOKEN]}, "lock_wait": "5s"},
@@ -32,8 +31,7 @@ def write_config(path: Path, store_url: str) -> Path:
         "pools": [{"name": "sim", "provider": "simulated", "min": 0, "max": 8,
                    "simulated": {"initial_count": 1, "provision_seconds": 0}}],
     }
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return cfg
 
 
 def notification(fingerprint: str, starts_at: str = "2030-01-01T00:00:00Z") -> dict[str, Any]:
@@ -59,9 +57,8 @@ def store_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def replicas(tmp_path: Path, store_url: str) -> Iterator[list[Gunicorn]]:
-    config = write_config(tmp_path / "config.yaml", store_url)
-    instances = [Gunicorn(config, workers=2, log_dir=tmp_path) for _ in range(2)]
+def replicas(tmp_path: Path, store_url: str) -> Iterator[list[Service]]:
+    instances = [Service(config(store_url), tmp_path, workers=2) for _ in range(2)]
     try:
         for inst in instances:  # both start (and migrate) at the same instant
             inst.spawn()
@@ -73,7 +70,7 @@ def replicas(tmp_path: Path, store_url: str) -> Iterator[list[Gunicorn]]:
             inst.stop()
 
 
-def test_200_identical_notifications_across_two_replicas_scale_once(replicas: list[Gunicorn]) -> None:
+def test_200_identical_notifications_across_two_replicas_scale_once(replicas: list[Service]) -> None:
     body = notification("f00dfeed00000001")
     bases = [r.url for r in replicas]
     with ThreadPoolExecutor(max_workers=32) as pool:
@@ -108,7 +105,7 @@ def test_200_identical_notifications_across_two_replicas_scale_once(replicas: li
 def test_connection_loss_answers_503_and_recovers(tmp_path: Path, store_url: str) -> None:
     with TcpProxy(pg.HOST, pg.PORT) as proxy:
         url = store_url.replace(f":{pg.PORT}/", f":{proxy.port}/")
-        with Gunicorn(write_config(tmp_path / "config.yaml", url), workers=2, log_dir=tmp_path) as inst:
+        with Service(config(url), tmp_path, workers=2) as inst:
             wait_http(f"{inst.url}/readyz", 10)
             proxy.close()
             for _ in range(4):  # every worker, whichever gets the request
