@@ -125,3 +125,15 @@ def test_connection_loss_answers_503_and_recovers(tmp_path: Path, store_url: str
             retry = post(inst.url, notification("deadbeef00000001"))
             assert retry.status_code == 200, retry.text
             assert [d["outcome"] for d in retry.json()["decisions"]] == ["scaled"], json.dumps(retry.json())
+
+
+def test_different_notifications_at_once_still_scale_once(replicas: list[Service]) -> None:
+    """No dedup here: the per-pool lease and the cooldown alone keep two replicas from both acting."""
+    bases = [r.url for r in replicas]
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        answers = list(pool.map(lambda i: post(bases[i % 2], notification(f"{i:016x}")), range(64)))
+    assert [a.status_code for a in answers] == [200] * 64
+    outcomes = Counter(d["outcome"] for a in answers for d in a.json()["decisions"])
+    assert outcomes["scaled"] == 1, outcomes
+    assert set(outcomes) <= {"scaled", "skipped_cooldown", "skipped_busy"}, outcomes
+    assert sum(outcomes.values()) == 64
