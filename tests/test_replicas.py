@@ -17,6 +17,7 @@ from tests.tcpproxy import TcpProxy
 pytestmark = pytest.mark.slow
 TOKEN = "replica-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+SECRET = "pg-password-never-shown"
 
 
 def config(store_url: str) -> dict[str, Any]:
@@ -104,7 +105,8 @@ def test_200_identical_notifications_across_two_replicas_scale_once(replicas: li
 
 def test_connection_loss_answers_503_and_recovers(tmp_path: Path, store_url: str) -> None:
     with TcpProxy(pg.HOST, pg.PORT) as proxy:
-        url = store_url.replace(f":{pg.PORT}/", f":{proxy.port}/")
+        # Trust auth ignores the password, so the URL can carry one that must never be shown.
+        url = store_url.replace(f"postgres@{pg.HOST}:{pg.PORT}/", f"postgres:{SECRET}@{pg.HOST}:{proxy.port}/")
         with Service(config(url), tmp_path, workers=2) as inst:
             wait_http(f"{inst.url}/readyz", 10)
             proxy.close()
@@ -125,6 +127,10 @@ def test_connection_loss_answers_503_and_recovers(tmp_path: Path, store_url: str
             retry = post(inst.url, notification("deadbeef00000001"))
             assert retry.status_code == 200, retry.text
             assert [d["outcome"] for d in retry.json()["decisions"]] == ["scaled"], json.dumps(retry.json())
+            assert SECRET not in ready.text + answer.text + retry.text
+        log = inst.read_log()
+        assert "store unavailable" in log
+        assert SECRET not in log
 
 
 def test_different_notifications_at_once_still_scale_once(replicas: list[Service]) -> None:
