@@ -8,9 +8,11 @@ from typing import Iterator
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 ADMIN_DSN = os.environ.get("AUTOSCALER_TEST_PG", "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=3")
-HOST, PORT = "127.0.0.1", 5432
+_INFO = conninfo_to_dict(ADMIN_DSN)
+HOST, PORT, USER = str(_INFO.get("host", "127.0.0.1")), int(_INFO.get("port", 5432)), str(_INFO.get("user", "postgres"))
 
 
 def unreachable_reason() -> str | None:
@@ -36,7 +38,7 @@ def require_postgres() -> None:
 
 def url_for(name: str, host: str = HOST, port: int = PORT) -> str:
     """The ``store.url`` of a database, plain ``postgresql://`` as an operator would write it."""
-    return f"postgresql://postgres@{host}:{port}/{name}"
+    return f"postgresql://{USER}@{host}:{port}/{name}"
 
 
 @contextmanager

@@ -106,7 +106,7 @@ def test_200_identical_notifications_across_two_replicas_scale_once(replicas: li
 def test_connection_loss_answers_503_and_recovers(tmp_path: Path, store_url: str) -> None:
     with TcpProxy(pg.HOST, pg.PORT) as proxy:
         # Trust auth ignores the password, so the URL can carry one that must never be shown.
-        url = store_url.replace(f"postgres@{pg.HOST}:{pg.PORT}/", f"postgres:{SECRET}@{pg.HOST}:{proxy.port}/")
+        url = store_url.replace(f"{pg.USER}@{pg.HOST}:{pg.PORT}/", f"{pg.USER}:{SECRET}@{pg.HOST}:{proxy.port}/")
         with Service(config(url), tmp_path, workers=2) as inst:
             wait_http(f"{inst.url}/readyz", 10)
             proxy.close()

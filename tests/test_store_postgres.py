@@ -99,7 +99,7 @@ def test_dedup_key_is_claimed_by_exactly_one_of_many_replicas(open_stores: Calla
 def test_lock_wait_is_bounded_by_lock_timeout(open_stores: Callable[..., SqlStore], dbname: str) -> None:
     store = open_stores()
     store.ensure_pools(["gpu"])
-    with psycopg.connect(f"host={pg.HOST} port={pg.PORT} user=postgres dbname={dbname}") as holder:
+    with psycopg.connect(f"host={pg.HOST} port={pg.PORT} user={pg.USER} dbname={dbname}") as holder:
         holder.execute("SELECT * FROM pools WHERE name = 'gpu' FOR UPDATE")  # a stuck transaction holds the row
         started = time.monotonic()
         with pytest.raises(StoreUnavailable, match="LockNotAvailable"):
