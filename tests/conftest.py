@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import pytest
@@ -10,6 +11,7 @@ from flask.testing import FlaskClient
 
 from autoscaler.app import create_app
 from autoscaler.config import Settings, build_settings
+from tests.pipeline_stack import Stack, start_stack
 
 TOKEN = "test-token-123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -91,3 +93,13 @@ def am_payload(*alerts: dict[str, Any], status: str = "firing") -> dict[str, Any
     return {"version": "4", "groupKey": "{}:{alertname=\"x\"}", "truncatedAlerts": 0, "status": status,
             "receiver": "autoscaler", "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {},
             "externalURL": "http://alertmanager:9093", "alerts": list(alerts) or [am_alert()]}
+
+
+@pytest.fixture(scope="session")
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """dcgm stand-in -> Prometheus (250 ms) -> Alertmanager; tests route its webhook where they need it."""
+    stack = start_stack(tmp_path_factory.mktemp("pipeline"))
+    try:
+        yield stack
+    finally:
+        stack.stop()
