@@ -16,7 +16,8 @@ from autoscaler.events import EventLog, EventSink
 from autoscaler.metrics import Metrics, PoolStateCollector
 from autoscaler.redact import redact_tree
 from autoscaler.service import Service
-from autoscaler.store import Store, open_store
+from autoscaler.retention import Pruner
+from autoscaler.store import Store, StoreOptions, open_store
 from providers import NodePoolProvider, ProviderError, build
 
 log = logging.getLogger("autoscaler")
@@ -76,7 +77,7 @@ def create_app(config: Settings | str | None = None, *, clock: Callable[[], floa
         config = os.environ.get("AUTOSCALER_CONFIG", DEFAULT_CONFIG)
     settings = load_config(config) if isinstance(config, str) else config
     clock = clock or time.time
-    store = store or open_store(settings.config.store.url)
+    store = store or open_store(settings.config.store.url, _store_options(settings))
     store.ensure_pools(list(settings.pools))
     built = _providers(settings, providers)
     if startup_check:
@@ -97,11 +98,25 @@ def create_app(config: Settings | str | None = None, *, clock: Callable[[], floa
     from autoscaler.api import health, pools, register_errors, webhooks
 
     register_errors(app)
+    pruner = Pruner(store, settings.config.store.retain_events, clock)
+    app.extensions["autoscaler_pruner"] = pruner
+
+    @app.after_request
+    def _prune(resp: Any) -> Any:
+        pruner.maybe_start()  # at most once a minute, on its own thread
+        return resp
+
     app.register_blueprint(health.bp)
     app.register_blueprint(webhooks.bp)
     app.register_blueprint(pools.bp)
     _announce(settings)
     return app
+
+
+def _store_options(settings: Settings) -> StoreOptions:
+    cfg = settings.config.store
+    return StoreOptions(lock_wait=settings.config.server.lock_wait, statement_timeout=cfg.statement_timeout,
+                        connect_timeout=cfg.connect_timeout, pool_size=cfg.pool_size, max_overflow=cfg.max_overflow)
 
 
 def _configured_sinks(settings: Settings, metrics: Metrics) -> list[Any]:
