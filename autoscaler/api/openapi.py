@@ -153,8 +153,9 @@ def _body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
     return {"required": required, "content": {"application/json": {"schema": schema}}}
 
 
-def _pool_param() -> dict[str, Any]:
-    return {"name": "pool", "in": "path", "required": True, "schema": {"type": "string"}}
+def _pool_param(pools: list[str]) -> dict[str, Any]:
+    return {"name": "pool", "in": "path", "required": True, "schema": {"type": "string"},
+            "description": "A configured pool's name.", "examples": {p: {"value": p} for p in pools[:20]}}
 
 
 def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -175,8 +176,8 @@ def _webhook(summary: str, body: dict[str, Any]) -> dict[str, Any]:
     }}
 
 
-def _paths() -> dict[str, Any]:
-    pool = [_pool_param()]
+def _paths(pools: list[str]) -> dict[str, Any]:
+    pool = [_pool_param(pools)]
     open_ = {"security": []}
     return {
         "/webhook/alertmanager": _webhook("Alertmanager webhook (version 4)", _ref(AlertmanagerPayload)),
@@ -203,7 +204,7 @@ def _paths() -> dict[str, Any]:
             "summary": "The event log, newest first",
             "parameters": [_query("pool", {"type": "string"}, "Only this pool."),
                            _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "Default 100."),
-                           _query("before", {"type": "integer", "minimum": 0}, "Only events with a smaller id.")],
+                           _query("before", {"type": "integer", "minimum": 0, "maximum": 10**18 - 1}, "Only events with a smaller id.")],
             "responses": {"200": _json(_ref(EventList), "The events."), **_errors("400", "401", "503")}}},
         "/healthz": {"get": {**open_, "summary": "Liveness", "responses": {"200": {"description": "Serving."}}}},
         "/readyz": {"get": {**open_, "summary": "Readiness", "responses": {
@@ -215,7 +216,7 @@ def _paths() -> dict[str, Any]:
     }
 
 
-def document(hmac_header: str | None = None) -> dict[str, Any]:
+def document(pools: list[str], hmac_header: str | None = None) -> dict[str, Any]:
     """The whole OpenAPI document; ``hmac_header`` adds Grafana's signature scheme when configured."""
     schemes: dict[str, Any] = {"bearerAuth": {"type": "http", "scheme": "bearer"},
                                "basicAuth": {"type": "http", "scheme": "basic"}}
@@ -228,7 +229,7 @@ def document(hmac_header: str | None = None) -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "gpu-pool-autoscaler", "version": __version__,
                  "description": "Alert-driven node-pool autoscaler for GPU clusters."},
-        "paths": _paths(),
+        "paths": _paths(pools),
         "components": {"schemas": _schemas(), "securitySchemes": schemes},
         "security": security,
     }
@@ -237,5 +238,6 @@ def document(hmac_header: str | None = None) -> dict[str, Any]:
 @bp.get("/openapi.json")
 def openapi() -> Response:
     """The OpenAPI document (no auth: it holds no secret)."""
-    hm = current_app.extensions["autoscaler"].settings.config.server.auth.grafana_hmac
-    return jsonify(document(hm.header if hm else None))
+    settings = current_app.extensions["autoscaler"].settings
+    hm = settings.config.server.auth.grafana_hmac
+    return jsonify(document(list(settings.pools), hm.header if hm else None))
