@@ -5,6 +5,7 @@ import json
 import logging
 import os
 import time
+import uuid
 from typing import Any, Callable
 
 from flask import Flask
@@ -84,7 +85,8 @@ def create_app(config: Settings | str | None = None, *, clock: Callable[[], floa
     events = EventLog(store, sinks, metrics)
     engine = Engine(settings, store, built, events, clock=clock, metrics=metrics)
     service = Service(settings=settings, store=store, providers=built, engine=engine, events=events,
-                      auth=Authenticator(settings.config.server.auth, clock), metrics=metrics, clock=clock,
+                      auth=Authenticator(settings.config.server.auth, clock, _replay_guard(store, clock)),
+                      metrics=metrics, clock=clock,
                       sinks=sinks)
     metrics.add_collector(PoolStateCollector(service.pool_rows, clock))
 
@@ -101,6 +103,15 @@ def create_app(config: Settings | str | None = None, *, clock: Callable[[], floa
     app.register_blueprint(openapi.bp)
     _announce(settings)
     return app
+
+
+def _replay_guard(store: Store, clock: Callable[[], float]) -> Callable[[str, float], bool]:
+    """HMAC signatures seen, kept in the store's dedup table so the check holds across workers and replicas."""
+
+    def first_use(key: str, window: float) -> bool:
+        return store.claim_dedup("_hmac", (key,), clock(), window, uuid.uuid4().hex)
+
+    return first_use
 
 
 def _configured_sinks(settings: Settings, metrics: Metrics) -> list[Any]:
