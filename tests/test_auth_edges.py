@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from flask.testing import FlaskClient
 
-from tests.support import AUTH, HMAC_SECRET, TOKEN, FakeClock, am_alert, am_payload, make_app
+from tests.support import AUTH, HMAC_SECRET, TOKEN, FakeClock, am_alert, am_payload, config, make_app
 
 HMAC_AUTH = {"bearer_tokens": [TOKEN], "basic": [{"username": "grafana", "password": "pw-7"}],
              "grafana_hmac": {"secret": HMAC_SECRET, "header": "X-Grafana-Alerting-Signature",
@@ -197,3 +198,27 @@ def test_ten_thousand_alerts_in_one_notification(tmp_path: Path, record_property
     assert len(event["alerts"]) == 10_000  # every alert ends up in exactly one event
     again = client.post("/webhook/alertmanager", data=body, headers={**AUTH, "Content-Type": "application/json"})
     assert [d["outcome"] for d in again.get_json()["decisions"]] == ["skipped_duplicate"]
+
+
+@pytest.mark.slow
+def test_very_long_headers_on_real_gunicorn(tmp_path: Path) -> None:
+    import yaml
+
+    from tests.gunicorn_server import Gunicorn
+
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config(f"sqlite:///{tmp_path}/s.db")))
+    with Gunicorn("app:app", {"AUTOSCALER_CONFIG": str(path)}, log=tmp_path / "g.log") as server:
+        statuses = []
+        for value in ("Bearer " + "a" * 8000, "Bearer " + "a" * 9000, "Bearer " + "a" * 70_000):
+            try:
+                resp = requests.get(f"{server.url}/api/v1/pools", headers={"Authorization": value}, timeout=5)
+                statuses.append(resp.status_code)
+            except requests.ConnectionError:
+                statuses.append(0)  # the server may close the connection on a huge header
+        many = {f"X-Pad-{i}": "x" for i in range(200)}
+        resp = requests.get(f"{server.url}/api/v1/pools", headers={**AUTH, **many}, timeout=5)
+        statuses.append(resp.status_code)
+    print("long header answers:", statuses)
+    assert statuses[0] == 401
+    assert all(s in (0, 400, 401, 431) for s in statuses), statuses  # never 5xx
