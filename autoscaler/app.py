@@ -94,13 +94,14 @@ def create_app(config: Settings | str | None = None, *, clock: Callable[[], floa
     app.config["MAX_CONTENT_LENGTH"] = settings.config.server.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["autoscaler"] = service
-    from autoscaler.api import health, openapi, pools, register_errors, webhooks
+    from autoscaler.api import health, openapi, pools, register_errors, status, webhooks
 
     register_errors(app)
     app.register_blueprint(health.bp)
     app.register_blueprint(webhooks.bp)
     app.register_blueprint(pools.bp)
     app.register_blueprint(openapi.bp)
+    app.register_blueprint(status.bp)
     _announce(settings)
     return app
 

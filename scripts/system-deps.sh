@@ -5,6 +5,7 @@ want=()
 command -v prometheus >/dev/null 2>&1 || want+=(prometheus)
 command -v alertmanager >/dev/null 2>&1 || command -v prometheus-alertmanager >/dev/null 2>&1 || want+=(prometheus-alertmanager)
 command -v victoria-metrics >/dev/null 2>&1 || want+=(victoria-metrics)
+command -v chromium >/dev/null 2>&1 || want+=(chromium)  # the status page test (headless)
 if [ ${#want[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" != "0" ]; then
   echo "system-deps: not root, cannot install: ${want[*]} (tests needing them will say so)" >&2
