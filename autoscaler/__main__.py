@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from autoscaler import cli
 from autoscaler.config import ConfigError, load_config
 
 
@@ -27,9 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check-config", help="validate a config file")
     check.add_argument("file")
+    cli.register(sub)
     args = parser.parse_args(argv)
     if args.command == "check-config":
         return check_config(args.file)
+    if args.command in cli.COMMANDS:
+        return cli.run(args)
     parser.error(f"unknown command {args.command}")
     return 2
 
