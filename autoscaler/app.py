@@ -32,10 +32,13 @@ def setup_logging() -> None:
         return
     level = os.environ.get("LOG_LEVEL", "INFO").upper()
     if os.environ.get("LOG_FORMAT", "").lower() == "json":
-        fmt = '{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","message":%(message)r}'
+        from autoscaler.logjson import JsonFormatter
+
+        handler = logging.StreamHandler()
+        handler.setFormatter(JsonFormatter())
+        logging.basicConfig(level=level, handlers=[handler])
     else:
-        fmt = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
-    logging.basicConfig(level=level, format=fmt)
+        logging.basicConfig(level=level, format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
 
 
 def _announce(settings: Settings) -> None:
