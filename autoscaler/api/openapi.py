@@ -178,7 +178,7 @@ def _webhook(summary: str, body: dict[str, Any]) -> dict[str, Any]:
 
 def _paths(pools: list[str]) -> dict[str, Any]:
     pool = [_pool_param(pools)]
-    open_ = {"security": []}
+    open_: dict[str, Any] = {"security": []}
     return {
         "/webhook/alertmanager": _webhook("Alertmanager webhook (version 4)", _ref(AlertmanagerPayload)),
         "/webhook/grafana": _webhook("Grafana unified or legacy webhook",
