@@ -17,7 +17,8 @@ from autoscaler.events import EventLog, EventSink
 from autoscaler.metrics import Metrics, PoolStateCollector
 from autoscaler.redact import redact_tree
 from autoscaler.service import Service
-from autoscaler.store import Store, open_store
+from autoscaler.retention import Pruner
+from autoscaler.store import Store, StoreOptions, open_store
 from providers import NodePoolProvider, ProviderError, build
 
 log = logging.getLogger("autoscaler")
@@ -39,6 +40,8 @@ def setup_logging() -> None:
         logging.basicConfig(level=level, handlers=[handler])
     else:
         logging.basicConfig(level=level, format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
+    for noisy in ("azure", "urllib3", "alibabacloud"):  # SDKs log every request at INFO
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def _announce(settings: Settings) -> None:
@@ -78,7 +81,7 @@ def create_app(config: Settings | str | None = None, *, clock: Callable[[], floa
         config = os.environ.get("AUTOSCALER_CONFIG", DEFAULT_CONFIG)
     settings = load_config(config) if isinstance(config, str) else config
     clock = clock or time.time
-    store = store or open_store(settings.config.store.url)
+    store = store or open_store(settings.config.store.url, _store_options(settings))
     store.ensure_pools(list(settings.pools))
     built = _providers(settings, providers)
     if startup_check:
@@ -100,6 +103,14 @@ def create_app(config: Settings | str | None = None, *, clock: Callable[[], floa
     from autoscaler.api import health, openapi, pools, register_errors, status, webhooks
 
     register_errors(app)
+    pruner = Pruner(store, settings.config.store.retain_events, clock)
+    app.extensions["autoscaler_pruner"] = pruner
+
+    @app.after_request
+    def _prune(resp: Any) -> Any:
+        pruner.maybe_start()  # at most once a minute, on its own thread
+        return resp
+
     app.register_blueprint(health.bp)
     app.register_blueprint(webhooks.bp)
     app.register_blueprint(pools.bp)
@@ -116,6 +127,12 @@ def _replay_guard(store: Store, clock: Callable[[], float]) -> Callable[[str, fl
         return store.claim_dedup("_hmac", (key,), clock(), window, uuid.uuid4().hex)
 
     return first_use
+
+
+def _store_options(settings: Settings) -> StoreOptions:
+    cfg = settings.config.store
+    return StoreOptions(lock_wait=settings.config.server.lock_wait, statement_timeout=cfg.statement_timeout,
+                        connect_timeout=cfg.connect_timeout, pool_size=cfg.pool_size, max_overflow=cfg.max_overflow)
 
 
 def _configured_sinks(settings: Settings, metrics: Metrics) -> list[Any]:

@@ -88,7 +88,10 @@ def build_settings(raw: Any, env: dict[str, str] | None = None) -> Settings:
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
-        problems += [f"{_path(tuple(e['loc']))}: {_message(dict(e))}" for e in exc.errors()]
+        for err in exc.errors():
+            loc = tuple(err["loc"])
+            # cross-field checks on the whole file already start with their own path
+            problems.append(f"{_path(loc)}: {_message(dict(err))}" if loc else _message(dict(err)))
         raise ConfigError(problems) from None
     pools: dict[str, PoolSpec] = {}
     for index, pool in enumerate(config.pools):

@@ -15,7 +15,7 @@ from autoscaler.models import Action, Alert, CloudStatus, Decision, Notification
 from autoscaler.policy import Plan, backoff_seconds, decide
 from autoscaler.redact import redact_text
 from autoscaler.routing import Router
-from autoscaler.store import Store
+from autoscaler.store import Store, StoreUnavailable
 from providers import NodePoolProvider, ProviderError, Tracked
 
 log = logging.getLogger(__name__)
@@ -104,13 +104,21 @@ class Engine:
             return self.events.record(decision, signal.source.value, alerts, now)
         claim = uuid.uuid4().hex
         keys = signal.dedup_keys
-        if keys and not self.store.claim_dedup(spec.name, keys, now, spec.dedup_window, claim):
+        # Claimed for a short while first, for the full window once recorded: a claim left by a lost
+        # database connection or a killed worker must not swallow the sender's retries for the whole window.
+        pending = min(spec.dedup_window, LEASE_TTL + self.lock_wait)
+        if keys and not self.store.claim_dedup(spec.name, keys, now, pending, claim):
             decision = Decision(spec.name, action, Outcome.SKIPPED_DUPLICATE, None, None,
                                 f"{signal.reason}: same notification already handled within "
                                 f"the {spec.dedup_window:.0f}s dedup window")
             return self.events.record(decision, signal.source.value, alerts, now)
         owner = f"{self.owner_prefix}:{claim}"
-        if not self._acquire(spec.name, owner):
+        try:
+            acquired = self._acquire(spec.name, owner)
+        except StoreUnavailable:
+            self._forget(keys, claim)
+            raise
+        if not acquired:
             self.store.release_dedup(keys, claim)
             decision = Decision(spec.name, action, Outcome.SKIPPED_BUSY, None, None,
                                 f"another decision on pool {spec.name} is still running after "
@@ -123,7 +131,20 @@ class Engine:
             raise
         if decision.retry_after is not None:
             self.store.release_dedup(keys, claim)  # let the sender's retry act
-        return self.events.finish(spec.name, owner, decision, signal.source.value, alerts, self.clock(), changes)
+        done = self.events.finish(spec.name, owner, decision, signal.source.value, alerts, self.clock(), changes)
+        if keys and decision.retry_after is None and spec.dedup_window > pending:
+            try:
+                self.store.confirm_dedup(keys, claim, now + spec.dedup_window)
+            except StoreUnavailable:
+                log.warning("pool=%s dedup keys kept for %.0fs only: store unavailable", spec.name, pending)
+        return done
+
+    def _forget(self, keys: tuple[str, ...], claim: str) -> None:
+        """Best effort: drop a claim whose decision never ran (the database went away in between)."""
+        try:
+            self.store.release_dedup(keys, claim)
+        except StoreUnavailable:
+            log.warning("dedup claim %s left to expire by itself: store unavailable", claim)
 
     def _acquire(self, pool: str, owner: str) -> bool:
         deadline = time.monotonic() + self.lock_wait
@@ -150,9 +171,11 @@ class Engine:
         except ProviderError as exc:
             retry = (exc.retry_after or 30.0) if exc.retryable else None
             return Decision(spec.name, signal.action.value if signal.action else None, Outcome.FAILED, None, None,
-                            f"cannot read the pool: {redact_text(exc.message)}", retry_after=retry,
+                            f"{signal.reason + ': ' if signal.reason else ''}pool status: {redact_text(exc.message)}", retry_after=retry,
                             details={"code": exc.code}), {}
         plan = decide(signal, spec, state, cloud, now)
+        if signal.reason:
+            plan = replace(plan, reason=f"{signal.reason}: {plan.reason}")
         if plan.outcome is not Outcome.SCALED:
             return self._plan_decision(spec, plan), {}
         return self._act(provider, spec, state.failures, plan, now)

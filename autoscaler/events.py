@@ -6,20 +6,13 @@ import logging
 import os
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any
 
 from autoscaler.models import Alert, Decision
+from autoscaler.sinks import EventSink
 from autoscaler.store import EventRecord, Store
 
 log = logging.getLogger("autoscaler.decision")
-
-
-class EventSink(Protocol):
-    """Somewhere events go besides the store (InfluxDB, ...); ``emit`` never blocks or raises."""
-
-    def emit(self, event: dict[str, Any]) -> None: ...
-
-    def close(self) -> None: ...
 
 
 def rfc3339(ts: float) -> str:
@@ -29,8 +22,9 @@ def rfc3339(ts: float) -> str:
 
 def event_json(ev: EventRecord) -> dict[str, Any]:
     """An event as the API shows it."""
-    out = {"id": ev.id, "time": rfc3339(ev.time), "pool": ev.pool, "source": ev.source, "action": ev.action,
-           "outcome": ev.outcome, "from": ev.from_, "to": ev.to, "reason": ev.reason, "alerts": ev.alerts}
+    out: dict[str, Any] = {"id": ev.id, "time": rfc3339(ev.time), "pool": ev.pool, "source": ev.source, "action": ev.action,
+                           "outcome": ev.outcome, "from": ev.from_, "to": ev.to, "reason": ev.reason,
+                           "alerts": ev.alerts}
     if ev.details:
         out["details"] = ev.details
     return out

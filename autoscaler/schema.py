@@ -76,7 +76,11 @@ class StoreConfig(_Frozen):
     """Where state lives."""
 
     url: str = "sqlite:///data/autoscaler.db"
-    retain_events: Duration | None = None
+    retain_events: Duration | None = Field(default=None, gt=0, description="Delete events older than this.")
+    statement_timeout: Duration = Field(default=10.0, gt=0, description="PostgreSQL: longest one statement may run.")
+    connect_timeout: Duration = Field(default=5.0, gt=0, description="PostgreSQL: longest a new connection may take.")
+    pool_size: int = Field(default=2, ge=1, le=100, description="PostgreSQL: connections kept per worker process.")
+    max_overflow: int = Field(default=3, ge=0, le=100, description="PostgreSQL: extra connections under a burst.")
 
     @field_validator("url")
     @classmethod

@@ -6,6 +6,7 @@ Each module exposes ``FACTORY: ProviderFactory``.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any
 
 from providers.base import NodePoolProvider, ProviderError, ProviderFactory, Tracked
@@ -27,11 +28,7 @@ def available() -> list[str]:
 
 
 def _importable(name: str) -> bool:
-    try:
-        importlib.util.find_spec(_MODULES[name])  # type: ignore[attr-defined]
-    except ModuleNotFoundError:
-        return False
-    return importlib.util.find_spec(_MODULES[name]) is not None  # type: ignore[attr-defined]
+    return importlib.util.find_spec(_MODULES[name]) is not None
 
 
 def factory(name: str) -> ProviderFactory:

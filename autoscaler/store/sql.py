@@ -1,45 +1,34 @@
-"""The store on SQLAlchemy: SQLite (WAL, one writer at a time) or PostgreSQL, same code path."""
+"""The store on SQLAlchemy: SQLite (WAL, one writer at a time) or PostgreSQL, same code path.
+
+Race-freedom under PostgreSQL's READ COMMITTED: the lease is one conditional UPDATE of the pool's row; a
+concurrent UPDATE waits for the row lock, then re-checks the WHERE clause against the committed row, so exactly
+one replica sees ``rowcount == 1``. A dedup key is claimed with INSERT ... ON CONFLICT DO NOTHING on its primary
+key; a concurrent insert of the same key waits for the first transaction and then inserts nothing. Every wait is
+bounded by ``lock_timeout`` / ``statement_timeout`` (see ``engines.py``), and every database failure becomes
+StoreUnavailable after the transaction rolled back, so nothing is half-written.
+"""
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-from typing import Any, Iterator
+import logging
 from contextlib import contextmanager
+from typing import Any, Iterator
 
-from sqlalchemy import Connection, create_engine, delete, event, insert, select, text, update
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError, OperationalError, DBAPIError
+from sqlalchemy import Connection, delete, insert, select, text, update
+from sqlalchemy.exc import DataError, DBAPIError, DisconnectionError, IntegrityError, ProgrammingError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from autoscaler.models import PoolState
 from autoscaler.store import schema
 from autoscaler.store.base import EventRecord, Store, StoreUnavailable
+from autoscaler.store.engines import StoreOptions, after_fork_dispose, make_engine, normalize_url, postgres_engine
+from autoscaler.store.migrate import upgrade
+
+log = logging.getLogger(__name__)
 
 _POOL_FIELDS = ("tracked_count", "count_changed_at", "paused", "pause_reason", "last_scale_out_at",
                 "last_scale_in_at", "failures", "backoff_until", "last_event_id")
-
-
-def _sqlite_engine(url: str) -> Any:
-    parsed = make_url(url)
-    if parsed.database and parsed.database != ":memory:":
-        os.makedirs(os.path.dirname(os.path.abspath(parsed.database)), exist_ok=True)
-    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
-
-    @event.listens_for(engine, "connect")
-    def _connect(dbapi_conn: Any, _record: Any) -> None:
-        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA synchronous=NORMAL")
-        cur.execute("PRAGMA busy_timeout=30000")
-        cur.close()
-
-    @event.listens_for(engine, "begin")
-    def _begin(conn: Connection) -> None:
-        # Take the write lock at BEGIN: no deadlock between two readers that both want to write.
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-    return engine
 
 
 def _hash_key(key: str) -> str:
@@ -49,27 +38,42 @@ def _hash_key(key: str) -> str:
 class SqlStore(Store):
     """Every method is one short transaction."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.dialect = make_url(url).get_backend_name()
-        if self.dialect == "sqlite":
-            self.engine = _sqlite_engine(url)
-        else:
-            self.engine = create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5, pool_timeout=5)
-        try:
-            schema.metadata.create_all(self.engine)
-        except IntegrityError:
-            pass  # another process created the tables at the same instant
+    def __init__(self, url: str, options: StoreOptions | None = None, *, migrate: bool = True) -> None:
+        self.options = options or StoreOptions()
+        parsed = normalize_url(url)
+        self.url = parsed.render_as_string(hide_password=True)
+        self.dialect = parsed.get_backend_name()
+        self.engine = make_engine(url, self.options)
+        after_fork_dispose(self.engine)
+        if migrate:
+            self.migrate()
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest revision (every replica may call this at once)."""
+        with _unavailable("cannot migrate the schema"):
+            if self.dialect == "postgresql":
+                engine = postgres_engine(normalize_url(self.url_with_password), self.options, pooled=False)
+                try:
+                    upgrade(engine)
+                finally:
+                    engine.dispose()
+            else:
+                upgrade(self.engine)
+
+    @property
+    def url_with_password(self) -> str:
+        """The real URL, for new engines only; never log it."""
+        return self.engine.url.render_as_string(hide_password=False)
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
-        try:
+        with _unavailable("store unavailable"):
             with self.engine.begin() as conn:
                 yield conn
-        except (OperationalError, DBAPIError) as exc:
-            if isinstance(exc, IntegrityError):
-                raise
-            raise StoreUnavailable(f"store unavailable: {type(exc.orig).__name__ if exc.orig else exc}") from None
 
     def _insert_ignore(self, table: Any, rows: list[dict[str, Any]]) -> Any:
         if self.dialect == "postgresql":
@@ -108,9 +112,11 @@ class SqlStore(Store):
         t = schema.dedup
         with self._tx() as conn:
             conn.execute(delete(t).where(t.c.key.in_(hashed), t.c.expires_at <= now))
-            result = conn.execute(self._insert_ignore(
-                t, [{"key": k, "pool": pool, "expires_at": now + window, "claim": claim} for k in hashed]))
-        return bool(result.rowcount and result.rowcount > 0)
+            # RETURNING, not rowcount: psycopg reports -1 for a multi-row INSERT ... ON CONFLICT.
+            taken = conn.execute(self._insert_ignore(
+                t, [{"key": k, "pool": pool, "expires_at": now + window, "claim": claim} for k in hashed])
+                .returning(t.c.key)).all()
+        return bool(taken)
 
     def release_dedup(self, keys: tuple[str, ...], claim: str) -> None:
         if not keys:
@@ -190,14 +196,46 @@ class SqlStore(Store):
         return self._record(row) if row else None
 
     def ping(self) -> None:
-        try:
-            with self.engine.connect() as conn:
-                conn.execute(text("SELECT 1"))
-        except (OperationalError, DBAPIError) as exc:
-            raise StoreUnavailable(f"store unavailable: {type(exc).__name__}") from None
-
-    def prune(self, older_than: float) -> int:
         with self._tx() as conn:
-            conn.execute(delete(schema.dedup).where(schema.dedup.c.expires_at < older_than))
-            result = conn.execute(delete(schema.events).where(schema.events.c.time < older_than))
-        return int(result.rowcount or 0)
+            conn.execute(text("SELECT 1"))
+
+    def confirm_dedup(self, keys: tuple[str, ...], claim: str, expires_at: float) -> None:
+        if not keys:
+            return
+        t = schema.dedup
+        with self._tx() as conn:
+            conn.execute(update(t).where(t.c.key.in_([_hash_key(k) for k in keys]), t.c.claim == claim)
+                         .values(expires_at=expires_at))
+
+    def prune(self, older_than: float | None, now: float, batch: int = 500) -> int:
+        """One small batch of each: events older than ``older_than`` (when set) and dedup keys past expiry."""
+        removed = 0
+        for table, cond in ((schema.events, schema.events.c.time < older_than if older_than is not None else None),
+                            (schema.dedup, schema.dedup.c.expires_at <= now)):
+            if cond is None:
+                continue
+            pk = list(table.primary_key.columns)[0]
+            # SKIP LOCKED: never wait for rows a decision is writing; they go in a later batch.
+            victims = select(pk).where(cond).order_by(pk).limit(batch).with_for_update(skip_locked=True)
+            with self._tx() as conn:
+                result = conn.execute(delete(table).where(pk.in_(victims.scalar_subquery())))
+            removed += int(result.rowcount or 0)
+        return removed
+
+
+_BUG_ERRORS = (IntegrityError, ProgrammingError, DataError)
+
+
+@contextmanager
+def _unavailable(what: str) -> Iterator[None]:
+    """Turn a database failure (connection, timeout, lock, failover, pool exhausted) into StoreUnavailable."""
+    try:
+        yield
+    except (DBAPIError, PoolTimeoutError, DisconnectionError) as exc:
+        if isinstance(exc, _BUG_ERRORS):
+            raise
+        orig = getattr(exc, "orig", None)
+        code = getattr(orig, "sqlstate", None)
+        name = type(orig or exc).__name__
+        log.warning("%s: %s%s", what, name, f" (SQLSTATE {code})" if code else "")
+        raise StoreUnavailable(f"{what}: {name}") from None

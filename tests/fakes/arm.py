@@ -1,0 +1,264 @@
+"""A local fake of Azure Resource Manager for AKS agent pools, served over HTTP in a thread.
+
+It answers GET and PUT of agent pools the way ARM does (JSON shape, 200/201 + ``Azure-AsyncOperation``,
+``{"error": {"code", "message"}}`` bodies, 409 OperationNotAllowed while an operation runs), checks the
+bearer token and ``api-version``, records every request, and can be told to fail the next requests.
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+_POOL_PATH = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.ContainerService"
+    r"/managedClusters/(?P<cluster>[^/]+)/agentPools/(?P<pool>[^/]+)$",
+    re.IGNORECASE,
+)
+_OP_PATH = re.compile(r"^/subscriptions/[^/]+/providers/Microsoft\.ContainerService/locations/[^/]+"
+                      r"/operations/(?P<op>[^/]+)$", re.IGNORECASE)
+_DEFAULT_CODES = {
+    400: ("InvalidParameter", "The value of parameter agentPoolProfile.count is invalid."),
+    401: ("InvalidAuthenticationToken", "The access token is invalid."),
+    403: ("AuthorizationFailed", "The client does not have authorization to perform action "
+                                 "'Microsoft.ContainerService/managedClusters/agentPools/write'."),
+    404: ("ResourceNotFound", "The Resource was not found."),
+    409: ("OperationNotAllowed", "Operation is not allowed because there's an in progress scale "
+                                 "node pool operation on the agent pool."),
+    429: ("TooManyRequests", "The request is being throttled as the limit has been reached."),
+    500: ("InternalServerError", "An internal error occurred."),
+    503: ("ServiceUnavailable", "The service is temporarily unavailable."),
+}
+
+
+@dataclass
+class Recorded:
+    """One request as the fake saw it."""
+
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    body: Any
+
+
+@dataclass
+class Fault:
+    """An answer the fake gives instead of the real one: an HTTP error, or ``reset`` (drop the connection)."""
+
+    status: int
+    code: str = ""
+    message: str = ""
+    retry_after: str | None = None
+    method: str | None = None  # only requests with this method consume the fault
+    reset: bool = False
+    delay: float = 0.0  # seconds to wait before answering (to trip the client's read timeout)
+
+
+@dataclass
+class Operation:
+    """An ARM async operation: InProgress for ``polls`` GETs of its URL, then Succeeded."""
+
+    pool: str
+    polls: int
+    status: str = "InProgress"
+
+
+@dataclass
+class FakeArm:
+    """The fake ARM; use as a context manager, then ``url`` is the ``arm_endpoint``."""
+
+    subscription: str
+    resource_group: str
+    cluster: str
+    token: str
+    location: str = "westeurope"
+    operation_polls: int = 2
+    pools: dict[str, dict[str, Any]] = field(default_factory=dict)
+    requests: list[Recorded] = field(default_factory=list)
+    faults: deque[Fault] = field(default_factory=deque)
+    operations: dict[str, Operation] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    # -- set-up -------------------------------------------------------------------------------
+    def add_pool(self, name: str, count: int = 0, *, mode: str = "User", enable_auto_scaling: bool = False,
+                 provisioning_state: str = "Succeeded", power_state: str = "Running") -> None:
+        """An agent pool shaped like the GPU user pool of Azure's DCGM article."""
+        self.pools[name] = {
+            "count": count, "vmSize": "Standard_NC40ads_H100_v5", "osDiskSizeGB": 128, "osDiskType": "Managed",
+            "kubeletDiskType": "OS", "maxPods": 30, "type": "VirtualMachineScaleSets", "mode": mode,
+            "enableAutoScaling": enable_auto_scaling, "provisioningState": provisioning_state,
+            "powerState": {"code": power_state}, "orchestratorVersion": "1.31.2",
+            "currentOrchestratorVersion": "1.31.2", "nodeImageVersion": "AKSUbuntu-2204gen2containerd-202501.12.0",
+            "osType": "Linux", "osSKU": "Ubuntu", "nodeLabels": {"accelerator": "nvidia"},
+            "nodeTaints": ["sku=gpu:NoSchedule"], "enableNodePublicIP": False, "eTag": uuid.uuid4().hex,
+            **({"minCount": 0, "maxCount": 4} if enable_auto_scaling else {}),
+        }
+
+    def fail_next(self, status: int, *, times: int = 1, code: str | None = None, message: str | None = None,
+                  retry_after: str | None = None, method: str | None = None, reset: bool = False,
+                  delay: float = 0.0) -> None:
+        """The next ``times`` requests (of ``method``, when given) answer ``status`` with an ARM error body."""
+        default_code, default_message = _DEFAULT_CODES.get(status, ("Error", "Something failed."))
+        for _ in range(times):
+            self.faults.append(Fault(status, code or default_code, message or default_message, retry_after,
+                                     method, reset, delay))
+
+    def finish_operations(self) -> None:
+        """Every running operation ends now: its pool goes back to Succeeded."""
+        with self._lock:
+            for op in self.operations.values():
+                self._finish(op)
+
+    def calls(self, method: str | None = None, kind: str = "agentPools") -> list[Recorded]:
+        """Recorded requests to agent pools (or ``operations``), optionally of one method."""
+        return [r for r in self.requests if kind in r.path and (method is None or r.method == method)]
+
+    # -- serving ------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> "FakeArm":
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True, name="fake-arm").start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.shutdown()
+        self._server.server_close()
+
+    # -- ARM behaviour ------------------------------------------------------------------------
+    def pool_json(self, name: str) -> dict[str, Any]:
+        base = (f"/subscriptions/{self.subscription}/resourceGroups/{self.resource_group}/providers/"
+                f"Microsoft.ContainerService/managedClusters/{self.cluster}/agentPools/{name}")
+        return {"id": base, "name": name, "type": "Microsoft.ContainerService/managedClusters/agentPools",
+                "properties": dict(self.pools[name])}
+
+    def _finish(self, op: Operation) -> None:
+        op.status = "Succeeded"
+        if op.pool in self.pools:
+            self.pools[op.pool]["provisioningState"] = "Succeeded"
+
+    def handle(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str],
+               body: Any) -> tuple[int, dict[str, str], Any]:
+        """The answer to one request: status, extra headers, JSON body (or None to drop the connection)."""
+        with self._lock:
+            self.requests.append(Recorded(method, path, query, headers, body))
+            fault = next((f for f in self.faults if f.method in (None, method)), None)
+            if fault is not None:
+                self.faults.remove(fault)
+                if fault.reset:
+                    return 0, {}, None
+                if fault.delay:
+                    return 0, {"delay": str(fault.delay)}, None
+                extra = {"Retry-After": fault.retry_after} if fault.retry_after else {}
+                return fault.status, extra, _error(fault.code, fault.message)
+            if headers.get("authorization") != f"Bearer {self.token}":
+                return 401, {}, _error("AuthenticationFailed", "Authentication failed. The 'Authorization' "
+                                       "header is missing or invalid.")
+            if "api-version" not in query:
+                return 400, {}, _error("MissingApiVersionParameter", "The api-version query parameter "
+                                       "(?api-version=) is required for all requests.")
+            op_match = _OP_PATH.match(path)
+            if op_match and method == "GET":
+                return self._operation(op_match.group("op"))
+            match = _POOL_PATH.match(path)
+            if not match or (match["sub"], match["rg"].lower(), match["cluster"]) != (
+                    self.subscription, self.resource_group.lower(), self.cluster) or match["pool"] not in self.pools:
+                return 404, {}, _error("ResourceNotFound", f"The Resource '{path}' was not found.")
+            if method == "GET":
+                return 200, {}, self.pool_json(match["pool"])
+            if method == "PUT":
+                return self._put(match["pool"], headers, body)
+            return 405, {}, _error("MethodNotAllowed", f"{method} is not supported here.")
+
+    def _operation(self, op_id: str) -> tuple[int, dict[str, str], Any]:
+        op = self.operations.get(op_id)
+        if op is None:
+            return 404, {}, _error("NotFound", "Operation not found.")
+        if op.status == "InProgress":
+            if op.polls <= 0:
+                self._finish(op)
+            op.polls -= 1
+        return 200, {}, {"name": op_id, "status": op.status, "startTime": "2025-01-01T00:00:00Z"}
+
+    def _put(self, name: str, headers: dict[str, str], body: Any) -> tuple[int, dict[str, str], Any]:
+        pool = self.pools[name]
+        props = (body or {}).get("properties", {}) if isinstance(body, dict) else {}
+        if pool["provisioningState"] not in ("Succeeded", "Failed", "Canceled"):
+            return 409, {}, _error(*_DEFAULT_CODES[409])
+        if headers.get("if-match") not in (None, pool["eTag"]):
+            return 412, {}, _error("PreconditionFailed", "The eTag in If-Match does not match the agent pool.")
+        count = props.get("count")
+        if not isinstance(count, int) or count < 0 or count > 1000:
+            return 400, {}, _error("InvalidParameter", f"The value of parameter count is invalid: {count!r}.")
+        if pool["mode"] == "System" and count < 1:
+            return 400, {}, _error("InvalidParameter", "A System mode agent pool must have at least 1 node.")
+        if pool["enableAutoScaling"] and count != pool["count"]:
+            return 400, {}, _error("InvalidParameter", "Cannot set count on an autoscaler-enabled agent pool.")
+        pool.update(count=count, provisioningState="Scaling", eTag=uuid.uuid4().hex)
+        op_id = str(uuid.uuid4())
+        self.operations[op_id] = Operation(name, self.operation_polls)
+        op_url = (f"{self.url}/subscriptions/{self.subscription}/providers/Microsoft.ContainerService/locations/"
+                  f"{self.location}/operations/{op_id}?api-version=2016-03-30")
+        return 200, {"Azure-AsyncOperation": op_url}, self.pool_json(name)
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}
+
+
+def _handler(fake: FakeArm) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _serve(self) -> None:
+            parts = urlsplit(self.path)
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:
+                body = None
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            status, extra, answer = fake.handle(self.command, parts.path, parse_qs(parts.query), headers, body)
+            if answer is None and "delay" in extra:  # a slow answer: wait, then drop it
+                time.sleep(float(extra["delay"]))
+            if answer is None:  # a dropped connection
+                self.close_connection = True
+                try:
+                    self.connection.shutdown(2)
+                except OSError:
+                    pass  # the client gave up first
+                return
+            data = json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("x-ms-request-id", str(uuid.uuid4()))
+            self.send_header("x-ms-correlation-request-id", str(uuid.uuid4()))
+            for name, value in extra.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_PUT = do_DELETE = do_PATCH = _serve
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+            """Quiet: the fake records requests itself."""
+
+    return Handler

@@ -1,0 +1,127 @@
+"""Config: env substitution, durations, defaults merged, one precise message per problem."""
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from autoscaler.config import ConfigError, build_settings, load_config
+from tests.conftest import BASE_CONFIG
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def problems(cfg: dict[str, Any], env: dict[str, str] | None = None) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        build_settings(cfg, env or {})
+    return info.value.problems
+
+
+def cfg(**changes: Any) -> dict[str, Any]:
+    out = copy.deepcopy(BASE_CONFIG)
+    out.update(changes)
+    return out
+
+
+def test_example_config_is_valid() -> None:
+    settings = load_config(str(ROOT / "config.example.yaml"), env={})
+    spec = settings.pools["sim"]
+    assert spec.provider == "simulated" and spec.scale_out.cooldown == 300 and spec.scale_in.cooldown == 900
+    assert settings.config.server.auth.bearer_tokens[0].get_secret_value() == "dev-token"
+
+
+def test_env_substitution_and_defaults() -> None:
+    raw = cfg(server={"auth": {"bearer_tokens": ["${TOK}", "${OTHER:-fallback}"]}})
+    settings = build_settings(raw, {"TOK": "abc"})
+    assert [t.get_secret_value() for t in settings.config.server.auth.bearer_tokens] == ["abc", "fallback"]
+
+
+def test_missing_env_var_named() -> None:
+    raw = cfg(server={"auth": {"bearer_tokens": ["${NOPE}"]}})
+    assert "server.auth.bearer_tokens[0]: environment variable NOPE is not set and has no default" in problems(raw)
+
+
+def test_pool_overrides_defaults_field_by_field() -> None:
+    raw = cfg()
+    raw["pools"][0]["scale_out"] = {"step": 2}
+    raw["pools"][0]["scale_in"] = {"cooldown": "1h"}
+    spec = build_settings(raw, {}).pools["gpu"]
+    assert (spec.scale_out.step, spec.scale_out.cooldown) == (2, 300)
+    assert (spec.scale_in.cooldown, spec.scale_in.delay_after_scale_out) == (3600, 600)
+
+
+def test_every_problem_with_its_path() -> None:
+    raw = cfg()
+    raw["pools"][1]["min"] = 3
+    raw["pools"][1]["max"] = 1
+    raw["pools"][0]["simulated"] = {"initial_count": -1}
+    raw["defaults"] = {"scale_out": {"cooldown": "5 minutes"}}
+    found = problems(raw)
+    assert "pools[1].max: must be >= min (3)" in found
+    assert any(p.startswith("defaults.scale_out.cooldown: must be a duration") for p in found)
+
+
+def test_provider_section_problems() -> None:
+    raw = cfg()
+    raw["pools"][0]["simulated"] = {"initial_count": -1, "bogus": 1}
+    raw["pools"][0]["aks"] = {"cluster": "x"}
+    found = problems(raw)
+    assert "pools[0].simulated.initial_count: Input should be greater than or equal to 0" in found
+    assert any(p.startswith("pools[0].simulated.bogus:") for p in found)
+    assert "pools[0].aks: unknown key (is the provider 'aks'?)" in found
+
+
+@pytest.mark.parametrize("change,expected", [
+    pytest.param({"server": {"auth": {}}}, "server.auth: no authentication configured", id="no-auth"),
+    pytest.param({"server": {"auth": {"bearer_tokens": [""]}}}, "server.auth.bearer_tokens: token [0] is empty",
+                 id="empty-token"),
+    pytest.param({"pools": [{"name": "x", "provider": "nimbus", "min": 0, "max": 1}]},
+                 "pools[0].provider: unknown provider 'nimbus' (known: ", id="unknown-provider"),
+    pytest.param({"pools": []}, "pools: List should have at least 1 item", id="no-pools"),
+    pytest.param({"store": {"url": "mysql://x"}}, "store.url: must start with sqlite:/// or postgresql://",
+                 id="bad-store"),
+    pytest.param({"rules": [{"match": {"a": "b"}, "pool": "nope", "action": "scale_out"}]},
+                 "rules[0].pool: no pool named 'nope'", id="rule-unknown-pool"),
+    pytest.param({"rules": [{"match_re": {"a": "("}, "pool": "gpu", "action": "scale_out"}]},
+                 "rules[0].match_re: a: not a valid regular expression", id="bad-regex"),
+    pytest.param({"rules": [{"match": {"a": "b"}, "pool": "gpu", "action": "grow"}]}, "rules[0].action: Input should be",
+                 id="bad-action"),
+    pytest.param({"unknown_top": 1}, "unknown_top: Extra inputs are not permitted", id="unknown-key"),
+])
+def test_invalid(change: dict[str, Any], expected: str) -> None:
+    found = problems(cfg(**change))
+    assert any(p.startswith(expected) for p in found), found
+
+
+def test_auth_disabled_is_allowed() -> None:
+    assert build_settings(cfg(server={"auth": {"disabled": True}}), {}).config.server.auth.disabled
+
+
+def run_check(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "autoscaler", "check-config", str(path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_check_config_cli(tmp_path: Path) -> None:
+    ok = run_check(ROOT / "config.example.yaml")
+    assert ok.returncode == 0, ok.stderr
+    assert len(ok.stdout.strip().splitlines()) == 1 and "OK" in ok.stdout
+    raw = cfg()
+    raw["pools"][1].update(min=3, max=1)
+    raw["pools"][0]["min"] = -1
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    result = run_check(bad)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert "pools[1].max: must be >= min (3)" in lines
+    assert "pools[0].min: Input should be greater than or equal to 0" in lines
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("server: [unclosed\n")
+    result = run_check(broken)
+    assert result.returncode == 1 and "not valid YAML at line" in result.stderr

@@ -1,0 +1,148 @@
+"""The shipped deploy files, checked offline with the tools their users run."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from autoscaler.config import build_settings
+from tests.pipeline import ALERTMANAGER, AMTOOL, PROMTOOL, require_binary
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+K8S = DEPLOY / "kubernetes"
+BIN = Path(sys.executable).parent
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+
+
+def _docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def test_compose_file_matches_the_compose_spec() -> None:
+    out = _run([str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.compose-spec",
+                str(ROOT / "docker-compose.yml")])
+    assert out.returncode == 0, out.stdout + out.stderr
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    assert {"autoscaler", "influxdb", "grafana", "prometheus", "alertmanager", "dcgm-exporter"} <= set(services)
+    assert services["dcgm-exporter"]["profiles"] == ["gpu"]
+    for name, svc in services.items():  # every file a service mounts from the repo exists
+        for volume in svc.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith("./"):
+                assert (ROOT / source).exists(), f"{name}: {source} does not exist"
+
+
+def test_compose_autoscaler_config_is_valid() -> None:
+    raw = yaml.safe_load((DEPLOY / "compose" / "config.yaml").read_text())
+    settings = build_settings(raw, env={"AUTOSCALER_TOKEN": "t", "INFLUXDB_TOKEN": "i"})
+    assert settings.config.influxdb is not None
+
+
+def test_prometheus_config_and_rules_pass_promtool() -> None:
+    promtool = require_binary(*PROMTOOL)
+    config = _run([promtool, "check", "config", str(DEPLOY / "prometheus" / "prometheus.yml")])
+    assert config.returncode == 0, config.stdout + config.stderr
+    rules = _run([promtool, "check", "rules", str(DEPLOY / "prometheus" / "gpu-autoscaler-rules.yml")])
+    assert rules.returncode == 0, rules.stdout + rules.stderr
+    assert "SUCCESS: 2 rules found" in rules.stdout
+
+
+def test_shipped_rules_route_to_the_autoscaler() -> None:
+    rules = {r["alert"]: r for r in _docs(DEPLOY / "prometheus" / "gpu-autoscaler-rules.yml")[0]["groups"][0]["rules"]}
+    high, low = rules["GPUUtilizationHigh"], rules["GPUUtilizationLow"]
+    assert "avg by (autoscaler_pool)" in high["expr"] and high["expr"].endswith("> 80") and high["for"] == "2m"
+    assert low["expr"].endswith("< 20") and low["for"] == "15m"
+    assert (high["labels"]["autoscaler_action"], low["labels"]["autoscaler_action"]) == ("scale_out", "scale_in")
+    assert high["annotations"]["value"] == "{{ $value }}"
+
+
+def test_alertmanager_config_passes_amtool() -> None:
+    require_binary(*ALERTMANAGER)
+    amtool = require_binary(*AMTOOL)
+    out = _run([amtool, "check-config", str(DEPLOY / "alertmanager" / "alertmanager.yml")])
+    assert out.returncode == 0, out.stdout + out.stderr
+    config = yaml.safe_load((DEPLOY / "alertmanager" / "alertmanager.yml").read_text())
+    hook = config["receivers"][0]["webhook_configs"][0]
+    assert hook["url"] == "http://autoscaler:8080/webhook/alertmanager" and hook["send_resolved"] is True
+    assert "credentials_file" in hook["http_config"]["authorization"]
+    assert config["route"]["group_by"] == ["alertname", "autoscaler_pool"]
+
+
+def test_kubernetes_manifests_validate_strictly() -> None:
+    files = sorted(str(p) for p in K8S.glob("*.yaml") if p.name != "servicemonitor.yaml")
+    out = _run([str(BIN / "kubernetes-validate"), "--strict", "--quiet", *files])
+    assert out.returncode == 0, out.stdout + out.stderr
+    kinds = {d["kind"] for f in files for d in _docs(Path(f))}
+    assert kinds == {"Deployment", "Service", "ConfigMap", "Secret", "PodDisruptionBudget", "ServiceAccount"}
+
+
+def test_deployment_is_hardened_and_wired() -> None:
+    deployment = _docs(K8S / "deployment.yaml")[0]
+    pod = deployment["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    assert deployment["spec"]["replicas"] == 2
+    assert pod["metadata"]["labels"]["azure.workload.identity/use"] == "true"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert {"requests", "limits"} <= set(container["resources"])
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["AUTOSCALER_CONFIG"] == "/etc/autoscaler/config.yaml"
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert "emptyDir" in volumes[mounts[env["PROMETHEUS_MULTIPROC_DIR"]]]
+    assert volumes[mounts["/etc/autoscaler"]]["configMap"]["name"] == "gpu-pool-autoscaler"
+    sa = _docs(K8S / "serviceaccount.yaml")[0]
+    assert pod["spec"]["serviceAccountName"] == sa["metadata"]["name"]
+    assert "azure.workload.identity/client-id" in sa["metadata"]["annotations"]
+
+
+def test_servicemonitor_has_the_fields_prometheus_operator_needs() -> None:
+    monitor = _docs(K8S / "servicemonitor.yaml")[0]
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["kind"] == "ServiceMonitor"
+    service = _docs(K8S / "service.yaml")[0]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    ports = {p["name"] for p in service["spec"]["ports"]}
+    for endpoint in monitor["spec"]["endpoints"]:
+        assert endpoint["port"] in ports and endpoint["path"] == "/metrics"
+
+
+def test_configmap_config_passes_our_validation() -> None:
+    data = _docs(K8S / "configmap.yaml")[0]["data"]
+    settings = build_settings(yaml.safe_load(data["config.yaml"]),
+                              env={"AUTOSCALER_TOKEN": "t", "DATABASE_URL": "postgresql://u:p@db:5432/a",
+                                   "AZURE_SUBSCRIPTION_ID": "00000000-0000-0000-0000-000000000000",
+                                   "AKS_RESOURCE_GROUP": "rg-gpu", "AKS_CLUSTER": "prod"})
+    assert settings.config.store.url.startswith("postgresql://")
+    secret_keys = set(_docs(K8S / "secret.example.yaml")[0]["stringData"])
+    assert {"AUTOSCALER_TOKEN", "DATABASE_URL"} <= secret_keys
+
+
+def test_grafana_provisioning_parses_and_points_at_the_autoscaler() -> None:
+    grafana = DEPLOY / "grafana"
+    contact = _docs(grafana / "provisioning" / "alerting" / "contact-points.yml")[0]
+    receiver = contact["contactPoints"][0]["receivers"][0]
+    assert receiver["type"] == "webhook" and receiver["settings"]["url"].endswith("/webhook/grafana")
+    rules = _docs(grafana / "provisioning" / "alerting" / "alert-rules.yml")[0]["groups"][0]["rules"]
+    assert {r["labels"]["autoscaler_action"] for r in rules} == {"scale_out", "scale_in"}
+    assert all("DCGM_FI_DEV_GPU_UTIL" in r["data"][0]["model"]["expr"] for r in rules)
+    policy = _docs(grafana / "provisioning" / "alerting" / "policies.yml")[0]["policies"][0]
+    assert policy["receiver"] == contact["contactPoints"][0]["name"]
+    dashboard = json.loads((grafana / "dashboards" / "gpu-autoscaler.json").read_text())
+    assert "autoscaler_event" in dashboard["annotations"]["list"][0]["target"]["query"]
+    assert any("DCGM_FI_DEV_GPU_UTIL" in t["expr"] for p in dashboard["panels"] for t in p["targets"])
+
+
+@pytest.mark.parametrize("needle", ["USER 10001", "HEALTHCHECK", "/healthz", "app:app", "python:3.11-slim"])
+def test_dockerfile_has(needle: str) -> None:
+    assert needle in (ROOT / "Dockerfile").read_text()

@@ -1,0 +1,97 @@
+"""The decision as a pure function, case by case."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from autoscaler.models import Action, CloudStatus, DirectionPolicy, Outcome, PoolSpec, PoolState, Signal, Source
+from autoscaler.policy import backoff_seconds, cooldown_remaining, decide
+
+NOW = 10_000.0
+SPEC = PoolSpec(name="gpu", provider="simulated", min=1, max=6, dry_run=False,
+                scale_out=DirectionPolicy(step=1, cooldown=300),
+                scale_in=DirectionPolicy(step=1, cooldown=900, delay_after_scale_out=600),
+                dedup_window=600)
+STATE = PoolState(name="gpu")
+OUT = Signal(pool="gpu", action=Action.SCALE_OUT, source=Source.ALERTMANAGER)
+IN = Signal(pool="gpu", action=Action.SCALE_IN, source=Source.ALERTMANAGER)
+
+
+def cloud(n: int | None, busy: bool = False) -> CloudStatus:
+    return CloudStatus(current=n, busy=busy, detail="Scaling" if busy else "")
+
+
+CASES = [
+    pytest.param(OUT, SPEC, STATE, cloud(2), Outcome.SCALED, 3, id="scale-out-one-step"),
+    pytest.param(replace(OUT, step=3), SPEC, STATE, cloud(2), Outcome.SCALED, 5, id="alert-step-label-used"),
+    pytest.param(replace(OUT, step=10), SPEC, STATE, cloud(2), Outcome.SCALED, 6, id="clamped-to-max"),
+    pytest.param(OUT, SPEC, STATE, cloud(6), Outcome.SKIPPED_LIMIT, 6, id="already-at-max"),
+    pytest.param(IN, SPEC, STATE, cloud(1), Outcome.SKIPPED_LIMIT, 1, id="already-at-min"),
+    pytest.param(OUT, SPEC, STATE, cloud(9), Outcome.SKIPPED_LIMIT, 9, id="above-max-never-moves-other-way"),
+    pytest.param(IN, SPEC, STATE, cloud(0), Outcome.SKIPPED_LIMIT, 0, id="below-min-scale-in-refused"),
+    pytest.param(replace(IN, step=5), SPEC, STATE, cloud(4), Outcome.SCALED, 1, id="scale-in-clamped-to-min"),
+    pytest.param(OUT, SPEC, replace(STATE, last_scale_out_at=NOW - 100), cloud(2), Outcome.SKIPPED_COOLDOWN, 2,
+                 id="cooldown-blocks-second-scale-out"),
+    pytest.param(OUT, SPEC, replace(STATE, last_scale_out_at=NOW - 300), cloud(2), Outcome.SCALED, 3,
+                 id="cooldown-over-exactly"),
+    pytest.param(IN, SPEC, replace(STATE, last_scale_out_at=NOW - 400), cloud(3), Outcome.SKIPPED_COOLDOWN, 3,
+                 id="delay-after-scale-out-blocks-scale-in"),
+    pytest.param(IN, SPEC, replace(STATE, last_scale_out_at=NOW - 700), cloud(3), Outcome.SCALED, 2,
+                 id="scale-in-after-delay"),
+    pytest.param(IN, SPEC, replace(STATE, last_scale_in_at=NOW - 800), cloud(3), Outcome.SKIPPED_COOLDOWN, 3,
+                 id="scale-in-cooldown"),
+    pytest.param(OUT, SPEC, replace(STATE, last_scale_in_at=NOW - 10), cloud(3), Outcome.SCALED, 4,
+                 id="scale-in-cooldown-does-not-block-scale-out"),
+    pytest.param(replace(OUT, force=True), SPEC, replace(STATE, last_scale_out_at=NOW - 10), cloud(2), Outcome.SCALED,
+                 3, id="force-skips-cooldown"),
+    pytest.param(OUT, SPEC, replace(STATE, paused=True, pause_reason="maintenance"), cloud(2),
+                 Outcome.SKIPPED_PAUSED, 2, id="paused"),
+    pytest.param(replace(OUT, force=True), SPEC, replace(STATE, paused=True), cloud(2), Outcome.SKIPPED_PAUSED, 2,
+                 id="force-never-beats-pause"),
+    pytest.param(OUT, SPEC, STATE, cloud(2, busy=True), Outcome.SKIPPED_BUSY, 2, id="busy-cloud"),
+    pytest.param(OUT, SPEC, replace(STATE, failures=1, backoff_until=NOW + 30), cloud(2), Outcome.SKIPPED_BACKOFF, 2,
+                 id="backoff-after-failure"),
+    pytest.param(replace(OUT, force=True), SPEC, replace(STATE, failures=1, backoff_until=NOW + 30), cloud(2),
+                 Outcome.SCALED, 3, id="force-skips-backoff"),
+    pytest.param(OUT, SPEC, replace(STATE, failures=1, backoff_until=NOW - 1), cloud(2), Outcome.SCALED, 3,
+                 id="backoff-over"),
+    pytest.param(OUT, replace(SPEC, dry_run=True), STATE, cloud(2), Outcome.DRY_RUN, 3, id="dry-run-acts-on-nothing"),
+    pytest.param(OUT, replace(SPEC, dry_run=True), replace(STATE, last_scale_out_at=NOW - 1), cloud(2),
+                 Outcome.SKIPPED_COOLDOWN, 2, id="dry-run-still-honours-cooldown"),
+    pytest.param(replace(OUT, action=None, target=5), SPEC, STATE, cloud(2), Outcome.SCALED, 5, id="target-up"),
+    pytest.param(replace(OUT, action=None, target=1), SPEC, STATE, cloud(4), Outcome.SCALED, 1, id="target-down"),
+    pytest.param(replace(OUT, action=None, target=0), SPEC, STATE, cloud(4), Outcome.SCALED, 1,
+                 id="target-clamped-to-min"),
+    pytest.param(replace(OUT, action=None, target=2), SPEC, STATE, cloud(2), Outcome.SKIPPED_LIMIT, 2,
+                 id="target-equals-current"),
+    pytest.param(OUT, SPEC, STATE, cloud(None), Outcome.FAILED, None, id="unknown-size"),
+]
+
+
+@pytest.mark.parametrize("signal,spec,state,status,outcome,to", CASES)
+def test_decide(signal: Signal, spec: PoolSpec, state: PoolState, status: CloudStatus, outcome: Outcome,
+                to: int | None) -> None:
+    plan = decide(signal, spec, state, status, NOW)
+    assert plan.outcome is outcome, plan.reason
+    assert plan.to == to
+    assert plan.reason  # every decision says why
+
+
+def test_reason_names_the_numbers() -> None:
+    plan = decide(OUT, SPEC, replace(STATE, last_scale_out_at=NOW - 100), cloud(2), NOW)
+    assert plan.reason == "scale out cooldown: 200s left"
+    plan = decide(OUT, SPEC, STATE, cloud(6), NOW)
+    assert plan.reason == "already at max (6): 6 nodes"
+    plan = decide(replace(OUT, step=10), SPEC, STATE, cloud(2), NOW)
+    assert "clamped to max 6" in plan.reason
+
+
+def test_backoff_doubles_to_fifteen_minutes() -> None:
+    assert [backoff_seconds(n) for n in range(0, 7)] == [0, 60, 120, 240, 480, 900, 900]
+
+
+def test_cooldown_remaining_per_direction() -> None:
+    state = replace(STATE, last_scale_out_at=NOW - 100, last_scale_in_at=NOW - 850)
+    assert cooldown_remaining(SPEC, state, NOW) == {"scale_out": 200.0, "scale_in": 500.0}
+    assert cooldown_remaining(SPEC, STATE, NOW) == {"scale_out": 0.0, "scale_in": 0.0}
