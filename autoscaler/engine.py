@@ -106,7 +106,7 @@ class Engine:
         keys = signal.dedup_keys
         # Claimed for a short while first, for the full window once recorded: a claim left by a lost
         # database connection or a killed worker must not swallow the sender's retries for the whole window.
-        pending = min(spec.dedup_window, LEASE_TTL + self.lock_wait)
+        pending = min(spec.dedup_window, self.lease_ttl + self.lock_wait)
         if keys and not self.store.claim_dedup(spec.name, keys, now, pending, claim):
             decision = Decision(spec.name, action, Outcome.SKIPPED_DUPLICATE, None, None,
                                 f"{signal.reason}: same notification already handled within "

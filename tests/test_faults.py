@@ -1,6 +1,7 @@
 """Fault drills: a slow or failing cloud, a worker killed mid-decision, a read-only disk. Nothing is lost."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -144,7 +145,20 @@ def test_worker_killed_mid_decision(tmp_path: Path, cloud: FakeCloud) -> None:
 
 
 def _mount(*args: str) -> bool:
-    return subprocess.run(["mount", *args], capture_output=True).returncode == 0
+    result = subprocess.run(["mount", *args], capture_output=True, text=True)
+    if result.returncode:
+        print("mount", *args, "->", result.stderr.strip())
+    return result.returncode == 0
+
+
+def _remount_read_only(disk: Path) -> bool:
+    """Remount read-only once no file on it is open or mapped (a connection in a reference cycle may still be)."""
+    for _ in range(40):
+        gc.collect()
+        if not any(str(disk) in line for line in Path("/proc/self/maps").read_text().splitlines()):
+            return _mount("-o", "remount,ro", str(disk))
+        time.sleep(0.05)
+    return False
 
 
 @pytest.fixture
@@ -165,7 +179,7 @@ def test_read_only_disk_answers_503_and_writes_nothing(small_disk: Path) -> None
     client = app.test_client()
     assert send(client, "fp-before").status_code == 200
     app.extensions["autoscaler"].store.engine.dispose()  # close the pooled files so the disk can go read-only
-    assert _mount("-o", "remount,ro", str(small_disk))
+    assert _remount_read_only(small_disk)
     clock.advance(400)
     for resp in (send(client, "fp-ro"), client.post("/api/v1/pools/gpu/scale", json={"action": "scale_out"},
                                                     headers=AUTH),
