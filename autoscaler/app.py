@@ -5,6 +5,7 @@ import json
 import logging
 import os
 import time
+import uuid
 from typing import Any, Callable
 
 from flask import Flask
@@ -32,10 +33,13 @@ def setup_logging() -> None:
         return
     level = os.environ.get("LOG_LEVEL", "INFO").upper()
     if os.environ.get("LOG_FORMAT", "").lower() == "json":
-        fmt = '{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","message":%(message)r}'
+        from autoscaler.logjson import JsonFormatter
+
+        handler = logging.StreamHandler()
+        handler.setFormatter(JsonFormatter())
+        logging.basicConfig(level=level, handlers=[handler])
     else:
-        fmt = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
-    logging.basicConfig(level=level, format=fmt)
+        logging.basicConfig(level=level, format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
     for noisy in ("azure", "urllib3", "alibabacloud"):  # SDKs log every request at INFO
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -87,7 +91,8 @@ def create_app(config: Settings | str | None = None, *, clock: Callable[[], floa
     events = EventLog(store, sinks, metrics)
     engine = Engine(settings, store, built, events, clock=clock, metrics=metrics)
     service = Service(settings=settings, store=store, providers=built, engine=engine, events=events,
-                      auth=Authenticator(settings.config.server.auth, clock), metrics=metrics, clock=clock,
+                      auth=Authenticator(settings.config.server.auth, clock, _replay_guard(store, clock)),
+                      metrics=metrics, clock=clock,
                       sinks=sinks)
     metrics.add_collector(PoolStateCollector(service.pool_rows, clock))
 
@@ -95,7 +100,7 @@ def create_app(config: Settings | str | None = None, *, clock: Callable[[], floa
     app.config["MAX_CONTENT_LENGTH"] = settings.config.server.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["autoscaler"] = service
-    from autoscaler.api import health, pools, register_errors, webhooks
+    from autoscaler.api import health, openapi, pools, register_errors, status, webhooks
 
     register_errors(app)
     pruner = Pruner(store, settings.config.store.retain_events, clock)
@@ -109,8 +114,19 @@ def create_app(config: Settings | str | None = None, *, clock: Callable[[], floa
     app.register_blueprint(health.bp)
     app.register_blueprint(webhooks.bp)
     app.register_blueprint(pools.bp)
+    app.register_blueprint(openapi.bp)
+    app.register_blueprint(status.bp)
     _announce(settings)
     return app
+
+
+def _replay_guard(store: Store, clock: Callable[[], float]) -> Callable[[str, float], bool]:
+    """HMAC signatures seen, kept in the store's dedup table so the check holds across workers and replicas."""
+
+    def first_use(key: str, window: float) -> bool:
+        return store.claim_dedup("_hmac", (key,), clock(), window, uuid.uuid4().hex)
+
+    return first_use
 
 
 def _store_options(settings: Settings) -> StoreOptions:

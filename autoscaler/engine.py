@@ -20,7 +20,7 @@ from providers import NodePoolProvider, ProviderError, Tracked
 
 log = logging.getLogger(__name__)
 
-LEASE_TTL = 120.0
+LEASE_TTL = 120.0  # the default of server.lease_ttl
 Clock = Callable[[], float]
 
 
@@ -37,6 +37,7 @@ class Engine:
         self.metrics = metrics
         self.router = Router(settings.config.routing, settings.config.rules)
         self.lock_wait = settings.config.server.lock_wait
+        self.lease_ttl = settings.config.server.lease_ttl
         self.owner_prefix = f"{socket.gethostname()}:{os.getpid()}"
 
     # -- notifications --------------------------------------------------------------------------------
@@ -112,7 +113,7 @@ class Engine:
         keys = signal.dedup_keys
         # Claimed for a short while first, for the full window once recorded: a claim left by a lost
         # database connection or a killed worker must not swallow the sender's retries for the whole window.
-        pending = min(spec.dedup_window, LEASE_TTL + self.lock_wait)
+        pending = min(spec.dedup_window, self.lease_ttl + self.lock_wait)
         if keys and not self.store.claim_dedup(spec.name, keys, now, pending, claim):
             decision = Decision(spec.name, action, Outcome.SKIPPED_DUPLICATE, None, None,
                                 f"{signal.reason}: same notification already handled within "
@@ -156,7 +157,7 @@ class Engine:
         deadline = time.monotonic() + self.lock_wait
         delay = 0.005
         while True:
-            if self.store.acquire(pool, owner, self.clock(), LEASE_TTL):
+            if self.store.acquire(pool, owner, self.clock(), self.lease_ttl):
                 return True
             if time.monotonic() >= deadline:
                 return False

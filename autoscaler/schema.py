@@ -69,6 +69,7 @@ class ServerConfig(_Frozen):
     auth: AuthConfig
     max_body_bytes: int = Field(default=1048576, ge=1024)
     lock_wait: Duration = Field(default=5.0, description="How long a decision waits for another on the same pool.")
+    lease_ttl: Duration = Field(default=120.0, gt=0, description="How long a pool's lease outlives a dead worker.")
 
 
 class StoreConfig(_Frozen):

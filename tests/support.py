@@ -1,0 +1,70 @@
+"""Shared helpers of the hardening tests: a hand-moved clock, configs, payload builders."""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from flask import Flask
+
+from autoscaler.app import create_app
+from autoscaler.config import build_settings
+from providers import NodePoolProvider
+
+TOKEN = "hardening-token-7"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+HMAC_SECRET = "hmac-secret-7"
+
+BASE: dict[str, Any] = {
+    "server": {"auth": {"bearer_tokens": [TOKEN], "basic": [{"username": "grafana", "password": "pw-7"}]}},
+    "defaults": {"scale_out": {"step": 1, "cooldown": "5m"},
+                 "scale_in": {"step": 1, "cooldown": "15m", "delay_after_scale_out": "10m"},
+                 "dedup_window": "10m"},
+    "rules": [{"match": {"alertname": "GPUUtilizationHigh"}, "pool": "gpu", "action": "scale_out"}],
+    "pools": [
+        {"name": "gpu", "provider": "simulated", "min": 1, "max": 6, "simulated": {"initial_count": 2}},
+        {"name": "spare", "provider": "simulated", "min": 0, "max": 3, "simulated": {"initial_count": 0}},
+    ],
+}
+
+
+class FakeClock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def config(db_url: str, **changes: Any) -> dict[str, Any]:
+    """The base config with a store URL and top-level keys replaced."""
+    cfg = copy.deepcopy(BASE)
+    cfg["store"] = {"url": db_url}
+    cfg.update(copy.deepcopy(changes))
+    return cfg
+
+
+def make_app(db_url: str, clock: FakeClock | None = None, providers: dict[str, NodePoolProvider] | None = None,
+             **changes: Any) -> Flask:
+    """An app on a fresh config; ``changes`` replace top-level config keys."""
+    settings = build_settings(config(db_url, **changes), env={})
+    return create_app(settings, clock=clock, providers=providers, startup_check=False)
+
+
+def am_alert(name: str = "GPUUtilizationHigh", fingerprint: str = "fp1", status: str = "firing",
+             starts_at: str = "2026-11-21T10:00:00Z", **labels: str) -> dict[str, Any]:
+    """One Alertmanager alert."""
+    return {"status": status, "labels": {"alertname": name, **labels}, "annotations": {"summary": "GPU busy"},
+            "startsAt": starts_at, "endsAt": "0001-01-01T00:00:00Z", "generatorURL": "http://prom/graph",
+            "fingerprint": fingerprint}
+
+
+def am_payload(*alerts: dict[str, Any]) -> dict[str, Any]:
+    """An Alertmanager version 4 notification."""
+    return {"version": "4", "groupKey": "{}:{}", "truncatedAlerts": 0, "status": "firing", "receiver": "autoscaler",
+            "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {}, "externalURL": "http://am:9093",
+            "alerts": list(alerts) or [am_alert()]}
