@@ -12,13 +12,7 @@ from typing import Any
 
 import requests
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.servers import ROOT, free_port
 
 
 class Gunicorn:

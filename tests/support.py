@@ -9,6 +9,9 @@ from flask import Flask
 from autoscaler.app import create_app
 from autoscaler.config import build_settings
 from providers import NodePoolProvider
+from tests.conftest import FakeClock, am_alert, am_payload
+
+__all__ = ["AUTH", "HMAC_SECRET", "TOKEN", "FakeClock", "am_alert", "am_payload", "config", "make_app"]
 
 TOKEN = "hardening-token-7"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -27,17 +30,6 @@ BASE: dict[str, Any] = {
 }
 
 
-class FakeClock:
-    """A clock the test moves by hand."""
-
-    def __init__(self, start: float = 1_800_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def config(db_url: str, **changes: Any) -> dict[str, Any]:
@@ -55,16 +47,5 @@ def make_app(db_url: str, clock: FakeClock | None = None, providers: dict[str, N
     return create_app(settings, clock=clock, providers=providers, startup_check=False)
 
 
-def am_alert(name: str = "GPUUtilizationHigh", fingerprint: str = "fp1", status: str = "firing",
-             starts_at: str = "2026-11-21T10:00:00Z", **labels: str) -> dict[str, Any]:
-    """One Alertmanager alert."""
-    return {"status": status, "labels": {"alertname": name, **labels}, "annotations": {"summary": "GPU busy"},
-            "startsAt": starts_at, "endsAt": "0001-01-01T00:00:00Z", "generatorURL": "http://prom/graph",
-            "fingerprint": fingerprint}
 
 
-def am_payload(*alerts: dict[str, Any]) -> dict[str, Any]:
-    """An Alertmanager version 4 notification."""
-    return {"version": "4", "groupKey": "{}:{}", "truncatedAlerts": 0, "status": "firing", "receiver": "autoscaler",
-            "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {}, "externalURL": "http://am:9093",
-            "alerts": list(alerts) or [am_alert()]}
