@@ -11,10 +11,6 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from autoscaler.app import create_app
-from autoscaler.config import build_settings
-from providers import ProviderError
-from tests.cloud import ScriptedCloud
 from tests.conftest import AUTH, TOKEN, FakeClock, am_alert, am_payload
 
 OUTCOMES = {"scaled", "dry_run", "skipped_cooldown", "skipped_limit", "skipped_duplicate", "skipped_paused",
