@@ -11,7 +11,7 @@ from typing import Any, Callable
 from flask import Flask
 
 from autoscaler.auth import Authenticator
-from autoscaler.config import Settings, load_config
+from autoscaler.config import Settings, build_settings, load_config
 from autoscaler.engine import Engine
 from autoscaler.events import EventLog, EventSink
 from autoscaler.metrics import Metrics, PoolStateCollector
@@ -72,14 +72,19 @@ def _check(providers: dict[str, NodePoolProvider]) -> None:
             log.error("pool %s cannot be managed: %s", name, exc.message)
 
 
-def create_app(config: Settings | str | None = None, *, clock: Callable[[], float] | None = None,
+def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None = None, *, clock: Callable[[], float] | None = None,
                providers: dict[str, NodePoolProvider] | None = None, store: Store | None = None,
                sinks: list[EventSink] | None = None, startup_check: bool = True) -> Flask:
-    """Build the app from settings, a config path, or ``AUTOSCALER_CONFIG``."""
+    """Build the app from settings, a parsed config mapping, a config path, or ``AUTOSCALER_CONFIG``."""
     setup_logging()
     if config is None:
         config = os.environ.get("AUTOSCALER_CONFIG", DEFAULT_CONFIG)
-    settings = load_config(config) if isinstance(config, str) else config
+    if isinstance(config, dict):
+        settings = build_settings(config)
+    elif isinstance(config, (str, os.PathLike)):
+        settings = load_config(os.fspath(config))
+    else:
+        settings = config
     clock = clock or time.time
     store = store or open_store(settings.config.store.url, _store_options(settings))
     store.ensure_pools(list(settings.pools))
