@@ -5,6 +5,11 @@ timeout = int(os.environ.get("GUNICORN_TIMEOUT", "60"))
 graceful_timeout = 20
 keepalive = 5
 accesslog = os.environ.get("GUNICORN_ACCESS_LOG") or None
+if os.environ.get("LOG_FORMAT", "").lower() == "json":
+    from autoscaler.logjson import gunicorn_logconfig
+
+    logconfig_dict = gunicorn_logconfig(os.environ.get("LOG_LEVEL", "INFO").upper())
+    access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(L)ss'
 
 
 def on_starting(server):  # noqa: ANN001 - gunicorn hook

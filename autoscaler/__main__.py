@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from autoscaler import cli
 from autoscaler.config import ConfigError, load_config
 
 
@@ -27,9 +28,20 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check-config", help="validate a config file")
     check.add_argument("file")
+    rep = sub.add_parser("replay", help="replay a demand trace through the real decision code (what-if)")
+    rep.add_argument("--config", required=True, help="config file with a `replay:` section")
+    rep.add_argument("--trace", required=True, help="CSV with the header timestamp,demand, one row a minute")
+    rep.add_argument("--out", required=True, help="directory for timeline.csv, summary.json, replay.png")
+    cli.register(sub)
     args = parser.parse_args(argv)
     if args.command == "check-config":
         return check_config(args.file)
+    if args.command == "replay":
+        from autoscaler.replay import replay
+
+        return replay(args.config, args.trace, args.out)
+    if args.command in cli.COMMANDS:
+        return cli.run(args)
     parser.error(f"unknown command {args.command}")
     return 2
 

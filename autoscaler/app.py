@@ -5,18 +5,20 @@ import json
 import logging
 import os
 import time
+import uuid
 from typing import Any, Callable
 
 from flask import Flask
 
 from autoscaler.auth import Authenticator
-from autoscaler.config import Settings, load_config
+from autoscaler.config import Settings, build_settings, load_config
 from autoscaler.engine import Engine
 from autoscaler.events import EventLog, EventSink
 from autoscaler.metrics import Metrics, PoolStateCollector
 from autoscaler.redact import redact_tree
 from autoscaler.service import Service
-from autoscaler.store import Store, open_store
+from autoscaler.retention import Pruner
+from autoscaler.store import Store, StoreOptions, open_store
 from providers import NodePoolProvider, ProviderError, build
 
 log = logging.getLogger("autoscaler")
@@ -31,10 +33,13 @@ def setup_logging() -> None:
         return
     level = os.environ.get("LOG_LEVEL", "INFO").upper()
     if os.environ.get("LOG_FORMAT", "").lower() == "json":
-        fmt = '{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","message":%(message)r}'
+        from autoscaler.logjson import JsonFormatter
+
+        handler = logging.StreamHandler()
+        handler.setFormatter(JsonFormatter())
+        logging.basicConfig(level=level, handlers=[handler])
     else:
-        fmt = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
-    logging.basicConfig(level=level, format=fmt)
+        logging.basicConfig(level=level, format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
     for noisy in ("azure", "urllib3", "alibabacloud"):  # SDKs log every request at INFO
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -67,16 +72,21 @@ def _check(providers: dict[str, NodePoolProvider]) -> None:
             log.error("pool %s cannot be managed: %s", name, exc.message)
 
 
-def create_app(config: Settings | str | None = None, *, clock: Callable[[], float] | None = None,
+def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None = None, *, clock: Callable[[], float] | None = None,
                providers: dict[str, NodePoolProvider] | None = None, store: Store | None = None,
                sinks: list[EventSink] | None = None, startup_check: bool = True) -> Flask:
-    """Build the app from settings, a config path, or ``AUTOSCALER_CONFIG``."""
+    """Build the app from settings, a parsed config mapping, a config path, or ``AUTOSCALER_CONFIG``."""
     setup_logging()
     if config is None:
         config = os.environ.get("AUTOSCALER_CONFIG", DEFAULT_CONFIG)
-    settings = load_config(config) if isinstance(config, str) else config
+    if isinstance(config, dict):
+        settings = build_settings(config)
+    elif isinstance(config, (str, os.PathLike)):
+        settings = load_config(os.fspath(config))
+    else:
+        settings = config
     clock = clock or time.time
-    store = store or open_store(settings.config.store.url)
+    store = store or open_store(settings.config.store.url, _store_options(settings))
     store.ensure_pools(list(settings.pools))
     built = _providers(settings, providers)
     if startup_check:
@@ -86,7 +96,8 @@ def create_app(config: Settings | str | None = None, *, clock: Callable[[], floa
     events = EventLog(store, sinks, metrics)
     engine = Engine(settings, store, built, events, clock=clock, metrics=metrics)
     service = Service(settings=settings, store=store, providers=built, engine=engine, events=events,
-                      auth=Authenticator(settings.config.server.auth, clock), metrics=metrics, clock=clock,
+                      auth=Authenticator(settings.config.server.auth, clock, _replay_guard(store, clock)),
+                      metrics=metrics, clock=clock,
                       sinks=sinks)
     metrics.add_collector(PoolStateCollector(service.pool_rows, clock))
 
@@ -94,14 +105,39 @@ def create_app(config: Settings | str | None = None, *, clock: Callable[[], floa
     app.config["MAX_CONTENT_LENGTH"] = settings.config.server.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["autoscaler"] = service
-    from autoscaler.api import health, pools, register_errors, webhooks
+    from autoscaler.api import health, openapi, pools, register_errors, status, webhooks
 
     register_errors(app)
+    pruner = Pruner(store, settings.config.store.retain_events, clock)
+    app.extensions["autoscaler_pruner"] = pruner
+
+    @app.after_request
+    def _prune(resp: Any) -> Any:
+        pruner.maybe_start()  # at most once a minute, on its own thread
+        return resp
+
     app.register_blueprint(health.bp)
     app.register_blueprint(webhooks.bp)
     app.register_blueprint(pools.bp)
+    app.register_blueprint(openapi.bp)
+    app.register_blueprint(status.bp)
     _announce(settings)
     return app
+
+
+def _replay_guard(store: Store, clock: Callable[[], float]) -> Callable[[str, float], bool]:
+    """HMAC signatures seen, kept in the store's dedup table so the check holds across workers and replicas."""
+
+    def first_use(key: str, window: float) -> bool:
+        return store.claim_dedup("_hmac", (key,), clock(), window, uuid.uuid4().hex)
+
+    return first_use
+
+
+def _store_options(settings: Settings) -> StoreOptions:
+    cfg = settings.config.store
+    return StoreOptions(lock_wait=settings.config.server.lock_wait, statement_timeout=cfg.statement_timeout,
+                        connect_timeout=cfg.connect_timeout, pool_size=cfg.pool_size, max_overflow=cfg.max_overflow)
 
 
 def _configured_sinks(settings: Settings, metrics: Metrics) -> list[Any]:

@@ -15,12 +15,12 @@ from autoscaler.models import Action, Alert, CloudStatus, Decision, Notification
 from autoscaler.policy import Plan, backoff_seconds, decide
 from autoscaler.redact import redact_text
 from autoscaler.routing import Router
-from autoscaler.store import Store
+from autoscaler.store import Store, StoreUnavailable
 from providers import NodePoolProvider, ProviderError, Tracked
 
 log = logging.getLogger(__name__)
 
-LEASE_TTL = 120.0
+LEASE_TTL = 120.0  # the default of server.lease_ttl
 Clock = Callable[[], float]
 
 
@@ -37,6 +37,7 @@ class Engine:
         self.metrics = metrics
         self.router = Router(settings.config.routing, settings.config.rules)
         self.lock_wait = settings.config.server.lock_wait
+        self.lease_ttl = settings.config.server.lease_ttl
         self.owner_prefix = f"{socket.gethostname()}:{os.getpid()}"
 
     # -- notifications --------------------------------------------------------------------------------
@@ -80,10 +81,17 @@ class Engine:
         if kind == "unknown":
             return self._note(source, pool, action_text, Outcome.UNKNOWN_POOL, alerts,
                               f"{names} asks for pool {pool!r}, which is not configured")
-        values = [a.value for a in alerts if a.value is not None]
+        values = [v for v in (self._value(a, pool, action) for a in alerts) if v is not None]
         signal = Signal(pool=pool, action=action, source=source, step=step, alerts=tuple(alerts),
                         reason=f"alert {names}", value=max(values) if values else None)
         return self.handle(signal)
+
+    def _value(self, alert: Alert, pool: str, action: Action) -> float | None:
+        """The alert's value; for Grafana, the query named by the direction's ``value_ref`` when it has one."""
+        ref = self.settings.pools[pool].direction(action).value_ref
+        if ref and alert.values.get(ref) is not None:
+            return alert.values[ref]
+        return alert.value
 
     def _note(self, source: Source, pool: str | None, action: str | None, outcome: Outcome,
               alerts: list[Alert], reason: str) -> Decision:
@@ -103,13 +111,21 @@ class Engine:
             return self.events.record(decision, signal.source.value, alerts, now)
         claim = uuid.uuid4().hex
         keys = signal.dedup_keys
-        if keys and not self.store.claim_dedup(spec.name, keys, now, spec.dedup_window, claim):
+        # Claimed for a short while first, for the full window once recorded: a claim left by a lost
+        # database connection or a killed worker must not swallow the sender's retries for the whole window.
+        pending = min(spec.dedup_window, self.lease_ttl + self.lock_wait)
+        if keys and not self.store.claim_dedup(spec.name, keys, now, pending, claim):
             decision = Decision(spec.name, action, Outcome.SKIPPED_DUPLICATE, None, None,
                                 f"{signal.reason}: same notification already handled within "
                                 f"the {spec.dedup_window:.0f}s dedup window")
             return self.events.record(decision, signal.source.value, alerts, now)
         owner = f"{self.owner_prefix}:{claim}"
-        if not self._acquire(spec.name, owner):
+        try:
+            acquired = self._acquire(spec.name, owner)
+        except StoreUnavailable:
+            self._forget(keys, claim)
+            raise
+        if not acquired:
             self.store.release_dedup(keys, claim)
             decision = Decision(spec.name, action, Outcome.SKIPPED_BUSY, None, None,
                                 f"another decision on pool {spec.name} is still running after "
@@ -122,13 +138,26 @@ class Engine:
             raise
         if decision.retry_after is not None:
             self.store.release_dedup(keys, claim)  # let the sender's retry act
-        return self.events.finish(spec.name, owner, decision, signal.source.value, alerts, self.clock(), changes)
+        done = self.events.finish(spec.name, owner, decision, signal.source.value, alerts, self.clock(), changes)
+        if keys and decision.retry_after is None and spec.dedup_window > pending:
+            try:
+                self.store.confirm_dedup(keys, claim, now + spec.dedup_window)
+            except StoreUnavailable:
+                log.warning("pool=%s dedup keys kept for %.0fs only: store unavailable", spec.name, pending)
+        return done
+
+    def _forget(self, keys: tuple[str, ...], claim: str) -> None:
+        """Best effort: drop a claim whose decision never ran (the database went away in between)."""
+        try:
+            self.store.release_dedup(keys, claim)
+        except StoreUnavailable:
+            log.warning("dedup claim %s left to expire by itself: store unavailable", claim)
 
     def _acquire(self, pool: str, owner: str) -> bool:
         deadline = time.monotonic() + self.lock_wait
         delay = 0.005
         while True:
-            if self.store.acquire(pool, owner, self.clock(), LEASE_TTL):
+            if self.store.acquire(pool, owner, self.clock(), self.lease_ttl):
                 return True
             if time.monotonic() >= deadline:
                 return False
@@ -151,7 +180,12 @@ class Engine:
             return Decision(spec.name, signal.action.value if signal.action else None, Outcome.FAILED, None, None,
                             f"{signal.reason + ': ' if signal.reason else ''}pool status: {redact_text(exc.message)}", retry_after=retry,
                             details={"code": exc.code}), {}
-        plan = decide(signal, spec, state, cloud, now)
+        proportional = "proportional" in (spec.scale_out.mode, spec.scale_in.mode)
+        window = spec.scale_in.stabilization_window
+        recent = self.store.recommendations(spec.name, now - window) if proportional else []
+        plan = decide(signal, spec, state, cloud, now, recent)
+        if plan.details.get("recommendation") is not None:
+            self.store.add_recommendation(spec.name, now, int(plan.details["recommendation"]), now - window)
         if signal.reason:
             plan = replace(plan, reason=f"{signal.reason}: {plan.reason}")
         if plan.outcome is not Outcome.SCALED:

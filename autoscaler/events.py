@@ -22,8 +22,9 @@ def rfc3339(ts: float) -> str:
 
 def event_json(ev: EventRecord) -> dict[str, Any]:
     """An event as the API shows it."""
-    out = {"id": ev.id, "time": rfc3339(ev.time), "pool": ev.pool, "source": ev.source, "action": ev.action,
-           "outcome": ev.outcome, "from": ev.from_, "to": ev.to, "reason": ev.reason, "alerts": ev.alerts}
+    out: dict[str, Any] = {"id": ev.id, "time": rfc3339(ev.time), "pool": ev.pool, "source": ev.source, "action": ev.action,
+                           "outcome": ev.outcome, "from": ev.from_, "to": ev.to, "reason": ev.reason,
+                           "alerts": ev.alerts}
     if ev.details:
         out["details"] = ev.details
     return out

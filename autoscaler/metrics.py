@@ -81,6 +81,7 @@ class PoolStateCollector(Collector):
                                     labels=["pool"])
         last = GaugeMetricFamily(f"{PREFIX}_pool_last_scale_timestamp_seconds",
                                  "Unix time of the last successful scale.", labels=["pool"])
+        paused_total = GaugeMetricFamily(f"{PREFIX}_pools_paused", "How many pools are paused.")
         up = GaugeMetricFamily(f"{PREFIX}_store_up", "1 when the store answered this scrape.")
         try:
             rows = list(self.read())
@@ -98,4 +99,6 @@ class PoolStateCollector(Collector):
             backoff.add_metric([name], row.get("backoff_remaining_s", 0))
             if row.get("last_scale_at") is not None:
                 last.add_metric([name], row["last_scale_at"])
-        yield from (paused, size, cooldown, backoff, last, up)
+        if rows:
+            paused_total.add_metric([], sum(1 for row in rows if row["paused"]))
+        yield from (paused, paused_total, size, cooldown, backoff, last, up)

@@ -53,6 +53,7 @@ class Alert:
     value: float | None = None
     dedup_key: str = ""
     is_test: bool = False
+    values: dict[str, float] = field(default_factory=dict)  # Grafana: each query's value by ref (A, B, ...)
 
     def ref(self) -> dict[str, str]:
         """The short form stored in events: name and fingerprint."""

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from autoscaler.models import Action, CloudStatus, Outcome, PoolSpec, PoolState, Signal
+from autoscaler.proportional import propose
 
 BACKOFF_FIRST = 60.0
 BACKOFF_MAX = 900.0
@@ -72,8 +73,9 @@ def _limit(spec: PoolSpec, action: Action | None, current: int, desired: int) ->
     return target, ""
 
 
-def decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus, now: float) -> Plan:
-    """Decide what one signal does to one pool."""
+def decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus, now: float,
+           recent: Sequence[tuple[float, int]] = ()) -> Plan:
+    """Decide what one signal does to one pool (``recent``: proportional recommendations as (time, nodes))."""
     current = cloud.current
     action = signal.action
     if state.paused:
@@ -91,19 +93,27 @@ def decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus,
     if current is None:
         return Plan(Outcome.FAILED, action, None, None,
                     "the pool's current size is unknown; set it with PUT /api/v1/pools/{pool}/count")
+    proposal = propose(signal, spec, current, recent, now)
+    details = dict(proposal.details) if proposal else {}
+    if proposal is not None and proposal.skip is not None:
+        return Plan(proposal.skip, action, current, current, proposal.how, details=details)
     action, desired, how = _desired(signal, spec, current)
+    if proposal is not None:
+        desired, how = (proposal.target, proposal.how) if proposal.target is not None else (
+            desired, f"{how}; {proposal.how}")
     target, limited = _limit(spec, action, current, desired)
     if limited:
-        return Plan(Outcome.SKIPPED_LIMIT, action, current, current, limited)
+        return Plan(Outcome.SKIPPED_LIMIT, action, current, current, limited, details=details)
     assert action is not None
     if not signal.force:
         remaining = cooldown_remaining(spec, state, now)[action.value]
         if remaining > 0:
             return Plan(Outcome.SKIPPED_COOLDOWN, action, current, current,
-                        f"{_words(action)} cooldown: {remaining:.0f}s left", retry_after=None)
+                        f"{_words(action)} cooldown: {remaining:.0f}s left", retry_after=None, details=details)
     clamp_note = f", clamped to {'max' if target == spec.max else 'min'} {target}" if target != desired else ""
     if spec.dry_run:
         return Plan(Outcome.DRY_RUN, action, current, target,
-                    f"dry run: would {_words(action)} {current} -> {target} ({how}{clamp_note})")
+                    f"dry run: would {_words(action)} {current} -> {target} ({how}{clamp_note})", details=details)
     forced = ", forced" if signal.force else ""
-    return Plan(Outcome.SCALED, action, current, target, f"{_words(action)} {current} -> {target} ({how}{clamp_note}{forced})")
+    return Plan(Outcome.SCALED, action, current, target,
+                f"{_words(action)} {current} -> {target} ({how}{clamp_note}{forced})", details=details)

@@ -7,7 +7,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import SecretStr
 
-_URL = re.compile(r"\b(https?://[^\s'\"<>]+)")
+# http(s) and database URLs (a PostgreSQL store.url carries its password in the userinfo or the query).
+_URL = re.compile(r"\b((?:https?|postgres(?:ql)?(?:\+\w+)?)://[^\s'\"<>]+)")
 
 
 def redact_url(url: str) -> str:

@@ -69,13 +69,18 @@ class ServerConfig(_Frozen):
     auth: AuthConfig
     max_body_bytes: int = Field(default=1048576, ge=1024)
     lock_wait: Duration = Field(default=5.0, description="How long a decision waits for another on the same pool.")
+    lease_ttl: Duration = Field(default=120.0, gt=0, description="How long a pool's lease outlives a dead worker.")
 
 
 class StoreConfig(_Frozen):
     """Where state lives."""
 
     url: str = "sqlite:///data/autoscaler.db"
-    retain_events: Duration | None = None
+    retain_events: Duration | None = Field(default=None, gt=0, description="Delete events older than this.")
+    statement_timeout: Duration = Field(default=10.0, gt=0, description="PostgreSQL: longest one statement may run.")
+    connect_timeout: Duration = Field(default=5.0, gt=0, description="PostgreSQL: longest a new connection may take.")
+    pool_size: int = Field(default=2, ge=1, le=100, description="PostgreSQL: connections kept per worker process.")
+    max_overflow: int = Field(default=3, ge=0, le=100, description="PostgreSQL: extra connections under a burst.")
 
     @field_validator("url")
     @classmethod
@@ -202,6 +207,44 @@ class InfluxConfig(_Frozen):
     flush_interval: Duration = 1.0
 
 
+class ReplayRule(_Frozen):
+    """One emulated alerting rule on the pool's average utilisation (0-100) of ready nodes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    alert: str = Field(min_length=1)
+    above: float | None = Field(default=None, ge=0, le=100)
+    below: float | None = Field(default=None, ge=0, le=100)
+    for_: Duration = Field(default=0.0, alias="for")
+    pool: str
+    action: Action
+    step: int | None = Field(default=None, ge=1, le=1000)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_threshold(self) -> "ReplayRule":
+        if (self.above is None) == (self.below is None):
+            raise ValueError("give exactly one of `above` or `below`")
+        return self
+
+
+class ReplayConfig(_Frozen):
+    """Read only by ``python -m autoscaler replay``: how Prometheus and Alertmanager are emulated."""
+
+    evaluation_interval: Duration = 30.0
+    group_wait: Duration = 30.0
+    group_interval: Duration = 300.0
+    repeat_interval: Duration = 300.0
+    rules: list[ReplayRule] = Field(min_length=1)
+
+    @field_validator("evaluation_interval", "group_interval", "repeat_interval")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError("must be more than 0")
+        return v
+
+
 class Config(_Frozen):
     """The whole config file."""
 
@@ -212,7 +255,7 @@ class Config(_Frozen):
     rules: list[RuleConfig] = Field(default_factory=list)
     pools: list[PoolConfig] = Field(min_length=1)
     influxdb: InfluxConfig | None = None
-    replay: dict[str, Any] | None = None
+    replay: ReplayConfig | None = None
 
     @model_validator(mode="after")
     def _references(self) -> "Config":
@@ -223,4 +266,7 @@ class Config(_Frozen):
         for i, rule in enumerate(self.rules):
             if rule.pool not in names:
                 raise ValueError(f"rules[{i}].pool: no pool named {rule.pool!r}")
+        for i, replay_rule in enumerate(self.replay.rules if self.replay else []):
+            if replay_rule.pool not in names:
+                raise ValueError(f"replay.rules[{i}].pool: no pool named {replay_rule.pool!r}")
         return self

@@ -24,13 +24,30 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_http(url: str, timeout: float = 20.0, status: int = 200, proc: subprocess.Popen[Any] | None = None) -> None:
+    """Poll ``url`` until it answers ``status``; RuntimeError when ``proc`` exits first, TimeoutError at the end."""
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
+        try:
+            resp = requests.get(url, timeout=2)
+            if resp.status_code == status:
+                return
+            last = f"HTTP {resp.status_code}"
+        except requests.RequestException as exc:
+            last = type(exc).__name__
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer {status} within {timeout:.0f}s (last: {last})")
+
+
 class Service:
     """One gunicorn instance of app:app with its own config file and metrics directory."""
 
     def __init__(self, config: dict[str, Any], workdir: Path, workers: int = 2, env: dict[str, str] | None = None,
-                 port: int | None = None, app: str = "app:app") -> None:
+                 port: int | None = None) -> None:
         self.config = config
-        self.app = app
         self.workdir = workdir
         self.workers = workers
         self.port = port or free_port()
@@ -43,6 +60,11 @@ class Service:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> "Service":
+        """Start and wait until /healthz answers 200."""
+        return self.spawn().wait_ready(timeout)
+
+    def spawn(self) -> "Service":
+        """Start without waiting, so that several instances can start (and migrate) at the same instant."""
         cfg_path = self.workdir / f"config-{self.port}.yaml"
         cfg_path.write_text(yaml.safe_dump(self.config))
         metrics_dir = tempfile.mkdtemp(prefix="prom-", dir=self.workdir)
@@ -51,33 +73,41 @@ class Service:
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [GUNICORN, "-c", str(ROOT / "gunicorn.conf.py"), "-b", f"127.0.0.1:{self.port}", "-w", str(self.workers),
-             self.app], cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gunicorn exited with {self.proc.returncode}:\n{self.read_log()[-3000:]}")
-            try:
-                if requests.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return self
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
+             "app:app"], cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def wait_ready(self, timeout: float = 30.0) -> "Service":
+        """Wait until /healthz answers 200; stop and raise with the log when it does not."""
+        assert self.proc is not None, "spawn() first"
+        try:
+            wait_http(f"{self.url}/healthz", timeout, proc=self.proc)
+        except RuntimeError:
+            raise RuntimeError(f"gunicorn exited with {self.proc.returncode}:\n{self.read_log()[-3000:]}") from None
+        except TimeoutError:
+            self.stop()
+            raise RuntimeError(f"gunicorn did not answer within {timeout}s:\n{self.read_log()[-3000:]}") from None
+        return self
+
+    def restart(self, timeout: float = 30.0) -> "Service":
+        """Stop gracefully and start again on the same port with the same config."""
         self.stop()
-        raise RuntimeError(f"gunicorn did not answer within {timeout}s:\n{self.read_log()[-3000:]}")
+        return self.start(timeout)
 
     def read_log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=5)
-        self.log.close()
+        """SIGTERM (graceful), SIGKILL of the process group after 15 s; idempotent."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=5)
+        log = getattr(self, "log", None)
+        if log is not None and not log.closed:
+            log.close()
 
     def __enter__(self) -> "Service":
         return self.start()

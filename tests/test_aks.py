@@ -320,12 +320,15 @@ def test_settings_validation_and_factory() -> None:
         {"subscription_id": SUB, "resource_group": RG, "cluster": CLUSTER, "agent_pool": "gpunp"})
     assert settings.arm_endpoint == "https://management.azure.com" and settings.budget == 8.0
     assert isinstance(aks.build("gpu", settings), AksProvider)
-    bad = [{"subscription_id": "not-a-guid"}, {"agent_pool": "GPU_pool"}, {"arm_endpoint": "ftp://x"},
+    bad = [{"subscription_id": "sub/../other"}, {"subscription_id": ""}, {"agent_pool": "GPU_pool"}, {"arm_endpoint": "ftp://x"},
            {"client_secret": "s3cret"}]
     for change in bad:
         with pytest.raises(ValidationError):
             aks.settings_model.model_validate({"subscription_id": SUB, "resource_group": RG, "cluster": CLUSTER,
                                                "agent_pool": "gpunp", **change})
+    # the contract's own example writes a placeholder ID; it must pass check-config (ARM answers a wrong one 404)
+    assert AksSettings.model_validate({"subscription_id": "...", "resource_group": RG, "cluster": CLUSTER,
+                                       "agent_pool": "gpunp"}).subscription_id == "..."
     sovereign = AksSettings.model_validate(
         {"subscription_id": SUB, "resource_group": RG, "cluster": CLUSTER, "agent_pool": "gpunp",
          "arm_endpoint": "https://management.usgovcloudapi.net/", "budget": "5s"})

@@ -11,10 +11,6 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from autoscaler.app import create_app
-from autoscaler.config import build_settings
-from providers import ProviderError
-from tests.cloud import ScriptedCloud
 from tests.conftest import AUTH, TOKEN, FakeClock, am_alert, am_payload
 
 OUTCOMES = {"scaled", "dry_run", "skipped_cooldown", "skipped_limit", "skipped_duplicate", "skipped_paused",
@@ -154,3 +150,16 @@ def test_unknown_pool_manual_is_404(client: FlaskClient) -> None:
         resp = getattr(client, method)(path, json={"action": "scale_out"}, headers=AUTH)
         assert resp.status_code == 404, path
         assert "nope" in resp.get_json()["error"]
+
+
+def test_create_app_takes_a_mapping_or_a_path(tmp_path: Any) -> None:
+    import yaml
+
+    from autoscaler.app import create_app
+    from tests.conftest import BASE_CONFIG
+
+    cfg = {**BASE_CONFIG, "store": {"url": f"sqlite:///{tmp_path}/m.db"}}
+    assert create_app(cfg).test_client().get("/api/v1/pools", headers=AUTH).status_code == 200
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert create_app(path).test_client().get("/api/v1/pools/gpu", headers=AUTH).get_json()["current"] == 2

@@ -120,7 +120,9 @@ def test_servicemonitor_has_the_fields_prometheus_operator_needs() -> None:
 def test_configmap_config_passes_our_validation() -> None:
     data = _docs(K8S / "configmap.yaml")[0]["data"]
     settings = build_settings(yaml.safe_load(data["config.yaml"]),
-                              env={"AUTOSCALER_TOKEN": "t", "DATABASE_URL": "postgresql://u:p@db:5432/a"})
+                              env={"AUTOSCALER_TOKEN": "t", "DATABASE_URL": "postgresql://u:p@db:5432/a",
+                                   "AZURE_SUBSCRIPTION_ID": "00000000-0000-0000-0000-000000000000",
+                                   "AKS_RESOURCE_GROUP": "rg-gpu", "AKS_CLUSTER": "prod"})
     assert settings.config.store.url.startswith("postgresql://")
     secret_keys = set(_docs(K8S / "secret.example.yaml")[0]["stringData"])
     assert {"AUTOSCALER_TOKEN", "DATABASE_URL"} <= secret_keys

@@ -6,7 +6,6 @@ import socket
 import time
 from datetime import datetime, timezone
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest

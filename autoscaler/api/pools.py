@@ -139,10 +139,10 @@ def set_count(pool: str) -> Response:
 def events() -> Response:
     pool = request.args.get("pool") or None
     text = request.args.get("limit", "100")
-    if not text.isdigit() or not 1 <= int(text) <= 1000:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 1000:
         fail(400, "limit must be a whole number from 1 to 1000")
     before = request.args.get("before")
-    if before is not None and not before.isdigit():
+    if before is not None and not (before.isascii() and before.isdigit() and len(before) <= 18):
         fail(400, "before must be an event id")
     rows = _svc().store.events(pool, int(text), int(before) if before else None)
     return jsonify({"events": [event_json(ev) for ev in rows]})

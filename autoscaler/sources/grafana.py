@@ -1,6 +1,7 @@
 """Grafana webhooks: unified alerting (version 1) and the legacy alert notification (``evalMatches``)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -77,6 +78,8 @@ def _unified(body: dict[str, Any], query: dict[str, str], value_ref: str | None)
     alerts = []
     for raw in payload.alerts:
         alert = to_alert(raw, Source.GRAFANA, _unified_value(raw, value_ref))
+        if raw.values:
+            alert = replace(alert, values={k: v for k, v in raw.values.items() if v is not None})
         if is_test(alert.labels):
             alert = Alert(**{**alert.__dict__, "is_test": True})
         alerts.append(alert)

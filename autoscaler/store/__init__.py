@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 from autoscaler.store.base import EventRecord, Store, StoreUnavailable
+from autoscaler.store.engines import StoreOptions
 from autoscaler.store.sql import SqlStore
 
 
-def open_store(url: str) -> Store:
-    """The store for a ``store.url`` (SQLite or PostgreSQL, both through SQLAlchemy)."""
-    return SqlStore(url)
+def open_store(url: str, options: StoreOptions | None = None) -> Store:
+    """The store for a ``store.url`` (SQLite or PostgreSQL, both through SQLAlchemy), migrated to the newest schema."""
+    return SqlStore(url, options)
 
 
-__all__ = ["EventRecord", "Store", "StoreUnavailable", "SqlStore", "open_store"]
+__all__ = ["EventRecord", "Store", "StoreOptions", "StoreUnavailable", "SqlStore", "open_store"]

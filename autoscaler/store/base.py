@@ -81,9 +81,22 @@ class Store(abc.ABC):
         """One event by id."""
 
     @abc.abstractmethod
+    def recommendations(self, pool: str, since: float) -> list[tuple[float, int]]:
+        """Proportional recommendations (time, desired nodes) of a pool made at or after ``since``, oldest first."""
+
+    @abc.abstractmethod
+    def add_recommendation(self, pool: str, time: float, desired: int, forget_before: float) -> None:
+        """Remember one recommendation and forget the pool's ones older than ``forget_before``."""
+
+    @abc.abstractmethod
     def ping(self) -> None:
         """Raise StoreUnavailable unless the database answers."""
 
     @abc.abstractmethod
-    def prune(self, older_than: float) -> int:
-        """Delete events older than a time and expired dedup keys; return how many events went."""
+    def confirm_dedup(self, keys: tuple[str, ...], claim: str, expires_at: float) -> None:
+        """Extend keys this claim took to their full window, once its decision is recorded."""
+
+    @abc.abstractmethod
+    def prune(self, older_than: float | None, now: float, batch: int = 500) -> int:
+        """Delete one small batch of events older than ``older_than`` (None: keep all) and of dedup keys
+        expired at ``now``; return how many rows went (0 when nothing is left to prune)."""

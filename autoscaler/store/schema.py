@@ -49,3 +49,13 @@ dedup = Table(
     Column("claim", String(64), nullable=False),
     Index("ix_dedup_expires", "expires_at"),
 )
+
+recommendations = Table(  # proportional mode: recent desired sizes, for the scale-in stabilization window
+    "recommendations",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("pool", String(64), nullable=False),
+    Column("time", Float, nullable=False),
+    Column("desired", Integer, nullable=False),
+    Index("ix_recommendations_pool_time", "pool", "time"),
+)

@@ -1,76 +1,34 @@
-"""The store on SQLAlchemy: SQLite (WAL, one writer at a time) or PostgreSQL, same code path."""
+"""The store on SQLAlchemy: SQLite (WAL, one writer at a time) or PostgreSQL, same code path.
+
+Race-freedom under PostgreSQL's READ COMMITTED: the lease is one conditional UPDATE of the pool's row; a
+concurrent UPDATE waits for the row lock, then re-checks the WHERE clause against the committed row, so exactly
+one replica sees ``rowcount == 1``. A dedup key is claimed with INSERT ... ON CONFLICT DO NOTHING on its primary
+key; a concurrent insert of the same key waits for the first transaction and then inserts nothing. Every wait is
+bounded by ``lock_timeout`` / ``statement_timeout`` (see ``engines.py``), and every database failure becomes
+StoreUnavailable after the transaction rolled back, so nothing is half-written.
+"""
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
-import os
-from typing import Any, Iterator
+import logging
 from contextlib import contextmanager
+from typing import Any, Iterator
 
-from sqlalchemy import Connection, bindparam, create_engine, delete, event, insert, select, text, update
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError, OperationalError, DBAPIError
+from sqlalchemy import Connection, delete, insert, select, text, update
+from sqlalchemy.exc import DataError, DBAPIError, DisconnectionError, IntegrityError, ProgrammingError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from autoscaler.models import PoolState
 from autoscaler.store import schema
 from autoscaler.store.base import EventRecord, Store, StoreUnavailable
+from autoscaler.store.engines import StoreOptions, after_fork_dispose, make_engine, normalize_url, postgres_engine
+from autoscaler.store.migrate import upgrade
+
+log = logging.getLogger(__name__)
 
 _POOL_FIELDS = ("tracked_count", "count_changed_at", "paused", "pause_reason", "last_scale_out_at",
                 "last_scale_in_at", "failures", "backoff_until", "last_event_id")
-
-
-def _sqlite_engine(url: str) -> Any:
-    parsed = make_url(url)
-    if parsed.database and parsed.database != ":memory:":
-        os.makedirs(os.path.dirname(os.path.abspath(parsed.database)), exist_ok=True)
-    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
-
-    @event.listens_for(engine, "connect")
-    def _connect(dbapi_conn: Any, _record: Any) -> None:
-        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA synchronous=NORMAL")
-        cur.execute("PRAGMA busy_timeout=30000")
-        cur.close()
-
-    @event.listens_for(engine, "begin")
-    def _begin(conn: Connection) -> None:
-        # Take the write lock at BEGIN: no deadlock between two readers that both want to write.
-        # Straight to the driver: SQLAlchemy's statement machinery cost ~8% of a webhook's CPU here.
-        conn.connection.dbapi_connection.execute("BEGIN IMMEDIATE")  # type: ignore[union-attr]
-
-    return engine
-
-
-# Hot-path statements built once: building one per call (and compiling the uncacheable ones) was most of the
-# CPU a webhook spent in the store. Values are bound at execution.
-_POOL = select(schema.pools).where(schema.pools.c.name == bindparam("p_name"))
-_ACQUIRE = (update(schema.pools)
-            .where(schema.pools.c.name == bindparam("p_name"),
-                   schema.pools.c.lease_owner.is_(None) | (schema.pools.c.lease_until < bindparam("p_now"))
-                   | (schema.pools.c.lease_owner == bindparam("p_owner")))
-            .values(lease_owner=bindparam("p_owner"), lease_until=bindparam("p_until")))
-_INSERT_EVENT = insert(schema.events)
-_EXPIRE_KEYS = delete(schema.dedup).where(schema.dedup.c.key.in_(bindparam("p_keys", expanding=True)),
-                                          schema.dedup.c.expires_at <= bindparam("p_now"))
-
-
-@functools.lru_cache(maxsize=64)
-def _finish_sql(fields: tuple[str, ...]) -> Any:
-    """UPDATE of a pool's ``fields`` that also records its last event and releases its lease."""
-    values: dict[str, Any] = {f: bindparam(f"p_{f}") for f in fields}
-    return (update(schema.pools).where(schema.pools.c.name == bindparam("p_name"))
-            .values(**values, last_event_id=bindparam("p_event"), lease_owner=None, lease_until=None))
-
-
-@functools.lru_cache(maxsize=64)
-def _claim_sql(keys: int) -> Any:
-    """INSERT … ON CONFLICT DO NOTHING of ``keys`` dedup rows, as text: SQLAlchemy never caches the compiled form of
-    its dialect-specific insert, and compiling it cost more than the rest of a webhook's store work."""
-    rows = ", ".join(f"(:k{i}, :pool, :expires_at, :claim)" for i in range(keys))
-    return text(f"INSERT INTO dedup (key, pool, expires_at, claim) VALUES {rows} ON CONFLICT DO NOTHING")
 
 
 def _hash_key(key: str) -> str:
@@ -80,27 +38,42 @@ def _hash_key(key: str) -> str:
 class SqlStore(Store):
     """Every method is one short transaction."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.dialect = make_url(url).get_backend_name()
-        if self.dialect == "sqlite":
-            self.engine = _sqlite_engine(url)
-        else:
-            self.engine = create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5, pool_timeout=5)
-        try:
-            schema.metadata.create_all(self.engine)
-        except IntegrityError:
-            pass  # another process created the tables at the same instant
+    def __init__(self, url: str, options: StoreOptions | None = None, *, migrate: bool = True) -> None:
+        self.options = options or StoreOptions()
+        parsed = normalize_url(url)
+        self.url = parsed.render_as_string(hide_password=True)
+        self.dialect = parsed.get_backend_name()
+        self.engine = make_engine(url, self.options)
+        after_fork_dispose(self.engine)
+        if migrate:
+            self.migrate()
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest revision (every replica may call this at once)."""
+        with _unavailable("cannot migrate the schema"):
+            if self.dialect == "postgresql":
+                engine = postgres_engine(normalize_url(self.url_with_password), self.options, pooled=False)
+                try:
+                    upgrade(engine)
+                finally:
+                    engine.dispose()
+            else:
+                upgrade(self.engine)
+
+    @property
+    def url_with_password(self) -> str:
+        """The real URL, for new engines only; never log it."""
+        return self.engine.url.render_as_string(hide_password=False)
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
-        try:
+        with _unavailable("store unavailable"):
             with self.engine.begin() as conn:
                 yield conn
-        except (OperationalError, DBAPIError) as exc:
-            if isinstance(exc, IntegrityError):
-                raise
-            raise StoreUnavailable(f"store unavailable: {type(exc.orig).__name__ if exc.orig else exc}") from None
 
     def _insert_ignore(self, table: Any, rows: list[dict[str, Any]]) -> Any:
         if self.dialect == "postgresql":
@@ -124,7 +97,7 @@ class SqlStore(Store):
 
     def pool(self, name: str) -> PoolState:
         with self._tx() as conn:
-            row = conn.execute(_POOL, {"p_name": name}).first()
+            row = conn.execute(select(schema.pools).where(schema.pools.c.name == name)).first()
         return self._state(row) if row else PoolState(name=name)
 
     def pools(self) -> dict[str, PoolState]:
@@ -137,12 +110,13 @@ class SqlStore(Store):
             return True
         hashed = sorted({_hash_key(k) for k in keys})
         t = schema.dedup
-        params: dict[str, Any] = {f"k{i}": k for i, k in enumerate(hashed)}
-        params.update(pool=pool, expires_at=now + window, claim=claim)
         with self._tx() as conn:
-            conn.execute(_EXPIRE_KEYS, {"p_keys": hashed, "p_now": now})
-            result = conn.execute(_claim_sql(len(hashed)), params)
-        return bool(result.rowcount and result.rowcount > 0)
+            conn.execute(delete(t).where(t.c.key.in_(hashed), t.c.expires_at <= now))
+            # RETURNING, not rowcount: psycopg reports -1 for a multi-row INSERT ... ON CONFLICT.
+            taken = conn.execute(self._insert_ignore(
+                t, [{"key": k, "pool": pool, "expires_at": now + window, "claim": claim} for k in hashed])
+                .returning(t.c.key)).all()
+        return bool(taken)
 
     def release_dedup(self, keys: tuple[str, ...], claim: str) -> None:
         if not keys:
@@ -154,7 +128,11 @@ class SqlStore(Store):
     def acquire(self, pool: str, owner: str, now: float, ttl: float) -> bool:
         t = schema.pools
         with self._tx() as conn:
-            result = conn.execute(_ACQUIRE, {"p_name": pool, "p_owner": owner, "p_now": now, "p_until": now + ttl})
+            result = conn.execute(
+                update(t)
+                .where(t.c.name == pool, (t.c.lease_owner.is_(None)) | (t.c.lease_until < now) | (t.c.lease_owner == owner))
+                .values(lease_owner=owner, lease_until=now + ttl)
+            )
         return result.rowcount == 1
 
     def release(self, pool: str, owner: str) -> None:
@@ -170,14 +148,15 @@ class SqlStore(Store):
                 "alerts": json.dumps(ev.alerts), "details": json.dumps(ev.details, default=str)}
 
     def _append(self, conn: Connection, ev: EventRecord) -> int:
-        result = conn.execute(_INSERT_EVENT, self._event_row(ev))
+        result = conn.execute(insert(schema.events).values(self._event_row(ev)))
         return int(result.inserted_primary_key[0])  # type: ignore[index]
 
     def finish(self, pool: str, owner: str, event: EventRecord, changes: dict[str, Any]) -> int:
+        t = schema.pools
         with self._tx() as conn:
             event_id = self._append(conn, event)
-            conn.execute(_finish_sql(tuple(sorted(changes))),
-                         {"p_name": pool, "p_event": event_id, **{f"p_{k}": v for k, v in changes.items()}})
+            conn.execute(update(t).where(t.c.name == pool)
+                         .values(**changes, last_event_id=event_id, lease_owner=None, lease_until=None))
         return event_id
 
     def record(self, event: EventRecord) -> int:
@@ -216,15 +195,59 @@ class SqlStore(Store):
             row = conn.execute(select(schema.events).where(schema.events.c.id == event_id)).first()
         return self._record(row) if row else None
 
-    def ping(self) -> None:
-        try:
-            with self.engine.connect() as conn:
-                conn.execute(text("SELECT 1"))
-        except (OperationalError, DBAPIError) as exc:
-            raise StoreUnavailable(f"store unavailable: {type(exc).__name__}") from None
-
-    def prune(self, older_than: float) -> int:
+    def recommendations(self, pool: str, since: float) -> list[tuple[float, int]]:
+        t = schema.recommendations
+        query = select(t.c.time, t.c.desired).where(t.c.pool == pool, t.c.time >= since).order_by(t.c.time)
         with self._tx() as conn:
-            conn.execute(delete(schema.dedup).where(schema.dedup.c.expires_at < older_than))
-            result = conn.execute(delete(schema.events).where(schema.events.c.time < older_than))
-        return int(result.rowcount or 0)
+            return [(float(r.time), int(r.desired)) for r in conn.execute(query).all()]
+
+    def add_recommendation(self, pool: str, time: float, desired: int, forget_before: float) -> None:
+        t = schema.recommendations
+        with self._tx() as conn:
+            conn.execute(delete(t).where(t.c.pool == pool, t.c.time < forget_before))
+            conn.execute(insert(t).values(pool=pool, time=time, desired=desired))
+
+    def ping(self) -> None:
+        with self._tx() as conn:
+            conn.execute(text("SELECT 1"))
+
+    def confirm_dedup(self, keys: tuple[str, ...], claim: str, expires_at: float) -> None:
+        if not keys:
+            return
+        t = schema.dedup
+        with self._tx() as conn:
+            conn.execute(update(t).where(t.c.key.in_([_hash_key(k) for k in keys]), t.c.claim == claim)
+                         .values(expires_at=expires_at))
+
+    def prune(self, older_than: float | None, now: float, batch: int = 500) -> int:
+        """One small batch of each: events older than ``older_than`` (when set) and dedup keys past expiry."""
+        removed = 0
+        for table, cond in ((schema.events, schema.events.c.time < older_than if older_than is not None else None),
+                            (schema.dedup, schema.dedup.c.expires_at <= now)):
+            if cond is None:
+                continue
+            pk = list(table.primary_key.columns)[0]
+            # SKIP LOCKED: never wait for rows a decision is writing; they go in a later batch.
+            victims = select(pk).where(cond).order_by(pk).limit(batch).with_for_update(skip_locked=True)
+            with self._tx() as conn:
+                result = conn.execute(delete(table).where(pk.in_(victims.scalar_subquery())))
+            removed += int(result.rowcount or 0)
+        return removed
+
+
+_BUG_ERRORS = (IntegrityError, ProgrammingError, DataError)
+
+
+@contextmanager
+def _unavailable(what: str) -> Iterator[None]:
+    """Turn a database failure (connection, timeout, lock, failover, pool exhausted) into StoreUnavailable."""
+    try:
+        yield
+    except (DBAPIError, PoolTimeoutError, DisconnectionError) as exc:
+        if isinstance(exc, _BUG_ERRORS):
+            raise
+        orig = getattr(exc, "orig", None)
+        code = getattr(orig, "sqlstate", None)
+        name = type(orig or exc).__name__
+        log.warning("%s: %s%s", what, name, f" (SQLSTATE {code})" if code else "")
+        raise StoreUnavailable(f"{what}: {name}") from None

@@ -1,0 +1,243 @@
+"""GET /openapi.json: the OpenAPI 3.1 document, built from the pydantic models the code validates with."""
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import models_json_schema
+
+from autoscaler import __version__
+from autoscaler.api.pools import CountRequest, PauseRequest, ScaleRequest
+from autoscaler.models import Action, Outcome, Source
+from autoscaler.sources.alertmanager import AlertmanagerPayload
+from autoscaler.sources.grafana import GrafanaPayload, LegacyPayload
+
+bp = Blueprint("openapi", __name__)
+REF = "#/components/schemas/{model}"
+
+
+class ErrorBody(BaseModel):
+    """Every error answer."""
+
+    error: str = Field(description="What is wrong, for a person.")
+
+
+class AlertRef(BaseModel):
+    """An alert as an event lists it."""
+
+    alertname: str
+    fingerprint: str
+
+
+class EventBody(BaseModel):
+    """One decision in the event log."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    id: int | None
+    time: str = Field(description="RFC 3339, UTC.")
+    pool: str | None
+    source: Source
+    action: str | None
+    outcome: Outcome
+    from_: int | None = Field(alias="from")
+    to: int | None
+    reason: str
+    alerts: list[AlertRef]
+    details: dict[str, Any] | None = None
+
+
+class DecisionBody(BaseModel):
+    """The answer to one signal."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    pool: str | None
+    action: Action | None
+    outcome: Outcome
+    from_: int | None = Field(alias="from")
+    to: int | None
+    reason: str
+    event_id: int | None
+
+
+class Cooldown(BaseModel):
+    """Seconds until each direction may act again."""
+
+    scale_out_remaining_s: float
+    scale_in_remaining_s: float
+
+
+class PoolBody(BaseModel):
+    """A pool: configured limits, stored state and the cloud's view."""
+
+    name: str
+    provider: str
+    current: int | None = Field(description="Null where the size is unknown.")
+    count_source: str = Field(description="`cloud` when read from the cloud, `tracked` when kept by us.")
+    min: int
+    max: int
+    paused: bool
+    pause_reason: str | None
+    busy: bool
+    busy_detail: str | None
+    dry_run: bool
+    cooldown: Cooldown
+    failures: int
+    backoff_remaining_s: float
+    last_scale_at: float | None
+    last_event: EventBody | None
+    error: str | None = None
+
+
+class PoolList(BaseModel):
+    """GET /api/v1/pools."""
+
+    pools: list[PoolBody]
+
+
+class EventList(BaseModel):
+    """GET /api/v1/events."""
+
+    events: list[EventBody]
+
+
+class WebhookAnswer(BaseModel):
+    """What a webhook answers."""
+
+    received: int = Field(description="Alerts in the notification.")
+    decisions: list[DecisionBody]
+
+
+_REQUESTS: list[type[BaseModel]] = [ScaleRequest, PauseRequest, CountRequest, AlertmanagerPayload, GrafanaPayload,
+                                    LegacyPayload]
+_RESPONSES: list[type[BaseModel]] = [ErrorBody, DecisionBody, PoolBody, PoolList, EventList, WebhookAnswer]
+
+
+def _schemas() -> dict[str, Any]:
+    pairs = [(m, "validation") for m in _REQUESTS] + [(m, "serialization") for m in _RESPONSES]
+    keys, top = models_json_schema(pairs, ref_template=REF, by_alias=True)  # type: ignore[arg-type]
+    return dict(top.get("$defs", {}))
+
+
+def _ref(model: type[BaseModel]) -> dict[str, str]:
+    return {"$ref": REF.format(model=model.__name__)}
+
+
+def _json(schema: dict[str, Any], description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": description, "content": {"application/json": {"schema": schema}}}
+    if headers:
+        out["headers"] = headers
+    return out
+
+
+_RETRY = {"Retry-After": {"description": "Seconds to wait before sending again.", "schema": {"type": "string"}}}
+_ERRORS = {
+    "400": "Malformed body (not JSON, not an object, bad query value).",
+    "401": "Missing or wrong credentials.",
+    "404": "Unknown pool.",
+    "409": "The provider reports the pool's real size; the count cannot be set.",
+    "413": "Body over server.max_body_bytes.",
+    "415": "Body is not JSON.",
+    "422": "Valid JSON that means nothing valid.",
+    "503": "A retry could help (failed scale, backoff, store unavailable).",
+}
+
+
+def _errors(*codes: str) -> dict[str, Any]:
+    return {c: _json(_ref(ErrorBody), _ERRORS[c], _RETRY if c == "503" else None) for c in codes}
+
+
+def _body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
+    return {"required": required, "content": {"application/json": {"schema": schema}}}
+
+
+def _pool_param(pools: list[str]) -> dict[str, Any]:
+    return {"name": "pool", "in": "path", "required": True, "schema": {"type": "string"},
+            "description": "A configured pool's name.", "examples": {p: {"value": p} for p in pools[:20]}}
+
+
+def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+
+
+def _webhook(summary: str, body: dict[str, Any]) -> dict[str, Any]:
+    return {"post": {
+        "summary": summary,
+        "parameters": [
+            _query("pool", {"type": "string"}, "Pool for alerts without routing labels or a matching rule."),
+            _query("action", {"type": "string", "enum": [a.value for a in Action]}, "Action, likewise."),
+            _query("step", {"type": "integer", "minimum": 1, "maximum": 1000}, "Step, likewise."),
+        ],
+        "requestBody": _body(body),
+        "responses": {"200": _json(_ref(WebhookAnswer), "Every alert ended up in exactly one decision."),
+                      **_errors("400", "401", "413", "415", "422", "503")},
+    }}
+
+
+def _paths(pools: list[str]) -> dict[str, Any]:
+    pool = [_pool_param(pools)]
+    open_: dict[str, Any] = {"security": []}
+    return {
+        "/webhook/alertmanager": _webhook("Alertmanager webhook (version 4)", _ref(AlertmanagerPayload)),
+        "/webhook/grafana": _webhook("Grafana unified or legacy webhook",
+                                     {"anyOf": [_ref(GrafanaPayload), _ref(LegacyPayload)]}),
+        "/api/v1/pools": {"get": {"summary": "Every pool", "responses": {
+            "200": _json(_ref(PoolList), "The pools."), **_errors("401", "503")}}},
+        "/api/v1/pools/{pool}": {"get": {"summary": "One pool", "parameters": pool, "responses": {
+            "200": _json(_ref(PoolBody), "The pool."), **_errors("401", "404", "503")}}},
+        "/api/v1/pools/{pool}/scale": {"post": {
+            "summary": "Scale by hand", "parameters": pool, "requestBody": _body(_ref(ScaleRequest)),
+            "responses": {"200": _json(_ref(DecisionBody), "The decision."),
+                          **_errors("400", "401", "404", "413", "415", "422", "503")}}},
+        **{f"/api/v1/pools/{{pool}}/{verb}": {"post": {
+            "summary": f"{verb.capitalize()} a pool", "parameters": pool,
+            "requestBody": _body(_ref(PauseRequest), required=False),
+            "responses": {"200": _json(_ref(PoolBody), "The pool."),
+                          **_errors("400", "401", "404", "413", "415", "422", "503")}}} for verb in ("pause", "resume")},
+        "/api/v1/pools/{pool}/count": {"put": {
+            "summary": "Correct the tracked count", "parameters": pool, "requestBody": _body(_ref(CountRequest)),
+            "responses": {"200": _json(_ref(PoolBody), "The pool."),
+                          **_errors("400", "401", "404", "409", "413", "415", "422", "503")}}},
+        "/api/v1/events": {"get": {
+            "summary": "The event log, newest first",
+            "parameters": [_query("pool", {"type": "string"}, "Only this pool."),
+                           _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "Default 100."),
+                           _query("before", {"type": "integer", "minimum": 0, "maximum": 10**18 - 1}, "Only events with a smaller id.")],
+            "responses": {"200": _json(_ref(EventList), "The events."), **_errors("400", "401", "503")}}},
+        "/healthz": {"get": {**open_, "summary": "Liveness", "responses": {"200": {"description": "Serving."}}}},
+        "/readyz": {"get": {**open_, "summary": "Readiness", "responses": {
+            "200": {"description": "The store answers."}, "503": {"description": "The store does not answer."}}}},
+        "/metrics": {"get": {**open_, "summary": "Prometheus metrics", "responses": {
+            "200": {"description": "Text exposition format.", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+        "/openapi.json": {"get": {**open_, "summary": "This document", "responses": {
+            "200": {"description": "OpenAPI 3.1.", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
+    }
+
+
+def document(pools: list[str], hmac_header: str | None = None) -> dict[str, Any]:
+    """The whole OpenAPI document; ``hmac_header`` adds Grafana's signature scheme when configured."""
+    schemes: dict[str, Any] = {"bearerAuth": {"type": "http", "scheme": "bearer"},
+                               "basicAuth": {"type": "http", "scheme": "basic"}}
+    security: list[dict[str, list[str]]] = [{"bearerAuth": []}, {"basicAuth": []}]
+    if hmac_header:
+        schemes["grafanaHmac"] = {"type": "apiKey", "in": "header", "name": hmac_header,
+                                  "description": "HMAC-SHA256 of the body (Grafana contact point signing)."}
+        security.append({"grafanaHmac": []})
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "gpu-pool-autoscaler", "version": __version__,
+                 "description": "Alert-driven node-pool autoscaler for GPU clusters."},
+        "paths": _paths(pools),
+        "components": {"schemas": _schemas(), "securitySchemes": schemes},
+        "security": security,
+    }
+
+
+@bp.get("/openapi.json")
+def openapi() -> Response:
+    """The OpenAPI document (no auth: it holds no secret)."""
+    settings = current_app.extensions["autoscaler"].settings
+    hm = settings.config.server.auth.grafana_hmac
+    return jsonify(document(list(settings.pools), hm.header if hm else None))

@@ -1,0 +1,63 @@
+"""GET /: the operator's status page, server-rendered, no JavaScript, refreshing itself."""
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, current_app, render_template, request
+
+from autoscaler.api import ApiError, require_auth
+from autoscaler.events import event_json
+from autoscaler.service import Service
+
+bp = Blueprint("status", __name__)
+CHART_W, CHART_H, CHART_POINTS = 240, 60, 200
+
+
+def chart(events: list[dict[str, Any]], low: int, high: int, now: float) -> dict[str, Any] | None:
+    """An SVG polyline of node count over time from a pool's events (oldest first); None without data."""
+    points: list[tuple[float, int]] = []
+    for ev in events:
+        if ev["outcome"] == "scaled" and ev["to"] is not None:
+            if not points and ev["from"] is not None:
+                points.append((ev["_t"], ev["from"]))
+            points.append((ev["_t"], ev["to"]))
+    if not points:
+        return None
+    points.append((now, points[-1][1]))
+    t0, t1 = points[0][0], max(points[-1][0], points[0][0] + 1)
+    top = max(high, max(c for _, c in points), 1)
+    xy, prev = [], None
+    for t, count in points:
+        x = round((t - t0) / (t1 - t0) * CHART_W, 1)
+        y = round(CHART_H - count / top * (CHART_H - 4) - 2, 1)
+        if prev is not None:
+            xy.append(f"{x},{prev}")  # a step chart: the count holds until it changes
+        xy.append(f"{x},{y}")
+        prev = y
+    return {"points": " ".join(xy), "w": CHART_W, "h": CHART_H, "top": top, "last": points[-1][1],
+            "min_y": round(CHART_H - low / top * (CHART_H - 4) - 2, 1)}
+
+
+def _pool_view(svc: Service, spec: Any, now: float) -> dict[str, Any]:
+    pool = svc.pool_json(spec)
+    rows = svc.store.events(spec.name, CHART_POINTS)
+    evs = [{**event_json(r), "_t": r.time} for r in reversed(rows)]
+    pool["chart"] = chart(evs, spec.min, spec.max, now)
+    return pool
+
+
+@bp.get("/")
+def status() -> Response:
+    """Every pool, a node-count chart each, and the latest events."""
+    try:
+        require_auth()
+    except ApiError as exc:
+        body = render_template("unauthorized.html", message=exc.message)
+        return Response(body, status=401, mimetype="text/html",
+                        headers={"WWW-Authenticate": 'Basic realm="gpu-pool-autoscaler", charset="UTF-8"'})
+    svc: Service = current_app.extensions["autoscaler"]
+    now = svc.clock()
+    pools = [_pool_view(svc, spec, now) for spec in svc.settings.pools.values()]
+    events = [event_json(r) for r in svc.store.events(request.args.get("pool") or None, 30)]
+    html = render_template("status.html", pools=pools, events=events, refresh=10)
+    return Response(html, mimetype="text/html")

@@ -1,0 +1,136 @@
+"""Operator commands against a running service: status, events, scale, pause, resume."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Callable
+
+import requests
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+COMMANDS = ("status", "events", "scale", "pause", "resume")
+
+
+class CliError(Exception):
+    """A failed call, said for a person (never echoing the token)."""
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=None, help=f"service URL (env AUTOSCALER_URL, default {DEFAULT_URL})")
+    parser.add_argument("--token", default=None, help="bearer token (env AUTOSCALER_TOKEN)")
+    parser.add_argument("--json", action="store_true", help="print the API's JSON answer")
+    parser.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for an answer")
+
+
+def register(sub: Any) -> None:
+    """Add the operator subcommands to ``python -m autoscaler``."""
+    _common(sub.add_parser("status", help="every pool: size, limits, busy, paused, cooldowns, last decision"))
+    events = sub.add_parser("events", help="the event log, newest first")
+    _common(events)
+    events.add_argument("--pool", default=None)
+    events.add_argument("--limit", type=int, default=20)
+    scale = sub.add_parser("scale", help="scale a pool by hand")
+    _common(scale)
+    scale.add_argument("pool")
+    scale.add_argument("direction", choices=["out", "in"])
+    scale.add_argument("--step", type=int, default=None)
+    scale.add_argument("--reason", default="")
+    scale.add_argument("--force", action="store_true", help="skip cooldown and backoff (never min/max or pause)")
+    for name in ("pause", "resume"):
+        cmd = sub.add_parser(name, help=f"{name} a pool")
+        _common(cmd)
+        cmd.add_argument("pool")
+        if name == "pause":
+            cmd.add_argument("--reason", default="")
+
+
+def _call(args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None = None,
+          params: dict[str, Any] | None = None) -> Any:
+    base = (args.url or os.environ.get("AUTOSCALER_URL") or DEFAULT_URL).rstrip("/")
+    token = args.token or os.environ.get("AUTOSCALER_TOKEN") or ""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    user = os.environ.get("USER")
+    if user:
+        headers["X-Autoscaler-User"] = user
+    try:
+        resp = requests.request(method, base + path, json=body, params=params, headers=headers, timeout=args.timeout)
+    except requests.RequestException as exc:
+        raise CliError(f"cannot reach {base}: {type(exc).__name__}") from None
+    try:
+        data = resp.json()
+    except ValueError:
+        raise CliError(f"{method} {path}: HTTP {resp.status_code}, not a JSON answer") from None
+    if resp.status_code >= 400 and not (resp.status_code == 503 and "outcome" in data):
+        raise CliError(f"{method} {path}: HTTP {resp.status_code}: {data.get('error', data)}")
+    return data
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> str:
+    """Columns padded to their widest cell."""
+    cells = [[("" if c is None else str(c)) for c in row] for row in [headers, *rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+
+
+def _pool_rows(pools: list[dict[str, Any]]) -> str:
+    rows = []
+    for p in pools:
+        last = p.get("last_event") or {}
+        cool = p["cooldown"]
+        rows.append([p["name"], p["provider"], "?" if p["current"] is None else p["current"], f"{p['min']}-{p['max']}",
+                     "yes" if p["busy"] else "no", "yes" if p["paused"] else "no",
+                     f"{cool['scale_out_remaining_s']:.0f}s/{cool['scale_in_remaining_s']:.0f}s",
+                     last.get("outcome", "-"), (last.get("reason") or "")[:60]])
+    return table(["POOL", "PROVIDER", "CURRENT", "MIN-MAX", "BUSY", "PAUSED", "COOLDOWN(out/in)", "LAST", "REASON"],
+                 rows)
+
+
+def _status(args: argparse.Namespace) -> tuple[Any, str]:
+    data = _call(args, "GET", "/api/v1/pools")
+    return data, _pool_rows(data["pools"])
+
+
+def _events(args: argparse.Namespace) -> tuple[Any, str]:
+    params = {"limit": args.limit, **({"pool": args.pool} if args.pool else {})}
+    data = _call(args, "GET", "/api/v1/events", params=params)
+    rows = [[e["id"], e["time"], e["pool"], e["source"], e["action"], e["outcome"],
+             "" if e["from"] is None else f"{e['from']}->{e['to']}", e["reason"][:70]] for e in data["events"]]
+    return data, table(["ID", "TIME", "POOL", "SOURCE", "ACTION", "OUTCOME", "FROM->TO", "REASON"], rows)
+
+
+def _scale(args: argparse.Namespace) -> tuple[Any, str]:
+    body: dict[str, Any] = {"action": "scale_out" if args.direction == "out" else "scale_in"}
+    if args.step is not None:
+        body["step"] = args.step
+    if args.reason:
+        body["reason"] = args.reason
+    if args.force:
+        body["force"] = True
+    d = _call(args, "POST", f"/api/v1/pools/{args.pool}/scale", body)
+    sizes = f" {d['from']} -> {d['to']}" if d.get("from") is not None else ""
+    return d, f"{d['pool']}: {d['outcome']}{sizes}: {d['reason']} (event {d['event_id']})"
+
+
+def _pause(args: argparse.Namespace) -> tuple[Any, str]:
+    body = {"reason": args.reason} if getattr(args, "reason", "") else None
+    data = _call(args, "POST", f"/api/v1/pools/{args.pool}/{args.command}", body)
+    return data, _pool_rows([data])
+
+
+HANDLERS: dict[str, Callable[[argparse.Namespace], tuple[Any, str]]] = {
+    "status": _status, "events": _events, "scale": _scale, "pause": _pause, "resume": _pause}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one operator command; 0 on success, 1 when the service said no or could not be reached."""
+    try:
+        data, text = HANDLERS[args.command](args)
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(data, indent=2) if args.json else text)
+    if args.command == "scale" and data.get("outcome") == "failed":
+        return 1
+    return 0

@@ -1,0 +1,96 @@
+"""What a replay writes: timeline.csv, summary.json and replay.png."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections import Counter
+from typing import Any
+
+from autoscaler.events import rfc3339
+from autoscaler.models import Outcome
+from autoscaler.replay.sim import Run
+
+TIMELINE_HEADER = ["timestamp", "demand", "ready", "requested", "utilization", "outcomes"]
+
+
+def figures(run: Run) -> dict[str, Any]:
+    """The summary figures of one run; node-hours count ready nodes at the start of each minute."""
+    minutes = run.minutes
+    scaled = [d for _, d in run.decisions if d.outcome is Outcome.SCALED]
+    changes = sum(1 for a, b in zip(scaled, scaled[1:]) if a.action != b.action)
+    saturated = sum(1 for m in minutes if m.demand > m.ready + 1e-9)
+    return {
+        "node_hours": round(sum(m.ready for m in minutes) / 60.0, 4),
+        "saturated_minutes": saturated,
+        "minutes_above_90": sum(1 for m in minutes if m.utilization > 90.0),
+        "scale_actions": len(scaled),
+        "direction_changes": changes,
+        "minutes": len(minutes),
+        "saturated_pct": round(100.0 * saturated / len(minutes), 3) if minutes else 0.0,
+        "peak_ready": max((m.ready for m in minutes), default=0),
+        "outcomes": dict(sorted(Counter(d.outcome.value for _, d in run.decisions).items())),
+    }
+
+
+def summary(run: Run, static: Run, step: Run) -> dict[str, Any]:
+    """summary.json: the run's figures and the two baselines', plus savings against static provisioning."""
+    out = figures(run)
+    out["baselines"] = {"static_peak": figures(static), "fixed_step": figures(step)}
+    peak_hours = out["baselines"]["static_peak"]["node_hours"]
+    out["node_hours_saved_vs_static_peak_pct"] = (
+        round(100.0 * (1 - out["node_hours"] / peak_hours), 2) if peak_hours else 0.0)
+    return out
+
+
+def write_timeline(path: str, run: Run) -> None:
+    """timeline.csv, one row a minute."""
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(TIMELINE_HEADER)
+        for m in run.minutes:
+            writer.writerow([rfc3339(m.time).replace(".000Z", "Z"), f"{m.demand:g}", m.ready, m.requested,
+                             f"{m.utilization:.1f}", ";".join(m.outcomes)])
+
+
+def write_plot(path: str, run: Run, title: str) -> None:
+    """replay.png: demand, ready and requested nodes, decisions marked; utilisation below."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    start = run.minutes[0].time if run.minutes else 0.0
+    hours = [(m.time - start) / 3600 for m in run.minutes]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(12, 7), sharex=True, height_ratios=[3, 1])
+    top.plot(hours, [m.demand for m in run.minutes], color="black", lw=1, label="demand (nodes of work)")
+    top.step(hours, [m.ready for m in run.minutes], where="post", color="tab:blue", lw=1.6, label="ready nodes")
+    top.step(hours, [m.requested for m in run.minutes], where="post", color="tab:orange", lw=1, ls="--",
+             label="requested nodes")
+    for action, marker, color in (("scale_out", "^", "tab:green"), ("scale_in", "v", "tab:red")):
+        points = [((t - start) / 3600, d.to) for t, d in run.decisions
+                  if d.outcome is Outcome.SCALED and d.action == action]
+        if points:
+            top.scatter(*zip(*points), marker=marker, color=color, zorder=3, label=f"{action} decision")
+    top.set_ylabel("nodes")
+    top.set_title(title)
+    top.legend(loc="upper left", fontsize=8)
+    top.grid(alpha=0.3)
+    bottom.plot(hours, [m.utilization for m in run.minutes], color="tab:purple", lw=1)
+    bottom.set_ylabel("utilisation %")
+    bottom.set_xlabel("hours since start of trace")
+    bottom.set_ylim(0, 105)
+    bottom.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_all(out_dir: str, run: Run, data: dict[str, Any], title: str) -> None:
+    """Write the three files into ``out_dir`` (created if missing)."""
+    os.makedirs(out_dir, exist_ok=True)
+    write_timeline(os.path.join(out_dir, "timeline.csv"), run)
+    with open(os.path.join(out_dir, "summary.json"), "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2)
+        fh.write("\n")
+    write_plot(os.path.join(out_dir, "replay.png"), run, title)

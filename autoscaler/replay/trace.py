@@ -1,0 +1,84 @@
+"""The demand trace: ``timestamp,demand`` rows, one a minute, RFC 3339 UTC, demand in nodes' worth of work."""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+HEADER = ["timestamp", "demand"]
+STEP = 60.0
+
+
+class ReplayError(Exception):
+    """A bad trace or config: the message names the file and the line or key."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Demand per minute from ``start`` (Unix seconds)."""
+
+    start: float
+    demand: tuple[float, ...]
+
+    @property
+    def end(self) -> float:
+        return self.start + STEP * len(self.demand)
+
+    def at(self, t: float) -> float:
+        """Demand of the minute that holds ``t`` (0 outside the trace)."""
+        index = int((t - self.start) // STEP)
+        return self.demand[index] if 0 <= index < len(self.demand) else 0.0
+
+
+def parse_time(text: str) -> float:
+    """Unix seconds from an RFC 3339 UTC time such as ``2025-01-01T00:00:00Z``; ValueError otherwise."""
+    parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    if parsed.tzinfo is None or parsed.utcoffset() != timezone.utc.utcoffset(None):
+        raise ValueError("must be UTC (end it with Z)")
+    return parsed.timestamp()
+
+
+def _row(path: str, line: int, row: list[str], previous: float | None) -> tuple[float, float]:
+    where = f"{path} line {line}"
+    if len(row) != 2:
+        raise ReplayError(f"{where}: expected 2 columns (timestamp,demand), got {len(row)}")
+    try:
+        ts = parse_time(row[0])
+    except ValueError as exc:
+        raise ReplayError(f"{where}: timestamp {row[0]!r} is not an RFC 3339 UTC time ({exc})") from None
+    try:
+        demand = float(row[1])
+    except ValueError:
+        raise ReplayError(f"{where}: demand {row[1]!r} is not a number") from None
+    if not math.isfinite(demand) or demand < 0:
+        raise ReplayError(f"{where}: demand {row[1]!r} must be a finite number >= 0")
+    if previous is not None and ts - previous != STEP:
+        raise ReplayError(f"{where}: timestamp {row[0]} is not 60 s after the previous row (one row a minute)")
+    return ts, demand
+
+
+def load_trace(path: str) -> Trace:
+    """Read and check a trace; ReplayError names the line of the first problem."""
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            rows = list(csv.reader(fh))
+    except OSError as exc:
+        raise ReplayError(f"{path}: cannot read: {exc.strerror}") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise ReplayError(f"{path}: not a CSV text file: {exc}") from None
+    if not rows or [c.strip() for c in rows[0]] != HEADER:
+        got = ",".join(rows[0]) if rows else "an empty file"
+        raise ReplayError(f"{path} line 1: expected the header timestamp,demand, got {got!r}")
+    start: float | None = None
+    previous: float | None = None
+    demand: list[float] = []
+    for line, row in enumerate(rows[1:], start=2):
+        if not row or all(not c.strip() for c in row):
+            continue
+        previous, value = _row(path, line, row, previous)
+        start = previous if start is None else start
+        demand.append(value)
+    if start is None:
+        raise ReplayError(f"{path}: no rows after the header")
+    return Trace(start=start, demand=tuple(demand))

@@ -1,0 +1,56 @@
+"""Event retention and dedup-key expiry, pruned in small batches off the request path."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from autoscaler.store import Store, StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+
+class Pruner:
+    """At most one run per ``interval`` per process, on a background thread, a few small batches each."""
+
+    def __init__(self, store: Store, retain: float | None, clock: Callable[[], float] = time.time, *,
+                 interval: float = 60.0, batch: int = 500, max_batches: int = 20) -> None:
+        self.store = store
+        self.retain = retain
+        self.clock = clock
+        self.interval = interval
+        self.batch = batch
+        self.max_batches = max_batches
+        self._lock = threading.Lock()
+        self._next = 0.0
+        self._thread: threading.Thread | None = None
+
+    def maybe_start(self) -> threading.Thread | None:
+        """Start a run unless one ran within ``interval`` or is still going; never blocks."""
+        now = self.clock()
+        with self._lock:
+            if now < self._next or (self._thread is not None and self._thread.is_alive()):
+                return None
+            self._next = now + self.interval
+            self._thread = threading.Thread(target=self.run, args=(now,), name="autoscaler-prune", daemon=True)
+            self._thread.start()
+            return self._thread
+
+    def run(self, now: float) -> int:
+        """Prune until nothing is left or ``max_batches`` ran; return how many rows went."""
+        older_than = now - self.retain if self.retain else None
+        total = 0
+        try:
+            for _ in range(self.max_batches):
+                removed = self.store.prune(older_than, now, self.batch)
+                total += removed
+                if removed == 0:
+                    break
+        except StoreUnavailable as exc:
+            log.warning("prune skipped: %s", exc)  # next run will try again
+        except Exception:  # a pruning bug must never take a worker down
+            log.exception("prune failed")
+        if total:
+            log.info("pruned %d rows (events older than %s s, expired dedup keys)", total, self.retain)
+        return total

@@ -1,0 +1,120 @@
+"""SQLAlchemy engines for the store: SQLite (WAL, BEGIN IMMEDIATE) and PostgreSQL (psycopg 3, bounded waits)."""
+from __future__ import annotations
+
+import os
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """How long the store may wait, and how many connections one process keeps (PostgreSQL)."""
+
+    lock_wait: float = 5.0          # lock_timeout: longest wait for a row lock held by another replica
+    statement_timeout: float = 10.0  # longest any single statement may run
+    connect_timeout: float = 5.0    # longest a new connection may take to open
+    pool_size: int = 2              # connections kept open per process (gunicorn worker)
+    max_overflow: int = 3           # extra connections under a burst, closed when returned
+
+
+def normalize_url(url: str) -> URL:
+    """``postgresql://`` (and ``postgres://``) mean psycopg 3; other drivers are kept as written."""
+    parsed = make_url(url.replace("postgres://", "postgresql://", 1) if url.startswith("postgres://") else url)
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def dialect_of(url: str) -> str:
+    """``sqlite`` or ``postgresql``."""
+    return normalize_url(url).get_backend_name()
+
+
+def sqlite_engine(url: URL, options: StoreOptions, **kwargs: Any) -> Engine:
+    """One writer at a time: every transaction starts with BEGIN IMMEDIATE and waits up to 30 s for the file lock."""
+    if url.database and url.database != ":memory:":
+        os.makedirs(os.path.dirname(os.path.abspath(url.database)), exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        # Take the write lock at BEGIN: no deadlock between two readers that both want to write.
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+def postgres_engine(url: URL, options: StoreOptions, *, pooled: bool = True) -> Engine:
+    """READ COMMITTED, pre-ping, and every wait bounded: connect, pool checkout, lock, statement, TCP."""
+    connect_args: dict[str, Any] = {
+        "connect_timeout": max(1, int(options.connect_timeout + 0.999)),
+        "application_name": "gpu-pool-autoscaler",
+        # A peer that stops answering (network partition) must not hang a query: the kernel gives up on
+        # unacknowledged data after tcp_user_timeout, and keepalives find idle dead connections.
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+        "tcp_user_timeout": _ms(options.statement_timeout + options.connect_timeout),
+    }
+    kwargs: dict[str, Any] = {"isolation_level": "READ COMMITTED", "pool_pre_ping": True,
+                              "connect_args": connect_args}
+    if pooled:
+        kwargs.update(pool_size=options.pool_size, max_overflow=options.max_overflow,
+                      pool_timeout=max(1.0, options.lock_wait), pool_recycle=1800)
+    else:
+        from sqlalchemy.pool import NullPool
+
+        kwargs["poolclass"] = NullPool
+    engine = create_engine(url, **kwargs)
+    settings = (("lock_timeout", _ms(options.lock_wait)), ("statement_timeout", _ms(options.statement_timeout)),
+                ("idle_in_transaction_session_timeout", _ms(max(60.0, options.statement_timeout * 6))))
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _record: Any) -> None:
+        # SET rather than libpq startup options, so that it also works behind PgBouncer in session mode.
+        with dbapi_conn.cursor() as cur:
+            for name, value in settings:
+                cur.execute(f"SET {name} = {int(value)}")
+        dbapi_conn.commit()
+
+    return engine
+
+
+def make_engine(url: str, options: StoreOptions) -> Engine:
+    """The engine for a ``store.url``."""
+    parsed = normalize_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return sqlite_engine(parsed, options)
+    if parsed.get_backend_name() == "postgresql":
+        return postgres_engine(parsed, options)
+    raise ValueError(f"unsupported store url scheme {parsed.drivername!r}: use sqlite:/// or postgresql://")
+
+
+def after_fork_dispose(engine: Engine) -> None:
+    """A forked child (gunicorn --preload) must not reuse the parent's sockets: drop them without closing."""
+    ref = weakref.ref(engine)
+
+    def _child() -> None:
+        alive = ref()
+        if alive is not None:
+            alive.dispose(close=False)
+
+    os.register_at_fork(after_in_child=_child)

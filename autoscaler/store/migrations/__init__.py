@@ -1,0 +1,1 @@
+"""Alembic migrations of the store; run by ``autoscaler.store.migrate``, no alembic.ini needed."""

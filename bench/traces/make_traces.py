@@ -1,0 +1,69 @@
+"""Generate the two sample demand traces (seeded, so every run writes the same files).
+
+python bench/traces/make_traces.py  ->  bench/traces/diurnal_inference.csv, bench/traces/training_queue.csv
+Demand is in GPU nodes' worth of work, one row a minute for one day.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+from datetime import datetime, timedelta, timezone
+
+START = datetime(2025, 1, 6, tzinfo=timezone.utc)
+MINUTES = 24 * 60
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def diurnal_inference(rng: random.Random) -> list[float]:
+    """An inference service: quiet night, busy day peaking mid-afternoon, noise, and a few traffic bursts."""
+    bursts = []
+    for _ in range(5):
+        start = rng.randint(8 * 60, 21 * 60)
+        bursts.append((start, rng.randint(15, 40), rng.uniform(1.5, 3.0)))
+    out = []
+    level = 0.0
+    for minute in range(MINUTES):
+        hour = minute / 60
+        base = 2.0 + 7.0 * max(0.0, math.sin(math.pi * (hour - 6) / 16)) ** 1.5 if 6 <= hour <= 22 else 2.0
+        level = 0.8 * level + rng.gauss(0, 0.15)  # autocorrelated noise
+        burst = 0.0
+        for start, length, height in bursts:
+            if start <= minute < start + length:
+                ramp = min(1.0, (minute - start + 1) / 5, (start + length - minute) / 5)
+                burst += height * ramp
+        out.append(max(0.3, base * (1 + level * 0.5) + burst))
+    return out
+
+
+def training_queue(rng: random.Random) -> list[float]:
+    """A shared training cluster: jobs of 1-4 nodes arrive in working-hour waves and run 20 min to 3 h."""
+    demand = [0.0] * MINUTES
+    for minute in range(MINUTES):
+        hour = minute / 60
+        rate = 0.05 if 9 <= hour < 19 else 0.015  # jobs per minute
+        if rng.random() < rate:
+            nodes = rng.choice([1, 1, 2, 2, 3, 4])
+            length = rng.randint(20, 180)
+            for m in range(minute, min(MINUTES, minute + length)):
+                demand[m] += nodes * rng.uniform(0.85, 1.0)  # a job keeps its GPUs busy, not always 100%
+    return [max(0.2, d) for d in demand]
+
+
+def write(name: str, demand: list[float]) -> None:
+    """One CSV with the header timestamp,demand."""
+    path = os.path.join(HERE, name)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("timestamp,demand\n")
+        for i, d in enumerate(demand):
+            fh.write(f"{(START + timedelta(minutes=i)).strftime('%Y-%m-%dT%H:%M:%SZ')},{d:.2f}\n")
+    print(f"{path}: {len(demand)} rows, peak {max(demand):.2f}, mean {sum(demand) / len(demand):.2f}")
+
+
+def main() -> None:
+    write("diurnal_inference.csv", diurnal_inference(random.Random(20250106)))
+    write("training_queue.csv", training_queue(random.Random(7)))
+
+
+if __name__ == "__main__":
+    main()

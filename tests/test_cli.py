@@ -1,0 +1,72 @@
+"""``python -m autoscaler status|events|scale|pause|resume`` against a running gunicorn."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Iterator
+
+import pytest
+import yaml
+
+from tests.gunicorn_server import ROOT, Gunicorn, free_port
+from tests.support import TOKEN, config
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gunicorn]:
+    tmp = tmp_path_factory.mktemp("cli")
+    path = tmp / "config.yaml"
+    path.write_text(yaml.safe_dump(config(f"sqlite:///{tmp}/s.db")))
+    with Gunicorn("app:app", {"AUTOSCALER_CONFIG": str(path)}, log=tmp / "g.log") as running:
+        yield running
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCALER_")}
+    full.update({"PYTHONPATH": str(ROOT), **(env or {})})
+    return subprocess.run([sys.executable, "-m", "autoscaler", *args], capture_output=True, text=True, env=full,
+                          cwd=ROOT, timeout=30)
+
+
+@pytest.mark.slow
+def test_operator_session(server: Gunicorn) -> None:
+    env = {"AUTOSCALER_URL": server.url, "AUTOSCALER_TOKEN": TOKEN}
+    status = cli("status", env=env)
+    assert status.returncode == 0, status.stderr
+    lines = status.stdout.splitlines()
+    assert lines[0].split()[:3] == ["POOL", "PROVIDER", "CURRENT"]
+    assert lines[1].split()[:4] == ["gpu", "simulated", "2", "1-6"]
+
+    scaled = cli("scale", "gpu", "out", "--step", "2", "--reason", "batch job", env=env)
+    assert scaled.returncode == 0 and "gpu: scaled 2 -> 4" in scaled.stdout
+    again = cli("scale", "gpu", "out", env=env)
+    assert again.returncode == 0 and "skipped_cooldown" in again.stdout
+
+    paused = cli("pause", "spare", "--reason", "driver upgrade", "--json", env=env)
+    assert paused.returncode == 0 and json.loads(paused.stdout)["pause_reason"] == "driver upgrade"
+    assert "yes" in cli("status", env=env).stdout.splitlines()[2].split()[5]
+    assert json.loads(cli("resume", "spare", "--json", env=env).stdout)["paused"] is False
+
+    events = cli("events", "--pool", "gpu", env=env)
+    assert events.returncode == 0
+    rows = events.stdout.splitlines()
+    assert rows[0].startswith("ID") and "skipped_cooldown" in rows[1] and "scaled" in rows[2]
+    assert "manual request by" in rows[2] or "batch job" in rows[2] or "scale out 2 -> 4" in rows[2]
+    as_json = json.loads(cli("events", "--limit", "1", "--json", env=env).stdout)
+    assert len(as_json["events"]) == 1
+
+
+@pytest.mark.slow
+def test_flags_override_env_and_errors_exit_1(server: Gunicorn) -> None:
+    ok = cli("status", "--url", server.url, "--token", TOKEN, env={"AUTOSCALER_URL": "http://127.0.0.1:1"})
+    assert ok.returncode == 0
+    wrong = cli("status", "--url", server.url, "--token", "not-the-token")
+    assert wrong.returncode == 1 and "401" in wrong.stderr and "not-the-token" not in wrong.stderr
+    missing = cli("scale", "nope", "in", "--url", server.url, "--token", TOKEN)
+    assert missing.returncode == 1 and "404" in missing.stderr and "nope" in missing.stderr
+    down = cli("status", "--url", f"http://127.0.0.1:{free_port()}", "--token", TOKEN)
+    assert down.returncode == 1 and "cannot reach" in down.stderr
+    usage = cli("scale", "gpu", "sideways")
+    assert usage.returncode == 2

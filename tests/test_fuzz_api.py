@@ -1,0 +1,55 @@
+"""schemathesis fuzzes every operation of /openapi.json against the app: no 5xx, JSON errors, fast answers."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+
+from tests.support import AUTH, FakeClock, make_app
+
+CONTRACT_ERRORS = {400, 401, 404, 405, 409, 413, 415, 422, 503}
+MAX_SECONDS = 1.0
+POOLS = ("gpu", "spare")
+
+
+@pytest.fixture(scope="module")
+def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    db = Path(tmp_path_factory.mktemp("fuzz")) / "state.db"
+    app = make_app(f"sqlite:///{db}", FakeClock())
+    return schemathesis.openapi.from_wsgi("/openapi.json", app)
+
+
+schema = schemathesis.pytest.from_fixture("api_schema")
+
+
+def error_body_is_json(ctx: Any, response: schemathesis.Response, case: schemathesis.Case) -> None:
+    """Every 4xx/5xx answer carries a contract status and a JSON ``{"error": ...}`` body."""
+    if response.status_code < 400 or case.path == "/readyz":
+        return
+    assert response.status_code in CONTRACT_ERRORS, f"status {response.status_code} is not in the contract"
+    body = response.json()
+    assert isinstance(body, dict) and isinstance(body.get("error"), str) and body["error"], body
+
+
+def answers_fast(ctx: Any, response: schemathesis.Response, case: schemathesis.Case) -> None:
+    """No answer slower than a second."""
+    assert response.elapsed < MAX_SECONDS, f"answered in {response.elapsed:.2f}s"
+
+
+CHECKS = [schemathesis.checks.not_a_server_error, schemathesis.checks.status_code_conformance,
+          schemathesis.checks.content_type_conformance, schemathesis.checks.response_schema_conformance,
+          error_body_is_json, answers_fast]
+
+
+@schema.parametrize()
+@settings(max_examples=40, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.filter_too_much, HealthCheck.data_too_large])
+def test_every_operation(case: schemathesis.Case) -> None:
+    pool = (case.path_parameters or {}).get("pool")
+    if isinstance(pool, str) and len(pool) % 3:  # mostly real pools, sometimes an unknown one
+        case.path_parameters["pool"] = POOLS[len(pool) % 2]
+    case.call_and_validate(headers=AUTH, checks=CHECKS)
