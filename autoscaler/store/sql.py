@@ -9,13 +9,14 @@ StoreUnavailable after the transaction rolled back, so nothing is half-written.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from sqlalchemy import Connection, delete, insert, select, text, update
+from sqlalchemy import Connection, bindparam, delete, insert, select, text, update
 from sqlalchemy.exc import DataError, DBAPIError, DisconnectionError, IntegrityError, ProgrammingError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
@@ -29,6 +30,38 @@ log = logging.getLogger(__name__)
 
 _POOL_FIELDS = ("tracked_count", "count_changed_at", "paused", "pause_reason", "last_scale_out_at",
                 "last_scale_in_at", "failures", "backoff_until", "last_event_id")
+
+
+# Hot-path statements built once, values bound at execution: building them per call, and compiling the dialect
+# INSERT ... ON CONFLICT that SQLAlchemy never caches, was most of the CPU a webhook spent in the store.
+_POOL = select(schema.pools).where(schema.pools.c.name == bindparam("p_name"))
+_ACQUIRE = (update(schema.pools)
+            .where(schema.pools.c.name == bindparam("p_name"),
+                   schema.pools.c.lease_owner.is_(None) | (schema.pools.c.lease_until < bindparam("p_now"))
+                   | (schema.pools.c.lease_owner == bindparam("p_owner")))
+            .values(lease_owner=bindparam("p_owner"), lease_until=bindparam("p_until")))
+_INSERT_EVENT = insert(schema.events)
+_EXPIRE_KEYS = delete(schema.dedup).where(schema.dedup.c.key.in_(bindparam("p_keys", expanding=True)),
+                                          schema.dedup.c.expires_at <= bindparam("p_now"))
+
+_CONFIRM_KEYS = (update(schema.dedup).where(schema.dedup.c.key.in_(bindparam("p_keys", expanding=True)),
+                                            schema.dedup.c.claim == bindparam("p_claim"))
+                 .values(expires_at=bindparam("p_expires")))
+
+
+@functools.lru_cache(maxsize=64)
+def _finish_sql(fields: tuple[str, ...]) -> Any:
+    """UPDATE of a pool's ``fields`` that also records its last event and releases its lease."""
+    values: dict[str, Any] = {f: bindparam(f"p_{f}") for f in fields}
+    return (update(schema.pools).where(schema.pools.c.name == bindparam("p_name"))
+            .values(**values, last_event_id=bindparam("p_event"), lease_owner=None, lease_until=None))
+
+
+@functools.lru_cache(maxsize=64)
+def _claim_sql(keys: int) -> Any:
+    """INSERT ... ON CONFLICT DO NOTHING RETURNING of ``keys`` dedup rows (the same SQL on SQLite and PostgreSQL)."""
+    rows = ", ".join(f"(:k{i}, :pool, :expires_at, :claim)" for i in range(keys))
+    return text(f"INSERT INTO dedup (key, pool, expires_at, claim) VALUES {rows} ON CONFLICT DO NOTHING RETURNING key")
 
 
 def _hash_key(key: str) -> str:
@@ -97,7 +130,7 @@ class SqlStore(Store):
 
     def pool(self, name: str) -> PoolState:
         with self._tx() as conn:
-            row = conn.execute(select(schema.pools).where(schema.pools.c.name == name)).first()
+            row = conn.execute(_POOL, {"p_name": name}).first()
         return self._state(row) if row else PoolState(name=name)
 
     def pools(self) -> dict[str, PoolState]:
@@ -109,13 +142,12 @@ class SqlStore(Store):
         if not keys:
             return True
         hashed = sorted({_hash_key(k) for k in keys})
-        t = schema.dedup
+        params: dict[str, Any] = {f"k{i}": k for i, k in enumerate(hashed)}
+        params.update(pool=pool, expires_at=now + window, claim=claim)
         with self._tx() as conn:
-            conn.execute(delete(t).where(t.c.key.in_(hashed), t.c.expires_at <= now))
+            conn.execute(_EXPIRE_KEYS, {"p_keys": hashed, "p_now": now})
             # RETURNING, not rowcount: psycopg reports -1 for a multi-row INSERT ... ON CONFLICT.
-            taken = conn.execute(self._insert_ignore(
-                t, [{"key": k, "pool": pool, "expires_at": now + window, "claim": claim} for k in hashed])
-                .returning(t.c.key)).all()
+            taken = conn.execute(_claim_sql(len(hashed)), params).all()
         return bool(taken)
 
     def release_dedup(self, keys: tuple[str, ...], claim: str) -> None:
@@ -126,13 +158,8 @@ class SqlStore(Store):
             conn.execute(delete(t).where(t.c.key.in_([_hash_key(k) for k in keys]), t.c.claim == claim))
 
     def acquire(self, pool: str, owner: str, now: float, ttl: float) -> bool:
-        t = schema.pools
         with self._tx() as conn:
-            result = conn.execute(
-                update(t)
-                .where(t.c.name == pool, (t.c.lease_owner.is_(None)) | (t.c.lease_until < now) | (t.c.lease_owner == owner))
-                .values(lease_owner=owner, lease_until=now + ttl)
-            )
+            result = conn.execute(_ACQUIRE, {"p_name": pool, "p_owner": owner, "p_now": now, "p_until": now + ttl})
         return result.rowcount == 1
 
     def release(self, pool: str, owner: str) -> None:
@@ -148,15 +175,14 @@ class SqlStore(Store):
                 "alerts": json.dumps(ev.alerts), "details": json.dumps(ev.details, default=str)}
 
     def _append(self, conn: Connection, ev: EventRecord) -> int:
-        result = conn.execute(insert(schema.events).values(self._event_row(ev)))
+        result = conn.execute(_INSERT_EVENT, self._event_row(ev))
         return int(result.inserted_primary_key[0])  # type: ignore[index]
 
     def finish(self, pool: str, owner: str, event: EventRecord, changes: dict[str, Any]) -> int:
-        t = schema.pools
         with self._tx() as conn:
             event_id = self._append(conn, event)
-            conn.execute(update(t).where(t.c.name == pool)
-                         .values(**changes, last_event_id=event_id, lease_owner=None, lease_until=None))
+            conn.execute(_finish_sql(tuple(sorted(changes))),
+                         {"p_name": pool, "p_event": event_id, **{f"p_{k}": v for k, v in changes.items()}})
         return event_id
 
     def record(self, event: EventRecord) -> int:
@@ -214,10 +240,9 @@ class SqlStore(Store):
     def confirm_dedup(self, keys: tuple[str, ...], claim: str, expires_at: float) -> None:
         if not keys:
             return
-        t = schema.dedup
         with self._tx() as conn:
-            conn.execute(update(t).where(t.c.key.in_([_hash_key(k) for k in keys]), t.c.claim == claim)
-                         .values(expires_at=expires_at))
+            conn.execute(_CONFIRM_KEYS, {"p_keys": [_hash_key(k) for k in keys], "p_claim": claim,
+                                         "p_expires": expires_at})
 
     def prune(self, older_than: float | None, now: float, batch: int = 500) -> int:
         """One small batch of each: events older than ``older_than`` (when set) and dedup keys past expiry."""
