@@ -46,8 +46,9 @@ class Service:
     """One gunicorn instance of app:app with its own config file and metrics directory."""
 
     def __init__(self, config: dict[str, Any], workdir: Path, workers: int = 2, env: dict[str, str] | None = None,
-                 port: int | None = None) -> None:
+                 port: int | None = None, app: str = "app:app") -> None:
         self.config = config
+        self.app = app  # the WSGI target (the benchmarks start a bare Flask app too)
         self.workdir = workdir
         self.workers = workers
         self.port = port or free_port()
@@ -73,7 +74,7 @@ class Service:
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [GUNICORN, "-c", str(ROOT / "gunicorn.conf.py"), "-b", f"127.0.0.1:{self.port}", "-w", str(self.workers),
-             "app:app"], cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+             self.app], cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         return self
 
     def wait_ready(self, timeout: float = 30.0) -> "Service":
