@@ -36,6 +36,13 @@ run: deps
 test: dev-deps system-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+## Benchmarks (bench/, see BENCHMARKS.md): results in bench/results/*.json and a table on stdout.
+bench: dev-deps system-deps
+	$(PY) -m bench.run
+
+bench-smoke: dev-deps system-deps
+	$(PY) -m bench.run --smoke
+
 check-config: deps
 	$(PY) -m autoscaler check-config $(AUTOSCALER_CONFIG)
 

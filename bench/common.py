@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
+RESULTS = Path(os.environ.get("BENCH_RESULTS") or ROOT / "bench" / "results")
 TOKEN = "bench-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 POOL = "gpu-a100"

@@ -94,7 +94,7 @@ def run(smoke: bool = False, runs: int = 5) -> dict[str, Any]:
             else:
                 svc = Service({}, d, env=env, app="bench.baseline_app:app")
             try:
-                starts[name].append(start_and_measure(svc, body, 2 if smoke else 5))
+                starts[name].append(start_and_measure(svc, body, 1 if smoke else 5))
             finally:
                 svc.stop()
     out: dict[str, Any] = {"settings": {"runs": runs, "workers": 2, "worker_class": "gthread, 4 threads",

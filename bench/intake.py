@@ -79,7 +79,7 @@ def run(smoke: bool = False, runs: int = 5, seconds: float = 10.0, rate: float =
         connections: int = 8) -> dict[str, Any]:
     """Every store x worker class: wrk throughput of the app and of the baseline, interleaved; then fixed-rate."""
     if smoke:
-        runs, seconds = 1, 2.0
+        runs, seconds = 1, 1.0
     classes = ["gthread"] if smoke else list(WORKER_CLASSES)
     workdir = Path(tempfile.mkdtemp(prefix="bench-intake-"))
     body = _template(workdir)
