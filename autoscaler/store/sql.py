@@ -13,7 +13,8 @@ import functools
 import hashlib
 import json
 import logging
-from contextlib import contextmanager
+import os
+from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator
 
 from sqlalchemy import Connection, bindparam, delete, insert, select, text, update
@@ -23,6 +24,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from autoscaler.models import PoolState
 from autoscaler.store import schema
 from autoscaler.store.base import EventRecord, Store, StoreUnavailable
+from autoscaler.store.gate import WriterGate
 from autoscaler.store.engines import StoreOptions, after_fork_dispose, make_engine, normalize_url, postgres_engine
 from autoscaler.store.migrate import upgrade
 
@@ -77,6 +79,8 @@ class SqlStore(Store):
         self.url = parsed.render_as_string(hide_password=True)
         self.dialect = parsed.get_backend_name()
         self.engine = make_engine(url, self.options)
+        database = parsed.database if self.dialect == "sqlite" else None
+        self.gate = WriterGate(os.path.abspath(database)) if database and database != ":memory:" else None
         after_fork_dispose(self.engine)
         if migrate:
             self.migrate()
@@ -105,7 +109,7 @@ class SqlStore(Store):
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
         with _unavailable("store unavailable"):
-            with self.engine.begin() as conn:
+            with self.gate.hold() if self.gate else nullcontext(), self.engine.begin() as conn:
                 yield conn
 
     def _insert_ignore(self, table: Any, rows: list[dict[str, Any]]) -> Any:
