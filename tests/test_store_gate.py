@@ -9,7 +9,7 @@ from pathlib import Path
 from autoscaler.store.gate import WriterGate
 from autoscaler.store.sql import SqlStore
 
-TRY_LOCK = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR)\n"
+TRY_LOCK = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY)\n"
             "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept BlockingIOError:\n    sys.exit(3)\n")
 
 
