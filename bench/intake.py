@@ -84,10 +84,8 @@ def run(smoke: bool = False, runs: int = 5, seconds: float = 10.0, rate: float =
     workdir = Path(tempfile.mkdtemp(prefix="bench-intake-"))
     body = _template(workdir)
     stores = {"sqlite": f"sqlite:///{workdir / 'intake.db'}"}
-    if not smoke:
-        pg = fresh_pg_database("bench_intake")
-        if pg:
-            stores["postgresql"] = pg
+    if not smoke and fresh_pg_database("bench_intake_probe"):
+        stores["postgresql"] = "fresh database per worker class"
     results: dict[str, Any] = {"settings": {"runs": runs, "seconds": seconds, "rate": rate, "wrk_connections":
                                             connections, "gunicorn_workers": 2, "worker_classes": WORKER_CLASSES,
                                             "stores": list(stores)}, "variants": {}}
@@ -99,13 +97,19 @@ def run(smoke: bool = False, runs: int = 5, seconds: float = 10.0, rate: float =
             for store, url in stores.items():
                 cfg_dir = workdir / f"{wclass}-{store}"
                 cfg_dir.mkdir()
-                url = url.replace("intake.db", f"intake-{wclass}.db")
+                if store == "postgresql":
+                    url = fresh_pg_database(f"bench_intake_{wclass}") or ""
+                else:
+                    url = url.replace("intake.db", f"intake-{wclass}.db")
                 svc = stack.enter_context(Service(service_config(url), cfg_dir, env=env))
                 results.setdefault("primed", {})[f"{wclass}/{store}"] = _prime(svc)
                 targets[store] = svc
             rps: dict[str, list[float]] = {name: [] for name in targets}
             raw: dict[str, list[dict[str, Any]]] = {name: [] for name in targets}
             loads = []
+            if not smoke:  # warm-up, discarded: the first seconds of a fresh store run measurably slower
+                for svc in targets.values():
+                    wrk(svc.url, body, 5, connections)
             for _ in range(runs):
                 loads.append(loadavg())
                 for name, svc in targets.items():
