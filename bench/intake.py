@@ -68,7 +68,7 @@ def _prime(service: Service) -> str:
 
 def _outcomes(service: Service) -> dict[str, int]:
     """Outcomes of the last 500 events (to prove the cooldown path was measured)."""
-    resp = requests.get(service.url + "/api/v1/events", params={"pool": POOL, "limit": 500}, headers=AUTH, timeout=30)
+    resp = requests.get(service.url + "/api/v1/events", params={"pool": POOL, "limit": "500"}, headers=AUTH, timeout=30)
     counts: dict[str, int] = {}
     for ev in resp.json()["events"]:
         counts[ev["outcome"]] = counts.get(ev["outcome"], 0) + 1
