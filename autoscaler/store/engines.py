@@ -6,6 +6,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 
@@ -34,6 +35,18 @@ def dialect_of(url: str) -> str:
     return normalize_url(url).get_backend_name()
 
 
+def _wal(cursor: Any) -> None:
+    """Switch the file to WAL; retried, because SQLite answers "locked" at once (no busy wait) when two fresh
+    connections both hold a read lock and both want the exclusive lock the switch needs."""
+    import sqlite3
+
+    for attempt in Retrying(stop=stop_after_delay(30), wait=wait_random(0.005, 0.05), reraise=True,
+                            retry=retry_if_exception(lambda e: isinstance(e, sqlite3.OperationalError)
+                                                     and "locked" in str(e))):
+        with attempt:
+            cursor.execute("PRAGMA journal_mode=WAL")
+
+
 def sqlite_engine(url: URL, options: StoreOptions, **kwargs: Any) -> Engine:
     """One writer at a time: every transaction starts with BEGIN IMMEDIATE and waits up to 30 s for the file lock."""
     if url.database and url.database != ":memory:":
@@ -45,7 +58,7 @@ def sqlite_engine(url: URL, options: StoreOptions, **kwargs: Any) -> Engine:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA busy_timeout=30000")
-        cur.execute("PRAGMA journal_mode=WAL")
+        _wal(cur)
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.close()
 

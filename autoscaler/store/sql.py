@@ -22,6 +22,7 @@ from sqlalchemy.exc import DataError, DBAPIError, DisconnectionError, IntegrityE
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from autoscaler.models import PoolState
+from autoscaler.redact import redact_text
 from autoscaler.store import schema
 from autoscaler.store.base import EventRecord, Store, StoreUnavailable
 from autoscaler.store.gate import WriterGate
@@ -278,5 +279,6 @@ def _unavailable(what: str) -> Iterator[None]:
         orig = getattr(exc, "orig", None)
         code = getattr(orig, "sqlstate", None)
         name = type(orig or exc).__name__
-        log.warning("%s: %s%s", what, name, f" (SQLSTATE {code})" if code else "")
+        detail = redact_text(str(orig or exc).splitlines()[0] if str(orig or exc) else "")[:300]
+        log.warning("%s: %s%s: %s", what, name, f" (SQLSTATE {code})" if code else "", detail)
         raise StoreUnavailable(f"{what}: {name}") from None
