@@ -11,7 +11,8 @@ from typing import Any, Callable
 
 from autoscaler.config import Settings
 from autoscaler.events import EventLog
-from autoscaler.models import Action, Alert, CloudStatus, Decision, Notification, Outcome, PoolSpec, Signal, Source
+from autoscaler.models import (Action, Alert, CloudStatus, Decision, Notification, Outcome, PoolSpec, PoolState,
+                               Signal, Source)
 from autoscaler.policy import Plan, backoff_seconds, decide
 from autoscaler.redact import redact_text
 from autoscaler.routing import Router
@@ -121,18 +122,18 @@ class Engine:
             return self.events.record(decision, signal.source.value, alerts, now)
         owner = f"{self.owner_prefix}:{claim}"
         try:
-            acquired = self._acquire(spec.name, owner)
+            state = self._acquire(spec.name, owner)
         except StoreUnavailable:
             self._forget(keys, claim)
             raise
-        if not acquired:
+        if state is None:
             self.store.release_dedup(keys, claim)
             decision = Decision(spec.name, action, Outcome.SKIPPED_BUSY, None, None,
                                 f"another decision on pool {spec.name} is still running after "
                                 f"{self.lock_wait:.0f}s; try again")
             return self.events.record(decision, signal.source.value, alerts, self.clock())
         try:
-            decision, changes = self._decide_and_act(signal, spec)
+            decision, changes = self._decide_and_act(signal, spec, state)
         except BaseException:
             self.store.release(spec.name, owner)
             raise
@@ -153,14 +154,16 @@ class Engine:
         except StoreUnavailable:
             log.warning("dedup claim %s left to expire by itself: store unavailable", claim)
 
-    def _acquire(self, pool: str, owner: str) -> bool:
+    def _acquire(self, pool: str, owner: str) -> PoolState | None:
+        """The pool's state once its lease is ours; None when it stays taken for ``lock_wait``."""
         deadline = time.monotonic() + self.lock_wait
         delay = 0.005
         while True:
-            if self.store.acquire(pool, owner, self.clock(), self.lease_ttl):
-                return True
+            state = self.store.acquire(pool, owner, self.clock(), self.lease_ttl)
+            if state is not None:
+                return state
             if time.monotonic() >= deadline:
-                return False
+                return None
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
 
@@ -169,9 +172,8 @@ class Engine:
         state = self.store.pool(spec.name)
         return self.providers[spec.name].status(Tracked(state.tracked_count, state.count_changed_at), self.clock())
 
-    def _decide_and_act(self, signal: Signal, spec: PoolSpec) -> tuple[Decision, dict[str, Any]]:
+    def _decide_and_act(self, signal: Signal, spec: PoolSpec, state: PoolState) -> tuple[Decision, dict[str, Any]]:
         provider = self.providers[spec.name]
-        state = self.store.pool(spec.name)
         now = self.clock()
         try:
             cloud = provider.status(Tracked(state.tracked_count, state.count_changed_at), now)

@@ -82,7 +82,7 @@ def test_lease_is_taken_by_exactly_one_of_many_replicas(open_stores: Callable[..
     replicas[0].ensure_pools(["gpu"])
     for round_ in range(10):
         now = 1000.0 + round_
-        results = _race(16, lambda i: replicas[i % 2].acquire("gpu", f"owner-{i}", now, 60))
+        results = _race(16, lambda i: replicas[i % 2].acquire("gpu", f"owner-{i}", now, 60) is not None)
         assert results.count(True) == 1, results
         winner = results.index(True)
         replicas[0].release("gpu", f"owner-{winner}")

@@ -53,8 +53,8 @@ class Store(abc.ABC):
         """Forget keys this claim took, so that a retry of the same notification can act."""
 
     @abc.abstractmethod
-    def acquire(self, pool: str, owner: str, now: float, ttl: float) -> bool:
-        """Take the pool's lease unless someone else holds an unexpired one."""
+    def acquire(self, pool: str, owner: str, now: float, ttl: float) -> PoolState | None:
+        """Take the pool's lease unless someone else holds an unexpired one; the state just leased, else None."""
 
     @abc.abstractmethod
     def finish(self, pool: str, owner: str, event: EventRecord, changes: dict[str, Any]) -> int:

@@ -43,6 +43,7 @@ _ACQUIRE = (update(schema.pools)
                    schema.pools.c.lease_owner.is_(None) | (schema.pools.c.lease_until < bindparam("p_now"))
                    | (schema.pools.c.lease_owner == bindparam("p_owner")))
             .values(lease_owner=bindparam("p_owner"), lease_until=bindparam("p_until")))
+_ACQUIRE_RETURNING = _ACQUIRE.returning(*schema.pools.c)
 _INSERT_EVENT = insert(schema.events)
 _EXPIRE_KEYS = delete(schema.dedup).where(schema.dedup.c.key.in_(bindparam("p_keys", expanding=True)),
                                           schema.dedup.c.expires_at <= bindparam("p_now"))
@@ -162,10 +163,16 @@ class SqlStore(Store):
         with self._tx() as conn:
             conn.execute(delete(t).where(t.c.key.in_([_hash_key(k) for k in keys]), t.c.claim == claim))
 
-    def acquire(self, pool: str, owner: str, now: float, ttl: float) -> bool:
+    def acquire(self, pool: str, owner: str, now: float, ttl: float) -> PoolState | None:
+        params = {"p_name": pool, "p_owner": owner, "p_now": now, "p_until": now + ttl}
         with self._tx() as conn:
-            result = conn.execute(_ACQUIRE, {"p_name": pool, "p_owner": owner, "p_now": now, "p_until": now + ttl})
-        return result.rowcount == 1
+            if self.engine.dialect.update_returning:  # PostgreSQL; SQLite >= 3.35
+                row = conn.execute(_ACQUIRE_RETURNING, params).first()
+            elif conn.execute(_ACQUIRE, params).rowcount == 1:  # older SQLite: read it back in the same transaction
+                row = conn.execute(_POOL, {"p_name": pool}).first()
+            else:
+                row = None
+        return self._state(row) if row else None
 
     def release(self, pool: str, owner: str) -> None:
         t = schema.pools

@@ -1,0 +1,51 @@
+"""The webhook's hot path in the store: the lease returns the leased state; finish can confirm dedup keys."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from autoscaler.store import SqlStore
+from autoscaler.store.base import EventRecord
+from tests import pg
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
+    if request.param == "sqlite":
+        opened = SqlStore(f"sqlite:///{tmp_path / 'state.db'}")
+        yield opened
+        opened.close()
+        return
+    pg.require_postgres()
+    with pg.temp_database() as name:
+        opened = SqlStore(pg.url_for(name))
+        yield opened
+        opened.close()
+
+
+def _event(t: float) -> EventRecord:
+    return EventRecord(time=t, pool="gpu", source="manual", action="scale_out", outcome="skipped_cooldown",
+                       from_=1, to=1, reason="test")
+
+
+def test_acquire_returns_the_state_it_leased_and_none_while_taken(store: SqlStore) -> None:
+    store.ensure_pools(["gpu"])
+    store.update_pool("gpu", None, {"tracked_count": 4, "failures": 2, "last_scale_out_at": 50.0})
+    state = store.acquire("gpu", "me", 100.0, 60.0)
+    assert state is not None
+    assert (state.name, state.tracked_count, state.failures, state.last_scale_out_at) == ("gpu", 4, 2, 50.0)
+    assert store.acquire("gpu", "other", 101.0, 60.0) is None
+    assert store.acquire("gpu", "me", 102.0, 60.0) == state  # the owner may renew
+    assert store.acquire("gpu", "other", 163.0, 60.0) == state  # expired: the next one takes it
+
+
+def test_acquire_reads_back_the_state_where_update_returning_is_missing(store: SqlStore,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    store.ensure_pools(["gpu"])
+    store.update_pool("gpu", None, {"tracked_count": 3})
+    monkeypatch.setattr(store.engine.dialect, "update_returning", False)  # as on SQLite < 3.35
+    state = store.acquire("gpu", "me", 100.0, 60.0)
+    assert state is not None and state.tracked_count == 3
+    assert store.acquire("gpu", "other", 100.0, 60.0) is None
