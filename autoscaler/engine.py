@@ -16,7 +16,7 @@ from autoscaler.models import (Action, Alert, CloudStatus, Decision, Notificatio
 from autoscaler.policy import Plan, backoff_seconds, decide
 from autoscaler.redact import redact_text
 from autoscaler.routing import Router
-from autoscaler.store import Store, StoreUnavailable
+from autoscaler.store import DedupConfirm, Store, StoreUnavailable
 from providers import NodePoolProvider, ProviderError, Tracked
 
 log = logging.getLogger(__name__)
@@ -139,13 +139,11 @@ class Engine:
             raise
         if decision.retry_after is not None:
             self.store.release_dedup(keys, claim)  # let the sender's retry act
-        done = self.events.finish(spec.name, owner, decision, signal.source.value, alerts, self.clock(), changes)
+        confirm = None
         if keys and decision.retry_after is None and spec.dedup_window > pending:
-            try:
-                self.store.confirm_dedup(keys, claim, now + spec.dedup_window)
-            except StoreUnavailable:
-                log.warning("pool=%s dedup keys kept for %.0fs only: store unavailable", spec.name, pending)
-        return done
+            confirm = DedupConfirm(keys, claim, now + spec.dedup_window)  # in finish's transaction
+        return self.events.finish(spec.name, owner, decision, signal.source.value, alerts, self.clock(), changes,
+                                  confirm)
 
     def _forget(self, keys: tuple[str, ...], claim: str) -> None:
         """Best effort: drop a claim whose decision never ran (the database went away in between)."""

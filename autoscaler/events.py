@@ -10,7 +10,7 @@ from typing import Any
 
 from autoscaler.models import Alert, Decision
 from autoscaler.sinks import EventSink
-from autoscaler.store import EventRecord, Store
+from autoscaler.store import DedupConfirm, EventRecord, Store
 
 log = logging.getLogger("autoscaler.decision")
 
@@ -51,10 +51,11 @@ class EventLog:
         return self._published(d, replace(ev, id=event_id))
 
     def finish(self, pool: str, owner: str, d: Decision, source: str, alerts: list[Alert], now: float,
-               changes: dict[str, Any]) -> Decision:
-        """Record a decision, apply its state changes and release the pool's lease, in one transaction."""
+               changes: dict[str, Any], confirm: DedupConfirm | None = None) -> Decision:
+        """Record a decision, apply its state changes, release the pool's lease (and confirm its dedup keys),
+        in one transaction."""
         ev = self._record_for(d, source, alerts, now)
-        event_id = self.store.finish(pool, owner, ev, changes)
+        event_id = self.store.finish(pool, owner, ev, changes, confirm)
         return self._published(d, replace(ev, id=event_id))
 
     def change(self, pool: str, d: Decision, source: str, now: float, changes: dict[str, Any]) -> Decision:

@@ -6,7 +6,7 @@ from typing import Iterator
 
 import pytest
 
-from autoscaler.store import SqlStore
+from autoscaler.store import DedupConfirm, SqlStore
 from autoscaler.store.base import EventRecord
 from tests import pg
 
@@ -49,3 +49,24 @@ def test_acquire_reads_back_the_state_where_update_returning_is_missing(store: S
     state = store.acquire("gpu", "me", 100.0, 60.0)
     assert state is not None and state.tracked_count == 3
     assert store.acquire("gpu", "other", 100.0, 60.0) is None
+
+
+def test_finish_confirms_the_claimed_dedup_keys_in_its_transaction(store: SqlStore) -> None:
+    store.ensure_pools(["gpu"])
+    keys = ("alertmanager|fp1|2025-01-01T00:00:00Z|firing", "x" * 300)  # a long key is stored hashed
+    assert store.claim_dedup("gpu", keys, 100.0, 30.0, "c1")
+    assert store.acquire("gpu", "me", 100.0, 60.0) is not None
+    event_id = store.finish("gpu", "me", _event(100.0), {"failures": 0}, DedupConfirm(keys, "c1", 700.0))
+    assert store.pool("gpu").last_event_id == event_id
+    assert store.acquire("gpu", "other", 101.0, 60.0) is not None  # the lease was released
+    assert not store.claim_dedup("gpu", keys, 131.0, 30.0, "c2")  # past the short claim: still held
+    assert store.claim_dedup("gpu", keys, 700.0, 30.0, "c3")  # past the full window: free again
+
+
+def test_finish_without_confirm_leaves_the_short_claim(store: SqlStore) -> None:
+    store.ensure_pools(["gpu"])
+    keys = ("alertmanager|fp2|2025-01-01T00:00:00Z|firing",)
+    assert store.claim_dedup("gpu", keys, 100.0, 30.0, "c1")
+    assert store.acquire("gpu", "me", 100.0, 60.0) is not None
+    store.finish("gpu", "me", _event(100.0), {})
+    assert store.claim_dedup("gpu", keys, 130.0, 30.0, "c2")  # expired with the short claim

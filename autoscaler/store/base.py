@@ -29,6 +29,15 @@ class EventRecord:
     id: int | None = None
 
 
+@dataclass(frozen=True)
+class DedupConfirm:
+    """Dedup keys a decision claimed, to extend to ``expires_at`` once the decision is recorded."""
+
+    keys: tuple[str, ...]
+    claim: str
+    expires_at: float
+
+
 class Store(abc.ABC):
     """Short transactions only: nothing here is held open across a cloud call."""
 
@@ -57,8 +66,10 @@ class Store(abc.ABC):
         """Take the pool's lease unless someone else holds an unexpired one; the state just leased, else None."""
 
     @abc.abstractmethod
-    def finish(self, pool: str, owner: str, event: EventRecord, changes: dict[str, Any]) -> int:
-        """In one transaction: apply state changes, append the event, release the lease; return the event id."""
+    def finish(self, pool: str, owner: str, event: EventRecord, changes: dict[str, Any],
+               confirm: DedupConfirm | None = None) -> int:
+        """In one transaction: apply state changes, append the event, release the lease and (with ``confirm``)
+        extend the decision's dedup keys to their full window; return the event id."""
 
     @abc.abstractmethod
     def release(self, pool: str, owner: str) -> None:

@@ -24,7 +24,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from autoscaler.models import PoolState
 from autoscaler.redact import redact_text
 from autoscaler.store import schema
-from autoscaler.store.base import EventRecord, Store, StoreUnavailable
+from autoscaler.store.base import DedupConfirm, EventRecord, Store, StoreUnavailable
 from autoscaler.store.gate import WriterGate
 from autoscaler.store.engines import StoreOptions, after_fork_dispose, make_engine, normalize_url, postgres_engine
 from autoscaler.store.migrate import upgrade
@@ -190,11 +190,14 @@ class SqlStore(Store):
         result = conn.execute(_INSERT_EVENT, self._event_row(ev))
         return int(result.inserted_primary_key[0])  # type: ignore[index]
 
-    def finish(self, pool: str, owner: str, event: EventRecord, changes: dict[str, Any]) -> int:
+    def finish(self, pool: str, owner: str, event: EventRecord, changes: dict[str, Any],
+               confirm: DedupConfirm | None = None) -> int:
         with self._tx() as conn:
             event_id = self._append(conn, event)
             conn.execute(_finish_sql(tuple(sorted(changes))),
                          {"p_name": pool, "p_event": event_id, **{f"p_{k}": v for k, v in changes.items()}})
+            if confirm is not None and confirm.keys:
+                self._confirm(conn, confirm)
         return event_id
 
     def record(self, event: EventRecord) -> int:
@@ -253,8 +256,12 @@ class SqlStore(Store):
         if not keys:
             return
         with self._tx() as conn:
-            conn.execute(_CONFIRM_KEYS, {"p_keys": [_hash_key(k) for k in keys], "p_claim": claim,
-                                         "p_expires": expires_at})
+            self._confirm(conn, DedupConfirm(keys, claim, expires_at))
+
+    @staticmethod
+    def _confirm(conn: Connection, confirm: DedupConfirm) -> None:
+        conn.execute(_CONFIRM_KEYS, {"p_keys": [_hash_key(k) for k in confirm.keys], "p_claim": confirm.claim,
+                                     "p_expires": confirm.expires_at})
 
     def prune(self, older_than: float | None, now: float, batch: int = 500) -> int:
         """One small batch of each: events older than ``older_than`` (when set) and dedup keys past expiry."""
