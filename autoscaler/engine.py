@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from dataclasses import replace
@@ -40,6 +41,7 @@ class Engine:
         self.lock_wait = settings.config.server.lock_wait
         self.lease_ttl = settings.config.server.lease_ttl
         self.owner_prefix = f"{socket.gethostname()}:{os.getpid()}"
+        self._locks: dict[str, threading.Lock] = {name: threading.Lock() for name in settings.pools}
 
     # -- notifications --------------------------------------------------------------------------------
     def handle_notification(self, note: Notification) -> list[Decision]:
@@ -121,17 +123,27 @@ class Engine:
                                 f"the {spec.dedup_window:.0f}s dedup window")
             return self.events.record(decision, signal.source.value, alerts, now)
         owner = f"{self.owner_prefix}:{claim}"
+        deadline = time.monotonic() + self.lock_wait
+        # Threads of this process queue here, woken by the kernel, rather than polling the database for the lease.
+        lock = self._locks.setdefault(spec.name, threading.Lock())
+        if not lock.acquire(timeout=self.lock_wait):
+            return self._busy(signal, spec, keys, claim)
         try:
-            state = self._acquire(spec.name, owner)
+            return self._leased(signal, spec, keys, claim, owner, now, pending, deadline)
+        finally:
+            lock.release()
+
+    def _leased(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str, owner: str, now: float,
+                pending: float, deadline: float) -> Decision:
+        """Take the pool's lease, decide, act and record (lease released and dedup keys confirmed with it)."""
+        alerts = list(signal.alerts)
+        try:
+            state = self._acquire(spec.name, owner, deadline)
         except StoreUnavailable:
             self._forget(keys, claim)
             raise
         if state is None:
-            self.store.release_dedup(keys, claim)
-            decision = Decision(spec.name, action, Outcome.SKIPPED_BUSY, None, None,
-                                f"another decision on pool {spec.name} is still running after "
-                                f"{self.lock_wait:.0f}s; try again")
-            return self.events.record(decision, signal.source.value, alerts, self.clock())
+            return self._busy(signal, spec, keys, claim)
         try:
             decision, changes = self._decide_and_act(signal, spec, state)
         except BaseException:
@@ -145,6 +157,14 @@ class Engine:
         return self.events.finish(spec.name, owner, decision, signal.source.value, alerts, self.clock(), changes,
                                   confirm)
 
+    def _busy(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str) -> Decision:
+        """Give up on a pool whose decision stays taken: free the dedup claim, record skipped_busy."""
+        self.store.release_dedup(keys, claim)
+        decision = Decision(spec.name, signal.action.value if signal.action else None, Outcome.SKIPPED_BUSY, None,
+                            None, f"another decision on pool {spec.name} is still running after "
+                                  f"{self.lock_wait:.0f}s; try again")
+        return self.events.record(decision, signal.source.value, list(signal.alerts), self.clock())
+
     def _forget(self, keys: tuple[str, ...], claim: str) -> None:
         """Best effort: drop a claim whose decision never ran (the database went away in between)."""
         try:
@@ -152,9 +172,8 @@ class Engine:
         except StoreUnavailable:
             log.warning("dedup claim %s left to expire by itself: store unavailable", claim)
 
-    def _acquire(self, pool: str, owner: str) -> PoolState | None:
-        """The pool's state once its lease is ours; None when it stays taken for ``lock_wait``."""
-        deadline = time.monotonic() + self.lock_wait
+    def _acquire(self, pool: str, owner: str, deadline: float) -> PoolState | None:
+        """The pool's state once its lease is ours; None when it stays taken until ``deadline`` (monotonic)."""
         delay = 0.005
         while True:
             state = self.store.acquire(pool, owner, self.clock(), self.lease_ttl)
