@@ -1,0 +1,126 @@
+"""Paired A/B of the intake across git revisions: ``python -m bench.ab REV [REV…] [--stores sqlite,postgresql]``.
+
+Each revision is exported (``git archive``) to a temporary directory and served by its own gunicorn (same
+worker settings for all, so only the code differs) next to the bare Flask baseline; wrk runs are interleaved
+round by round, in a rotating order, and every ratio is taken within a round.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from bench.common import AUTH, ROOT, fresh_pg_database, loadavg, notification, service_config, summary
+from bench.intake import HOOK, _template, wrk
+from tests.servers import GUNICORN, free_port, wait_http
+
+
+def export(rev: str, dest: Path) -> Path:
+    """The tree of ``rev`` unpacked under ``dest``."""
+    data = subprocess.run(["git", "archive", "--format=tar", rev], cwd=ROOT, capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+class Server:
+    """gunicorn serving ``app`` from the tree at ``root``."""
+
+    def __init__(self, root: Path, app: str, config: dict[str, Any], workdir: Path, worker_args: str) -> None:
+        self.port = free_port()
+        cfg = workdir / f"config-{self.port}.yaml"
+        cfg.write_text(yaml.safe_dump(config))
+        env = {**os.environ, "AUTOSCALER_CONFIG": str(cfg), "PYTHONPATH": str(root), "GUNICORN_CMD_ARGS": worker_args,
+               "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(prefix="prom-", dir=workdir)}
+        self.log = open(workdir / f"gunicorn-{self.port}.log", "ab")
+        self.proc = subprocess.Popen([GUNICORN, "-c", str(root / "gunicorn.conf.py"), "-b", f"127.0.0.1:{self.port}",
+                                      "-w", "2", app], cwd=root, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        wait_http(f"{self.url}/healthz", 30, proc=self.proc)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=5)
+        self.log.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("revs", nargs="+", help="git revisions, oldest first (each is compared with the one before)")
+    parser.add_argument("--stores", default="sqlite,postgresql")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--worker-args", default="--worker-class gthread --threads 4")
+    args = parser.parse_args(argv)
+    workdir = Path(tempfile.mkdtemp(prefix="bench-ab-"))
+    body = _template(workdir)
+    servers: dict[str, Server] = {}
+    try:
+        servers["baseline"] = Server(ROOT, "bench.baseline_app:app", {}, workdir, args.worker_args)
+        for i, rev in enumerate(args.revs):
+            tree = export(rev, workdir / f"tree{i}")
+            for store in args.stores.split(","):
+                url = (f"sqlite:///{workdir / f'ab{i}.db'}" if store == "sqlite"
+                       else fresh_pg_database(f"bench_ab_{i}") or "")
+                name = f"{rev}/{store}"
+                servers[name] = Server(tree, "app:app", service_config(url), workdir, args.worker_args)
+                resp = requests.post(servers[name].url + HOOK, json=notification(999_999_999), headers=AUTH,
+                                     timeout=10)
+                assert resp.json()["decisions"][0]["outcome"] == "scaled", resp.text
+        names = list(servers)
+        for name in names:  # warm-up, discarded
+            wrk(servers[name].url, body, 3, 8)
+        rps: dict[str, list[float]] = {n: [] for n in names}
+        loads = []
+        for r in range(args.rounds):
+            loads.append(loadavg())
+            order = names[r % len(names):] + names[:r % len(names)]
+            for name in order:
+                res = wrk(servers[name].url, body, args.seconds, 8)
+                if res["errors"]:
+                    print(f"warning: {name} had errors: {res}", file=sys.stderr)
+                rps[name].append(res["rps"])
+        out: dict[str, Any] = {"loadavg": loads, "settings": vars(args), "variants": {}}
+        for name in names:
+            entry = {"rps": summary(rps[name])}
+            if name != "baseline":
+                entry["ratio"] = summary([a / b for a, b in zip(rps[name], rps["baseline"])])
+            out["variants"][name] = entry
+        for store in args.stores.split(","):
+            for prev, rev in zip(args.revs, args.revs[1:]):
+                a, b = rps[f"{prev}/{store}"], rps[f"{rev}/{store}"]
+                out["variants"][f"{rev}/{store}"]["gain_vs_previous"] = summary([y / x for x, y in zip(a, b)])
+        print(json.dumps(out, indent=1))
+        print(f"load average per round: {', '.join(f'{x:.2f}' for x in loads)}")
+        for name, v in out["variants"].items():
+            extra = "".join(f"  {k} {v[k]['median']:.2f} [{v[k]['min']:.2f}-{v[k]['max']:.2f}]"
+                            for k in ("ratio", "gain_vs_previous") if k in v)
+            print(f"{name:32s} {v['rps']['median']:7.0f} [{v['rps']['min']:.0f}-{v['rps']['max']:.0f}]{extra}")
+    finally:
+        for server in servers.values():
+            server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
