@@ -6,7 +6,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     AUTOSCALER_CONFIG=/etc/autoscaler/config.yaml \
     PROMETHEUS_MULTIPROC_DIR=/tmp/prometheus-multiproc \
-    WEB_CONCURRENCY=2
+    WEB_CONCURRENCY=2 \
+    GUNICORN_THREADS=4
 
 WORKDIR /app
 COPY requirements.txt .

@@ -1,7 +1,10 @@
-"""gunicorn settings: multiprocess metrics clean-up and sane timeouts."""
+"""gunicorn settings: gthread workers, multiprocess metrics clean-up and sane timeouts."""
 import os
 
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "60"))
+# gthread: a worker keeps serving on its other threads while one waits for a pool's decision (BENCHMARKS.md §1).
+worker_class = "gthread"
+threads = int(os.environ.get("GUNICORN_THREADS", "4"))
 graceful_timeout = 20
 keepalive = 5
 accesslog = os.environ.get("GUNICORN_ACCESS_LOG") or None
