@@ -1,6 +1,7 @@
 """The webhook's hot path in the store: the lease returns the leased state; finish can confirm dedup keys."""
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -70,3 +71,23 @@ def test_finish_without_confirm_leaves_the_short_claim(store: SqlStore) -> None:
     assert store.acquire("gpu", "me", 100.0, 60.0) is not None
     store.finish("gpu", "me", _event(100.0), {})
     assert store.claim_dedup("gpu", keys, 130.0, 30.0, "c2")  # expired with the short claim
+
+
+def test_an_expired_key_is_taken_over_by_exactly_one_of_concurrent_claims(store: SqlStore) -> None:
+    keys = ("alertmanager|fp3|2025-01-01T00:00:00Z|firing",)
+    assert store.claim_dedup("gpu", keys, 100.0, 30.0, "old")
+    for round_ in range(5):
+        now = 200.0 + 100 * round_  # the previous round's claim has expired
+        start = threading.Barrier(4)
+        results: list[bool] = []
+
+        def claim(i: int, now: float = now, start: threading.Barrier = start) -> None:
+            start.wait()
+            results.append(store.claim_dedup("gpu", keys, now, 30.0, f"c{round_}-{i}"))
+
+        threads = [threading.Thread(target=claim, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert sorted(results) == [False, False, False, True]

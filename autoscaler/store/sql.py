@@ -2,8 +2,9 @@
 
 Race-freedom under PostgreSQL's READ COMMITTED: the lease is one conditional UPDATE of the pool's row; a
 concurrent UPDATE waits for the row lock, then re-checks the WHERE clause against the committed row, so exactly
-one replica sees ``rowcount == 1``. A dedup key is claimed with INSERT ... ON CONFLICT DO NOTHING on its primary
-key; a concurrent insert of the same key waits for the first transaction and then inserts nothing. Every wait is
+one replica sees ``rowcount == 1``. A dedup key is claimed with INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE
+expired: a concurrent claim of the same key waits for the first transaction, then re-checks the WHERE clause against
+the row it committed (no longer expired) and claims nothing. Every wait is
 bounded by ``lock_timeout`` / ``statement_timeout`` (see ``engines.py``), and every database failure becomes
 StoreUnavailable after the transaction rolled back, so nothing is half-written.
 """
@@ -45,9 +46,6 @@ _ACQUIRE = (update(schema.pools)
             .values(lease_owner=bindparam("p_owner"), lease_until=bindparam("p_until")))
 _ACQUIRE_RETURNING = _ACQUIRE.returning(*schema.pools.c)
 _INSERT_EVENT = insert(schema.events)
-_EXPIRE_KEYS = delete(schema.dedup).where(schema.dedup.c.key.in_(bindparam("p_keys", expanding=True)),
-                                          schema.dedup.c.expires_at <= bindparam("p_now"))
-
 _CONFIRM_KEYS = (update(schema.dedup).where(schema.dedup.c.key.in_(bindparam("p_keys", expanding=True)),
                                             schema.dedup.c.claim == bindparam("p_claim"))
                  .values(expires_at=bindparam("p_expires")))
@@ -63,9 +61,12 @@ def _finish_sql(fields: tuple[str, ...]) -> Any:
 
 @functools.lru_cache(maxsize=64)
 def _claim_sql(keys: int) -> Any:
-    """INSERT ... ON CONFLICT DO NOTHING RETURNING of ``keys`` dedup rows (the same SQL on SQLite and PostgreSQL)."""
+    """Claim ``keys`` dedup rows in one statement (the same SQL on SQLite and PostgreSQL): a new key is inserted,
+    an expired one taken over, an unexpired one left alone; RETURNING lists the keys claimed."""
     rows = ", ".join(f"(:k{i}, :pool, :expires_at, :claim)" for i in range(keys))
-    return text(f"INSERT INTO dedup (key, pool, expires_at, claim) VALUES {rows} ON CONFLICT DO NOTHING RETURNING key")
+    return text(f"INSERT INTO dedup (key, pool, expires_at, claim) VALUES {rows} ON CONFLICT (key) DO UPDATE "
+                "SET pool = excluded.pool, expires_at = excluded.expires_at, claim = excluded.claim "
+                "WHERE dedup.expires_at <= :now RETURNING key")
 
 
 def _hash_key(key: str) -> str:
@@ -149,9 +150,8 @@ class SqlStore(Store):
             return True
         hashed = sorted({_hash_key(k) for k in keys})
         params: dict[str, Any] = {f"k{i}": k for i, k in enumerate(hashed)}
-        params.update(pool=pool, expires_at=now + window, claim=claim)
+        params.update(pool=pool, expires_at=now + window, claim=claim, now=now)
         with self._tx() as conn:
-            conn.execute(_EXPIRE_KEYS, {"p_keys": hashed, "p_now": now})
             # RETURNING, not rowcount: psycopg reports -1 for a multi-row INSERT ... ON CONFLICT.
             taken = conn.execute(_claim_sql(len(hashed)), params).all()
         return bool(taken)
