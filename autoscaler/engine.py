@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from autoscaler.config import Settings
 from autoscaler.events import EventLog
-from autoscaler.models import (Action, Alert, CloudStatus, Decision, Notification, Outcome, PoolSpec, PoolState,
+from autoscaler.models import (Action, Alert, Decision, Notification, Outcome, PoolSpec, PoolState,
                                Signal, Source)
 from autoscaler.policy import Plan, backoff_seconds, decide
 from autoscaler.redact import redact_text
@@ -183,11 +183,6 @@ class Engine:
                 return None
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
-
-    def cloud_status(self, spec: PoolSpec) -> CloudStatus:
-        """The provider's view of a pool (tracked count for providers that cannot read one)."""
-        state = self.store.pool(spec.name)
-        return self.providers[spec.name].status(Tracked(state.tracked_count, state.count_changed_at), self.clock())
 
     def _decide_and_act(self, signal: Signal, spec: PoolSpec, state: PoolState) -> tuple[Decision, dict[str, Any]]:
         provider = self.providers[spec.name]

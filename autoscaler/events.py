@@ -58,12 +58,6 @@ class EventLog:
         event_id = self.store.finish(pool, owner, ev, changes, confirm)
         return self._published(d, replace(ev, id=event_id))
 
-    def change(self, pool: str, d: Decision, source: str, now: float, changes: dict[str, Any]) -> Decision:
-        """Record an operator's change to a pool (pause, resume, count) with the state it sets."""
-        ev = self._record_for(d, source, [], now)
-        event_id = self.store.update_pool(pool, ev, changes)
-        return self._published(d, replace(ev, id=event_id))
-
     def _published(self, d: Decision, ev: EventRecord) -> Decision:
         body = event_json(ev)
         if self.json_logs:

@@ -104,10 +104,6 @@ class Store(abc.ABC):
         """Raise StoreUnavailable unless the database answers."""
 
     @abc.abstractmethod
-    def confirm_dedup(self, keys: tuple[str, ...], claim: str, expires_at: float) -> None:
-        """Extend keys this claim took to their full window, once its decision is recorded."""
-
-    @abc.abstractmethod
     def prune(self, older_than: float | None, now: float, batch: int = 500) -> int:
         """Delete one small batch of events older than ``older_than`` (None: keep all) and of dedup keys
         expired at ``now``; return how many rows went (0 when nothing is left to prune)."""

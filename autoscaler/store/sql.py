@@ -252,12 +252,6 @@ class SqlStore(Store):
         with self._tx() as conn:
             conn.execute(text("SELECT 1"))
 
-    def confirm_dedup(self, keys: tuple[str, ...], claim: str, expires_at: float) -> None:
-        if not keys:
-            return
-        with self._tx() as conn:
-            self._confirm(conn, DedupConfirm(keys, claim, expires_at))
-
     @staticmethod
     def _confirm(conn: Connection, confirm: DedupConfirm) -> None:
         conn.execute(_CONFIRM_KEYS, {"p_keys": [_hash_key(k) for k in confirm.keys], "p_claim": confirm.claim,
