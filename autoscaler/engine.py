@@ -14,7 +14,7 @@ from autoscaler.config import Settings
 from autoscaler.events import EventLog
 from autoscaler.models import (Action, Alert, Decision, Notification, Outcome, PoolSpec, PoolState,
                                Signal, Source)
-from autoscaler.policy import Plan, backoff_seconds, decide
+from autoscaler.policy import Plan, backoff_seconds, decide, settled
 from autoscaler.redact import redact_text
 from autoscaler.routing import Router
 from autoscaler.store import DedupConfirm, Store, StoreUnavailable
@@ -114,14 +114,20 @@ class Engine:
             return self.events.record(decision, signal.source.value, alerts, now)
         claim = uuid.uuid4().hex
         keys = signal.dedup_keys
+        duplicate = Decision(spec.name, action, Outcome.SKIPPED_DUPLICATE, None, None,
+                             f"{signal.reason}: same notification already handled within "
+                             f"the {spec.dedup_window:.0f}s dedup window")
+        # The common case under an alert storm: a pool in cooldown (or paused). One transaction, no lease, no cloud
+        # read: nothing the cloud could say would make it act.
+        quick = self.events.settle(spec.name, signal.source.value, alerts, now, keys, claim, now + spec.dedup_window,
+                                   lambda state, last: self._settled(signal, spec, state, last, now), duplicate)
+        if quick is not None:
+            return quick
         # Claimed for a short while first, for the full window once recorded: a claim left by a lost
         # database connection or a killed worker must not swallow the sender's retries for the whole window.
         pending = min(spec.dedup_window, self.lease_ttl + self.lock_wait)
         if keys and not self.store.claim_dedup(spec.name, keys, now, pending, claim):
-            decision = Decision(spec.name, action, Outcome.SKIPPED_DUPLICATE, None, None,
-                                f"{signal.reason}: same notification already handled within "
-                                f"the {spec.dedup_window:.0f}s dedup window")
-            return self.events.record(decision, signal.source.value, alerts, now)
+            return self.events.record(duplicate, signal.source.value, alerts, now)
         owner = f"{self.owner_prefix}:{claim}"
         deadline = time.monotonic() + self.lock_wait
         # Threads of this process queue here, woken by the kernel, rather than polling the database for the lease.
@@ -156,6 +162,19 @@ class Engine:
             confirm = DedupConfirm(keys, claim, now + spec.dedup_window)  # in finish's transaction
         return self.events.finish(spec.name, owner, decision, signal.source.value, alerts, self.clock(), changes,
                                   confirm)
+
+    def _settled(self, signal: Signal, spec: PoolSpec, state: PoolState, last_count: int | None,
+                 now: float) -> Decision | None:
+        """The decision when the stored state settles it (see ``policy.settled``), else None."""
+        current = last_count
+        if self.providers[spec.name].tracks_count and state.tracked_count is not None:
+            current = state.tracked_count
+        plan = settled(signal, spec, state, now, current)
+        if plan is None:
+            return None
+        if signal.reason:
+            plan = replace(plan, reason=f"{signal.reason}: {plan.reason}")
+        return self._plan_decision(spec, plan)
 
     def _busy(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str) -> Decision:
         """Give up on a pool whose decision stays taken: free the dedup claim, record skipped_busy."""

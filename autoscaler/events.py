@@ -6,9 +6,9 @@ import logging
 import os
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
-from autoscaler.models import Alert, Decision
+from autoscaler.models import Alert, Decision, PoolState
 from autoscaler.sinks import EventSink
 from autoscaler.store import DedupConfirm, EventRecord, Store
 
@@ -57,6 +57,27 @@ class EventLog:
         ev = self._record_for(d, source, alerts, now)
         event_id = self.store.finish(pool, owner, ev, changes, confirm)
         return self._published(d, replace(ev, id=event_id))
+
+    def settle(self, pool: str, source: str, alerts: list[Alert], now: float, keys: tuple[str, ...], claim: str,
+               expires_at: float, decide: Callable[[PoolState, int | None], Decision | None],
+               duplicate: Decision) -> Decision | None:
+        """Record the decision ``decide`` makes from the stored state alone (state read, dedup claimed and event
+        written in one transaction); None when it makes none."""
+        made: list[Decision] = []
+
+        def build(state: PoolState, last_count: int | None) -> EventRecord | None:
+            decision = decide(state, last_count)
+            if decision is None:
+                return None
+            made.append(decision)
+            return self._record_for(decision, source, alerts, now)
+
+        result = self.store.settle(pool, keys, claim, now, expires_at, build,
+                                   self._record_for(duplicate, source, alerts, now))
+        if result is None:
+            return None
+        event, was_duplicate = result
+        return self._published(duplicate if was_duplicate else made[-1], event)
 
     def _published(self, d: Decision, ev: EventRecord) -> Decision:
         body = event_json(ev)

@@ -73,6 +73,29 @@ def _limit(spec: PoolSpec, action: Action | None, current: int, desired: int) ->
     return target, ""
 
 
+def settled(signal: Signal, spec: PoolSpec, state: PoolState, now: float, current: int | None) -> Plan | None:
+    """The plan when the stored state alone settles it, whatever the cloud would say: a paused pool, or a step-mode
+    alert inside its direction's cooldown (which only ever grows). None: ``decide`` needs the cloud's status.
+
+    ``current`` is the last count known (the tracked count, or the last event's), shown in from/to only.
+    """
+    action = signal.action
+    if action is None or signal.target is not None:
+        return None
+    if state.paused:
+        why = f" ({state.pause_reason})" if state.pause_reason else ""
+        return Plan(Outcome.SKIPPED_PAUSED, action, current, current, f"pool is paused{why}; resume it to scale")
+    if signal.force or "proportional" in (spec.scale_out.mode, spec.scale_in.mode):
+        return None  # proportional records a recommendation with every decision: it needs the cloud's count
+    if state.backoff_until is not None and now < state.backoff_until:
+        return None
+    remaining = cooldown_remaining(spec, state, now)[action.value]
+    if remaining <= 0:
+        return None
+    return Plan(Outcome.SKIPPED_COOLDOWN, action, current, current, f"{_words(action)} cooldown: {remaining:.0f}s left",
+                details={"cloud": "not read: the cooldown settles it"})
+
+
 def decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus, now: float,
            recent: Sequence[tuple[float, int]] = ()) -> Plan:
     """Decide what one signal does to one pool (``recent``: proportional recommendations as (time, nodes))."""

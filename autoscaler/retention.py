@@ -37,6 +37,12 @@ class Pruner:
             self._thread.start()
             return self._thread
 
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for a run in progress (before closing the store, and in tests)."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
     def run(self, now: float) -> int:
         """Prune until nothing is left or ``max_batches`` ran; return how many rows went."""
         older_than = now - self.retain if self.retain else None

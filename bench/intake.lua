@@ -1,6 +1,8 @@
 -- wrk script: POST a different Alertmanager notification on every request (unique fingerprints and startsAt),
--- and print the result as one JSON line. BENCH_BODY_FILE holds the body with @@FP@@ and @@NS@@ placeholders.
+-- and print the result as one JSON line. BENCH_BODY_FILE holds the body with @@FP@@ and @@NS@@ placeholders;
+-- BENCH_SEQ_BASE differs per wrk run, so no run repeats an earlier run's fingerprints (that would measure dedup).
 local counter = 1
+local base = 0
 local threads = {}
 local template = nil
 
@@ -12,6 +14,7 @@ end
 function init(args)
   local f = assert(io.open(os.getenv("BENCH_BODY_FILE"), "r"))
   template = f:read("*a")
+  base = tonumber(os.getenv("BENCH_SEQ_BASE") or "0")
   f:close()
   wrk.method = "POST"
   wrk.headers["Content-Type"] = "application/json"
@@ -20,7 +23,7 @@ end
 
 function request()
   counter = counter + 1
-  local seq = tid * 100000000 + counter
+  local seq = base + tid * 100000000 + counter
   local body = template:gsub("@@FP@@", string.format("%012x", seq)):gsub("@@NS@@", string.format("%09d", seq % 1000000000))
   return wrk.format(nil, nil, nil, body)
 end

@@ -1,6 +1,7 @@
 """Benchmark 1: intake throughput (wrk) and latency at a fixed rate (open-loop client), against a bare Flask app."""
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -31,9 +32,13 @@ def _template(workdir: Path) -> Path:
     return path
 
 
+_runs = itertools.count(1)
+
+
 def wrk(url: str, body_file: Path, seconds: float, connections: int) -> dict[str, Any]:
-    """Closed-loop maximum throughput with wrk (1 thread, ``connections`` connections)."""
-    env = {**os.environ, "BENCH_BODY_FILE": str(body_file), "BENCH_TOKEN": TOKEN}
+    """Closed-loop maximum throughput with wrk (1 thread, ``connections`` connections), fresh fingerprints each run."""
+    env = {**os.environ, "BENCH_BODY_FILE": str(body_file), "BENCH_TOKEN": TOKEN,
+           "BENCH_SEQ_BASE": str(next(_runs) * 1_000_000_000)}
     out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{int(seconds)}s", "--timeout", "10s",
                           "-s", str(ROOT / "bench" / "intake.lua"), url + HOOK],
                          capture_output=True, text=True, env=env, timeout=seconds + 60)
@@ -64,6 +69,22 @@ def _prime(service: Service) -> str:
     resp = requests.post(service.url + HOOK, json=notification(999_999_999), headers=AUTH, timeout=10)
     resp.raise_for_status()
     return str(resp.json()["decisions"][0]["outcome"])
+
+
+def _decisions(service: Service) -> dict[str, int]:
+    """Decisions so far by outcome, summed over the pool's actions, from the service's own /metrics."""
+    text = requests.get(service.url + "/metrics", headers=AUTH, timeout=30).text
+    counts: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith("gpu_autoscaler_decisions_total{"):
+            outcome = re.search(r'outcome="([^"]+)"', line)
+            if outcome:
+                counts[outcome.group(1)] = counts.get(outcome.group(1), 0) + int(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
+def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
 
 
 def _outcomes(service: Service) -> dict[str, int]:
@@ -110,6 +131,7 @@ def run(smoke: bool = False, runs: int = 5, seconds: float = 10.0, rate: float =
             if not smoke:  # warm-up, discarded: the first seconds of a fresh store run measurably slower
                 for svc in targets.values():
                     wrk(svc.url, body, 5, connections)
+            before = {name: _decisions(svc) for name, svc in targets.items() if name != "baseline"}
             for _ in range(runs):
                 loads.append(loadavg())
                 for name, svc in targets.items():
@@ -128,6 +150,7 @@ def run(smoke: bool = False, runs: int = 5, seconds: float = 10.0, rate: float =
                                         "statuses": [r["statuses"] for r in lat]},
                          "loadavg_during": loads}
                 if name != "baseline":
+                    entry["measured_outcomes"] = _delta(_decisions(svc), before[name])  # every wrk and loadgen request
                     entry["ratio"] = summary([a / b for a, b in zip(rps[name], rps["baseline"])])
                     entry["outcomes_last_500"] = _outcomes(svc)
                 results["variants"][f"{wclass}/{name}"] = entry

@@ -135,6 +135,28 @@ def test_scale_out_then_busy_then_scale_out_again(client: FlaskClient, arm: Fake
     assert decision["outcome"] == "scaled" and (decision["from"], decision["to"]) == (2, 3)
 
 
+def test_alerts_inside_the_cooldown_never_reach_arm(client: FlaskClient, arm: FakeArm, clocks: Clocks) -> None:
+    status, decision, _ = post(client, alert())
+    assert decision["outcome"] == "scaled" and (decision["from"], decision["to"]) == (1, 2)
+    arm.finish_operations()
+    reads = len(arm.calls())
+    clocks.now += 60
+    for _ in range(20):  # a storm of new alerts while the 5 min scale-out cooldown runs
+        status, decision, _ = post(client, alert())
+        assert status == 200 and decision["outcome"] == "skipped_cooldown"
+        assert (decision["from"], decision["to"]) == (2, 2)  # the count the last decision saw
+        assert decision["reason"].endswith("scale out cooldown: 240s left")
+    assert len(arm.calls()) == reads  # not one ARM request: nothing ARM says could make it act
+    event = client.get("/api/v1/events?pool=gpu-h100&limit=1", headers=AUTH).get_json()["events"][0]
+    assert event["details"] == {"cloud": "not read: the cooldown settles it"}
+    pool = client.get("/api/v1/pools/gpu-h100", headers=AUTH).get_json()
+    assert pool["last_event"]["id"] == event["id"]
+    clocks.now += 240  # cooldown over: the cloud is read again and the pool scales
+    status, decision, _ = post(client, alert())
+    assert decision["outcome"] == "scaled" and (decision["from"], decision["to"]) == (2, 3)
+    assert len(arm.calls("GET")) > 0 and len(arm.calls("PUT")) == 2
+
+
 def test_scale_in_uses_the_count_arm_reports(client: FlaskClient, arm: FakeArm) -> None:
     arm.pools["gpunp"]["count"] = 3
     status, decision, _ = post(client, alert(action="scale_in", name="GPUUtilizationLow"))

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from autoscaler.models import Action, CloudStatus, DirectionPolicy, Outcome, PoolSpec, PoolState, Signal, Source
-from autoscaler.policy import backoff_seconds, cooldown_remaining, decide
+from autoscaler.policy import backoff_seconds, cooldown_remaining, decide, settled
 
 NOW = 10_000.0
 SPEC = PoolSpec(name="gpu", provider="simulated", min=1, max=6, dry_run=False,
@@ -95,3 +95,36 @@ def test_cooldown_remaining_per_direction() -> None:
     state = replace(STATE, last_scale_out_at=NOW - 100, last_scale_in_at=NOW - 850)
     assert cooldown_remaining(SPEC, state, NOW) == {"scale_out": 200.0, "scale_in": 500.0}
     assert cooldown_remaining(SPEC, STATE, NOW) == {"scale_out": 0.0, "scale_in": 0.0}
+
+
+PROPORTIONAL = replace(SPEC, scale_out=DirectionPolicy(mode="proportional", cooldown=300))
+SETTLED = [
+    pytest.param(OUT, SPEC, replace(STATE, last_scale_out_at=NOW - 100), Outcome.SKIPPED_COOLDOWN,
+                 id="inside-the-cooldown"),
+    pytest.param(IN, SPEC, replace(STATE, last_scale_out_at=NOW - 400), Outcome.SKIPPED_COOLDOWN,
+                 id="inside-delay-after-scale-out"),
+    pytest.param(OUT, SPEC, replace(STATE, paused=True, pause_reason="maintenance"), Outcome.SKIPPED_PAUSED,
+                 id="paused"),
+    pytest.param(replace(OUT, force=True), SPEC, replace(STATE, paused=True), Outcome.SKIPPED_PAUSED,
+                 id="paused-even-forced"),
+    pytest.param(OUT, SPEC, replace(STATE, last_scale_out_at=NOW - 300), None, id="cooldown-over: read the cloud"),
+    pytest.param(OUT, SPEC, STATE, None, id="no-cooldown: read the cloud"),
+    pytest.param(replace(OUT, force=True), SPEC, replace(STATE, last_scale_out_at=NOW - 10), None,
+                 id="forced: read the cloud"),
+    pytest.param(OUT, SPEC, replace(STATE, last_scale_out_at=NOW - 10, failures=1, backoff_until=NOW + 30), None,
+                 id="backoff: full decision answers 503"),
+    pytest.param(OUT, PROPORTIONAL, replace(STATE, last_scale_out_at=NOW - 10), None,
+                 id="proportional: records a recommendation"),
+    pytest.param(replace(OUT, action=None, target=5), SPEC, replace(STATE, last_scale_out_at=NOW - 10), None,
+                 id="manual target: full decision"),
+]
+
+
+@pytest.mark.parametrize("signal,spec,state,outcome", SETTLED)
+def test_settled_short_cut(signal: Signal, spec: PoolSpec, state: PoolState, outcome: Outcome | None) -> None:
+    plan = settled(signal, spec, state, NOW, 4)
+    assert (plan.outcome if plan else None) == outcome
+    if plan is not None:
+        assert (plan.from_, plan.to) == (4, 4)
+        full = decide(signal, spec, state, cloud(4), NOW)
+        assert full.outcome == plan.outcome and full.reason == plan.reason  # the same words as the full decision

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autoscaler.models import Action, CloudStatus, DirectionPolicy, Outcome, PoolSpec, PoolState, Signal, Source
-from autoscaler.policy import decide
+from autoscaler.policy import decide, settled
 from autoscaler.sources import PayloadError, alertmanager, grafana
 from tests.support import AUTH, FakeClock, am_alert, am_payload, make_app
 
@@ -50,6 +50,24 @@ def test_a_change_always_lands_inside_min_max(spec: PoolSpec, state: PoolState, 
         assert plan.to in (current, None)
 
 
+@FAST
+@given(spec=specs(), state=states, signal=st.one_of(signals, targets), current=st.integers(0, 60),
+       busy=st.booleans(), now=st.floats(T0, T0 + 7200), known=st.one_of(st.none(), st.integers(0, 60)))
+def test_what_the_stored_state_settles_no_cloud_status_could_turn_into_a_change(
+        spec: PoolSpec, state: PoolState, signal: Signal, current: int, busy: bool, now: float,
+        known: int | None) -> None:
+    """The cooldown/pause short cut (no lease, no cloud read) never hides a change the full decision would make."""
+    quick = settled(signal, spec, state, now, known)
+    if quick is None:
+        return
+    full = decide(signal, spec, state, CloudStatus(current=current, busy=busy), now)
+    assert quick.outcome in (Outcome.SKIPPED_COOLDOWN, Outcome.SKIPPED_PAUSED)
+    assert full.outcome not in (Outcome.SCALED, Outcome.DRY_RUN)
+    assert quick.retry_after is None and (quick.from_, quick.to) == (known, known)
+    if quick.outcome is Outcome.SKIPPED_PAUSED:
+        assert full.outcome is Outcome.SKIPPED_PAUSED
+
+
 steps = st.lists(st.tuples(st.integers(0, 1500), st.sampled_from(["scale_out", "scale_in"])), min_size=1,
                  max_size=12)
 
@@ -65,6 +83,7 @@ def test_no_sequence_of_alerts_scales_inside_a_cooldown(sequence: list[tuple[int
             body = am_payload(am_alert("Load", fingerprint=f"fp{i}", autoscaler_pool="gpu", autoscaler_action=action))
             assert client.post("/webhook/alertmanager", json=body, headers=AUTH).status_code == 200
         events = client.get("/api/v1/events?pool=gpu", headers=AUTH).get_json()["events"]
+        client.application.extensions["autoscaler_pruner"].join(30)  # its writes must end before the dir goes
     scaled = [(e["id"], e["action"], clock_of(e)) for e in reversed(events) if e["outcome"] == "scaled"]
     last: dict[str, float] = {}
     for _, action, at in scaled:  # config: out 5m; in 15m and 10m after an out
@@ -98,6 +117,7 @@ def test_dedup_is_idempotent(fingerprints: list[str], repeats: int, gaps: list[i
             clock.now = T0 + min(sum(gaps[:i]), 590)  # all inside the 10 min window
             answers.append(client.post("/webhook/alertmanager", json=body, headers=AUTH).get_json())
         pool = client.get("/api/v1/pools/gpu", headers=AUTH).get_json()
+        client.application.extensions["autoscaler_pruner"].join(30)
     assert [d["outcome"] for d in answers[0]["decisions"]] == ["scaled"]
     for later in answers[1:]:
         assert [d["outcome"] for d in later["decisions"]] == ["skipped_duplicate"]

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from autoscaler.models import PoolState
 from autoscaler.store import DedupConfirm, SqlStore
 from autoscaler.store.base import EventRecord
 from tests import pg
@@ -91,3 +93,87 @@ def test_an_expired_key_is_taken_over_by_exactly_one_of_concurrent_claims(store:
         for t in threads:
             t.join(30)
         assert sorted(results) == [False, False, False, True]
+
+
+def _settled(t: float, outcome: str = "skipped_cooldown") -> EventRecord:
+    return EventRecord(time=t, pool="gpu", source="alertmanager", action="scale_out", outcome=outcome,
+                       from_=None, to=None, reason="settled", alerts=[{"alertname": "A", "fingerprint": "f"}],
+                       details={"cloud": "not read"})
+
+
+def _duplicate(t: float) -> EventRecord:
+    return EventRecord(time=t, pool="gpu", source="alertmanager", action="scale_out", outcome="skipped_duplicate",
+                       from_=None, to=None, reason="dup", alerts=[{"alertname": "A", "fingerprint": "f"}])
+
+
+def test_settle_writes_nothing_when_the_state_does_not_settle_it(store: SqlStore) -> None:
+    store.ensure_pools(["gpu"])
+    seen = []
+
+    def build(state: PoolState, last_count: int | None) -> EventRecord | None:
+        seen.append((state, last_count))
+        return None
+
+    assert store.settle("gpu", ("k1",), "c1", 100.0, 700.0, build, _duplicate(100.0)) is None
+    assert store.settle("nope", ("k1",), "c1", 100.0, 700.0, build, _duplicate(100.0)) is None  # no such row
+    assert [s.name for s, _ in seen] == ["gpu"]
+    assert store.events(None, 10) == []
+    assert store.claim_dedup("gpu", ("k1",), 100.0, 30.0, "c2")  # the key was never claimed
+
+
+def test_settle_reads_state_and_last_count_then_claims_records_and_points_the_pool_at_it(store: SqlStore) -> None:
+    store.ensure_pools(["gpu"])
+    first = store.update_pool("gpu", EventRecord(time=50.0, pool="gpu", source="manual", action="scale_out",
+                                                  outcome="scaled", from_=2, to=3, reason="r"),
+                              {"last_scale_out_at": 50.0, "paused": True, "pause_reason": "maintenance"})
+    seen: list[tuple[PoolState, int | None]] = []
+
+    def build(state: PoolState, last_count: int | None) -> EventRecord:
+        seen.append((state, last_count))
+        return replace(_settled(100.0), from_=last_count, to=last_count)
+
+    keys = ("alertmanager|fp|2025-01-01T00:00:00Z|firing", "y" * 300)
+    result = store.settle("gpu", keys, "c1", 100.0, 700.0, build, _duplicate(100.0))
+    assert result is not None
+    event, duplicate = result
+    state, last_count = seen[0]
+    assert (state.paused, state.pause_reason, state.last_scale_out_at, state.last_event_id) == (
+        True, "maintenance", 50.0, first)
+    assert last_count == 3 and not duplicate
+    assert store.event(event.id or 0) == event and (event.from_, event.to, event.details) == (3, 3, {"cloud": "not read"})
+    assert store.pool("gpu").last_event_id == event.id
+    assert not store.claim_dedup("gpu", keys[:1], 699.0, 30.0, "c2")  # claimed for the full window at once
+    assert store.claim_dedup("gpu", keys[1:], 700.0, 30.0, "c3")  # and free after it
+
+    again = store.settle("gpu", keys[:1], "c4", 101.0, 701.0, build, _duplicate(101.0))
+    assert again is not None and again[1] and again[0].outcome == "skipped_duplicate"
+    assert store.event(again[0].id or 0) == again[0]
+    assert store.pool("gpu").last_event_id == event.id  # a duplicate does not become the pool's last event
+    assert [e.outcome for e in store.events("gpu", 10)] == ["skipped_duplicate", "skipped_cooldown", "scaled"]
+
+
+def test_settle_without_keys_records_the_event(store: SqlStore) -> None:
+    store.ensure_pools(["gpu"])
+    result = store.settle("gpu", (), "c1", 100.0, 700.0, lambda s, n: _settled(100.0), _duplicate(100.0))
+    assert result is not None and not result[1] and store.pool("gpu").last_event_id == result[0].id
+
+
+def test_concurrent_settles_of_one_notification_record_one_event_and_duplicates(store: SqlStore) -> None:
+    store.ensure_pools(["gpu"])
+    keys = ("alertmanager|fp9|2025-01-01T00:00:00Z|firing", "alertmanager|fp10|2025-01-01T00:00:00Z|firing")
+    start = threading.Barrier(6)
+    results: list[bool] = []
+
+    def settle(i: int) -> None:
+        start.wait()
+        got = store.settle("gpu", keys, f"c{i}", 100.0, 700.0, lambda s, n: _settled(100.0), _duplicate(100.0))
+        assert got is not None
+        results.append(got[1])
+
+    threads = [threading.Thread(target=settle, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(results) == [False] + [True] * 5
+    assert sorted(e.outcome for e in store.events("gpu", 10)) == ["skipped_cooldown"] + ["skipped_duplicate"] * 5

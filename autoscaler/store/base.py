@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from autoscaler.models import PoolState
 
@@ -70,6 +70,16 @@ class Store(abc.ABC):
                confirm: DedupConfirm | None = None) -> int:
         """In one transaction: apply state changes, append the event, release the lease and (with ``confirm``)
         extend the decision's dedup keys to their full window; return the event id."""
+
+    @abc.abstractmethod
+    def settle(self, pool: str, keys: tuple[str, ...], claim: str, now: float, expires_at: float,
+               build: Callable[[PoolState, int | None], EventRecord | None],
+               duplicate: EventRecord) -> tuple[EventRecord, bool] | None:
+        """A decision the stored state alone settles, without the lease, in one transaction: read the pool's state
+        and the node count of its last event, ``build`` the event from them (None: not settled, nothing written,
+        the caller takes the full path), claim ``keys`` until ``expires_at`` and append that event, or
+        ``duplicate`` when every key was already claimed. Returns (the event as stored, whether it was the
+        duplicate)."""
 
     @abc.abstractmethod
     def release(self, pool: str, owner: str) -> None:

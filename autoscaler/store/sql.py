@@ -15,8 +15,10 @@ import hashlib
 import json
 import logging
 import os
+import re
 from contextlib import contextmanager, nullcontext
-from typing import Any, Iterator
+from dataclasses import replace
+from typing import Any, Callable, Iterator
 
 from sqlalchemy import Connection, bindparam, delete, insert, select, text, update
 from sqlalchemy.exc import DataError, DBAPIError, DisconnectionError, IntegrityError, ProgrammingError
@@ -45,6 +47,12 @@ _ACQUIRE = (update(schema.pools)
                    | (schema.pools.c.lease_owner == bindparam("p_owner")))
             .values(lease_owner=bindparam("p_owner"), lease_until=bindparam("p_until")))
 _ACQUIRE_RETURNING = _ACQUIRE.returning(*schema.pools.c)
+_POOL_AND_LAST_COUNT = (select(schema.pools, schema.events.c.to_count.label("last_count"))
+                        .select_from(schema.pools.outerjoin(schema.events,
+                                                            schema.events.c.id == schema.pools.c.last_event_id))
+                        .where(schema.pools.c.name == bindparam("p_name")))
+_SET_LAST_EVENT = (update(schema.pools).where(schema.pools.c.name == bindparam("p_name"))
+                   .values(last_event_id=bindparam("p_event")))
 _INSERT_EVENT = insert(schema.events)
 _CONFIRM_KEYS = (update(schema.dedup).where(schema.dedup.c.key.in_(bindparam("p_keys", expanding=True)),
                                             schema.dedup.c.claim == bindparam("p_claim"))
@@ -69,8 +77,47 @@ def _claim_sql(keys: int) -> Any:
                 "WHERE dedup.expires_at <= :now RETURNING key")
 
 
+def _settle_write_sql(keys: int) -> str:
+    """PostgreSQL: claim ``keys`` dedup keys, append the settled event (or, with none claimed, the duplicate's
+    columns ``d_*``) and point the pool at it, in one statement."""
+    casts = {"time": "CAST({} AS double precision)", "from_count": "CAST({} AS integer)",
+             "to_count": "CAST({} AS integer)"}
+    values = []
+    for column in ("time", "pool", "source", "action", "outcome", "from_count", "to_count", "reason", "alerts",
+                   "details"):
+        cast = casts.get(column, "{}")
+        values.append(f"CASE WHEN n.c > 0 THEN {cast.format(':' + column)} ELSE {cast.format(':d_' + column)} END")
+    claimed = (f"claimed AS ({_claim_sql(keys).text}), n AS (SELECT count(*) AS c FROM claimed)" if keys
+               else "n AS (SELECT 1 AS c)")
+    return (f"WITH {claimed}, "
+            "ev AS (INSERT INTO events (time, pool, source, action, outcome, from_count, to_count, reason, alerts, "
+            f"details) SELECT {', '.join(values)} FROM n RETURNING id), "
+            "up AS (UPDATE pools SET last_event_id = ev.id FROM ev, n WHERE pools.name = :pool AND n.c > 0) "
+            "SELECT ev.id, n.c FROM ev, n")
+
+
 def _hash_key(key: str) -> str:
     return key if len(key) <= 200 else "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+class _RawSql:
+    """The hot path's SQL in the DBAPI's own parameter style (named: ``:x`` for sqlite3, ``%(x)s`` for psycopg)."""
+
+    def __init__(self, dialect: str) -> None:
+        self.dialect = dialect
+        fields = ", ".join(f"p.{f}" for f in _POOL_FIELDS)
+        self.settle_read = self._style(f"SELECT {fields}, e.to_count FROM pools p "
+                                       "LEFT JOIN events e ON e.id = p.last_event_id WHERE p.name = :name")
+        columns = ("time", "pool", "source", "action", "outcome", "from_count", "to_count", "reason", "alerts",
+                   "details")
+        self.insert_event = self._style(f"INSERT INTO events ({', '.join(columns)}) "
+                                        f"VALUES ({', '.join(':' + c for c in columns)}) RETURNING id")
+        self.set_last_event = self._style("UPDATE pools SET last_event_id = :event WHERE name = :name")
+        self.claim = functools.lru_cache(maxsize=64)(lambda n: self._style(str(_claim_sql(n))))
+        self.settle_write = functools.lru_cache(maxsize=64)(lambda n: self._style(_settle_write_sql(n)))
+
+    def _style(self, sql: str) -> str:
+        return re.sub(r"(?<![:\w]):(\w+)", r"%(\1)s", sql) if self.dialect == "postgresql" else sql
 
 
 class SqlStore(Store):
@@ -84,6 +131,7 @@ class SqlStore(Store):
         self.engine = make_engine(url, self.options)
         database = parsed.database if self.dialect == "sqlite" else None
         self.gate = WriterGate(os.path.abspath(database)) if database and database != ":memory:" else None
+        self._sql = _RawSql(self.dialect)
         after_fork_dispose(self.engine)
         if migrate:
             self.migrate()
@@ -148,13 +196,98 @@ class SqlStore(Store):
     def claim_dedup(self, pool: str, keys: tuple[str, ...], now: float, window: float, claim: str) -> bool:
         if not keys:
             return True
+        with self._tx() as conn:
+            return self._claim(conn, pool, keys, now, now + window, claim)
+
+    @staticmethod
+    def _claim(conn: Connection, pool: str, keys: tuple[str, ...], now: float, expires_at: float, claim: str) -> bool:
         hashed = sorted({_hash_key(k) for k in keys})
         params: dict[str, Any] = {f"k{i}": k for i, k in enumerate(hashed)}
-        params.update(pool=pool, expires_at=now + window, claim=claim, now=now)
-        with self._tx() as conn:
-            # RETURNING, not rowcount: psycopg reports -1 for a multi-row INSERT ... ON CONFLICT.
-            taken = conn.execute(_claim_sql(len(hashed)), params).all()
-        return bool(taken)
+        params.update(pool=pool, expires_at=expires_at, claim=claim, now=now)
+        # RETURNING, not rowcount: psycopg reports -1 for a multi-row INSERT ... ON CONFLICT.
+        return bool(conn.execute(_claim_sql(len(hashed)), params).all())
+
+    def settle(self, pool: str, keys: tuple[str, ...], claim: str, now: float, expires_at: float,
+               build: Callable[[PoolState, int | None], EventRecord | None],
+               duplicate: EventRecord) -> tuple[EventRecord, bool] | None:
+        # No lease, and the state is read before the write: what settles a decision here (a pause, a running
+        # cooldown) cannot be made untrue by a concurrent decision (a cooldown only ever grows), so reading it a
+        # moment early only orders this event before a concurrent resume. The claim decides between the event and
+        # the duplicate in the same transaction as the event is written.
+        with self._raw() as (fairy, cur):
+            cur.execute(self._sql.settle_read, {"name": pool})
+            row = cur.fetchone()
+            if row is None:
+                return None
+            state = PoolState(pool, *row[:len(_POOL_FIELDS)])
+            event = build(replace(state, paused=bool(state.paused)), row[-1])
+            if event is None:
+                return None
+            hashed = sorted({_hash_key(k) for k in keys})
+            params: dict[str, Any] = {f"k{i}": k for i, k in enumerate(hashed)}
+            params.update(pool=pool, expires_at=expires_at, claim=claim, now=now)
+            if self.dialect == "postgresql":  # one statement, one round trip (autocommit)
+                params.update(self._event_row(event))
+                params.update({f"d_{k}": v for k, v in self._event_row(duplicate).items()})
+                cur.execute(self._sql.settle_write(len(hashed)), params)
+                event_id, claimed = cur.fetchone()
+            else:
+                with self.gate.hold() if self.gate else nullcontext():
+                    cur.execute("BEGIN IMMEDIATE")
+                    claimed = 1
+                    if hashed:
+                        cur.execute(self._sql.claim(len(hashed)), params)
+                        claimed = len(cur.fetchall())
+                    cur.execute(self._sql.insert_event, self._event_row(event if claimed else duplicate))
+                    event_id = cur.fetchone()[0]
+                    if claimed:
+                        cur.execute(self._sql.set_last_event, {"name": pool, "event": event_id})
+                    fairy.commit()
+        if not claimed:
+            return replace(duplicate, id=int(event_id)), True
+        return replace(event, id=int(event_id)), False
+
+    @contextmanager
+    def _raw(self) -> Iterator[tuple[Any, Any]]:
+        """A pooled DBAPI connection in autocommit mode and a cursor, for the hottest path only: SQLAlchemy's
+        execution layer cost more CPU than SQLite itself there, and each PostgreSQL round trip costs the worker
+        CPU too. Failures are wrapped as SQLAlchemy's, so they map to StoreUnavailable the same way."""
+        dbapi = self.engine.dialect.loaded_dbapi
+        with _unavailable("store unavailable"):
+            try:
+                fairy = self.engine.raw_connection()
+            except dbapi.Error as exc:  # connecting failed: no connection to give back
+                raise DBAPIError.instance(None, None, exc, dbapi.Error) from None
+            cur = None
+            try:
+                if self.dialect == "postgresql":
+                    fairy.dbapi_connection.autocommit = True  # type: ignore[union-attr] # checked out: never None
+                cur = fairy.cursor()
+                yield fairy, cur
+            except dbapi.Error as exc:
+                self._abandon(fairy, cur, exc)
+                raise DBAPIError.instance(None, None, exc, dbapi.Error) from None
+            except BaseException as exc:
+                self._abandon(fairy, cur, exc)
+                raise
+            finally:
+                if self.dialect == "postgresql" and fairy.dbapi_connection is not None:
+                    try:
+                        fairy.dbapi_connection.autocommit = False
+                    except dbapi.Error:
+                        fairy.invalidate()
+                fairy.close()  # back to the pool
+
+    def _abandon(self, fairy: Any, cur: Any, exc: BaseException) -> None:
+        """Roll back; drop a connection that is broken or cannot roll back, so the pool never hands it out again."""
+        try:
+            fairy.rollback()
+        except Exception:  # noqa: BLE001 - the connection is unusable either way
+            fairy.invalidate()
+            return
+        if isinstance(exc, self.engine.dialect.loaded_dbapi.Error) and self.engine.dialect.is_disconnect(
+                exc, fairy.dbapi_connection, cur):
+            fairy.invalidate()
 
     def release_dedup(self, keys: tuple[str, ...], claim: str) -> None:
         if not keys:
