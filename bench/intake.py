@@ -15,7 +15,7 @@ from typing import Any
 import requests
 
 from bench.common import (AUTH, POOL, ROOT, TOKEN, fresh_pg_database, loadavg, notification, percentile,
-                          service_config, summary)
+                          service_config, summary, workers_cpu_seconds)
 from tests.servers import Service
 
 WORKER_CLASSES = {"sync": "--worker-class sync", "gthread": "--worker-class gthread --threads 4"}
@@ -135,7 +135,12 @@ def run(smoke: bool = False, runs: int = 5, seconds: float = 10.0, rate: float =
             for _ in range(runs):
                 loads.append(loadavg())
                 for name, svc in targets.items():
+                    assert svc.proc is not None
+                    cpu_before = workers_cpu_seconds(svc.proc.pid)
                     res = wrk(svc.url, body, seconds, connections)
+                    # The workers' own CPU per request: unlike req/s, it does not move with the other tenants' load.
+                    res["cpu_ms_per_request"] = 1000 * (workers_cpu_seconds(svc.proc.pid) - cpu_before) / max(
+                        1, res["requests"])
                     rps[name].append(res["rps"])
                     raw[name].append(res)
             for name, svc in targets.items():
@@ -144,6 +149,7 @@ def run(smoke: bool = False, runs: int = 5, seconds: float = 10.0, rate: float =
                     seq += 100_000
                     lat.append(fixed_rate(svc.url, rate, seconds, seq))
                 entry = {"rps": summary(rps[name]), "wrk": raw[name],
+                         "cpu_ms_per_request": summary([r["cpu_ms_per_request"] for r in raw[name]]),
                          "fixed_rate": {"p50_ms": summary([r["p50_ms"] for r in lat]),
                                         "p99_ms": summary([r["p99_ms"] for r in lat]),
                                         "max_ms": summary([r["max_ms"] for r in lat]),
@@ -152,6 +158,8 @@ def run(smoke: bool = False, runs: int = 5, seconds: float = 10.0, rate: float =
                 if name != "baseline":
                     entry["measured_outcomes"] = _delta(_decisions(svc), before[name])  # every wrk and loadgen request
                     entry["ratio"] = summary([a / b for a, b in zip(rps[name], rps["baseline"])])
+                    entry["cpu_ratio"] = summary([b["cpu_ms_per_request"] / a["cpu_ms_per_request"]
+                                                  for a, b in zip(raw[name], raw["baseline"])])
                     entry["outcomes_last_500"] = _outcomes(svc)
                 results["variants"][f"{wclass}/{name}"] = entry
     return results
@@ -159,14 +167,16 @@ def run(smoke: bool = False, runs: int = 5, seconds: float = 10.0, rate: float =
 
 def table(res: dict[str, Any]) -> list[str]:
     """Rows for the printed summary."""
-    rows = ["variant                 req/s (median [min-max])   ratio   p50 ms  p99 ms @ %g/s  5xx/err" %
-            res["settings"]["rate"]]
+    rows = ["variant                 req/s (median [min-max])   ratio  cpu ms/req  cpu ratio  p50 ms  p99 ms @ %g/s"
+            "  5xx/err" % res["settings"]["rate"]]
     for name, v in res["variants"].items():
         r = v["rps"]
         ratio = f"{v['ratio']['median']:.2f}" if "ratio" in v else "  -  "
         fr = v["fixed_rate"]
         bad = sum(n for st in fr["statuses"] for code, n in st.items() if code == "0" or code.startswith("5"))
         bad += sum(w["errors"] for w in v["wrk"])
+        cpu_ratio = f"{v['cpu_ratio']['median']:.2f}" if "cpu_ratio" in v else "  -  "
         rows.append(f"{name:22s}  {r['median']:7.0f} [{r['min']:.0f}-{r['max']:.0f}]      {ratio:>5}  "
+                    f"{v['cpu_ms_per_request']['median']:10.3f}  {cpu_ratio:>9}  "
                     f"{fr['p50_ms']['median']:6.1f}  {fr['p99_ms']['median']:6.1f}        {bad}")
     return rows

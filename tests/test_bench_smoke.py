@@ -44,6 +44,11 @@ def test_bench_smoke_writes_sane_results(tmp_path: Path) -> None:
     assert 0 < ours["fixed_rate"]["p50_ms"]["median"] <= ours["fixed_rate"]["p99_ms"]["median"]
     assert intake["primed"]["gthread/sqlite"] == "scaled"
     assert set(ours["outcomes_last_500"]) == {"skipped_cooldown"}  # the cooldown path was what got measured
+    sent = sum(run["requests"] for run in ours["wrk"]) + 200
+    assert set(ours["measured_outcomes"]) == {"skipped_cooldown"}  # every measured request, not only the last 500
+    assert sent <= ours["measured_outcomes"]["skipped_cooldown"] <= sent + 8  # + wrk's unanswered last requests
+    assert 0 < base["cpu_ms_per_request"]["median"] and 0 < ours["cpu_ms_per_request"]["median"]
+    assert 0 < ours["cpu_ratio"]["median"] < 2
 
     storm = _load(tmp_path, "storm")["stores"]["sqlite"]
     assert storm["all_ok"], storm["runs"]
