@@ -80,7 +80,7 @@ class EventLog:
         return self._published(duplicate if was_duplicate else made[-1], event)
 
     def _published(self, d: Decision, ev: EventRecord) -> Decision:
-        body = event_json(ev)
+        body = event_json(ev) if self.json_logs or self.sinks else {}
         if self.json_logs:
             log.info(json.dumps({"msg": "decision", **body}))
         else:
