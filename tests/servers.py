@@ -43,16 +43,23 @@ def wait_http(url: str, timeout: float = 20.0, status: int = 200, proc: subproce
 
 
 class Service:
-    """One gunicorn instance of app:app with its own config file and metrics directory."""
+    """One gunicorn instance of ``app`` with its own config file and metrics directory.
 
-    def __init__(self, config: dict[str, Any], workdir: Path, workers: int = 2, env: dict[str, str] | None = None,
-                 port: int | None = None, app: str = "app:app") -> None:
+    ``config`` None writes no config file (``env`` then names AUTOSCALER_CONFIG); ``root`` is the tree served
+    (its gunicorn.conf.py, cwd and PYTHONPATH); ``graceful_timeout`` overrides the config's, to stop fast.
+    """
+
+    def __init__(self, config: dict[str, Any] | None, workdir: Path, workers: int = 2,
+                 env: dict[str, str] | None = None, port: int | None = None, app: str = "app:app",
+                 graceful_timeout: int | None = None, root: Path = ROOT) -> None:
         self.config = config
         self.app = app  # the WSGI target (the benchmarks start a bare Flask app too)
         self.workdir = workdir
         self.workers = workers
         self.port = port or free_port()
         self.extra_env = env or {}
+        self.graceful_timeout = graceful_timeout
+        self.root = root
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = workdir / f"gunicorn-{self.port}.log"
 
@@ -66,27 +73,32 @@ class Service:
 
     def spawn(self) -> "Service":
         """Start without waiting, so that several instances can start (and migrate) at the same instant."""
-        cfg_path = self.workdir / f"config-{self.port}.yaml"
-        cfg_path.write_text(yaml.safe_dump(self.config))
-        metrics_dir = tempfile.mkdtemp(prefix="prom-", dir=self.workdir)
-        env = {**os.environ, "AUTOSCALER_CONFIG": str(cfg_path), "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
-               "PYTHONPATH": str(ROOT), **self.extra_env}
+        env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(prefix="prom-", dir=self.workdir),
+               "PYTHONPATH": str(self.root)}
+        if self.config is not None:
+            cfg_path = self.workdir / f"config-{self.port}.yaml"
+            cfg_path.write_text(yaml.safe_dump(self.config))
+            env["AUTOSCALER_CONFIG"] = str(cfg_path)
+        args = [GUNICORN, "-c", str(self.root / "gunicorn.conf.py"), "-b", f"127.0.0.1:{self.port}",
+                "-w", str(self.workers)]
+        if self.graceful_timeout is not None:
+            args += ["--graceful-timeout", str(self.graceful_timeout)]
         self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [GUNICORN, "-c", str(ROOT / "gunicorn.conf.py"), "-b", f"127.0.0.1:{self.port}", "-w", str(self.workers),
-             self.app], cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen([*args, self.app], cwd=self.root, env={**env, **self.extra_env}, stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
         return self
 
     def wait_ready(self, timeout: float = 30.0) -> "Service":
-        """Wait until /healthz answers 200; stop and raise with the log when it does not."""
+        """Wait until /healthz answers 200; stop, and raise with the log's tail, when it does not."""
         assert self.proc is not None, "spawn() first"
         try:
             wait_http(f"{self.url}/healthz", timeout, proc=self.proc)
-        except RuntimeError:
-            raise RuntimeError(f"gunicorn exited with {self.proc.returncode}:\n{self.read_log()[-3000:]}") from None
-        except TimeoutError:
+        except (RuntimeError, TimeoutError) as exc:
             self.stop()
-            raise RuntimeError(f"gunicorn did not answer within {timeout}s:\n{self.read_log()[-3000:]}") from None
+            raise RuntimeError(f"gunicorn: {exc}:\n{self.tail()}") from None
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def restart(self, timeout: float = 30.0) -> "Service":
@@ -96,6 +108,16 @@ class Service:
 
     def read_log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def tail(self, chars: int = 3000) -> str:
+        """The log's last ``chars`` characters, for error messages."""
+        return self.read_log()[-chars:]
+
+    def worker_pids(self) -> set[int]:
+        """PIDs of the arbiter's children (the workers)."""
+        assert self.proc is not None, "spawn() first"
+        path = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        return {int(p) for p in path.read_text().split()} if path.exists() else set()
 
     def stop(self) -> None:
         """SIGTERM (graceful), SIGKILL of the process group after 15 s; idempotent."""
