@@ -204,11 +204,11 @@ def test_ten_thousand_alerts_in_one_notification(tmp_path: Path, record_property
 def test_very_long_headers_on_real_gunicorn(tmp_path: Path) -> None:
     import yaml
 
-    from tests.gunicorn_server import Gunicorn
+    from tests.servers import Service
 
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config(f"sqlite:///{tmp_path}/s.db")))
-    with Gunicorn("app:app", {"AUTOSCALER_CONFIG": str(path)}, log=tmp_path / "g.log") as server:
+    with Service(None, tmp_path, workers=1, env={"AUTOSCALER_CONFIG": str(path)}, graceful_timeout=2) as server:
         statuses = []
         for value in ("Bearer " + "a" * 8000, "Bearer " + "a" * 9000, "Bearer " + "a" * 70_000):
             try:

@@ -10,16 +10,16 @@ from typing import Iterator
 import pytest
 import yaml
 
-from tests.gunicorn_server import ROOT, Gunicorn, free_port
+from tests.servers import ROOT, Service, free_port
 from tests.support import TOKEN, config
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gunicorn]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     tmp = tmp_path_factory.mktemp("cli")
     path = tmp / "config.yaml"
     path.write_text(yaml.safe_dump(config(f"sqlite:///{tmp}/s.db")))
-    with Gunicorn("app:app", {"AUTOSCALER_CONFIG": str(path)}, log=tmp / "g.log") as running:
+    with Service(None, tmp, workers=1, env={"AUTOSCALER_CONFIG": str(path)}, graceful_timeout=2) as running:
         yield running
 
 
@@ -31,7 +31,7 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
 
 @pytest.mark.slow
-def test_operator_session(server: Gunicorn) -> None:
+def test_operator_session(server: Service) -> None:
     env = {"AUTOSCALER_URL": server.url, "AUTOSCALER_TOKEN": TOKEN}
     status = cli("status", env=env)
     assert status.returncode == 0, status.stderr
@@ -59,7 +59,7 @@ def test_operator_session(server: Gunicorn) -> None:
 
 
 @pytest.mark.slow
-def test_flags_override_env_and_errors_exit_1(server: Gunicorn) -> None:
+def test_flags_override_env_and_errors_exit_1(server: Service) -> None:
     ok = cli("status", "--url", server.url, "--token", TOKEN, env={"AUTOSCALER_URL": "http://127.0.0.1:1"})
     assert ok.returncode == 0
     wrong = cli("status", "--url", server.url, "--token", "not-the-token")

@@ -17,7 +17,7 @@ import yaml
 from sqlalchemy import create_engine, text
 
 from tests.fault_cloud import FakeCloud, HttpTestProvider, Reply
-from tests.gunicorn_server import Gunicorn
+from tests.servers import Service
 from tests.support import AUTH, FakeClock, am_alert, am_payload, config, make_app
 
 
@@ -102,7 +102,7 @@ def test_worker_killed_mid_decision(tmp_path: Path, cloud: FakeCloud) -> None:
     cloud.script = [Reply(block=True)]  # the cloud takes the change, then hangs before answering
     env = {"AUTOSCALER_CONFIG": str(_gunicorn_config(tmp_path)), "FAULT_CLOUD_URL": cloud.url,
            "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prom")}
-    with Gunicorn("tests.fault_app:app", env, workers=2, log=tmp_path / "gunicorn.log") as server:
+    with Service(None, tmp_path, workers=2, env=env, app="tests.fault_app:app", graceful_timeout=2) as server:
         hook = f"{server.url}/webhook/alertmanager"
         body = am_payload(am_alert(fingerprint="fp-kill"))
         lost: list[BaseException] = []

@@ -10,7 +10,7 @@ import pytest
 import requests
 import yaml
 
-from tests.gunicorn_server import ROOT, Gunicorn
+from tests.servers import ROOT, Service
 from tests.support import AUTH, FakeClock, am_alert, am_payload, config, make_app
 
 RULES = ROOT / "deploy" / "prometheus" / "autoscaler-self-rules.yml"
@@ -105,14 +105,14 @@ def test_log_format_json_gives_one_object_per_line(tmp_path: Path) -> None:
     cfg = config(f"sqlite:///{tmp_path}/s.db")
     cfg["pools"][0]["dry_run"] = True  # the DRY-RUN banner goes through the same formatter
     path.write_text(yaml.safe_dump(cfg))
-    log = tmp_path / "g.log"
     env = {"AUTOSCALER_CONFIG": str(path), "LOG_FORMAT": "json", "GUNICORN_ACCESS_LOG": "-"}
-    with Gunicorn("app:app", env, workers=2, log=log) as server:
+    with Service(None, tmp_path, workers=2, env=env, graceful_timeout=2) as server:
         requests.post(f"{server.url}/webhook/alertmanager", json=am_payload(am_alert()), headers=AUTH, timeout=5)
         requests.post(f"{server.url}/api/v1/pools/spare/scale", json={"action": "scale_out"}, headers=AUTH, timeout=5)
         requests.get(f"{server.url}/api/v1/pools", headers={"Authorization": "Bearer wrong"}, timeout=5)
         requests.post(f"{server.url}/webhook/grafana", data="{not json", headers=AUTH, timeout=5)
-    lines = [line for line in log.read_text().splitlines() if line.strip()]
+    log = server.read_log()
+    lines = [line for line in log.splitlines() if line.strip()]
     objects = []
     for line in lines:
         obj = json.loads(line)  # every line, gunicorn's own included
@@ -123,4 +123,4 @@ def test_log_format_json_gives_one_object_per_line(tmp_path: Path) -> None:
     assert {"id", "pool", "source", "action", "outcome", "from", "to", "reason", "alerts"} <= set(decisions[0])
     assert any(o["logger"] == "gunicorn.access" for o in objects)
     assert any("DRY-RUN" in o.get("message", "") for o in objects)
-    assert "hardening-token-7" not in log.read_text()
+    assert "hardening-token-7" not in log

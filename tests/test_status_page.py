@@ -11,7 +11,7 @@ import requests
 import yaml
 
 from autoscaler.api.status import chart
-from tests.gunicorn_server import ROOT, Gunicorn
+from tests.servers import ROOT, Service
 from tests.support import AUTH, FakeClock, am_alert, am_payload, config, make_app
 
 ARTIFACTS = ROOT / "test-artifacts"
@@ -63,7 +63,7 @@ def test_headless_chromium_renders_the_page(tmp_path: Path) -> None:
         pytest.skip("Debian's chromium is not installed (make system-deps)")
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config(f"sqlite:///{tmp_path}/s.db")))
-    with Gunicorn("app:app", {"AUTOSCALER_CONFIG": str(path)}, log=tmp_path / "g.log") as server:
+    with Service(None, tmp_path, workers=1, env={"AUTOSCALER_CONFIG": str(path)}, graceful_timeout=2) as server:
         hook = f"{server.url}/webhook/alertmanager"
         requests.post(hook, json=am_payload(am_alert(fingerprint="x1")), headers=AUTH, timeout=5)
         requests.post(f"{server.url}/api/v1/pools/spare/scale", json={"action": "scale_out", "step": 2},
