@@ -9,8 +9,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
-import signal
 import subprocess
 import sys
 import tarfile
@@ -19,11 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import requests
-import yaml
 
 from bench.common import AUTH, ROOT, fresh_pg_database, loadavg, notification, service_config, summary
 from bench.intake import HOOK, _template, wrk
-from tests.servers import GUNICORN, free_port, wait_http
+from tests.servers import Service
 
 
 def export(rev: str, dest: Path) -> Path:
@@ -32,36 +29,6 @@ def export(rev: str, dest: Path) -> Path:
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         tar.extractall(dest, filter="data")
     return dest
-
-
-class Server:
-    """gunicorn serving ``app`` from the tree at ``root``."""
-
-    def __init__(self, root: Path, app: str, config: dict[str, Any], workdir: Path, worker_args: str) -> None:
-        self.port = free_port()
-        cfg = workdir / f"config-{self.port}.yaml"
-        cfg.write_text(yaml.safe_dump(config))
-        env = {**os.environ, "AUTOSCALER_CONFIG": str(cfg), "PYTHONPATH": str(root), "GUNICORN_CMD_ARGS": worker_args,
-               "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(prefix="prom-", dir=workdir)}
-        self.log = open(workdir / f"gunicorn-{self.port}.log", "ab")
-        self.proc = subprocess.Popen([GUNICORN, "-c", str(root / "gunicorn.conf.py"), "-b", f"127.0.0.1:{self.port}",
-                                      "-w", "2", app], cwd=root, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        wait_http(f"{self.url}/healthz", 30, proc=self.proc)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=5)
-        self.log.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,16 +41,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="bench-ab-"))
     body = _template(workdir)
-    servers: dict[str, Server] = {}
+    servers: dict[str, Service] = {}
+    env = {"GUNICORN_CMD_ARGS": args.worker_args}
     try:
-        servers["baseline"] = Server(ROOT, "bench.baseline_app:app", {}, workdir, args.worker_args)
+        servers["baseline"] = Service({}, workdir, env=env, app="bench.baseline_app:app").start()
         for i, rev in enumerate(args.revs):
             tree = export(rev, workdir / f"tree{i}")
             for store in args.stores.split(","):
                 url = (f"sqlite:///{workdir / f'ab{i}.db'}" if store == "sqlite"
                        else fresh_pg_database(f"bench_ab_{i}") or "")
                 name = f"{rev}/{store}"
-                servers[name] = Server(tree, "app:app", service_config(url), workdir, args.worker_args)
+                servers[name] = Service(service_config(url), workdir, env=env, root=tree).start()
                 resp = requests.post(servers[name].url + HOOK, json=notification(999_999_999), headers=AUTH,
                                      timeout=10)
                 assert resp.json()["decisions"][0]["outcome"] == "scaled", resp.text

@@ -44,10 +44,6 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
-def _workers(pid: int) -> list[int]:
-    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-
-
 def start_and_measure(svc: Service, body: Path, warm_seconds: int) -> dict[str, Any]:
     """Seconds from spawn to the first /healthz 200 and to a first webhook answer; RSS cold and after load."""
     began = time.perf_counter()
@@ -62,15 +58,14 @@ def start_and_measure(svc: Service, body: Path, warm_seconds: int) -> dict[str, 
         except requests.RequestException:
             time.sleep(0.01)
     if first is None:
-        raise RuntimeError(f"no answer within 60s:\n{svc.read_log()[-2000:]}")
+        raise RuntimeError(f"no answer within 60s:\n{svc.tail(2000)}")
     resp = requests.post(svc.url + "/webhook/alertmanager", json=notification(7), timeout=10,
                          headers={"Authorization": "Bearer bench-token"})
     hook = time.perf_counter() - began
     time.sleep(0.5)  # both workers booted
-    workers = _workers(svc.proc.pid)
-    cold = [_rss_kib(p) for p in workers]
+    cold = [_rss_kib(p) for p in svc.worker_pids()]
     wrk(svc.url, body, warm_seconds, 8)
-    warm = [_rss_kib(p) for p in _workers(svc.proc.pid)]
+    warm = [_rss_kib(p) for p in svc.worker_pids()]
     return {"first_answer_s": first, "first_webhook_s": hook, "webhook_status": resp.status_code,
             "master_rss_mib": _rss_kib(svc.proc.pid) / 1024, "worker_rss_cold_mib": [x / 1024 for x in cold],
             "worker_rss_warm_mib": [x / 1024 for x in warm]}
