@@ -11,7 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import pytest
 import yaml
@@ -127,6 +127,19 @@ class Process:
         self._log.close()
 
 
+P = TypeVar("P", bound=Process)
+
+
+def _started(proc: P, path: str) -> P:
+    """``proc`` once ``GET path`` answers 200; stopped, and the error raised, when it does not."""
+    try:
+        proc.wait_ready(path)
+    except Exception:
+        proc.stop()
+        raise
+    return proc
+
+
 def test_rules(for_high: str = "0s", for_low: str = "0s") -> dict[str, Any]:
     """The shipped rule file with its ``for`` durations shortened for a test."""
     doc = yaml.safe_load(RULES.read_text())
@@ -151,16 +164,10 @@ def start_prometheus(workdir: Path, scrape_target: str, alertmanager: str, rules
         "scrape_configs": [{"job_name": "dcgm-exporter", "static_configs": [{"targets": [scrape_target]}]}],
     }
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-    proc = Process("prometheus", [
+    return _started(Process("prometheus", [
         binary, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'data'}",
         f"--web.listen-address=127.0.0.1:{port}", "--rules.alert.resend-delay=1s", "--log.level=warn",
-    ], workdir, f"http://127.0.0.1:{port}")
-    try:
-        proc.wait_ready("/-/ready")
-    except Exception:
-        proc.stop()
-        raise
-    return proc
+    ], workdir, f"http://127.0.0.1:{port}"), "/-/ready")
 
 
 def alertmanager_config(receiver: str, url: str | None, credentials: str | None) -> dict[str, Any]:
@@ -197,16 +204,10 @@ def start_alertmanager(workdir: Path, url: str | None = None, credentials: str |
     port = port or free_port()
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "alertmanager.yml").write_text(yaml.safe_dump(alertmanager_config("hook-0", url, credentials)))
-    proc = Alertmanager("alertmanager", [
+    return _started(Alertmanager("alertmanager", [
         binary, f"--config.file={workdir / 'alertmanager.yml'}", f"--storage.path={workdir / 'data'}",
         f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=", "--log.level=warn",
-    ], workdir, f"http://127.0.0.1:{port}")
-    try:
-        proc.wait_ready("/-/ready")
-    except Exception:
-        proc.stop()
-        raise
-    return proc
+    ], workdir, f"http://127.0.0.1:{port}"), "/-/ready")
 
 
 def start_victoria_metrics(workdir: Path) -> Process:
@@ -214,16 +215,10 @@ def start_victoria_metrics(workdir: Path) -> Process:
     binary = require_binary(*VICTORIA_METRICS)
     port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
-    proc = Process("victoria-metrics", [
+    return _started(Process("victoria-metrics", [
         binary, f"-httpListenAddr=127.0.0.1:{port}", f"-storageDataPath={workdir / 'data'}",
         "-search.latencyOffset=0s", "-loggerLevel=WARN",
-    ], workdir, f"http://127.0.0.1:{port}")
-    try:
-        proc.wait_ready("/health")
-    except Exception:
-        proc.stop()
-        raise
-    return proc
+    ], workdir, f"http://127.0.0.1:{port}"), "/health")
 
 
 def prometheus_query(prom: Process, query: str) -> list[dict[str, Any]]:
