@@ -118,9 +118,11 @@ class Engine:
                              f"{signal.reason}: same notification already handled within "
                              f"the {spec.dedup_window:.0f}s dedup window")
         # The common case under an alert storm: a pool in cooldown (or paused). One transaction, no lease, no cloud
-        # read: nothing the cloud could say would make it act.
+        # read: nothing the cloud could say would make it act. The clock is read after the state: a scale-out another
+        # worker recorded since ``now`` must not look like a cooldown still to run (with a zero cooldown it is not).
         quick = self.events.settle(spec.name, signal.source.value, alerts, now, keys, claim, now + spec.dedup_window,
-                                   lambda state, last: self._settled(signal, spec, state, last, now), duplicate)
+                                   lambda state, last: self._settled(signal, spec, state, last, self.clock()),
+                                   duplicate)
         if quick is not None:
             return quick
         # Claimed for a short while first, for the full window once recorded: a claim left by a lost
