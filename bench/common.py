@@ -109,21 +109,6 @@ def workers_cpu_seconds(master_pid: int) -> float:
     return total
 
 
-def postgres_cpu_seconds() -> float:
-    """User + system CPU seconds used so far by the local PostgreSQL's processes (every backend; Linux /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            head, tail = stat.read_text().rsplit(")", 1)
-        except OSError:
-            continue
-        if head.split("(", 1)[1] == "postgres":
-            fields = tail.split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
-
-
 def loadavg() -> float:
     """The 1-minute load average."""
     return os.getloadavg()[0]

@@ -15,7 +15,7 @@ from typing import Any
 import requests
 
 from bench.common import (AUTH, POOL, ROOT, TOKEN, fresh_pg_database, loadavg, notification, percentile,
-                          postgres_cpu_seconds, service_config, summary, workers_cpu_seconds)
+                          service_config, summary, workers_cpu_seconds)
 from tests.servers import Service
 
 WORKER_CLASSES = {"sync": "--worker-class sync", "gthread": "--worker-class gthread --threads 4"}
@@ -136,14 +136,11 @@ def run(smoke: bool = False, runs: int = 5, seconds: float = 10.0, rate: float =
                 loads.append(loadavg())
                 for name, svc in targets.items():
                     assert svc.proc is not None
-                    cpu_before, db_before = workers_cpu_seconds(svc.proc.pid), postgres_cpu_seconds()
+                    cpu_before = workers_cpu_seconds(svc.proc.pid)
                     res = wrk(svc.url, body, seconds, connections)
                     # The workers' own CPU per request: unlike req/s, it does not move with the other tenants' load.
                     res["cpu_ms_per_request"] = 1000 * (workers_cpu_seconds(svc.proc.pid) - cpu_before) / max(
                         1, res["requests"])
-                    if name == "postgresql":  # the database server's share, on the same 2 cores
-                        res["db_cpu_ms_per_request"] = 1000 * (postgres_cpu_seconds() - db_before) / max(
-                            1, res["requests"])
                     rps[name].append(res["rps"])
                     raw[name].append(res)
             for name, svc in targets.items():
@@ -153,8 +150,6 @@ def run(smoke: bool = False, runs: int = 5, seconds: float = 10.0, rate: float =
                     lat.append(fixed_rate(svc.url, rate, seconds, seq))
                 entry = {"rps": summary(rps[name]), "wrk": raw[name],
                          "cpu_ms_per_request": summary([r["cpu_ms_per_request"] for r in raw[name]]),
-                         "db_cpu_ms_per_request": summary([r["db_cpu_ms_per_request"] for r in raw[name]
-                                                           if "db_cpu_ms_per_request" in r]),
                          "fixed_rate": {"p50_ms": summary([r["p50_ms"] for r in lat]),
                                         "p99_ms": summary([r["p99_ms"] for r in lat]),
                                         "max_ms": summary([r["max_ms"] for r in lat]),

@@ -5,7 +5,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -15,6 +14,8 @@ from typing import Any, Callable, TypeVar
 
 import pytest
 import yaml
+
+from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "gpu-autoscaler-rules.yml"
@@ -45,12 +46,6 @@ def require_binary(*names: str) -> str:
         pytest.skip(reason)
     return path
 
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
