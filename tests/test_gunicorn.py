@@ -21,9 +21,13 @@ def config(tmp_path: Path) -> dict[str, Any]:
     return cfg
 
 
-def test_50_concurrent_identical_alerts_scale_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("preload", [False, True], ids=["fork-then-load", "preload"])
+def test_50_concurrent_identical_alerts_scale_once(tmp_path: Path, preload: bool) -> None:
+    """Also with ``gunicorn --preload``: the app (store engine, metrics) is built before the fork, and each worker
+    must drop the inherited database connections and count its metrics in its own file."""
     body = am_payload(am_alert(fingerprint="storm"), am_alert(fingerprint="storm-2", gpu="1"))
-    with Service(config(tmp_path), tmp_path, workers=2) as svc, requests.Session() as session:
+    env = {"GUNICORN_CMD_ARGS": "--preload"} if preload else {}
+    with Service(config(tmp_path), tmp_path, workers=2, env=env) as svc, requests.Session() as session:
         def send(_: int) -> tuple[int, str]:
             resp = session.post(f"{svc.url}/webhook/alertmanager", json=body, headers=AUTH, timeout=30)
             return resp.status_code, resp.json()["decisions"][0]["outcome"]
@@ -44,6 +48,8 @@ def test_50_concurrent_identical_alerts_scale_once(tmp_path: Path) -> None:
         assert 'gpu_autoscaler_decisions_total{action="scale_out",outcome="skipped_duplicate",pool="gpu"} 49.0' \
             in metrics
         assert 'gpu_autoscaler_decisions_total{action="scale_out",outcome="scaled",pool="gpu"} 1.0' in metrics
+    # the app was built once in the master (preload) or once in each worker
+    assert svc.read_log().count("effective config: ") == (1 if preload else 2)
 
 
 def test_different_alerts_on_one_pool_are_serialised(tmp_path: Path) -> None:
