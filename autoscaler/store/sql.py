@@ -47,12 +47,6 @@ _ACQUIRE = (update(schema.pools)
                    | (schema.pools.c.lease_owner == bindparam("p_owner")))
             .values(lease_owner=bindparam("p_owner"), lease_until=bindparam("p_until")))
 _ACQUIRE_RETURNING = _ACQUIRE.returning(*schema.pools.c)
-_POOL_AND_LAST_COUNT = (select(schema.pools, schema.events.c.to_count.label("last_count"))
-                        .select_from(schema.pools.outerjoin(schema.events,
-                                                            schema.events.c.id == schema.pools.c.last_event_id))
-                        .where(schema.pools.c.name == bindparam("p_name")))
-_SET_LAST_EVENT = (update(schema.pools).where(schema.pools.c.name == bindparam("p_name"))
-                   .values(last_event_id=bindparam("p_event")))
 _INSERT_EVENT = insert(schema.events)
 _CONFIRM_KEYS = (update(schema.dedup).where(schema.dedup.c.key.in_(bindparam("p_keys", expanding=True)),
                                             schema.dedup.c.claim == bindparam("p_claim"))
@@ -94,6 +88,15 @@ def _settle_write_sql(keys: int) -> str:
             f"details) SELECT {', '.join(values)} FROM n RETURNING id), "
             "up AS (UPDATE pools SET last_event_id = ev.id FROM ev, n WHERE pools.name = :pool AND n.c > 0) "
             "SELECT ev.id, n.c FROM ev, n")
+
+
+def _claim_params(pool: str, keys: tuple[str, ...], now: float, expires_at: float,
+                  claim: str) -> tuple[int, dict[str, Any]]:
+    """How many distinct keys, and the parameters of ``_claim_sql`` for them (long keys stored hashed)."""
+    hashed = sorted({_hash_key(k) for k in keys})
+    params: dict[str, Any] = {f"k{i}": k for i, k in enumerate(hashed)}
+    params.update(pool=pool, expires_at=expires_at, claim=claim, now=now)
+    return len(hashed), params
 
 
 def _hash_key(key: str) -> str:
@@ -196,16 +199,10 @@ class SqlStore(Store):
     def claim_dedup(self, pool: str, keys: tuple[str, ...], now: float, window: float, claim: str) -> bool:
         if not keys:
             return True
+        count, params = _claim_params(pool, keys, now, now + window, claim)
         with self._tx() as conn:
-            return self._claim(conn, pool, keys, now, now + window, claim)
-
-    @staticmethod
-    def _claim(conn: Connection, pool: str, keys: tuple[str, ...], now: float, expires_at: float, claim: str) -> bool:
-        hashed = sorted({_hash_key(k) for k in keys})
-        params: dict[str, Any] = {f"k{i}": k for i, k in enumerate(hashed)}
-        params.update(pool=pool, expires_at=expires_at, claim=claim, now=now)
-        # RETURNING, not rowcount: psycopg reports -1 for a multi-row INSERT ... ON CONFLICT.
-        return bool(conn.execute(_claim_sql(len(hashed)), params).all())
+            # RETURNING, not rowcount: psycopg reports -1 for a multi-row INSERT ... ON CONFLICT.
+            return bool(conn.execute(_claim_sql(count), params).all())
 
     def settle(self, pool: str, keys: tuple[str, ...], claim: str, now: float, expires_at: float,
                build: Callable[[PoolState, int | None], EventRecord | None],
@@ -223,20 +220,18 @@ class SqlStore(Store):
             event = build(replace(state, paused=bool(state.paused)), row[-1])
             if event is None:
                 return None
-            hashed = sorted({_hash_key(k) for k in keys})
-            params: dict[str, Any] = {f"k{i}": k for i, k in enumerate(hashed)}
-            params.update(pool=pool, expires_at=expires_at, claim=claim, now=now)
+            count, params = _claim_params(pool, keys, now, expires_at, claim)
             if self.dialect == "postgresql":  # one statement, one round trip (autocommit)
                 params.update(self._event_row(event))
                 params.update({f"d_{k}": v for k, v in self._event_row(duplicate).items()})
-                cur.execute(self._sql.settle_write(len(hashed)), params)
+                cur.execute(self._sql.settle_write(count), params)
                 event_id, claimed = cur.fetchone()
             else:
                 with self.gate.hold() if self.gate else nullcontext():
                     cur.execute("BEGIN IMMEDIATE")
                     claimed = 1
-                    if hashed:
-                        cur.execute(self._sql.claim(len(hashed)), params)
+                    if count:
+                        cur.execute(self._sql.claim(count), params)
                         claimed = len(cur.fetchall())
                     cur.execute(self._sql.insert_event, self._event_row(event if claimed else duplicate))
                     event_id = cur.fetchone()[0]
