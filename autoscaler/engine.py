@@ -117,8 +117,8 @@ class Engine:
         duplicate = Decision(spec.name, action, Outcome.SKIPPED_DUPLICATE, None, None,
                              f"{signal.reason}: same notification already handled within "
                              f"the {spec.dedup_window:.0f}s dedup window")
-        # The common case under an alert storm: a pool in cooldown (or paused). One transaction, no lease, no cloud
-        # read: nothing the cloud could say would make it act. The clock is read after the state: a scale-out another
+        # The common case under an alert storm: a pool in cooldown (or paused). A read and one transaction, no lease,
+        # no cloud read: nothing the cloud could say would make it act. The clock is read after the state: a scale-out another
         # worker recorded since ``now`` must not look like a cooldown still to run (with a zero cooldown it is not).
         quick = self.events.settle(spec.name, signal.source.value, alerts, now, keys, claim, now + spec.dedup_window,
                                    lambda state, last: self._settled(signal, spec, state, last, self.clock()),

@@ -61,8 +61,8 @@ class EventLog:
     def settle(self, pool: str, source: str, alerts: list[Alert], now: float, keys: tuple[str, ...], claim: str,
                expires_at: float, decide: Callable[[PoolState, int | None], Decision | None],
                duplicate: Decision) -> Decision | None:
-        """Record the decision ``decide`` makes from the stored state alone (state read, dedup claimed and event
-        written in one transaction); None when it makes none."""
+        """Record the decision ``decide`` makes from the stored state alone (the state read, then the dedup claim
+        and the event in one transaction); None when it makes none."""
         made: list[Decision] = []
 
         def build(state: PoolState, last_count: int | None) -> EventRecord | None:

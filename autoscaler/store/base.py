@@ -75,9 +75,9 @@ class Store(abc.ABC):
     def settle(self, pool: str, keys: tuple[str, ...], claim: str, now: float, expires_at: float,
                build: Callable[[PoolState, int | None], EventRecord | None],
                duplicate: EventRecord) -> tuple[EventRecord, bool] | None:
-        """A decision the stored state alone settles, without the lease, in one transaction: read the pool's state
-        and the node count of its last event, ``build`` the event from them (None: not settled, nothing written,
-        the caller takes the full path), claim ``keys`` until ``expires_at`` and append that event, or
+        """A decision the stored state alone settles, without the lease: read the pool's state and the node count
+        of its last event, ``build`` the event from them (None: not settled, nothing written, the caller takes the
+        full path), then in one transaction claim ``keys`` until ``expires_at`` and append that event, or
         ``duplicate`` when every key was already claimed. Returns (the event as stored, whether it was the
         duplicate)."""
 
