@@ -118,8 +118,9 @@ class Engine:
                              f"{signal.reason}: same notification already handled within "
                              f"the {spec.dedup_window:.0f}s dedup window")
         # The common case under an alert storm: a pool in cooldown (or paused). A read and one transaction, no lease,
-        # no cloud read: nothing the cloud could say would make it act. The clock is read after the state: a scale-out another
-        # worker recorded since ``now`` must not look like a cooldown still to run (with a zero cooldown it is not).
+        # no cloud read: nothing the cloud could say would make it act. The clock is read after the state: a
+        # scale-out another worker recorded since ``now`` must not look like a cooldown still to run (with a zero
+        # cooldown it is not).
         quick = self.events.settle(spec.name, signal.source.value, alerts, now, keys, claim, now + spec.dedup_window,
                                    lambda state, last: self._settled(signal, spec, state, last, self.clock()),
                                    duplicate)
@@ -172,11 +173,7 @@ class Engine:
         if self.providers[spec.name].tracks_count and state.tracked_count is not None:
             current = state.tracked_count
         plan = settled(signal, spec, state, now, current)
-        if plan is None:
-            return None
-        if signal.reason:
-            plan = replace(plan, reason=f"{signal.reason}: {plan.reason}")
-        return self._plan_decision(spec, plan)
+        return None if plan is None else self._plan_decision(spec, _said_by(signal, plan))
 
     def _busy(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str) -> Decision:
         """Give up on a pool whose decision stays taken: free the dedup claim, record skipped_busy."""
@@ -221,8 +218,7 @@ class Engine:
         plan = decide(signal, spec, state, cloud, now, recent)
         if plan.details.get("recommendation") is not None:
             self.store.add_recommendation(spec.name, now, int(plan.details["recommendation"]), now - window)
-        if signal.reason:
-            plan = replace(plan, reason=f"{signal.reason}: {plan.reason}")
+        plan = _said_by(signal, plan)
         if plan.outcome is not Outcome.SCALED:
             return self._plan_decision(spec, plan), {}
         return self._act(provider, spec, state.failures, plan, now)
@@ -273,3 +269,8 @@ class Engine:
     def _observe(self, spec: PoolSpec, result: str, seconds: float) -> None:
         if self.metrics is not None:
             self.metrics.provider_call(spec.provider, spec.name, result, seconds)
+
+
+def _said_by(signal: Signal, plan: Plan) -> Plan:
+    """The plan with its reason prefixed by what the signal says of itself (e.g. ``alert GPUUtilizationHigh``)."""
+    return replace(plan, reason=f"{signal.reason}: {plan.reason}") if signal.reason else plan

@@ -73,6 +73,11 @@ def _limit(spec: PoolSpec, action: Action | None, current: int, desired: int) ->
     return target, ""
 
 
+def _paused(state: PoolState, action: Action | None, current: int | None) -> Plan:
+    why = f" ({state.pause_reason})" if state.pause_reason else ""
+    return Plan(Outcome.SKIPPED_PAUSED, action, current, current, f"pool is paused{why}; resume it to scale")
+
+
 def settled(signal: Signal, spec: PoolSpec, state: PoolState, now: float, current: int | None) -> Plan | None:
     """The plan when the stored state alone settles it, whatever the cloud would say: a paused pool, or a step-mode
     alert inside its direction's cooldown (which only ever grows). None: ``decide`` needs the cloud's status.
@@ -83,8 +88,7 @@ def settled(signal: Signal, spec: PoolSpec, state: PoolState, now: float, curren
     if action is None or signal.target is not None:
         return None
     if state.paused:
-        why = f" ({state.pause_reason})" if state.pause_reason else ""
-        return Plan(Outcome.SKIPPED_PAUSED, action, current, current, f"pool is paused{why}; resume it to scale")
+        return _paused(state, action, current)
     if signal.force or "proportional" in (spec.scale_out.mode, spec.scale_in.mode):
         return None  # proportional records a recommendation with every decision: it needs the cloud's count
     if state.backoff_until is not None and now < state.backoff_until:
@@ -102,8 +106,7 @@ def decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus,
     current = cloud.current
     action = signal.action
     if state.paused:
-        why = f" ({state.pause_reason})" if state.pause_reason else ""
-        return Plan(Outcome.SKIPPED_PAUSED, action, current, current, f"pool is paused{why}; resume it to scale")
+        return _paused(state, action, current)
     if cloud.busy:
         detail = f": {cloud.detail}" if cloud.detail else ""
         return Plan(Outcome.SKIPPED_BUSY, action, current, current,

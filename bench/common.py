@@ -92,15 +92,11 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[rank]
 
 
-def workers_cpu_seconds(master_pid: int) -> float:
-    """User + system CPU seconds used so far by the children (gunicorn workers) of ``master_pid`` (Linux /proc)."""
+def workers_cpu_seconds(pids: set[int]) -> float:
+    """User + system CPU seconds used so far by the processes ``pids`` (gunicorn workers; Linux /proc)."""
     tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
-    try:
-        children = Path(f"/proc/{master_pid}/task/{master_pid}/children").read_text().split()
-    except OSError:
-        return float("nan")
-    for pid in children:
+    for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:

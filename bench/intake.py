@@ -135,11 +135,11 @@ def run(smoke: bool = False, runs: int = 5, seconds: float = 10.0, rate: float =
             for _ in range(runs):
                 loads.append(loadavg())
                 for name, svc in targets.items():
-                    assert svc.proc is not None
-                    cpu_before = workers_cpu_seconds(svc.proc.pid)
+                    workers = svc.worker_pids()
+                    cpu_before = workers_cpu_seconds(workers)
                     res = wrk(svc.url, body, seconds, connections)
                     # The workers' own CPU per request: unlike req/s, it does not move with the other tenants' load.
-                    res["cpu_ms_per_request"] = 1000 * (workers_cpu_seconds(svc.proc.pid) - cpu_before) / max(
+                    res["cpu_ms_per_request"] = 1000 * (workers_cpu_seconds(workers) - cpu_before) / max(
                         1, res["requests"])
                     rps[name].append(res["rps"])
                     raw[name].append(res)

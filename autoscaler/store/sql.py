@@ -71,21 +71,24 @@ def _claim_sql(keys: int) -> Any:
                 "WHERE dedup.expires_at <= :now RETURNING key")
 
 
+# The events table's columns as the hot path writes them (``_event_row``'s keys, in order).
+_EVENT_COLUMNS = ("time", "pool", "source", "action", "outcome", "from_count", "to_count", "reason", "alerts",
+                  "details")
+
+
 def _settle_write_sql(keys: int) -> str:
     """PostgreSQL: claim ``keys`` dedup keys, append the settled event (or, with none claimed, the duplicate's
     columns ``d_*``) and point the pool at it, in one statement."""
     casts = {"time": "CAST({} AS double precision)", "from_count": "CAST({} AS integer)",
              "to_count": "CAST({} AS integer)"}
     values = []
-    for column in ("time", "pool", "source", "action", "outcome", "from_count", "to_count", "reason", "alerts",
-                   "details"):
+    for column in _EVENT_COLUMNS:
         cast = casts.get(column, "{}")
         values.append(f"CASE WHEN n.c > 0 THEN {cast.format(':' + column)} ELSE {cast.format(':d_' + column)} END")
     claimed = (f"claimed AS ({_claim_sql(keys).text}), n AS (SELECT count(*) AS c FROM claimed)" if keys
                else "n AS (SELECT 1 AS c)")
     return (f"WITH {claimed}, "
-            "ev AS (INSERT INTO events (time, pool, source, action, outcome, from_count, to_count, reason, alerts, "
-            f"details) SELECT {', '.join(values)} FROM n RETURNING id), "
+            f"ev AS (INSERT INTO events ({', '.join(_EVENT_COLUMNS)}) SELECT {', '.join(values)} FROM n RETURNING id), "
             "up AS (UPDATE pools SET last_event_id = ev.id FROM ev, n WHERE pools.name = :pool AND n.c > 0) "
             "SELECT ev.id, n.c FROM ev, n")
 
@@ -111,12 +114,10 @@ class _RawSql:
         fields = ", ".join(f"p.{f}" for f in _POOL_FIELDS)
         self.settle_read = self._style(f"SELECT {fields}, e.to_count FROM pools p "
                                        "LEFT JOIN events e ON e.id = p.last_event_id WHERE p.name = :name")
-        columns = ("time", "pool", "source", "action", "outcome", "from_count", "to_count", "reason", "alerts",
-                   "details")
-        self.insert_event = self._style(f"INSERT INTO events ({', '.join(columns)}) "
-                                        f"VALUES ({', '.join(':' + c for c in columns)}) RETURNING id")
+        self.insert_event = self._style(f"INSERT INTO events ({', '.join(_EVENT_COLUMNS)}) "
+                                        f"VALUES ({', '.join(':' + c for c in _EVENT_COLUMNS)}) RETURNING id")
         self.set_last_event = self._style("UPDATE pools SET last_event_id = :event WHERE name = :name")
-        self.claim = functools.lru_cache(maxsize=64)(lambda n: self._style(str(_claim_sql(n))))
+        self.claim = functools.lru_cache(maxsize=64)(lambda n: self._style(_claim_sql(n).text))
         self.settle_write = functools.lru_cache(maxsize=64)(lambda n: self._style(_settle_write_sql(n)))
 
     def _style(self, sql: str) -> str:
@@ -310,9 +311,9 @@ class SqlStore(Store):
 
     @staticmethod
     def _event_row(ev: EventRecord) -> dict[str, Any]:
-        return {"time": ev.time, "pool": ev.pool, "source": ev.source, "action": ev.action, "outcome": ev.outcome,
-                "from_count": ev.from_, "to_count": ev.to, "reason": ev.reason,
-                "alerts": json.dumps(ev.alerts), "details": json.dumps(ev.details, default=str)}
+        values = (ev.time, ev.pool, ev.source, ev.action, ev.outcome, ev.from_, ev.to, ev.reason,
+                  json.dumps(ev.alerts), json.dumps(ev.details, default=str))
+        return dict(zip(_EVENT_COLUMNS, values))
 
     def _append(self, conn: Connection, ev: EventRecord) -> int:
         result = conn.execute(_INSERT_EVENT, self._event_row(ev))
