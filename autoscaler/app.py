@@ -96,7 +96,7 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
     events = EventLog(store, sinks, metrics)
     engine = Engine(settings, store, built, events, clock=clock, metrics=metrics)
     service = Service(settings=settings, store=store, providers=built, engine=engine, events=events,
-                      auth=Authenticator(settings.config.server.auth, clock, _replay_guard(store, clock)),
+                      auth=Authenticator(settings.config.server.auth, clock, _hmac_nonce_cache(store, clock)),
                       metrics=metrics, clock=clock,
                       sinks=sinks)
     metrics.add_collector(PoolStateCollector(service.pool_rows, clock))
@@ -125,7 +125,7 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
     return app
 
 
-def _replay_guard(store: Store, clock: Callable[[], float]) -> Callable[[str, float], bool]:
+def _hmac_nonce_cache(store: Store, clock: Callable[[], float]) -> Callable[[str, float], bool]:
     """HMAC signatures seen, kept in the store's dedup table so the check holds across workers and replicas."""
 
     def first_use(key: str, window: float) -> bool:

@@ -7,19 +7,19 @@ import hashlib
 import hmac
 from typing import Callable
 
-from autoscaler.schema import AuthConfig
+from autoscaler.config_schema import AuthConfig
 
 MAX_HEADER = 8192
-ReplayGuard = Callable[[str, float], bool]  # (key, window seconds) -> True when the key is new
+NonceCache = Callable[[str, float], bool]  # (key, window seconds) -> True when the key is new
 
 
 class Authenticator:
     """Checks a request's credentials against every configured method (constant-time comparisons)."""
 
-    def __init__(self, cfg: AuthConfig, clock: Callable[[], float], replay_guard: ReplayGuard | None = None) -> None:
+    def __init__(self, cfg: AuthConfig, clock: Callable[[], float], nonce_cache: NonceCache | None = None) -> None:
         self.cfg = cfg
         self.clock = clock
-        self.replay_guard = replay_guard
+        self.nonce_cache = nonce_cache
         self.tokens = [t.get_secret_value().encode() for t in cfg.bearer_tokens]
         self.users = [(u.username.encode(), u.password.get_secret_value().encode()) for u in cfg.basic]
 
@@ -80,7 +80,7 @@ class Authenticator:
             return "invalid HMAC signature"
         # A timestamped signature is good for one delivery: a copy inside the skew window is a replay.
         # (Without a timestamp header, Grafana's own retries carry the same signature, so none is refused.)
-        if hm.timestamp_header and self.replay_guard is not None:
-            if not self.replay_guard(f"hmac|{expected}", 2 * hm.max_skew + 1):
+        if hm.timestamp_header and self.nonce_cache is not None:
+            if not self.nonce_cache(f"hmac|{expected}", 2 * hm.max_skew + 1):
                 return "signature already used (replay?)"
         return None

@@ -13,7 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from autoscaler.models import DirectionPolicy, PoolSpec
-from autoscaler.schema import Config, DirectionConfig
+from autoscaler.config_schema import Config, DirectionConfig
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 

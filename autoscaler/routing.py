@@ -5,7 +5,7 @@ import re
 from dataclasses import dataclass
 
 from autoscaler.models import Action, Alert
-from autoscaler.schema import RoutingConfig, RuleConfig
+from autoscaler.config_schema import RoutingConfig, RuleConfig
 
 ACTIONS = {a.value: a for a in Action}
 

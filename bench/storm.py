@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, func, select
 
-from autoscaler.store import schema
+from autoscaler.store import tables
 from bench.common import POOL, ROOT, fresh_pg_database, percentile, service_config, summary
 from tests.servers import Service
 
@@ -23,7 +23,7 @@ def _count(url: str) -> dict[str, int]:
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
-            rows = conn.execute(select(schema.events.c.outcome, func.count()).group_by(schema.events.c.outcome))
+            rows = conn.execute(select(tables.events.c.outcome, func.count()).group_by(tables.events.c.outcome))
             return {str(outcome): int(n) for outcome, n in rows}
     finally:
         engine.dispose()
@@ -33,7 +33,7 @@ def _pool_count(url: str) -> int | None:
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
-            return conn.execute(select(schema.pools.c.tracked_count).where(schema.pools.c.name == POOL)).scalar()
+            return conn.execute(select(tables.pools.c.tracked_count).where(tables.pools.c.name == POOL)).scalar()
     finally:
         engine.dispose()
 

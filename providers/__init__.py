@@ -9,9 +9,9 @@ import importlib
 import importlib.util
 from typing import Any
 
-from providers.base import NodePoolProvider, ProviderError, ProviderFactory, Tracked
+from providers.base import NodePoolProvider, NodeRef, ProviderError, ProviderFactory, RemovesNamedNodes, Tracked
 
-__all__ = ["NodePoolProvider", "ProviderError", "ProviderFactory", "Tracked", "available", "factory", "build"]
+__all__ = ["NodePoolProvider", "NodeRef", "ProviderError", "RemovesNamedNodes", "ProviderFactory", "Tracked", "available", "factory", "build"]
 
 _MODULES: dict[str, str] = {
     "simulated": "providers.simulated",

@@ -8,7 +8,7 @@ turns the difference into steps itself. A provider that cannot read the size of 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -85,6 +85,34 @@ class NodePoolProvider(Protocol):
 
 
 @dataclass(frozen=True)
+class NodeRef:
+    """A Kubernetes node the engine chose to remove: its name and ``spec.providerID`` (the cloud's id of its
+    machine, e.g. ``azure:///subscriptions/…/virtualMachines/3``, ``aws:///us-east-1a/i-0abc…``,
+    ``gce://project/zone/instance``; empty where the cluster did not say)."""
+
+    name: str
+    provider_id: str = ""
+
+
+@runtime_checkable
+class RemovesNamedNodes(Protocol):
+    """The second capability (cluster-autoscaler's ``DeleteNodes``): a provider that can remove *named* nodes.
+
+    A provider declares it by implementing ``remove_nodes``. The engine, not the provider, picks the nodes (only
+    idle, unprotected ones, already cordoned); a provider without it can only change its count, and the cloud
+    picks which machine goes.
+    """
+
+    def remove_nodes(self, nodes: Sequence[NodeRef], current: int, now: float) -> int:
+        """Remove exactly ``nodes`` from the pool and lower its size by as many; return the size requested.
+
+        Required for this capability. Returns once the cloud accepted the request (it does not wait for the
+        machines to go). Raises ProviderError on failure; ``applied`` is set when some nodes went and some did not.
+        Never removes a node it was not given.
+        """
+
+
+@dataclass(frozen=True)
 class ProviderFactory:
     """How the registry builds a provider: its settings model and a constructor."""
 
@@ -92,3 +120,6 @@ class ProviderFactory:
     settings_model: type[BaseModel]
     build: Callable[[str, Any], NodePoolProvider]  # (pool name, validated settings) -> provider
     description: str = ""
+    #: The Kubernetes label selector of the pool's nodes, from the provider's settings (None: the pool must set
+    #: ``node_selector`` itself), e.g. AKS: ``kubernetes.azure.com/agentpool=<agent_pool>``.
+    node_selector: Callable[[Any], str | None] | None = None

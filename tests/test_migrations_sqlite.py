@@ -10,7 +10,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine
 
 from autoscaler.retention import Pruner
-from autoscaler.store import SqlStore, schema
+from autoscaler.store import SqlStore, tables
 from autoscaler.store.base import EventRecord
 from autoscaler.store.migrate import head_revision
 from tests.servers import ROOT
@@ -22,7 +22,7 @@ CODE = ("import logging, sys; logging.basicConfig(level=logging.INFO); from auto
 def _revision(store: SqlStore) -> str | None:
     with store.engine.connect() as conn:
         ctx = MigrationContext.configure(conn)
-        assert compare_metadata(ctx, schema.metadata) == []  # migrations build what schema.py describes
+        assert compare_metadata(ctx, tables.metadata) == []  # migrations build what tables.py describes
         return ctx.get_current_revision()
 
 
@@ -44,9 +44,9 @@ def test_two_processes_migrate_one_sqlite_file_at_once(tmp_path: Path) -> None:
 def test_sqlite_tables_made_by_create_all_are_adopted(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/legacy.db"
     legacy = create_engine(url)
-    schema.metadata.create_all(legacy)
+    tables.metadata.create_all(legacy)
     with legacy.begin() as conn:
-        conn.execute(schema.pools.insert().values(name="gpu", paused=True, pause_reason="kept", failures=0))
+        conn.execute(tables.pools.insert().values(name="gpu", paused=True, pause_reason="kept", failures=0))
     legacy.dispose()
     store = SqlStore(url)
     try:

@@ -13,7 +13,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 
-from autoscaler.store import SqlStore, StoreOptions, StoreUnavailable, schema
+from autoscaler.store import SqlStore, StoreOptions, StoreUnavailable, tables
 from autoscaler.store.base import EventRecord
 from autoscaler.store.migrate import head_revision
 from tests import pg
@@ -122,8 +122,8 @@ def test_migrations_run_once_when_replicas_start_together(dbname: str) -> None:
     try:
         with store.engine.connect() as conn:
             assert MigrationContext.configure(conn).get_current_revision() == head_revision()
-            # The migrations build exactly the tables schema.py describes.
-            assert compare_metadata(MigrationContext.configure(conn), schema.metadata) == []
+            # The migrations build exactly the tables tables.py describes.
+            assert compare_metadata(MigrationContext.configure(conn), tables.metadata) == []
     finally:
         store.close()
 
@@ -132,9 +132,9 @@ def test_tables_made_before_migrations_are_adopted(dbname: str) -> None:
     from sqlalchemy import create_engine
 
     legacy = create_engine(pg.url_for(dbname).replace("postgresql://", "postgresql+psycopg://"))
-    schema.metadata.create_all(legacy)
+    tables.metadata.create_all(legacy)
     with legacy.begin() as conn:
-        conn.execute(schema.pools.insert().values(name="gpu", paused=True, pause_reason="kept", failures=0))
+        conn.execute(tables.pools.insert().values(name="gpu", paused=True, pause_reason="kept", failures=0))
     legacy.dispose()
     store = SqlStore(pg.url_for(dbname), FAST)
     try:

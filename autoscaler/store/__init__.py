@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from autoscaler.store.base import DedupConfirm, EventRecord, Store, StoreUnavailable
-from autoscaler.store.engines import StoreOptions
+from autoscaler.store.connections import StoreOptions
 from autoscaler.store.sql import SqlStore
 
 

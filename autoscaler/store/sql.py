@@ -5,7 +5,7 @@ concurrent UPDATE waits for the row lock, then re-checks the WHERE clause agains
 one replica sees ``rowcount == 1``. A dedup key is claimed with INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE
 expired: a concurrent claim of the same key waits for the first transaction, then re-checks the WHERE clause against
 the row it committed (no longer expired) and claims nothing. Every wait is
-bounded by ``lock_timeout`` / ``statement_timeout`` (see ``engines.py``), and every database failure becomes
+bounded by ``lock_timeout`` / ``statement_timeout`` (see ``connections.py``), and every database failure becomes
 StoreUnavailable after the transaction rolled back, so nothing is half-written.
 """
 from __future__ import annotations
@@ -26,10 +26,10 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from autoscaler.models import PoolState
 from autoscaler.redact import redact_text
-from autoscaler.store import schema
+from autoscaler.store import tables
 from autoscaler.store.base import DedupConfirm, EventRecord, Store, StoreUnavailable
 from autoscaler.store.gate import WriterGate
-from autoscaler.store.engines import StoreOptions, after_fork_dispose, make_engine, normalize_url, postgres_engine
+from autoscaler.store.connections import StoreOptions, after_fork_dispose, make_engine, normalize_url, postgres_engine
 from autoscaler.store.migrate import upgrade
 
 log = logging.getLogger(__name__)
@@ -40,16 +40,16 @@ _POOL_FIELDS = ("tracked_count", "count_changed_at", "paused", "pause_reason", "
 
 # Hot-path statements built once, values bound at execution: building them per call, and compiling the dialect
 # INSERT ... ON CONFLICT that SQLAlchemy never caches, was most of the CPU a webhook spent in the store.
-_POOL = select(schema.pools).where(schema.pools.c.name == bindparam("p_name"))
-_ACQUIRE = (update(schema.pools)
-            .where(schema.pools.c.name == bindparam("p_name"),
-                   schema.pools.c.lease_owner.is_(None) | (schema.pools.c.lease_until < bindparam("p_now"))
-                   | (schema.pools.c.lease_owner == bindparam("p_owner")))
+_POOL = select(tables.pools).where(tables.pools.c.name == bindparam("p_name"))
+_ACQUIRE = (update(tables.pools)
+            .where(tables.pools.c.name == bindparam("p_name"),
+                   tables.pools.c.lease_owner.is_(None) | (tables.pools.c.lease_until < bindparam("p_now"))
+                   | (tables.pools.c.lease_owner == bindparam("p_owner")))
             .values(lease_owner=bindparam("p_owner"), lease_until=bindparam("p_until")))
-_ACQUIRE_RETURNING = _ACQUIRE.returning(*schema.pools.c)
-_INSERT_EVENT = insert(schema.events)
-_CONFIRM_KEYS = (update(schema.dedup).where(schema.dedup.c.key.in_(bindparam("p_keys", expanding=True)),
-                                            schema.dedup.c.claim == bindparam("p_claim"))
+_ACQUIRE_RETURNING = _ACQUIRE.returning(*tables.pools.c)
+_INSERT_EVENT = insert(tables.events)
+_CONFIRM_KEYS = (update(tables.dedup).where(tables.dedup.c.key.in_(bindparam("p_keys", expanding=True)),
+                                            tables.dedup.c.claim == bindparam("p_claim"))
                  .values(expires_at=bindparam("p_expires")))
 
 
@@ -57,7 +57,7 @@ _CONFIRM_KEYS = (update(schema.dedup).where(schema.dedup.c.key.in_(bindparam("p_
 def _finish_sql(fields: tuple[str, ...]) -> Any:
     """UPDATE of a pool's ``fields`` that also records its last event and releases its lease."""
     values: dict[str, Any] = {f: bindparam(f"p_{f}") for f in fields}
-    return (update(schema.pools).where(schema.pools.c.name == bindparam("p_name"))
+    return (update(tables.pools).where(tables.pools.c.name == bindparam("p_name"))
             .values(**values, last_event_id=bindparam("p_event"), lease_owner=None, lease_until=None))
 
 
@@ -180,7 +180,7 @@ class SqlStore(Store):
         if not names:
             return
         with self._tx() as conn:
-            conn.execute(self._insert_ignore(schema.pools, [{"name": n, "paused": False, "pause_reason": "",
+            conn.execute(self._insert_ignore(tables.pools, [{"name": n, "paused": False, "pause_reason": "",
                                                              "failures": 0} for n in names]))
 
     @staticmethod
@@ -194,7 +194,7 @@ class SqlStore(Store):
 
     def pools(self) -> dict[str, PoolState]:
         with self._tx() as conn:
-            rows = conn.execute(select(schema.pools)).all()
+            rows = conn.execute(select(tables.pools)).all()
         return {r.name: self._state(r) for r in rows}
 
     def claim_dedup(self, pool: str, keys: tuple[str, ...], now: float, window: float, claim: str) -> bool:
@@ -288,7 +288,7 @@ class SqlStore(Store):
     def release_dedup(self, keys: tuple[str, ...], claim: str) -> None:
         if not keys:
             return
-        t = schema.dedup
+        t = tables.dedup
         with self._tx() as conn:
             conn.execute(delete(t).where(t.c.key.in_([_hash_key(k) for k in keys]), t.c.claim == claim))
 
@@ -304,7 +304,7 @@ class SqlStore(Store):
         return self._state(row) if row else None
 
     def release(self, pool: str, owner: str) -> None:
-        t = schema.pools
+        t = tables.pools
         with self._tx() as conn:
             conn.execute(update(t).where(t.c.name == pool, t.c.lease_owner == owner)
                          .values(lease_owner=None, lease_until=None))
@@ -334,7 +334,7 @@ class SqlStore(Store):
             return self._append(conn, event)
 
     def update_pool(self, pool: str, event: EventRecord | None, changes: dict[str, Any]) -> int | None:
-        t = schema.pools
+        t = tables.pools
         with self._tx() as conn:
             event_id = self._append(conn, event) if event else None
             values = dict(changes)
@@ -351,7 +351,7 @@ class SqlStore(Store):
                            alerts=json.loads(row.alerts or "[]"), details=json.loads(row.details or "{}"))
 
     def events(self, pool: str | None, limit: int, before_id: int | None = None) -> list[EventRecord]:
-        t = schema.events
+        t = tables.events
         query = select(t).order_by(t.c.id.desc()).limit(limit)
         if pool is not None:
             query = query.where(t.c.pool == pool)
@@ -362,17 +362,17 @@ class SqlStore(Store):
 
     def event(self, event_id: int) -> EventRecord | None:
         with self._tx() as conn:
-            row = conn.execute(select(schema.events).where(schema.events.c.id == event_id)).first()
+            row = conn.execute(select(tables.events).where(tables.events.c.id == event_id)).first()
         return self._record(row) if row else None
 
     def recommendations(self, pool: str, since: float) -> list[tuple[float, int]]:
-        t = schema.recommendations
+        t = tables.recommendations
         query = select(t.c.time, t.c.desired).where(t.c.pool == pool, t.c.time >= since).order_by(t.c.time)
         with self._tx() as conn:
             return [(float(r.time), int(r.desired)) for r in conn.execute(query).all()]
 
     def add_recommendation(self, pool: str, time: float, desired: int, forget_before: float) -> None:
-        t = schema.recommendations
+        t = tables.recommendations
         with self._tx() as conn:
             conn.execute(delete(t).where(t.c.pool == pool, t.c.time < forget_before))
             conn.execute(insert(t).values(pool=pool, time=time, desired=desired))
@@ -389,8 +389,8 @@ class SqlStore(Store):
     def prune(self, older_than: float | None, now: float, batch: int = 500) -> int:
         """One small batch of each: events older than ``older_than`` (when set) and dedup keys past expiry."""
         removed = 0
-        for table, cond in ((schema.events, schema.events.c.time < older_than if older_than is not None else None),
-                            (schema.dedup, schema.dedup.c.expires_at <= now)):
+        for table, cond in ((tables.events, tables.events.c.time < older_than if older_than is not None else None),
+                            (tables.dedup, tables.dedup.c.expires_at <= now)):
             if cond is None:
                 continue
             pk = list(table.primary_key.columns)[0]

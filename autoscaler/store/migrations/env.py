@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from autoscaler.store.schema import metadata
+from autoscaler.store.tables import metadata
 
 connection = context.config.attributes.get("connection")
 if connection is None:

@@ -16,7 +16,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    """Create the three tables as ``autoscaler/store/schema.py`` first defined them."""
+    """Create the three tables as ``autoscaler/store/tables.py`` first defined them."""
     op.create_table(
         "pools",
         sa.Column("name", sa.String(64), primary_key=True),

@@ -16,7 +16,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    """Create ``recommendations`` as ``autoscaler/store/schema.py`` defines it (unless create_all made it)."""
+    """Create ``recommendations`` as ``autoscaler/store/tables.py`` defines it (unless create_all made it)."""
     if sa.inspect(op.get_bind()).has_table("recommendations"):
         return
     op.create_table(
