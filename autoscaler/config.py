@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from autoscaler.models import DirectionPolicy, PoolSpec
+from autoscaler.models import DirectionPolicy, Mode, PoolSpec
 from autoscaler.config_schema import Config, DirectionConfig
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
@@ -76,6 +76,8 @@ def _message(err: dict[str, Any]) -> str:
 
 def _direction(base: DirectionConfig, override: DirectionConfig) -> DirectionPolicy:
     merged = {**base.model_dump(exclude_none=True), **override.model_dump(exclude_none=True)}
+    if "mode" in merged:
+        merged["mode"] = Mode(merged["mode"])
     return DirectionPolicy(**merged)
 
 

@@ -6,11 +6,11 @@ import logging
 import os
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any
 
-from autoscaler.models import Alert, Decision, PoolState
+from autoscaler.models import Alert, Decision
 from autoscaler.sinks import EventSink
-from autoscaler.store import DedupConfirm, EventRecord, Store
+from autoscaler.store import DedupConfirm, EventRecord, PoolChange, Store
 
 log = logging.getLogger("autoscaler.decision")
 
@@ -41,7 +41,8 @@ class EventLog:
 
     def _record_for(self, d: Decision, source: str, alerts: list[Alert], now: float) -> EventRecord:
         details = {k: v for k, v in d.details.items() if v is not None}
-        return EventRecord(time=now, pool=d.pool, source=source, action=d.action, outcome=d.outcome.value,
+        return EventRecord(time=now, pool=d.pool, source=source, action=d.action.value if d.action else None,
+                           outcome=d.outcome.value,
                            from_=d.from_, to=d.to, reason=d.reason, alerts=[a.ref() for a in alerts], details=details)
 
     def record(self, d: Decision, source: str, alerts: list[Alert], now: float) -> Decision:
@@ -51,33 +52,21 @@ class EventLog:
         return self._published(d, replace(ev, id=event_id))
 
     def finish(self, pool: str, owner: str, d: Decision, source: str, alerts: list[Alert], now: float,
-               changes: dict[str, Any], confirm: DedupConfirm | None = None) -> Decision:
-        """Record a decision, apply its state changes, release the pool's lease (and confirm its dedup keys),
-        in one transaction."""
+               change: PoolChange, confirm: DedupConfirm | None = None) -> Decision:
+        """Record a decision, apply its change to the pool's state, release the pool's lease (and confirm its dedup
+        keys), in one transaction."""
         ev = self._record_for(d, source, alerts, now)
-        event_id = self.store.finish(pool, owner, ev, changes, confirm)
+        event_id = self.store.finish(pool, owner, ev, change, confirm)
         return self._published(d, replace(ev, id=event_id))
 
-    def settle(self, pool: str, source: str, alerts: list[Alert], now: float, keys: tuple[str, ...], claim: str,
-               expires_at: float, decide: Callable[[PoolState, int | None], Decision | None],
-               duplicate: Decision) -> Decision | None:
-        """Record the decision ``decide`` makes from the stored state alone (the state read, then the dedup claim
-        and the event in one transaction); None when it makes none."""
-        made: list[Decision] = []
-
-        def build(state: PoolState, last_count: int | None) -> EventRecord | None:
-            decision = decide(state, last_count)
-            if decision is None:
-                return None
-            made.append(decision)
-            return self._record_for(decision, source, alerts, now)
-
-        result = self.store.settle(pool, keys, claim, now, expires_at, build,
-                                   self._record_for(duplicate, source, alerts, now))
-        if result is None:
-            return None
-        event, was_duplicate = result
-        return self._published(duplicate if was_duplicate else made[-1], event)
+    def record_settled(self, pool: str, d: Decision, duplicate: Decision, source: str, alerts: list[Alert],
+                       now: float, keys: tuple[str, ...], claim: str, expires_at: float) -> Decision:
+        """Record a decision the stored state settled (no lease): claim the dedup keys until ``expires_at`` and
+        append it, or ``duplicate`` when every key was already claimed, in one transaction."""
+        ev, dup = self._record_for(d, source, alerts, now), self._record_for(duplicate, source, alerts, now)
+        event_id, was_duplicate = self.store.record_settled(pool, keys, claim, now, expires_at, ev, dup)
+        return self._published(duplicate, replace(dup, id=event_id)) if was_duplicate \
+            else self._published(d, replace(ev, id=event_id))
 
     def _published(self, d: Decision, ev: EventRecord) -> Decision:
         body = event_json(ev) if self.json_logs or self.sinks else {}

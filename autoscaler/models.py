@@ -31,6 +31,21 @@ class Action(str, enum.Enum):
     SCALE_IN = "scale_in"
 
 
+class AlertStatus(str, enum.Enum):
+    """State of one alert as its sender reported it."""
+
+    FIRING = "firing"
+    RESOLVED = "resolved"
+    IGNORED = "ignored"  # Grafana legacy no_data / paused / pending: not an alert
+
+
+class Mode(str, enum.Enum):
+    """How a direction sizes its change: a fixed step, or in proportion to the alert's value."""
+
+    STEP = "step"
+    PROPORTIONAL = "proportional"
+
+
 class Source(str, enum.Enum):
     """Who sent the signal."""
 
@@ -46,7 +61,7 @@ class Alert:
 
     name: str
     fingerprint: str
-    status: str  # firing | resolved | ignored (legacy no_data/paused/pending)
+    status: AlertStatus
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     starts_at: str = ""
@@ -54,6 +69,12 @@ class Alert:
     dedup_key: str = ""
     is_test: bool = False
     values: dict[str, float] = field(default_factory=dict)  # Grafana: each query's value by ref (A, B, ...)
+
+    def value_for(self, value_ref: str | None) -> float | None:
+        """The value a direction reads: the query named ``value_ref`` when the alert has it, else ``value``."""
+        if value_ref and self.values.get(value_ref) is not None:
+            return self.values[value_ref]
+        return self.value
 
     def ref(self) -> dict[str, str]:
         """The short form stored in events: name and fingerprint."""
@@ -95,7 +116,7 @@ class DirectionPolicy:
     step: int = 1
     cooldown: float = 300.0
     delay_after_scale_out: float = 0.0  # scale-in only
-    mode: str = "step"  # step | proportional
+    mode: Mode = Mode.STEP
     target_utilization: float = 70.0
     max_step: int | None = None
     tolerance: float = 0.1
@@ -119,6 +140,11 @@ class PoolSpec:
 
     def direction(self, action: Action) -> DirectionPolicy:
         return self.scale_out if action is Action.SCALE_OUT else self.scale_in
+
+    @property
+    def proportional(self) -> bool:
+        """Whether either direction sizes by the alert's value (recommendations are then kept)."""
+        return Mode.PROPORTIONAL in (self.scale_out.mode, self.scale_in.mode)
 
 
 @dataclass(frozen=True)
@@ -151,7 +177,7 @@ class Decision:
     """The answer to one signal: an outcome, the sizes before and after, and a reason for a person."""
 
     pool: str | None
-    action: str | None
+    action: Action | None
     outcome: Outcome
     from_: int | None
     to: int | None
@@ -163,7 +189,7 @@ class Decision:
     def as_json(self) -> dict[str, Any]:
         return {
             "pool": self.pool,
-            "action": self.action,
+            "action": self.action.value if self.action else None,
             "outcome": self.outcome.value,
             "from": self.from_,
             "to": self.to,

@@ -89,7 +89,7 @@ def settled(signal: Signal, spec: PoolSpec, state: PoolState, now: float, curren
         return None
     if state.paused:
         return _paused(state, action, current)
-    if signal.force or "proportional" in (spec.scale_out.mode, spec.scale_in.mode):
+    if signal.force or spec.proportional:
         return None  # proportional records a recommendation with every decision: it needs the cloud's count
     if state.backoff_until is not None and now < state.backoff_until:
         return None

@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from autoscaler.models import Action, Outcome, PoolSpec, Signal
+from autoscaler.models import Action, Mode, Outcome, PoolSpec, Signal
 
 EPSILON = 1e-9  # 2 x 70 / 70 must stay 2, not become 3 through float error
 
@@ -43,7 +43,7 @@ def propose(signal: Signal, spec: PoolSpec, current: int, recent: Sequence[tuple
     if signal.target is not None or action is None:
         return None
     policy = spec.direction(action)
-    if policy.mode != "proportional":
+    if policy.mode != Mode.PROPORTIONAL:
         return None
     problem = _value_problem(action, signal.value, current)
     if problem:

@@ -1,11 +1,14 @@
-"""Which pool and action an alert asks for: its labels, then the first matching rule, then the URL's query."""
+"""Which pool and action an alert asks for (its labels, then the first matching rule, then the URL's query), and
+how a notification's alerts become signals: one per pool and action, or a note of why there is nothing to act on."""
 from __future__ import annotations
 
+import enum
 import re
 from dataclasses import dataclass
+from typing import Mapping
 
-from autoscaler.models import Action, Alert
 from autoscaler.config_schema import RoutingConfig, RuleConfig
+from autoscaler.models import Action, Alert, AlertStatus, Decision, Notification, Outcome, PoolSpec, Signal
 
 ACTIONS = {a.value: a for a in Action}
 
@@ -18,6 +21,28 @@ class Route:
     action: Action | None
     step: int | None
     problem: str = ""
+
+
+class GroupKind(str, enum.Enum):
+    """Why alerts of one notification went together."""
+
+    TEST = "test"  # Grafana's test notification
+    RESOLVED = "resolved"
+    IGNORED = "ignored"  # Grafana legacy no_data / paused / pending
+    UNROUTED = "unrouted"  # no pool or no action, or a bad step
+    UNKNOWN = "unknown"  # a pool the config does not have
+    ACT = "act"  # firing, routed to a configured pool: a signal
+
+
+@dataclass(frozen=True)
+class Unacted:
+    """Alerts that routing alone settles: the decision to record (never acted on) and the alerts it covers."""
+
+    decision: Decision
+    alerts: tuple[Alert, ...]
+
+
+_Key = tuple[GroupKind, "str | None", "Action | None", str]  # kind, pool, action, problem
 
 
 class Router:
@@ -53,6 +78,59 @@ class Router:
             return Route(pool, None, None, f"unknown action {action_text!r} (use scale_out or scale_in)")
         step, problem = parse_step(step_text)
         return Route(pool, action, step, problem)
+
+
+    def signals(self, note: Notification, pools: Mapping[str, PoolSpec]) -> list[Signal | Unacted]:
+        """One signal per pool and action the notification's firing alerts ask for, one ``Unacted`` per group of
+        the rest (test, resolved, ignored, unrouted, unknown pool), in the order the groups first appear."""
+        groups: dict[_Key, list[Alert]] = {}
+        steps: dict[_Key, int] = {}
+        for alert in note.alerts:
+            route = self.route(alert, note.query)
+            key: _Key
+            if alert.is_test:
+                key = (GroupKind.TEST, route.pool, None, "")
+            elif alert.status == AlertStatus.RESOLVED:
+                key = (GroupKind.RESOLVED, route.pool, route.action, "")
+            elif alert.status == AlertStatus.IGNORED:
+                key = (GroupKind.IGNORED, route.pool, route.action, "")
+            elif route.problem:
+                key = (GroupKind.UNROUTED, route.pool, None, route.problem)
+            elif route.pool not in pools:
+                key = (GroupKind.UNKNOWN, route.pool, route.action, "")
+            else:
+                key = (GroupKind.ACT, route.pool, route.action, "")
+                if route.step:
+                    steps[key] = max(steps.get(key, 0), route.step)
+            groups.setdefault(key, []).append(alert)
+        return [_group(note, kind, pool, action, problem, tuple(alerts), steps.get((kind, pool, action, problem)),
+                       pools)
+                for (kind, pool, action, problem), alerts in groups.items()]
+
+
+def _group(note: Notification, kind: GroupKind, pool: str | None, action: Action | None, problem: str,
+           alerts: tuple[Alert, ...], step: int | None, pools: Mapping[str, PoolSpec]) -> Signal | Unacted:
+    names = ", ".join(sorted({a.name or "(unnamed)" for a in alerts}))
+
+    def unacted(outcome: Outcome, reason: str, with_action: bool = True) -> Unacted:
+        return Unacted(Decision(pool, action if with_action else None, outcome, None, None, reason), alerts)
+
+    if kind is GroupKind.TEST:
+        return unacted(Outcome.IGNORED_TEST, "Grafana test notification: recorded, never acted on", False)
+    if kind is GroupKind.RESOLVED:
+        return unacted(Outcome.IGNORED_RESOLVED, f"resolved notification for {names}: resolving never scales")
+    if kind is GroupKind.IGNORED:
+        states = ", ".join(sorted({a.annotations.get("state", "?") for a in alerts}))
+        return unacted(Outcome.IGNORED_RESOLVED, f"Grafana legacy state {states} for {names} is not an alert; ignored")
+    if kind is GroupKind.UNROUTED:
+        return unacted(Outcome.UNROUTED, f"{names}: {problem}", False)
+    if kind is GroupKind.UNKNOWN:
+        return unacted(Outcome.UNKNOWN_POOL, f"{names} asks for pool {pool!r}, which is not configured")
+    assert pool is not None and action is not None  # an ACT group is routed to a configured pool
+    value_ref = pools[pool].direction(action).value_ref
+    values = [v for v in (a.value_for(value_ref) for a in alerts) if v is not None]
+    return Signal(pool=pool, action=action, source=note.source, step=step, alerts=alerts, reason=f"alert {names}",
+                  value=max(values) if values else None)
 
 
 def parse_step(text: str | None) -> tuple[int | None, str]:

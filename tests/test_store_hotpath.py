@@ -8,8 +8,8 @@ from typing import Iterator
 
 import pytest
 
-from autoscaler.models import PoolState
-from autoscaler.store import DedupConfirm, SqlStore
+from autoscaler.models import Action
+from autoscaler.store import DedupConfirm, PoolChange, SqlStore
 from autoscaler.store.base import EventRecord
 from tests import pg
 
@@ -35,7 +35,8 @@ def _event(t: float) -> EventRecord:
 
 def test_acquire_returns_the_state_it_leased_and_none_while_taken(store: SqlStore) -> None:
     store.ensure_pools(["gpu"])
-    store.update_pool("gpu", None, {"tracked_count": 4, "failures": 2, "last_scale_out_at": 50.0})
+    store.update_pool("gpu", None, PoolChange(tracked_count=4))
+    store.update_pool("gpu", None, PoolChange(failures=2, at=50.0, acted=Action.SCALE_OUT))
     state = store.acquire("gpu", "me", 100.0, 60.0)
     assert state is not None
     assert (state.name, state.tracked_count, state.failures, state.last_scale_out_at) == ("gpu", 4, 2, 50.0)
@@ -47,7 +48,7 @@ def test_acquire_returns_the_state_it_leased_and_none_while_taken(store: SqlStor
 def test_acquire_reads_back_the_state_where_update_returning_is_missing(store: SqlStore,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     store.ensure_pools(["gpu"])
-    store.update_pool("gpu", None, {"tracked_count": 3})
+    store.update_pool("gpu", None, PoolChange(tracked_count=3))
     monkeypatch.setattr(store.engine.dialect, "update_returning", False)  # as on SQLite < 3.35
     state = store.acquire("gpu", "me", 100.0, 60.0)
     assert state is not None and state.tracked_count == 3
@@ -59,7 +60,7 @@ def test_finish_confirms_the_claimed_dedup_keys_in_its_transaction(store: SqlSto
     keys = ("alertmanager|fp1|2025-01-01T00:00:00Z|firing", "x" * 300)  # a long key is stored hashed
     assert store.claim_dedup("gpu", keys, 100.0, 30.0, "c1")
     assert store.acquire("gpu", "me", 100.0, 60.0) is not None
-    event_id = store.finish("gpu", "me", _event(100.0), {"failures": 0}, DedupConfirm(keys, "c1", 700.0))
+    event_id = store.finish("gpu", "me", _event(100.0), PoolChange(failures=0), DedupConfirm(keys, "c1", 700.0))
     assert store.pool("gpu").last_event_id == event_id
     assert store.acquire("gpu", "other", 101.0, 60.0) is not None  # the lease was released
     assert not store.claim_dedup("gpu", keys, 131.0, 30.0, "c2")  # past the short claim: still held
@@ -71,7 +72,7 @@ def test_finish_without_confirm_leaves_the_short_claim(store: SqlStore) -> None:
     keys = ("alertmanager|fp2|2025-01-01T00:00:00Z|firing",)
     assert store.claim_dedup("gpu", keys, 100.0, 30.0, "c1")
     assert store.acquire("gpu", "me", 100.0, 60.0) is not None
-    store.finish("gpu", "me", _event(100.0), {})
+    store.finish("gpu", "me", _event(100.0), PoolChange())
     assert store.claim_dedup("gpu", keys, 130.0, 30.0, "c2")  # expired with the short claim
 
 
@@ -106,56 +107,49 @@ def _duplicate(t: float) -> EventRecord:
                        from_=None, to=None, reason="dup", alerts=[{"alertname": "A", "fingerprint": "f"}])
 
 
-def test_settle_writes_nothing_when_the_state_does_not_settle_it(store: SqlStore) -> None:
+def test_the_quick_read_writes_nothing_and_knows_no_unknown_pool(store: SqlStore) -> None:
     store.ensure_pools(["gpu"])
-    seen = []
-
-    def build(state: PoolState, last_count: int | None) -> EventRecord | None:
-        seen.append((state, last_count))
-        return None
-
-    assert store.settle("gpu", ("k1",), "c1", 100.0, 700.0, build, _duplicate(100.0)) is None
-    assert store.settle("nope", ("k1",), "c1", 100.0, 700.0, build, _duplicate(100.0)) is None  # no such row
-    assert [s.name for s, _ in seen] == ["gpu"]
+    quick = store.quick_state("gpu")
+    assert quick is not None and quick.state.name == "gpu" and quick.last_count is None
+    assert store.quick_state("nope") is None  # no such row
     assert store.events(None, 10) == []
-    assert store.claim_dedup("gpu", ("k1",), 100.0, 30.0, "c2")  # the key was never claimed
+    assert store.claim_dedup("gpu", ("k1",), 100.0, 30.0, "c2")  # no key was claimed
 
 
 def test_settle_reads_state_and_last_count_then_claims_records_and_points_the_pool_at_it(store: SqlStore) -> None:
     store.ensure_pools(["gpu"])
     first = store.update_pool("gpu", EventRecord(time=50.0, pool="gpu", source="manual", action="scale_out",
                                                   outcome="scaled", from_=2, to=3, reason="r"),
-                              {"last_scale_out_at": 50.0, "paused": True, "pause_reason": "maintenance"})
-    seen: list[tuple[PoolState, int | None]] = []
-
-    def build(state: PoolState, last_count: int | None) -> EventRecord:
-        seen.append((state, last_count))
-        return replace(_settled(100.0), from_=last_count, to=last_count)
-
-    keys = ("alertmanager|fp|2025-01-01T00:00:00Z|firing", "y" * 300)
-    result = store.settle("gpu", keys, "c1", 100.0, 700.0, build, _duplicate(100.0))
-    assert result is not None
-    event, duplicate = result
-    state, last_count = seen[0]
+                              PoolChange(at=50.0, acted=Action.SCALE_OUT, paused=True, pause_reason="maintenance"))
+    quick = store.quick_state("gpu")
+    assert quick is not None
+    state, last_count = quick.state, quick.last_count
     assert (state.paused, state.pause_reason, state.last_scale_out_at, state.last_event_id) == (
         True, "maintenance", 50.0, first)
-    assert last_count == 3 and not duplicate
-    assert store.event(event.id or 0) == event and (event.from_, event.to, event.details) == (3, 3, {"cloud": "not read"})
+    assert last_count == 3
+
+    keys = ("alertmanager|fp|2025-01-01T00:00:00Z|firing", "y" * 300)
+    settled = replace(_settled(100.0), from_=last_count, to=last_count)
+    event_id, duplicate = store.record_settled("gpu", keys, "c1", 100.0, 700.0, settled, _duplicate(100.0))
+    event = replace(settled, id=event_id)
+    assert not duplicate
+    assert store.event(event_id) == event and (event.from_, event.to, event.details) == (3, 3, {"cloud": "not read"})
     assert store.pool("gpu").last_event_id == event.id
     assert not store.claim_dedup("gpu", keys[:1], 699.0, 30.0, "c2")  # claimed for the full window at once
     assert store.claim_dedup("gpu", keys[1:], 700.0, 30.0, "c3")  # and free after it
 
-    again = store.settle("gpu", keys[:1], "c4", 101.0, 701.0, build, _duplicate(101.0))
-    assert again is not None and again[1] and again[0].outcome == "skipped_duplicate"
-    assert store.event(again[0].id or 0) == again[0]
+    again_id, again_duplicate = store.record_settled("gpu", keys[:1], "c4", 101.0, 701.0, settled, _duplicate(101.0))
+    again = store.event(again_id)
+    assert again_duplicate and again is not None and again.outcome == "skipped_duplicate"
+    assert again == replace(_duplicate(101.0), id=again_id)
     assert store.pool("gpu").last_event_id == event.id  # a duplicate does not become the pool's last event
     assert [e.outcome for e in store.events("gpu", 10)] == ["skipped_duplicate", "skipped_cooldown", "scaled"]
 
 
 def test_settle_without_keys_records_the_event(store: SqlStore) -> None:
     store.ensure_pools(["gpu"])
-    result = store.settle("gpu", (), "c1", 100.0, 700.0, lambda s, n: _settled(100.0), _duplicate(100.0))
-    assert result is not None and not result[1] and store.pool("gpu").last_event_id == result[0].id
+    event_id, duplicate = store.record_settled("gpu", (), "c1", 100.0, 700.0, _settled(100.0), _duplicate(100.0))
+    assert not duplicate and store.pool("gpu").last_event_id == event_id
 
 
 def test_concurrent_settles_of_one_notification_record_one_event_and_duplicates(store: SqlStore) -> None:
@@ -166,9 +160,8 @@ def test_concurrent_settles_of_one_notification_record_one_event_and_duplicates(
 
     def settle(i: int) -> None:
         start.wait()
-        got = store.settle("gpu", keys, f"c{i}", 100.0, 700.0, lambda s, n: _settled(100.0), _duplicate(100.0))
-        assert got is not None
-        results.append(got[1])
+        _, duplicate = store.record_settled("gpu", keys, f"c{i}", 100.0, 700.0, _settled(100.0), _duplicate(100.0))
+        results.append(duplicate)
 
     threads = [threading.Thread(target=settle, args=(i,)) for i in range(6)]
     for t in threads:

@@ -171,7 +171,8 @@ def test_connection_loss_raises_store_unavailable_and_recovers(open_stores: Call
         proxy.close()
         for call in (store.ping, lambda: store.claim_dedup("gpu", ("k",), 0.0, 60.0, "c"),
                      lambda: store.acquire("gpu", "me", 0.0, 60.0), lambda: store.record(_event(1.0)),
-                     lambda: store.settle("gpu", ("k",), "c", 0.0, 60.0, lambda s, n: _event(1.0), _event(1.0)),
+                     lambda: store.quick_state("gpu"),
+                     lambda: store.record_settled("gpu", ("k",), "c", 0.0, 60.0, _event(1.0), _event(1.0)),
                      lambda: store.events(None, 10), lambda: store.prune(0.0, 0.0)):
             with pytest.raises(StoreUnavailable):
                 call()
@@ -180,5 +181,6 @@ def test_connection_loss_raises_store_unavailable_and_recovers(open_stores: Call
         assert store.claim_dedup("gpu", ("k",), 0.0, 60.0, "c")  # nothing was half-written while down
         assert store.acquire("gpu", "me", 0.0, 60.0)
         assert store.events(None, 10) == []
-        settled = store.settle("gpu", ("k2",), "c", 0.0, 60.0, lambda s, n: _event(1.0), _event(1.0))
-        assert settled is not None and not settled[1]  # the hot path's raw connections recover too
+        assert store.quick_state("gpu") is not None
+        _, duplicate = store.record_settled("gpu", ("k2",), "c", 0.0, 60.0, _event(1.0), _event(1.0))
+        assert not duplicate  # the hot path's raw connections recover too

@@ -11,6 +11,7 @@ from autoscaler.api import fail, read_json, require_auth
 from autoscaler.events import event_json
 from autoscaler.models import Action, Signal, Source
 from autoscaler.service import Service
+from autoscaler.store import PoolChange
 from autoscaler.sources import validation_message
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ def _set_pause(pool: str, paused: bool) -> Response:
     req: PauseRequest = _body(PauseRequest, optional=True)
     svc = _svc()
     reason = req.reason if paused else ""
-    svc.store.update_pool(spec.name, None, {"paused": paused, "pause_reason": reason})
+    svc.store.update_pool(spec.name, None, PoolChange(paused=paused, pause_reason=reason))
     log.info("pool=%s %s reason=%r", spec.name, "paused" if paused else "resumed", req.reason)
     return jsonify(svc.pool_json(spec))
 
@@ -130,7 +131,7 @@ def set_count(pool: str) -> Response:
     if not svc.providers[spec.name].tracks_count:
         fail(409, f"provider {spec.provider} reports the pool's real size; the count cannot be set by hand")
     req: CountRequest = _body(CountRequest)
-    svc.store.update_pool(spec.name, None, {"tracked_count": req.count})
+    svc.store.update_pool(spec.name, None, PoolChange(tracked_count=req.count))
     log.info("pool=%s tracked count corrected to %d", spec.name, req.count)
     return jsonify(svc.pool_json(spec))
 

@@ -21,7 +21,7 @@ def run_replay(config_path: str, trace_path: str, out_dir: str) -> dict[str, Any
     run = simulate(settings, trace)
     data = summary(run, static_peak(trace), simulate(fixed_step(settings), trace, use_steps=False))
     spec = settings.pools[pool]
-    title = (f"{pool}: scale_out {spec.scale_out.mode}, scale_in {spec.scale_in.mode} | "
+    title = (f"{pool}: scale_out {spec.scale_out.mode.value}, scale_in {spec.scale_in.mode.value} | "
              f"{data['node_hours']:.1f} node-h (static peak {data['baselines']['static_peak']['node_hours']:.1f}),"
              f" saturated {data['saturated_minutes']} of {data['minutes']} min")
     write_all(out_dir, run, data, title)

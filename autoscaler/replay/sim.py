@@ -9,7 +9,7 @@ from typing import Any
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
 from autoscaler.events import EventLog
-from autoscaler.models import Decision, Outcome
+from autoscaler.models import Decision, Mode, Outcome
 from autoscaler.replay.alerts import AlertEmulator
 from autoscaler.replay.trace import STEP, ReplayError, Trace
 from autoscaler.sources import alertmanager
@@ -97,8 +97,8 @@ def replay_pool(settings: Settings) -> str:
 
 def fixed_step(settings: Settings) -> Settings:
     """The same config with every pool on a fixed step of 1 in both directions (the baseline)."""
-    pools = {name: replace(spec, scale_out=replace(spec.scale_out, mode="step", step=1),
-                           scale_in=replace(spec.scale_in, mode="step", step=1))
+    pools = {name: replace(spec, scale_out=replace(spec.scale_out, mode=Mode.STEP, step=1),
+                           scale_in=replace(spec.scale_in, mode=Mode.STEP, step=1))
              for name, spec in settings.pools.items()}
     return Settings(config=settings.config, pools=pools)
 

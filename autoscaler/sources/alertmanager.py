@@ -5,7 +5,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from autoscaler.models import Alert, Notification, Source
+from autoscaler.models import Alert, AlertStatus, Notification, Source
 from autoscaler.sources import PayloadError, Text, fingerprint_of, parse_number, validation_message
 
 
@@ -44,7 +44,7 @@ def to_alert(raw: AlertmanagerAlert, source: Source, value: float | None = None)
     """Our Alert from an Alertmanager-shaped alert (Grafana unified alerts share the shape)."""
     labels = dict(raw.labels)
     fingerprint = raw.fingerprint or fingerprint_of(labels)
-    status = "resolved" if raw.status.lower() == "resolved" else "firing"
+    status = AlertStatus.RESOLVED if raw.status.lower() == "resolved" else AlertStatus.FIRING
     if value is None:
         value = parse_number(raw.annotations.get("value"))
     return Alert(
@@ -55,7 +55,7 @@ def to_alert(raw: AlertmanagerAlert, source: Source, value: float | None = None)
         annotations=dict(raw.annotations),
         starts_at=raw.startsAt,
         value=value,
-        dedup_key=f"{source.value}|{fingerprint}|{raw.startsAt}|{status}",
+        dedup_key=f"{source.value}|{fingerprint}|{raw.startsAt}|{status.value}",
     )
 
 

@@ -6,11 +6,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from autoscaler.models import Alert, Notification, Source
+from autoscaler.models import Alert, AlertStatus, Notification, Source
 from autoscaler.sources import PayloadError, Text, parse_number, validation_message, value_from_value_string
 from autoscaler.sources.alertmanager import AlertmanagerAlert, AlertmanagerPayload, to_alert
 
-LEGACY_STATES = {"alerting": "firing", "ok": "resolved"}  # no_data, paused, pending: ignored
+LEGACY_STATES = {"alerting": AlertStatus.FIRING, "ok": AlertStatus.RESOLVED}  # no_data, paused, pending: ignored
 
 
 class GrafanaAlert(AlertmanagerAlert):
@@ -60,10 +60,9 @@ def is_test(labels: dict[str, str]) -> bool:
     return labels.get("alertname") == "TestAlert" and labels.get("instance") == "Grafana"
 
 
-def _unified_value(alert: GrafanaAlert, value_ref: str | None) -> float | None:
+def _unified_value(alert: GrafanaAlert) -> float | None:
+    """The first query's value (a direction's ``value_ref`` is applied later, by ``Alert.value_for``)."""
     if alert.values:
-        if value_ref and alert.values.get(value_ref) is not None:
-            return alert.values[value_ref]
         for v in alert.values.values():
             if v is not None:
                 return v
@@ -77,9 +76,10 @@ def _unified(body: dict[str, Any], query: dict[str, str], value_ref: str | None)
         raise PayloadError(f"not a valid Grafana notification: {validation_message(exc)}") from None
     alerts = []
     for raw in payload.alerts:
-        alert = to_alert(raw, Source.GRAFANA, _unified_value(raw, value_ref))
+        alert = to_alert(raw, Source.GRAFANA, _unified_value(raw))
         if raw.values:
             alert = replace(alert, values={k: v for k, v in raw.values.items() if v is not None})
+            alert = replace(alert, value=alert.value_for(value_ref))
         if is_test(alert.labels):
             alert = Alert(**{**alert.__dict__, "is_test": True})
         alerts.append(alert)
@@ -92,7 +92,7 @@ def _legacy(body: dict[str, Any], query: dict[str, str]) -> Notification:
     except ValidationError as exc:
         raise PayloadError(f"not a valid Grafana legacy notification: {validation_message(exc)}") from None
     state = payload.state.lower()
-    status = LEGACY_STATES.get(state, "ignored")
+    status = LEGACY_STATES.get(state, AlertStatus.IGNORED)
     labels = {"alertname": payload.ruleName, **(payload.tags or {})}
     values = [m.value for m in payload.evalMatches or [] if m.value is not None]
     rule = payload.ruleId if payload.ruleId is not None else payload.ruleName

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from autoscaler.models import PoolState
+from autoscaler.models import Action, PoolState
 
 
 class StoreUnavailable(Exception):
@@ -38,6 +38,45 @@ class DedupConfirm:
     expires_at: float
 
 
+@dataclass(frozen=True)
+class PoolChange:
+    """What one decision or operator action changes in a pool's stored state; fields left None stay as they are.
+
+    ``at`` is when the change happened: it stamps ``acted`` (the last scale-out/in time) and a new tracked count.
+    """
+
+    at: float | None = None
+    acted: Action | None = None  # a scale that went through: sets last_<action>_at
+    failures: int | None = None  # with backoff_until (None: no backoff) after a failed or a good call
+    backoff_until: float | None = None
+    tracked_count: int | None = None  # the size we now know the pool has (providers that cannot read it)
+    paused: bool | None = None  # with pause_reason
+    pause_reason: str = ""
+
+    def columns(self) -> dict[str, Any]:
+        """The pool row's columns this change sets, by name."""
+        out: dict[str, Any] = {}
+        if self.acted is not None:
+            out[f"last_{self.acted.value}_at"] = self.at
+        if self.failures is not None:
+            out.update(failures=self.failures, backoff_until=self.backoff_until)
+        if self.tracked_count is not None:
+            out["tracked_count"] = self.tracked_count
+            if self.at is not None:
+                out["count_changed_at"] = self.at
+        if self.paused is not None:
+            out.update(paused=self.paused, pause_reason=self.pause_reason)
+        return out
+
+
+@dataclass(frozen=True)
+class QuickState:
+    """What the cooldown short cut reads without the lease: the pool's state and the node count of its last event."""
+
+    state: PoolState
+    last_count: int | None
+
+
 class Store(abc.ABC):
     """Short transactions only: nothing here is held open across a cloud call."""
 
@@ -66,20 +105,20 @@ class Store(abc.ABC):
         """Take the pool's lease unless someone else holds an unexpired one; the state just leased, else None."""
 
     @abc.abstractmethod
-    def finish(self, pool: str, owner: str, event: EventRecord, changes: dict[str, Any],
+    def finish(self, pool: str, owner: str, event: EventRecord, change: PoolChange,
                confirm: DedupConfirm | None = None) -> int:
-        """In one transaction: apply state changes, append the event, release the lease and (with ``confirm``)
+        """In one transaction: apply the change, append the event, release the lease and (with ``confirm``)
         extend the decision's dedup keys to their full window; return the event id."""
 
     @abc.abstractmethod
-    def settle(self, pool: str, keys: tuple[str, ...], claim: str, now: float, expires_at: float,
-               build: Callable[[PoolState, int | None], EventRecord | None],
-               duplicate: EventRecord) -> tuple[EventRecord, bool] | None:
-        """A decision the stored state alone settles, without the lease: read the pool's state and the node count
-        of its last event, ``build`` the event from them (None: not settled, nothing written, the caller takes the
-        full path), then in one transaction claim ``keys`` until ``expires_at`` and append that event, or
-        ``duplicate`` when every key was already claimed. Returns (the event as stored, whether it was the
-        duplicate)."""
+    def quick_state(self, pool: str) -> QuickState | None:
+        """The pool's state and the node count of its last event, without the lease (None: no such pool)."""
+
+    @abc.abstractmethod
+    def record_settled(self, pool: str, keys: tuple[str, ...], claim: str, now: float, expires_at: float,
+                       event: EventRecord, duplicate: EventRecord) -> tuple[int, bool]:
+        """In one transaction: claim ``keys`` until ``expires_at`` and append ``event`` as the pool's last, or append
+        ``duplicate`` when every key was already claimed. Returns (the event id, whether it was the duplicate)."""
 
     @abc.abstractmethod
     def release(self, pool: str, owner: str) -> None:
@@ -90,7 +129,7 @@ class Store(abc.ABC):
         """Append an event that changes no pool state; return its id."""
 
     @abc.abstractmethod
-    def update_pool(self, pool: str, event: EventRecord | None, changes: dict[str, Any]) -> int | None:
+    def update_pool(self, pool: str, event: EventRecord | None, change: PoolChange) -> int | None:
         """Change pool state outside a decision (pause, resume, count correction), with its event."""
 
     @abc.abstractmethod

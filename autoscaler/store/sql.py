@@ -11,14 +11,10 @@ StoreUnavailable after the transaction rolled back, so nothing is half-written.
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import logging
 import os
-import re
 from contextlib import contextmanager, nullcontext
-from dataclasses import replace
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from sqlalchemy import Connection, bindparam, delete, insert, select, text, update
 from sqlalchemy.exc import DataError, DBAPIError, DisconnectionError, IntegrityError, ProgrammingError
@@ -27,16 +23,14 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from autoscaler.models import PoolState
 from autoscaler.redact import redact_text
 from autoscaler.store import tables
-from autoscaler.store.base import DedupConfirm, EventRecord, Store, StoreUnavailable
+from autoscaler.store.base import DedupConfirm, EventRecord, PoolChange, QuickState, Store, StoreUnavailable
+from autoscaler.store.raw import (RawConnections, claim_params, claim_sql, event_record, event_row, hash_key,
+                                  pool_state)
 from autoscaler.store.gate import WriterGate
 from autoscaler.store.connections import StoreOptions, after_fork_dispose, make_engine, normalize_url, postgres_engine
 from autoscaler.store.migrate import upgrade
 
 log = logging.getLogger(__name__)
-
-_POOL_FIELDS = ("tracked_count", "count_changed_at", "paused", "pause_reason", "last_scale_out_at",
-                "last_scale_in_at", "failures", "backoff_until", "last_event_id")
-
 
 # Hot-path statements built once, values bound at execution: building them per call, and compiling the dialect
 # INSERT ... ON CONFLICT that SQLAlchemy never caches, was most of the CPU a webhook spent in the store.
@@ -61,69 +55,6 @@ def _finish_sql(fields: tuple[str, ...]) -> Any:
             .values(**values, last_event_id=bindparam("p_event"), lease_owner=None, lease_until=None))
 
 
-@functools.lru_cache(maxsize=64)
-def _claim_sql(keys: int) -> Any:
-    """Claim ``keys`` dedup rows in one statement (the same SQL on SQLite and PostgreSQL): a new key is inserted,
-    an expired one taken over, an unexpired one left alone; RETURNING lists the keys claimed."""
-    rows = ", ".join(f"(:k{i}, :pool, :expires_at, :claim)" for i in range(keys))
-    return text(f"INSERT INTO dedup (key, pool, expires_at, claim) VALUES {rows} ON CONFLICT (key) DO UPDATE "
-                "SET pool = excluded.pool, expires_at = excluded.expires_at, claim = excluded.claim "
-                "WHERE dedup.expires_at <= :now RETURNING key")
-
-
-# The events table's columns as the hot path writes them (``_event_row``'s keys, in order).
-_EVENT_COLUMNS = ("time", "pool", "source", "action", "outcome", "from_count", "to_count", "reason", "alerts",
-                  "details")
-
-
-def _settle_write_sql(keys: int) -> str:
-    """PostgreSQL: claim ``keys`` dedup keys, append the settled event (or, with none claimed, the duplicate's
-    columns ``d_*``) and point the pool at it, in one statement."""
-    casts = {"time": "CAST({} AS double precision)", "from_count": "CAST({} AS integer)",
-             "to_count": "CAST({} AS integer)"}
-    values = []
-    for column in _EVENT_COLUMNS:
-        cast = casts.get(column, "{}")
-        values.append(f"CASE WHEN n.c > 0 THEN {cast.format(':' + column)} ELSE {cast.format(':d_' + column)} END")
-    claimed = (f"claimed AS ({_claim_sql(keys).text}), n AS (SELECT count(*) AS c FROM claimed)" if keys
-               else "n AS (SELECT 1 AS c)")
-    return (f"WITH {claimed}, "
-            f"ev AS (INSERT INTO events ({', '.join(_EVENT_COLUMNS)}) SELECT {', '.join(values)} FROM n RETURNING id), "
-            "up AS (UPDATE pools SET last_event_id = ev.id FROM ev, n WHERE pools.name = :pool AND n.c > 0) "
-            "SELECT ev.id, n.c FROM ev, n")
-
-
-def _claim_params(pool: str, keys: tuple[str, ...], now: float, expires_at: float,
-                  claim: str) -> tuple[int, dict[str, Any]]:
-    """How many distinct keys, and the parameters of ``_claim_sql`` for them (long keys stored hashed)."""
-    hashed = sorted({_hash_key(k) for k in keys})
-    params: dict[str, Any] = {f"k{i}": k for i, k in enumerate(hashed)}
-    params.update(pool=pool, expires_at=expires_at, claim=claim, now=now)
-    return len(hashed), params
-
-
-def _hash_key(key: str) -> str:
-    return key if len(key) <= 200 else "sha256:" + hashlib.sha256(key.encode()).hexdigest()
-
-
-class _RawSql:
-    """The hot path's SQL in the DBAPI's own parameter style (named: ``:x`` for sqlite3, ``%(x)s`` for psycopg)."""
-
-    def __init__(self, dialect: str) -> None:
-        self.dialect = dialect
-        fields = ", ".join(f"p.{f}" for f in _POOL_FIELDS)
-        self.settle_read = self._style(f"SELECT {fields}, e.to_count FROM pools p "
-                                       "LEFT JOIN events e ON e.id = p.last_event_id WHERE p.name = :name")
-        self.insert_event = self._style(f"INSERT INTO events ({', '.join(_EVENT_COLUMNS)}) "
-                                        f"VALUES ({', '.join(':' + c for c in _EVENT_COLUMNS)}) RETURNING id")
-        self.set_last_event = self._style("UPDATE pools SET last_event_id = :event WHERE name = :name")
-        self.claim = functools.lru_cache(maxsize=64)(lambda n: self._style(_claim_sql(n).text))
-        self.settle_write = functools.lru_cache(maxsize=64)(lambda n: self._style(_settle_write_sql(n)))
-
-    def _style(self, sql: str) -> str:
-        return re.sub(r"(?<![:\w]):(\w+)", r"%(\1)s", sql) if self.dialect == "postgresql" else sql
-
-
 class SqlStore(Store):
     """Every method is one short transaction."""
 
@@ -135,7 +66,7 @@ class SqlStore(Store):
         self.engine = make_engine(url, self.options)
         database = parsed.database if self.dialect == "sqlite" else None
         self.gate = WriterGate(os.path.abspath(database)) if database and database != ":memory:" else None
-        self._sql = _RawSql(self.dialect)
+        self._raw = RawConnections(self.engine)
         after_fork_dispose(self.engine)
         if migrate:
             self.migrate()
@@ -185,7 +116,7 @@ class SqlStore(Store):
 
     @staticmethod
     def _state(row: Any) -> PoolState:
-        return PoolState(name=row.name, **{f: getattr(row, f) for f in _POOL_FIELDS})
+        return pool_state(row._mapping)
 
     def pool(self, name: str) -> PoolState:
         with self._tx() as conn:
@@ -200,97 +131,46 @@ class SqlStore(Store):
     def claim_dedup(self, pool: str, keys: tuple[str, ...], now: float, window: float, claim: str) -> bool:
         if not keys:
             return True
-        count, params = _claim_params(pool, keys, now, now + window, claim)
+        count, params = claim_params(pool, keys, now, now + window, claim)
         with self._tx() as conn:
             # RETURNING, not rowcount: psycopg reports -1 for a multi-row INSERT ... ON CONFLICT.
-            return bool(conn.execute(_claim_sql(count), params).all())
+            return bool(conn.execute(claim_sql(count), params).all())
 
-    def settle(self, pool: str, keys: tuple[str, ...], claim: str, now: float, expires_at: float,
-               build: Callable[[PoolState, int | None], EventRecord | None],
-               duplicate: EventRecord) -> tuple[EventRecord, bool] | None:
-        # No lease, and the state is read before the write: what settles a decision here (a pause, a running
-        # cooldown) cannot be made untrue by a concurrent decision (a cooldown only ever grows), so reading it a
-        # moment early only orders this event before a concurrent resume. The claim decides between the event and
-        # the duplicate in the same transaction as the event is written.
-        with self._raw() as (fairy, cur):
-            cur.execute(self._sql.settle_read, {"name": pool})
-            row = cur.fetchone()
-            if row is None:
-                return None
-            state = PoolState(pool, *row[:len(_POOL_FIELDS)])
-            event = build(replace(state, paused=bool(state.paused)), row[-1])
-            if event is None:
-                return None
-            count, params = _claim_params(pool, keys, now, expires_at, claim)
+    def quick_state(self, pool: str) -> QuickState | None:
+        with _unavailable("store unavailable"), self._raw.cursor() as (_, cur):
+            read = self._raw.read(cur, pool)
+        return QuickState(*read) if read else None
+
+    def record_settled(self, pool: str, keys: tuple[str, ...], claim: str, now: float, expires_at: float,
+                       event: EventRecord, duplicate: EventRecord) -> tuple[int, bool]:
+        # The claim decides between the event and the duplicate in the same transaction as the event is written.
+        count, params = claim_params(pool, keys, now, expires_at, claim)
+        with _unavailable("store unavailable"), self._raw.cursor() as (fairy, cur):
             if self.dialect == "postgresql":  # one statement, one round trip (autocommit)
-                params.update(self._event_row(event))
-                params.update({f"d_{k}": v for k, v in self._event_row(duplicate).items()})
-                cur.execute(self._sql.settle_write(count), params)
+                params.update(event_row(event))
+                params.update({f"d_{k}": v for k, v in event_row(duplicate).items()})
+                cur.execute(self._raw.settle_write(count), params)
                 event_id, claimed = cur.fetchone()
             else:
                 with self.gate.hold() if self.gate else nullcontext():
                     cur.execute("BEGIN IMMEDIATE")
                     claimed = 1
                     if count:
-                        cur.execute(self._sql.claim(count), params)
+                        cur.execute(self._raw.claim(count), params)
                         claimed = len(cur.fetchall())
-                    cur.execute(self._sql.insert_event, self._event_row(event if claimed else duplicate))
+                    cur.execute(self._raw.insert_event, event_row(event if claimed else duplicate))
                     event_id = cur.fetchone()[0]
                     if claimed:
-                        cur.execute(self._sql.set_last_event, {"name": pool, "event": event_id})
+                        cur.execute(self._raw.set_last_event, {"name": pool, "event": event_id})
                     fairy.commit()
-        if not claimed:
-            return replace(duplicate, id=int(event_id)), True
-        return replace(event, id=int(event_id)), False
-
-    @contextmanager
-    def _raw(self) -> Iterator[tuple[Any, Any]]:
-        """A pooled DBAPI connection in autocommit mode and a cursor, for the hottest path only: SQLAlchemy's
-        execution layer cost more CPU than SQLite itself there, and each PostgreSQL round trip costs the worker
-        CPU too. Failures are wrapped as SQLAlchemy's, so they map to StoreUnavailable the same way."""
-        dbapi = self.engine.dialect.loaded_dbapi
-        with _unavailable("store unavailable"):
-            try:
-                fairy = self.engine.raw_connection()
-            except dbapi.Error as exc:  # connecting failed: no connection to give back
-                raise DBAPIError.instance(None, None, exc, dbapi.Error) from None
-            cur = None
-            try:
-                if self.dialect == "postgresql":
-                    fairy.dbapi_connection.autocommit = True  # type: ignore[union-attr] # checked out: never None
-                cur = fairy.cursor()
-                yield fairy, cur
-            except dbapi.Error as exc:
-                self._abandon(fairy, cur, exc)
-                raise DBAPIError.instance(None, None, exc, dbapi.Error) from None
-            except BaseException as exc:
-                self._abandon(fairy, cur, exc)
-                raise
-            finally:
-                if self.dialect == "postgresql" and fairy.dbapi_connection is not None:
-                    try:
-                        fairy.dbapi_connection.autocommit = False
-                    except dbapi.Error:
-                        fairy.invalidate()
-                fairy.close()  # back to the pool
-
-    def _abandon(self, fairy: Any, cur: Any, exc: BaseException) -> None:
-        """Roll back; drop a connection that is broken or cannot roll back, so the pool never hands it out again."""
-        try:
-            fairy.rollback()
-        except Exception:  # noqa: BLE001 - the connection is unusable either way
-            fairy.invalidate()
-            return
-        if isinstance(exc, self.engine.dialect.loaded_dbapi.Error) and self.engine.dialect.is_disconnect(
-                exc, fairy.dbapi_connection, cur):
-            fairy.invalidate()
+        return int(event_id), not claimed
 
     def release_dedup(self, keys: tuple[str, ...], claim: str) -> None:
         if not keys:
             return
         t = tables.dedup
         with self._tx() as conn:
-            conn.execute(delete(t).where(t.c.key.in_([_hash_key(k) for k in keys]), t.c.claim == claim))
+            conn.execute(delete(t).where(t.c.key.in_([hash_key(k) for k in keys]), t.c.claim == claim))
 
     def acquire(self, pool: str, owner: str, now: float, ttl: float) -> PoolState | None:
         params = {"p_name": pool, "p_owner": owner, "p_now": now, "p_until": now + ttl}
@@ -309,22 +189,17 @@ class SqlStore(Store):
             conn.execute(update(t).where(t.c.name == pool, t.c.lease_owner == owner)
                          .values(lease_owner=None, lease_until=None))
 
-    @staticmethod
-    def _event_row(ev: EventRecord) -> dict[str, Any]:
-        values = (ev.time, ev.pool, ev.source, ev.action, ev.outcome, ev.from_, ev.to, ev.reason,
-                  json.dumps(ev.alerts), json.dumps(ev.details, default=str))
-        return dict(zip(_EVENT_COLUMNS, values))
-
     def _append(self, conn: Connection, ev: EventRecord) -> int:
-        result = conn.execute(_INSERT_EVENT, self._event_row(ev))
+        result = conn.execute(_INSERT_EVENT, event_row(ev))
         return int(result.inserted_primary_key[0])  # type: ignore[index]
 
-    def finish(self, pool: str, owner: str, event: EventRecord, changes: dict[str, Any],
+    def finish(self, pool: str, owner: str, event: EventRecord, change: PoolChange,
                confirm: DedupConfirm | None = None) -> int:
+        columns = change.columns()
         with self._tx() as conn:
             event_id = self._append(conn, event)
-            conn.execute(_finish_sql(tuple(sorted(changes))),
-                         {"p_name": pool, "p_event": event_id, **{f"p_{k}": v for k, v in changes.items()}})
+            conn.execute(_finish_sql(tuple(sorted(columns))),
+                         {"p_name": pool, "p_event": event_id, **{f"p_{k}": v for k, v in columns.items()}})
             if confirm is not None and confirm.keys:
                 self._confirm(conn, confirm)
         return event_id
@@ -333,22 +208,16 @@ class SqlStore(Store):
         with self._tx() as conn:
             return self._append(conn, event)
 
-    def update_pool(self, pool: str, event: EventRecord | None, changes: dict[str, Any]) -> int | None:
+    def update_pool(self, pool: str, event: EventRecord | None, change: PoolChange) -> int | None:
         t = tables.pools
         with self._tx() as conn:
             event_id = self._append(conn, event) if event else None
-            values = dict(changes)
+            values = change.columns()
             if event_id is not None:
                 values["last_event_id"] = event_id
             if values:
                 conn.execute(update(t).where(t.c.name == pool).values(**values))
         return event_id
-
-    @staticmethod
-    def _record(row: Any) -> EventRecord:
-        return EventRecord(id=row.id, time=row.time, pool=row.pool, source=row.source, action=row.action,
-                           outcome=row.outcome, from_=row.from_count, to=row.to_count, reason=row.reason,
-                           alerts=json.loads(row.alerts or "[]"), details=json.loads(row.details or "{}"))
 
     def events(self, pool: str | None, limit: int, before_id: int | None = None) -> list[EventRecord]:
         t = tables.events
@@ -358,12 +227,12 @@ class SqlStore(Store):
         if before_id is not None:
             query = query.where(t.c.id < before_id)
         with self._tx() as conn:
-            return [self._record(r) for r in conn.execute(query).all()]
+            return [event_record(r) for r in conn.execute(query).all()]
 
     def event(self, event_id: int) -> EventRecord | None:
         with self._tx() as conn:
             row = conn.execute(select(tables.events).where(tables.events.c.id == event_id)).first()
-        return self._record(row) if row else None
+        return event_record(row) if row else None
 
     def recommendations(self, pool: str, since: float) -> list[tuple[float, int]]:
         t = tables.recommendations
@@ -383,7 +252,7 @@ class SqlStore(Store):
 
     @staticmethod
     def _confirm(conn: Connection, confirm: DedupConfirm) -> None:
-        conn.execute(_CONFIRM_KEYS, {"p_keys": [_hash_key(k) for k in confirm.keys], "p_claim": confirm.claim,
+        conn.execute(_CONFIRM_KEYS, {"p_keys": [hash_key(k) for k in confirm.keys], "p_claim": confirm.claim,
                                      "p_expires": confirm.expires_at})
 
     def prune(self, older_than: float | None, now: float, batch: int = 500) -> int:
