@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from autoscaler import validation
 from autoscaler.models import DirectionPolicy, Mode, PoolSpec
 from autoscaler.config_schema import Config, DirectionConfig
 
@@ -34,16 +35,6 @@ class Settings:
     pools: dict[str, PoolSpec]
 
 
-def _path(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out or "(top level)"
-
-
 def _substitute(node: Any, loc: tuple[Any, ...], env: dict[str, str], problems: list[str]) -> Any:
     if isinstance(node, dict):
         return {k: _substitute(v, loc + (k,), env, problems) for k, v in node.items()}
@@ -60,18 +51,10 @@ def _substitute(node: Any, loc: tuple[Any, ...], env: dict[str, str], problems: 
             return default
         if name in env:
             return ""
-        problems.append(f"{_path(loc)}: environment variable {name} is not set and has no default")
+        problems.append(f"{validation.location(loc)}: environment variable {name} is not set and has no default")
         return ""
 
     return _VAR.sub(repl, node)
-
-
-def _message(err: dict[str, Any]) -> str:
-    msg = str(err.get("msg", "invalid"))
-    for prefix in ("Value error, ", "Assertion failed, "):
-        if msg.startswith(prefix):
-            msg = msg[len(prefix):]
-    return msg
 
 
 def _direction(base: DirectionConfig, override: DirectionConfig) -> DirectionPolicy:
@@ -90,10 +73,8 @@ def build_settings(raw: Any, env: dict[str, str] | None = None) -> Settings:
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
-        for err in exc.errors():
-            loc = tuple(err["loc"])
-            # cross-field checks on the whole file already start with their own path
-            problems.append(f"{_path(loc)}: {_message(dict(err))}" if loc else _message(dict(err)))
+        # cross-field checks on the whole file already start with their own path
+        problems.extend(validation.problems(exc))
         raise ConfigError(problems) from None
     pools: dict[str, PoolSpec] = {}
     for index, pool in enumerate(config.pools):

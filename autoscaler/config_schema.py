@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
+from autoscaler import validation
 from autoscaler.durations import Duration
 from autoscaler.models import Action
 
@@ -189,11 +190,7 @@ class PoolConfig(BaseModel):
         try:
             return model.model_validate(extra.get(self.provider) or {}), problems
         except ValidationError as exc:
-            for err in exc.errors():
-                loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
-                msg = str(err["msg"]).removeprefix("Value error, ")
-                problems.append(f"{where}.{self.provider}{loc}: {msg}")
-            return None, problems
+            return None, problems + validation.problems(exc, prefix=f"{where}.{self.provider}")
 
 
 class InfluxConfig(_Frozen):

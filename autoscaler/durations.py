@@ -1,7 +1,9 @@
-"""Durations in config: integer seconds or strings like ``90s``, ``5m``, ``1h``, ``30d``."""
+"""Time as text: durations in config (integer seconds or strings like ``90s``, ``5m``, ``1h``, ``30d``) and
+timestamps as the API, the events and Alertmanager-shaped payloads write them (RFC 3339)."""
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator
@@ -26,3 +28,8 @@ def parse_duration(value: Any) -> float:
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+def rfc3339(ts: float) -> str:
+    """UTC time in RFC 3339 with milliseconds."""
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")

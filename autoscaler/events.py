@@ -5,29 +5,14 @@ import json
 import logging
 import os
 from dataclasses import replace
-from datetime import datetime, timezone
 from typing import Any
 
+from autoscaler.answers import event_json
 from autoscaler.models import Alert, Decision
 from autoscaler.sinks import EventSink
 from autoscaler.store import DedupConfirm, EventRecord, PoolChange, Store
 
 log = logging.getLogger("autoscaler.decision")
-
-
-def rfc3339(ts: float) -> str:
-    """UTC time in RFC 3339 with milliseconds."""
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def event_json(ev: EventRecord) -> dict[str, Any]:
-    """An event as the API shows it."""
-    out: dict[str, Any] = {"id": ev.id, "time": rfc3339(ev.time), "pool": ev.pool, "source": ev.source, "action": ev.action,
-                           "outcome": ev.outcome, "from": ev.from_, "to": ev.to, "reason": ev.reason,
-                           "alerts": ev.alerts}
-    if ev.details:
-        out["details"] = ev.details
-    return out
 
 
 class EventLog:

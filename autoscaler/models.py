@@ -185,14 +185,3 @@ class Decision:
     event_id: int | None = None
     retry_after: float | None = None  # seconds; set when a retry by the sender could help
     details: dict[str, Any] = field(default_factory=dict)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "pool": self.pool,
-            "action": self.action.value if self.action else None,
-            "outcome": self.outcome.value,
-            "from": self.from_,
-            "to": self.to,
-            "reason": self.reason,
-            "event_id": self.event_id,
-        }

@@ -8,7 +8,8 @@ from typing import Any, Callable
 from autoscaler.auth import Authenticator
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
-from autoscaler.events import EventLog, event_json
+from autoscaler.answers import Cooldown, PoolBody, dump, event_body
+from autoscaler.events import EventLog
 from autoscaler.metrics import Metrics
 from autoscaler.models import PoolSpec
 from autoscaler.policy import cooldown_remaining
@@ -51,31 +52,30 @@ class Service:
         last_event = None
         if with_last_event and state.last_event_id is not None:
             ev = self.store.event(state.last_event_id)
-            last_event = event_json(ev) if ev else None
+            last_event = event_body(ev) if ev else None
         last_scale = max([t for t in (state.last_scale_out_at, state.last_scale_in_at) if t is not None],
                          default=None)
-        out: dict[str, Any] = {
-            "name": spec.name,
-            "provider": spec.provider,
-            "current": current,
-            "count_source": "tracked" if provider.tracks_count else "cloud",
-            "min": spec.min,
-            "max": spec.max,
-            "paused": state.paused,
-            "pause_reason": state.pause_reason or None,
-            "busy": busy,
-            "busy_detail": detail or None,
-            "dry_run": spec.dry_run,
-            "cooldown": {"scale_out_remaining_s": round(remaining["scale_out"], 1),
-                         "scale_in_remaining_s": round(remaining["scale_in"], 1)},
-            "failures": state.failures,
-            "backoff_remaining_s": round(max(0.0, (state.backoff_until or 0) - now), 1),
-            "last_scale_at": last_scale,
-            "last_event": last_event,
-        }
-        if error:
-            out["error"] = error
-        return out
+        body = PoolBody(
+            name=spec.name,
+            provider=spec.provider,
+            current=current,
+            count_source="tracked" if provider.tracks_count else "cloud",
+            min=spec.min,
+            max=spec.max,
+            paused=state.paused,
+            pause_reason=state.pause_reason or None,
+            busy=busy,
+            busy_detail=detail or None,
+            dry_run=spec.dry_run,
+            cooldown=Cooldown(scale_out_remaining_s=round(remaining["scale_out"], 1),
+                              scale_in_remaining_s=round(remaining["scale_in"], 1)),
+            failures=state.failures,
+            backoff_remaining_s=round(max(0.0, (state.backoff_until or 0) - now), 1),
+            last_scale_at=last_scale,
+            last_event=last_event,
+            **({"error": error} if error else {}),
+        )
+        return dump(body)
 
     def pool_rows(self) -> list[dict[str, Any]]:
         """Every pool, for /metrics (no last event)."""

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import schemathesis
 
-from autoscaler.api.openapi import DecisionBody, EventList, PoolBody, PoolList, WebhookAnswer
+from autoscaler.answers import DecisionBody, EventList, PoolBody, PoolList, WebhookAnswer
 from tests.support import AUTH, FakeClock, am_payload, make_app
 
 

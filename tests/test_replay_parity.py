@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autoscaler.app import create_app
+from autoscaler.answers import decision_json
 from autoscaler.config import build_settings
 from autoscaler.replay.sim import simulate
 from autoscaler.replay.trace import Trace, parse_time
@@ -47,7 +48,7 @@ def test_same_alert_sequence_same_decisions(tmp_path: Path) -> None:
     def key(d: dict[str, object]) -> tuple[object, ...]:
         return tuple(d[k] for k in ("pool", "action", "outcome", "from", "to", "reason"))
 
-    assert [(t, key(d)) for t, d in live] == [(t, key(d.as_json())) for t, d in replayed.decisions]
+    assert [(t, key(d)) for t, d in live] == [(t, key(decision_json(d))) for t, d in replayed.decisions]
     events = client.get("/api/v1/events?limit=500", headers={"Authorization": f"Bearer {TOKEN}"}).get_json()
     scaled = [e for e in events["events"] if e["outcome"] == "scaled"]
     assert scaled and all("formula" in e["details"] for e in scaled if e["action"] == "scale_out")

@@ -4,110 +4,18 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from autoscaler import __version__
+from autoscaler.answers import DecisionBody, ErrorBody, EventList, PoolBody, PoolList, WebhookAnswer
 from autoscaler.api.pools import CountRequest, PauseRequest, ScaleRequest
-from autoscaler.models import Action, Outcome, Source
+from autoscaler.models import Action
 from autoscaler.sources.alertmanager import AlertmanagerPayload
 from autoscaler.sources.grafana import GrafanaPayload, LegacyPayload
 
 bp = Blueprint("openapi", __name__)
 REF = "#/components/schemas/{model}"
-
-
-class ErrorBody(BaseModel):
-    """Every error answer."""
-
-    error: str = Field(description="What is wrong, for a person.")
-
-
-class AlertRef(BaseModel):
-    """An alert as an event lists it."""
-
-    alertname: str
-    fingerprint: str
-
-
-class EventBody(BaseModel):
-    """One decision in the event log."""
-
-    model_config = ConfigDict(populate_by_name=True)
-
-    id: int | None
-    time: str = Field(description="RFC 3339, UTC.")
-    pool: str | None
-    source: Source
-    action: str | None
-    outcome: Outcome
-    from_: int | None = Field(alias="from")
-    to: int | None
-    reason: str
-    alerts: list[AlertRef]
-    details: dict[str, Any] | None = None
-
-
-class DecisionBody(BaseModel):
-    """The answer to one signal."""
-
-    model_config = ConfigDict(populate_by_name=True)
-
-    pool: str | None
-    action: Action | None
-    outcome: Outcome
-    from_: int | None = Field(alias="from")
-    to: int | None
-    reason: str
-    event_id: int | None
-
-
-class Cooldown(BaseModel):
-    """Seconds until each direction may act again."""
-
-    scale_out_remaining_s: float
-    scale_in_remaining_s: float
-
-
-class PoolBody(BaseModel):
-    """A pool: configured limits, stored state and the cloud's view."""
-
-    name: str
-    provider: str
-    current: int | None = Field(description="Null where the size is unknown.")
-    count_source: str = Field(description="`cloud` when read from the cloud, `tracked` when kept by us.")
-    min: int
-    max: int
-    paused: bool
-    pause_reason: str | None
-    busy: bool
-    busy_detail: str | None
-    dry_run: bool
-    cooldown: Cooldown
-    failures: int
-    backoff_remaining_s: float
-    last_scale_at: float | None
-    last_event: EventBody | None
-    error: str | None = None
-
-
-class PoolList(BaseModel):
-    """GET /api/v1/pools."""
-
-    pools: list[PoolBody]
-
-
-class EventList(BaseModel):
-    """GET /api/v1/events."""
-
-    events: list[EventBody]
-
-
-class WebhookAnswer(BaseModel):
-    """What a webhook answers."""
-
-    received: int = Field(description="Alerts in the notification.")
-    decisions: list[DecisionBody]
 
 
 _REQUESTS: list[type[BaseModel]] = [ScaleRequest, PauseRequest, CountRequest, AlertmanagerPayload, GrafanaPayload,

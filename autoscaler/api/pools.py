@@ -8,7 +8,7 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
 
 from autoscaler.api import fail, read_json, require_auth
-from autoscaler.events import event_json
+from autoscaler.answers import decision_json, event_json
 from autoscaler.models import Action, Signal, Source
 from autoscaler.service import Service
 from autoscaler.store import PoolChange
@@ -101,7 +101,7 @@ def scale(pool: str) -> Response:
     signal = Signal(pool=spec.name, action=req.action, source=Source.MANUAL, step=req.step, target=req.target,
                     force=req.force, reason=reason, value=req.value)
     decision = _svc().engine.handle(signal)
-    return jsonify(decision.as_json())
+    return jsonify(decision_json(decision))
 
 
 def _set_pause(pool: str, paused: bool) -> Response:

@@ -6,7 +6,7 @@ from typing import Any
 from flask import Blueprint, Response, current_app, render_template, request
 
 from autoscaler.api import ApiError, require_auth
-from autoscaler.events import event_json
+from autoscaler.answers import event_json
 from autoscaler.service import Service
 
 bp = Blueprint("status", __name__)

@@ -5,6 +5,7 @@ from typing import Any, Callable
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
+from autoscaler.answers import decision_json
 from autoscaler.api import fail, read_json, require_auth
 from autoscaler.models import Decision, Notification, Outcome
 from autoscaler.routing import ACTIONS, parse_step
@@ -25,7 +26,7 @@ def _query() -> dict[str, str]:
 
 
 def _answer(note: Notification, decisions: list[Decision]) -> Response:
-    resp = jsonify({"received": len(note.alerts), "decisions": [d.as_json() for d in decisions]})
+    resp = jsonify({"received": len(note.alerts), "decisions": [decision_json(d) for d in decisions]})
     retry = [d.retry_after for d in decisions
              if d.retry_after is not None and d.outcome in (Outcome.FAILED, Outcome.SKIPPED_BACKOFF)]
     if retry:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoscaler.events import rfc3339
+from autoscaler.durations import rfc3339
 from autoscaler.config_schema import ReplayConfig, ReplayRule, RoutingConfig
 from autoscaler.sources import fingerprint_of
 

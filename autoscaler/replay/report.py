@@ -7,7 +7,7 @@ import os
 from collections import Counter
 from typing import Any
 
-from autoscaler.events import rfc3339
+from autoscaler.durations import rfc3339
 from autoscaler.models import Outcome
 from autoscaler.replay.sim import Run
 

@@ -7,6 +7,8 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator
 
+from autoscaler.validation import one_line
+
 
 class PayloadError(Exception):
     """The body is JSON but does not mean anything we can act on (answered 422)."""
@@ -52,11 +54,4 @@ def value_from_value_string(text: str | None) -> float | None:
 
 def validation_message(exc: Exception) -> str:
     """A one-line account of a pydantic ValidationError, for a person."""
-    errors = getattr(exc, "errors", None)
-    if not callable(errors):
-        return str(exc)
-    parts = []
-    for err in errors()[:5]:
-        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
-        parts.append(f"{loc or 'body'}: {err['msg']}")
-    return "; ".join(parts)
+    return one_line(exc)

@@ -1,0 +1,130 @@
+"""The shapes of the API's answers, as pydantic models: every answer is built (and so checked) through them, and
+``api/openapi.py`` publishes them. The core's records (decisions, events) become answers here, in one place."""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autoscaler.durations import rfc3339
+from autoscaler.models import Action, Decision, Outcome, Source
+from autoscaler.store import EventRecord
+
+
+class ErrorBody(BaseModel):
+    """Every error answer."""
+
+    error: str = Field(description="What is wrong, for a person.")
+
+
+class AlertRef(BaseModel):
+    """An alert as an event lists it."""
+
+    alertname: str
+    fingerprint: str
+
+
+class EventBody(BaseModel):
+    """One decision in the event log."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    id: int | None
+    time: str = Field(description="RFC 3339, UTC.")
+    pool: str | None
+    source: Source
+    action: str | None
+    outcome: Outcome
+    from_: int | None = Field(alias="from")
+    to: int | None
+    reason: str
+    alerts: list[AlertRef]
+    details: dict[str, Any] | None = None
+
+
+class DecisionBody(BaseModel):
+    """The answer to one signal."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    pool: str | None
+    action: Action | None
+    outcome: Outcome
+    from_: int | None = Field(alias="from")
+    to: int | None
+    reason: str
+    event_id: int | None
+
+
+class Cooldown(BaseModel):
+    """Seconds until each direction may act again."""
+
+    scale_out_remaining_s: float
+    scale_in_remaining_s: float
+
+
+class PoolBody(BaseModel):
+    """A pool: configured limits, stored state and the cloud's view."""
+
+    name: str
+    provider: str
+    current: int | None = Field(description="Null where the size is unknown.")
+    count_source: str = Field(description="`cloud` when read from the cloud, `tracked` when kept by us.")
+    min: int
+    max: int
+    paused: bool
+    pause_reason: str | None
+    busy: bool
+    busy_detail: str | None
+    dry_run: bool
+    cooldown: Cooldown
+    failures: int
+    backoff_remaining_s: float
+    last_scale_at: float | None
+    last_event: EventBody | None
+    error: str | None = None
+
+
+class PoolList(BaseModel):
+    """GET /api/v1/pools."""
+
+    pools: list[PoolBody]
+
+
+class EventList(BaseModel):
+    """GET /api/v1/events."""
+
+    events: list[EventBody]
+
+
+class WebhookAnswer(BaseModel):
+    """What a webhook answers."""
+
+    received: int = Field(description="Alerts in the notification.")
+    decisions: list[DecisionBody]
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    """An answer as JSON-ready data: wire names (``from``), and optional members only where they were set."""
+    return model.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+def event_body(ev: EventRecord) -> EventBody:
+    """An event as the API shows it (``details`` only when it has any)."""
+    extra: dict[str, Any] = {"from": ev.from_}
+    if ev.details:
+        extra["details"] = ev.details
+    return EventBody(id=ev.id, time=rfc3339(ev.time), pool=ev.pool, source=Source(ev.source), action=ev.action,
+                     outcome=Outcome(ev.outcome), to=ev.to, reason=ev.reason,
+                     alerts=[AlertRef(**a) for a in ev.alerts], **extra)
+
+
+def event_json(ev: EventRecord) -> dict[str, Any]:
+    """An event as the API, the JSON log and the sinks show it."""
+    return dump(event_body(ev))
+
+
+def decision_json(d: Decision) -> dict[str, Any]:
+    """A decision as a webhook or the manual API answers it."""
+    return dump(DecisionBody(pool=d.pool, action=d.action, outcome=d.outcome, to=d.to,
+                             reason=d.reason, event_id=d.event_id, **{"from": d.from_}))
