@@ -12,40 +12,7 @@ from flask.testing import FlaskClient
 from autoscaler.app import create_app
 from autoscaler.config import Settings, build_settings
 from tests.pipeline_stack import Stack, start_stack
-
-TOKEN = "test-token-123"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-BASE_CONFIG: dict[str, Any] = {
-    "server": {"auth": {"bearer_tokens": [TOKEN]}},
-    "defaults": {
-        "scale_out": {"step": 1, "cooldown": "5m"},
-        "scale_in": {"step": 1, "cooldown": "15m", "delay_after_scale_out": "10m"},
-        "dedup_window": "10m",
-    },
-    "rules": [
-        {"match": {"alertname": "GPUUtilizationHigh"}, "pool": "gpu", "action": "scale_out"},
-        {"match_re": {"alertname": "GPUUtilizationLow|GPUIdle"}, "pool": "gpu", "action": "scale_in"},
-    ],
-    "pools": [
-        {"name": "gpu", "provider": "simulated", "min": 1, "max": 6, "simulated": {"initial_count": 2}},
-        {"name": "spare", "provider": "simulated", "min": 0, "max": 3, "simulated": {"initial_count": 0}},
-    ],
-}
-
-
-class FakeClock:
-    """A clock the test moves by hand."""
-
-    def __init__(self, start: float = 1_800_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
+from tests.support import BASE_CONFIG, FakeClock
 
 @pytest.fixture
 def clock() -> FakeClock:
@@ -78,21 +45,6 @@ def app(make_app: Callable[..., Flask]) -> Flask:
 @pytest.fixture
 def client(app: Flask) -> FlaskClient:
     return app.test_client()
-
-
-def am_alert(name: str = "GPUUtilizationHigh", status: str = "firing", fingerprint: str = "fp1",
-             starts_at: str = "2026-11-21T10:00:00Z", **labels: str) -> dict[str, Any]:
-    """One Alertmanager alert."""
-    return {"status": status, "labels": {"alertname": name, **labels}, "annotations": {"summary": "GPU busy"},
-            "startsAt": starts_at, "endsAt": "0001-01-01T00:00:00Z", "generatorURL": "http://prom/graph",
-            "fingerprint": fingerprint}
-
-
-def am_payload(*alerts: dict[str, Any], status: str = "firing") -> dict[str, Any]:
-    """An Alertmanager version 4 notification."""
-    return {"version": "4", "groupKey": "{}:{alertname=\"x\"}", "truncatedAlerts": 0, "status": status,
-            "receiver": "autoscaler", "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {},
-            "externalURL": "http://alertmanager:9093", "alerts": list(alerts) or [am_alert()]}
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 from autoscaler.app import create_app
-from tests.fault_cloud import HttpTestProvider
+from tests.fakes.fault_cloud import HttpTestProvider
 
 app = create_app(os.environ["AUTOSCALER_CONFIG"],
                  providers={"gpu": HttpTestProvider(os.environ["FAULT_CLOUD_URL"],

@@ -1,28 +1,36 @@
-"""Shared helpers of the hardening tests: a hand-moved clock, configs, payload builders."""
+"""What tests share: the one base config, its credentials, a hand-moved clock, payload builders and request helpers.
+
+Tests import from here (never from each other, never from conftest); conftest's fixtures build on it.
+"""
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from flask import Flask
+from flask.testing import FlaskClient
 
 from autoscaler.app import create_app
 from autoscaler.config import build_settings
 from providers import NodePoolProvider
-from tests.conftest import FakeClock, am_alert, am_payload
-
-__all__ = ["AUTH", "HMAC_SECRET", "TOKEN", "FakeClock", "am_alert", "am_payload", "config", "make_app"]
 
 TOKEN = "hardening-token-7"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 HMAC_SECRET = "hmac-secret-7"
 
-BASE: dict[str, Any] = {
+#: The one base config every test starts from (tests change top-level keys, never this dict).
+BASE_CONFIG: dict[str, Any] = {
     "server": {"auth": {"bearer_tokens": [TOKEN], "basic": [{"username": "grafana", "password": "pw-7"}]}},
-    "defaults": {"scale_out": {"step": 1, "cooldown": "5m"},
-                 "scale_in": {"step": 1, "cooldown": "15m", "delay_after_scale_out": "10m"},
-                 "dedup_window": "10m"},
-    "rules": [{"match": {"alertname": "GPUUtilizationHigh"}, "pool": "gpu", "action": "scale_out"}],
+    "defaults": {
+        "scale_out": {"step": 1, "cooldown": "5m"},
+        "scale_in": {"step": 1, "cooldown": "15m", "delay_after_scale_out": "10m"},
+        "dedup_window": "10m",
+    },
+    "rules": [
+        {"match": {"alertname": "GPUUtilizationHigh"}, "pool": "gpu", "action": "scale_out"},
+        {"match_re": {"alertname": "GPUUtilizationLow|GPUIdle"}, "pool": "gpu", "action": "scale_in"},
+    ],
     "pools": [
         {"name": "gpu", "provider": "simulated", "min": 1, "max": 6, "simulated": {"initial_count": 2}},
         {"name": "spare", "provider": "simulated", "min": 0, "max": 3, "simulated": {"initial_count": 0}},
@@ -30,11 +38,22 @@ BASE: dict[str, Any] = {
 }
 
 
+class FakeClock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
 def config(db_url: str, **changes: Any) -> dict[str, Any]:
     """The base config with a store URL and top-level keys replaced."""
-    cfg = copy.deepcopy(BASE)
+    cfg = copy.deepcopy(BASE_CONFIG)
     cfg["store"] = {"url": db_url}
     cfg.update(copy.deepcopy(changes))
     return cfg
@@ -47,5 +66,31 @@ def make_app(db_url: str, clock: FakeClock | None = None, providers: dict[str, N
     return create_app(settings, clock=clock, providers=providers, startup_check=False)
 
 
+def am_alert(name: str = "GPUUtilizationHigh", status: str = "firing", fingerprint: str = "fp1",
+             starts_at: str = "2026-11-21T10:00:00Z", **labels: str) -> dict[str, Any]:
+    """One Alertmanager alert."""
+    return {"status": status, "labels": {"alertname": name, **labels}, "annotations": {"summary": "GPU busy"},
+            "startsAt": starts_at, "endsAt": "0001-01-01T00:00:00Z", "generatorURL": "http://prom/graph",
+            "fingerprint": fingerprint}
 
 
+def am_payload(*alerts: dict[str, Any], status: str = "firing") -> dict[str, Any]:
+    """An Alertmanager version 4 notification."""
+    return {"version": "4", "groupKey": "{}:{alertname=\"x\"}", "truncatedAlerts": 0, "status": status,
+            "receiver": "autoscaler", "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {},
+            "externalURL": "http://alertmanager:9093", "alerts": list(alerts) or [am_alert()]}
+
+
+OUTCOMES = {"scaled", "dry_run", "skipped_cooldown", "skipped_limit", "skipped_duplicate", "skipped_paused",
+            "skipped_busy", "skipped_backoff", "ignored_resolved", "ignored_test", "unrouted", "unknown_pool", "failed"}
+
+
+def post(client: FlaskClient, path: str, body: Any, headers: dict[str, str] | None = None) -> Any:
+    return client.post(path, data=json.dumps(body), headers={**AUTH, "Content-Type": "application/json",
+                                                            **(headers or {})})
+
+
+def events(client: FlaskClient, **query: str) -> list[dict[str, Any]]:
+    resp = client.get("/api/v1/events", query_string=query, headers=AUTH)
+    assert resp.status_code == 200
+    return resp.get_json()["events"]

@@ -11,22 +11,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from tests.conftest import AUTH, TOKEN, FakeClock, am_alert, am_payload
-
-OUTCOMES = {"scaled", "dry_run", "skipped_cooldown", "skipped_limit", "skipped_duplicate", "skipped_paused",
-            "skipped_busy", "skipped_backoff", "ignored_resolved", "ignored_test", "unrouted", "unknown_pool", "failed"}
-
-
-def post(client: FlaskClient, path: str, body: Any, headers: dict[str, str] | None = None) -> Any:
-    return client.post(path, data=json.dumps(body), headers={**AUTH, "Content-Type": "application/json",
-                                                            **(headers or {})})
-
-
-def events(client: FlaskClient, **query: str) -> list[dict[str, Any]]:
-    resp = client.get("/api/v1/events", query_string=query, headers=AUTH)
-    assert resp.status_code == 200
-    return resp.get_json()["events"]
-
+from tests.support import AUTH, TOKEN, FakeClock, am_alert, am_payload, events, post
 
 # -- health and auth ----------------------------------------------------------------------------------------
 def test_probes_and_metrics_need_no_auth(client: FlaskClient) -> None:
@@ -156,7 +141,7 @@ def test_create_app_takes_a_mapping_or_a_path(tmp_path: Any) -> None:
     import yaml
 
     from autoscaler.app import create_app
-    from tests.conftest import BASE_CONFIG
+    from tests.support import BASE_CONFIG
 
     cfg = {**BASE_CONFIG, "store": {"url": f"sqlite:///{tmp_path}/m.db"}}
     assert create_app(cfg).test_client().get("/api/v1/pools", headers=AUTH).status_code == 200

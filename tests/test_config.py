@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from autoscaler.config import ConfigError, build_settings, load_config
-from tests.conftest import BASE_CONFIG
+from tests.support import BASE_CONFIG
 
 ROOT = Path(__file__).resolve().parent.parent
 

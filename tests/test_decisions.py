@@ -10,9 +10,8 @@ from flask.testing import FlaskClient
 from autoscaler.app import create_app
 from autoscaler.config import build_settings
 from providers import ProviderError
-from tests.cloud import ScriptedCloud
-from tests.conftest import AUTH, FakeClock, am_alert, am_payload
-from tests.test_api import OUTCOMES, events, post
+from tests.fakes.scripted_cloud import ScriptedCloud
+from tests.support import AUTH, OUTCOMES, FakeClock, am_alert, am_payload, events, post
 
 
 def decisions(resp: Any) -> list[tuple[str | None, str | None, str]]:

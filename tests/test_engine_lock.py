@@ -11,9 +11,8 @@ from autoscaler.app import create_app
 from autoscaler.config import build_settings
 from autoscaler.models import CloudStatus
 from providers import Tracked
-from tests.cloud import ScriptedCloud
-from tests.conftest import FakeClock, am_alert, am_payload
-from tests.test_api import post
+from tests.fakes.scripted_cloud import ScriptedCloud
+from tests.support import FakeClock, am_alert, am_payload, post
 
 
 class GatedCloud(ScriptedCloud):

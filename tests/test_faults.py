@@ -16,7 +16,7 @@ import requests
 import yaml
 from sqlalchemy import create_engine, text
 
-from tests.fault_cloud import FakeCloud, HttpTestProvider, Reply
+from tests.fakes.fault_cloud import FakeCloud, HttpTestProvider, Reply
 from tests.servers import Service
 from tests.support import AUTH, FakeClock, am_alert, am_payload, config, make_app
 

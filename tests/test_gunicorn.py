@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.conftest import AUTH, BASE_CONFIG, am_alert, am_payload
+from tests.support import AUTH, BASE_CONFIG, am_alert, am_payload
 from tests.servers import Service
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ import requests
 
 from tests import pg
 from tests.servers import Service, wait_http
-from tests.tcpproxy import TcpProxy
+from tests.fakes.tcpproxy import TcpProxy
 
 pytestmark = pytest.mark.slow
 TOKEN = "replica-test-token"

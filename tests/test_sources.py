@@ -8,7 +8,7 @@ import pytest
 
 from autoscaler.models import Source
 from autoscaler.sources import PayloadError, alertmanager, grafana, value_from_value_string
-from tests.conftest import am_alert, am_payload
+from tests.support import am_alert, am_payload
 
 SAMPLES = Path(__file__).parent / "payloads" / "core"
 

@@ -18,7 +18,7 @@ from autoscaler.store.base import EventRecord
 from autoscaler.store.migrate import head_revision
 from tests import pg
 from tests.servers import ROOT
-from tests.tcpproxy import TcpProxy
+from tests.fakes.tcpproxy import TcpProxy
 
 pytestmark = pytest.mark.slow
 FAST = StoreOptions(lock_wait=0.5, statement_timeout=5.0, connect_timeout=2.0)

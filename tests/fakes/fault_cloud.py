@@ -1,18 +1,18 @@
 """A scriptable fake cloud (stdlib HTTP server in a thread) and a provider that talks to it over real HTTP."""
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import requests
 
 from autoscaler.models import CloudStatus
 from providers import ProviderError, Tracked
+from tests.fakes.httpbase import FakeHttpServer, Request
+from tests.fakes.httpbase import Reply as HttpReply
 
 
 @dataclass
@@ -26,8 +26,10 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-class FakeCloud:
+class FakeCloud(FakeHttpServer):
     """Holds one pool's size; answers /scale from a script (then 200), records every call it received."""
+
+    name = "fake-cloud"
 
     def __init__(self, count: int = 2) -> None:
         self.count = count
@@ -35,56 +37,26 @@ class FakeCloud:
         self.calls: list[dict[str, Any]] = []
         self.release = threading.Event()
         self.lock = threading.Lock()
-        cloud = self
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
+    def handle(self, request: Request) -> HttpReply:
+        if request.method == "GET":
+            return HttpReply(200, {"count": self.count})
+        body = request.json() or {}
+        with self.lock:
+            reply = self.script.pop(0) if self.script else Reply()
+            self.calls.append({"target": body.get("target"), "pid": body.get("pid"), "status": reply.status,
+                               "time": time.time()})
+            if reply.status == 200 and reply.apply:
+                self.count = int(body["target"])  # accepted at once, answered (maybe) later
+        if reply.block:
+            self.release.wait(30)
+        return HttpReply(reply.status, {"count": self.count} if reply.status == 200 else {"error": "nope"},
+                         reply.headers, delay=reply.delay)
 
-            def _send(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-                data = json.dumps(body).encode()
-                try:
-                    self.send_response(status)
-                    for k, v in (headers or {}).items():
-                        self.send_header(k, v)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except OSError:
-                    pass  # the caller died or gave up
-
-            def do_GET(self) -> None:
-                self._send(200, {"count": cloud.count})
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
-                with cloud.lock:
-                    reply = cloud.script.pop(0) if cloud.script else Reply()
-                    call = {"target": body.get("target"), "pid": body.get("pid"), "status": reply.status,
-                            "time": time.time()}
-                    cloud.calls.append(call)
-                    if reply.status == 200 and reply.apply:
-                        cloud.count = int(body["target"])  # accepted at once, answered (maybe) later
-                if reply.block:
-                    cloud.release.wait(30)
-                time.sleep(reply.delay)
-                self._send(reply.status, {"count": cloud.count} if reply.status == 200 else {"error": "nope"},
-                           reply.headers)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> "FakeCloud":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
+    def stop(self) -> None:
         self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
+        super().stop()
 
 
 class HttpTestProvider:
