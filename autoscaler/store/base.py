@@ -38,6 +38,9 @@ class DedupConfirm:
     expires_at: float
 
 
+_LAST_ACTED = {Action.SCALE_OUT: "last_scale_out_at", Action.SCALE_IN: "last_scale_in_at"}
+
+
 @dataclass(frozen=True)
 class PoolChange:
     """What one decision or operator action changes in a pool's stored state; fields left None stay as they are.
@@ -57,7 +60,7 @@ class PoolChange:
         """The pool row's columns this change sets, by name."""
         out: dict[str, Any] = {}
         if self.acted is not None:
-            out[f"last_{self.acted.value}_at"] = self.at
+            out[_LAST_ACTED[self.acted]] = self.at
         if self.failures is not None:
             out.update(failures=self.failures, backoff_until=self.backoff_until)
         if self.tracked_count is not None:
