@@ -6,12 +6,12 @@ into state ``scaling`` until :meth:`FakeAckApi.settle` is called, as the real se
 """
 from __future__ import annotations
 
-import json
 import re
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.fakes.httpbase import FakeHttpServer, Reply, Request
 
 _PATH = re.compile(r"^/clusters/([^/]+)/nodepools/([^/?]+)$")
 
@@ -27,44 +27,32 @@ class Pool:
     name: str = "gpu-t4"
 
 
-@dataclass
-class Request:
-    """One request the fake received."""
+class Recorded(Request):
+    """One request the fake received; ``body`` is the parsed JSON."""
 
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any
+    @property
+    def body(self) -> Any:
+        return self.json()
 
 
 @dataclass
-class FakeAckApi:
+class FakeAckApi(FakeHttpServer):
     """Threaded HTTP server on 127.0.0.1 holding node pools by (cluster, nodepool)."""
 
     pools: dict[tuple[str, str], Pool] = field(default_factory=dict)
-    requests: list[Request] = field(default_factory=list)
+    requests: list[Recorded] = field(default_factory=list)
     failures: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # answered before the real ones
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
+        FakeHttpServer.__init__(self)
+
+    name = "fake-ack-api"
 
     @property
     def endpoint(self) -> str:
         """``host:port`` as the SDK's ``endpoint`` wants it."""
-        host, port = self._server.server_address[:2]
-        return f"{host}:{port}"
-
-    def start(self) -> "FakeAckApi":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        return self.url.removeprefix("http://")
 
     def fail_next(self, status: int, code: str, message: str) -> None:
         """Answer the next request with an OpenAPI error body."""
@@ -76,6 +64,11 @@ class FakeAckApi:
         with self._lock:
             for pool in self.pools.values():
                 pool.total_nodes, pool.state = pool.desired_size, "active"
+
+    def handle(self, request: Request) -> Reply:
+        self.requests.append(Recorded(request.method, request.path, request.query, request.headers, request.raw))
+        status, answer = self._answer(request.method, request.path, request.json())
+        return Reply(status, answer, content_type="application/json;charset=utf-8")
 
     def _answer(self, method: str, path: str, body: Any) -> tuple[int, dict[str, Any]]:
         with self._lock:
@@ -97,29 +90,3 @@ class FakeAckApi:
                 "status": {"state": pool.state, "total_nodes": pool.total_nodes,
                            "healthy_nodes": pool.total_nodes, "serving_nodes": pool.total_nodes},
             }
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _serve(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                body = json.loads(raw) if raw else None
-                path = self.path.split("?", 1)[0]
-                fake.requests.append(Request(self.command, path, {k.lower(): v for k, v in self.headers.items()},
-                                             body))
-                status, answer = fake._answer(self.command, path, body)
-                payload = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json;charset=utf-8")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            do_GET = do_PUT = do_POST = _serve
-
-            def log_message(self, format: str, *args: Any) -> None:
-                """Quiet: tests read ``requests`` instead."""
-
-        return Handler

@@ -6,16 +6,14 @@ bearer token and ``api-version``, records every request, and can be told to fail
 """
 from __future__ import annotations
 
-import json
 import re
 import threading
-import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+
+from tests.fakes.httpbase import FakeHttpServer, Reply, Request
 
 _POOL_PATH = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.ContainerService"
@@ -38,15 +36,12 @@ _DEFAULT_CODES = {
 }
 
 
-@dataclass
-class Recorded:
-    """One request as the fake saw it."""
+class Recorded(Request):
+    """One request as the fake saw it; ``body`` is the parsed JSON."""
 
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    headers: dict[str, str]
-    body: Any
+    @property
+    def body(self) -> Any:
+        return self.json()
 
 
 @dataclass
@@ -72,8 +67,10 @@ class Operation:
 
 
 @dataclass
-class FakeArm:
+class FakeArm(FakeHttpServer):
     """The fake ARM; use as a context manager, then ``url`` is the ``arm_endpoint``."""
+
+    name = "fake-arm"
 
     subscription: str
     resource_group: str
@@ -88,7 +85,7 @@ class FakeArm:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
+        FakeHttpServer.__init__(self)
 
     # -- set-up -------------------------------------------------------------------------------
     def add_pool(self, name: str, count: int = 0, *, mode: str = "User", enable_auto_scaling: bool = False,
@@ -124,23 +121,6 @@ class FakeArm:
         """Recorded requests to agent pools (or ``operations``), optionally of one method."""
         return [r for r in self.requests if kind in r.path and (method is None or r.method == method)]
 
-    # -- serving ------------------------------------------------------------------------------
-    @property
-    def url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> "FakeArm":
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True, name="fake-arm").start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.shutdown()
-        self._server.server_close()
-
     # -- ARM behaviour ------------------------------------------------------------------------
     def pool_json(self, name: str) -> dict[str, Any]:
         base = (f"/subscriptions/{self.subscription}/resourceGroups/{self.resource_group}/providers/"
@@ -153,38 +133,48 @@ class FakeArm:
         if op.pool in self.pools:
             self.pools[op.pool]["provisioningState"] = "Succeeded"
 
-    def handle(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str],
-               body: Any) -> tuple[int, dict[str, str], Any]:
-        """The answer to one request: status, extra headers, JSON body (or None to drop the connection)."""
+    def __enter__(self) -> "FakeArm":
+        self.start()
+        return self
+
+    def handle(self, request: Request) -> Reply:
+        """Answer as ARM does, with its request-id headers; a fault may drop the connection instead."""
         with self._lock:
-            self.requests.append(Recorded(method, path, query, headers, body))
-            fault = next((f for f in self.faults if f.method in (None, method)), None)
+            self.requests.append(Recorded(request.method, request.path, request.query, request.headers, request.raw))
+            fault = next((f for f in self.faults if f.method in (None, request.method)), None)
             if fault is not None:
                 self.faults.remove(fault)
-                if fault.reset:
-                    return 0, {}, None
-                if fault.delay:
-                    return 0, {"delay": str(fault.delay)}, None
+                if fault.reset or fault.delay:
+                    return Reply(delay=fault.delay, reset=True)
                 extra = {"Retry-After": fault.retry_after} if fault.retry_after else {}
-                return fault.status, extra, _error(fault.code, fault.message)
-            if headers.get("authorization") != f"Bearer {self.token}":
-                return 401, {}, _error("AuthenticationFailed", "Authentication failed. The 'Authorization' "
-                                       "header is missing or invalid.")
-            if "api-version" not in query:
-                return 400, {}, _error("MissingApiVersionParameter", "The api-version query parameter "
-                                       "(?api-version=) is required for all requests.")
-            op_match = _OP_PATH.match(path)
-            if op_match and method == "GET":
-                return self._operation(op_match.group("op"))
-            match = _POOL_PATH.match(path)
-            if not match or (match["sub"], match["rg"].lower(), match["cluster"]) != (
-                    self.subscription, self.resource_group.lower(), self.cluster) or match["pool"] not in self.pools:
-                return 404, {}, _error("ResourceNotFound", f"The Resource '{path}' was not found.")
-            if method == "GET":
-                return 200, {}, self.pool_json(match["pool"])
-            if method == "PUT":
-                return self._put(match["pool"], headers, body)
-            return 405, {}, _error("MethodNotAllowed", f"{method} is not supported here.")
+                status, headers, body = fault.status, extra, _error(fault.code, fault.message)
+            else:
+                status, headers, body = self._answer(request.method, request.path, request.query, request.headers,
+                                                     request.json())
+        ids = {"x-ms-request-id": str(uuid.uuid4()), "x-ms-correlation-request-id": str(uuid.uuid4())}
+        return Reply(status, body, {**ids, **headers}, content_type="application/json; charset=utf-8")
+
+    def _answer(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str],
+                body: Any) -> tuple[int, dict[str, str], Any]:
+        """The answer to one request: status, extra headers, JSON body."""
+        if headers.get("authorization") != f"Bearer {self.token}":
+            return 401, {}, _error("AuthenticationFailed", "Authentication failed. The 'Authorization' "
+                                   "header is missing or invalid.")
+        if "api-version" not in query:
+            return 400, {}, _error("MissingApiVersionParameter", "The api-version query parameter "
+                                   "(?api-version=) is required for all requests.")
+        op_match = _OP_PATH.match(path)
+        if op_match and method == "GET":
+            return self._operation(op_match.group("op"))
+        match = _POOL_PATH.match(path)
+        if not match or (match["sub"], match["rg"].lower(), match["cluster"]) != (
+                self.subscription, self.resource_group.lower(), self.cluster) or match["pool"] not in self.pools:
+            return 404, {}, _error("ResourceNotFound", f"The Resource '{path}' was not found.")
+        if method == "GET":
+            return 200, {}, self.pool_json(match["pool"])
+        if method == "PUT":
+            return self._put(match["pool"], headers, body)
+        return 405, {}, _error("MethodNotAllowed", f"{method} is not supported here.")
 
     def _operation(self, op_id: str) -> tuple[int, dict[str, str], Any]:
         op = self.operations.get(op_id)
@@ -220,45 +210,3 @@ class FakeArm:
 
 def _error(code: str, message: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message}}
-
-
-def _handler(fake: FakeArm) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def _serve(self) -> None:
-            parts = urlsplit(self.path)
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            try:
-                body = json.loads(raw) if raw else None
-            except ValueError:
-                body = None
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            status, extra, answer = fake.handle(self.command, parts.path, parse_qs(parts.query), headers, body)
-            if answer is None and "delay" in extra:  # a slow answer: wait, then drop it
-                time.sleep(float(extra["delay"]))
-            if answer is None:  # a dropped connection
-                self.close_connection = True
-                try:
-                    self.connection.shutdown(2)
-                except OSError:
-                    pass  # the client gave up first
-                return
-            data = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("x-ms-request-id", str(uuid.uuid4()))
-            self.send_header("x-ms-correlation-request-id", str(uuid.uuid4()))
-            for name, value in extra.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_PUT = do_DELETE = do_PATCH = _serve
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-            """Quiet: the fake records requests itself."""
-
-    return Handler
