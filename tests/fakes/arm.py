@@ -21,7 +21,8 @@ _POOL_PATH = re.compile(
     re.IGNORECASE,
 )
 _OP_PATH = re.compile(r"^/subscriptions/[^/]+/providers/Microsoft\.ContainerService/locations/[^/]+"
-                      r"/operations/(?P<op>[^/]+)$", re.IGNORECASE)
+                      r"/(?:operations|operationresults)/(?P<op>[^/]+)$", re.IGNORECASE)
+_SUB_PATH = re.compile(r"^(?P<pool_path>.+/agentPools/[^/]+)/(?P<sub>machines|deleteMachines)$", re.IGNORECASE)
 _DEFAULT_CODES = {
     400: ("InvalidParameter", "The value of parameter agentPoolProfile.count is invalid."),
     401: ("InvalidAuthenticationToken", "The access token is invalid."),
@@ -82,6 +83,9 @@ class FakeArm(FakeHttpServer):
     requests: list[Recorded] = field(default_factory=list)
     faults: deque[Fault] = field(default_factory=deque)
     operations: dict[str, Operation] = field(default_factory=dict)
+    #: each pool's VMSS instance ids; machine i is ``aks-<pool>-12345678-vmss`` + i in base 36 (6 digits)
+    machines: dict[str, list[int]] = field(default_factory=dict)
+    machine_page_size: int = 100  # machines list answers this many per page, then a nextLink
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -101,6 +105,7 @@ class FakeArm(FakeHttpServer):
             "nodeTaints": ["sku=gpu:NoSchedule"], "enableNodePublicIP": False, "eTag": uuid.uuid4().hex,
             **({"minCount": 0, "maxCount": 4} if enable_auto_scaling else {}),
         }
+        self.machines[name] = list(range(count))
 
     def fail_next(self, status: int, *, times: int = 1, code: str | None = None, message: str | None = None,
                   retry_after: str | None = None, method: str | None = None, reset: bool = False,
@@ -116,6 +121,25 @@ class FakeArm(FakeHttpServer):
         with self._lock:
             for op in self.operations.values():
                 self._finish(op)
+
+    def machine_name(self, pool: str, instance: int) -> str:
+        """The machine (and node) name of VMSS instance ``instance``, as AKS names it."""
+        digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+        suffix = ""
+        for _ in range(6):
+            instance, rest = divmod(instance, 36)
+            suffix = digits[rest] + suffix
+        return f"aks-{pool}-12345678-vmss{suffix}"
+
+    def machine_resource_id(self, pool: str, instance: int) -> str:
+        """The VMSS instance's resource id (a node's ``spec.providerID`` is ``azure://`` + this)."""
+        return (f"/subscriptions/{self.subscription}/resourceGroups/MC_{self.resource_group}_{self.cluster}_"
+                f"{self.location}/providers/Microsoft.Compute/virtualMachineScaleSets/aks-{pool}-12345678-vmss"
+                f"/virtualMachines/{instance}")
+
+    def machine_names(self, pool: str) -> list[str]:
+        """The names of the pool's machines now."""
+        return [self.machine_name(pool, i) for i in self.machines.get(pool, [])]
 
     def calls(self, method: str | None = None, kind: str = "agentPools") -> list[Recorded]:
         """Recorded requests to agent pools (or ``operations``), optionally of one method."""
@@ -166,15 +190,65 @@ class FakeArm(FakeHttpServer):
         op_match = _OP_PATH.match(path)
         if op_match and method == "GET":
             return self._operation(op_match.group("op"))
-        match = _POOL_PATH.match(path)
+        sub = _SUB_PATH.match(path)
+        match = _POOL_PATH.match(sub["pool_path"] if sub else path)
         if not match or (match["sub"], match["rg"].lower(), match["cluster"]) != (
                 self.subscription, self.resource_group.lower(), self.cluster) or match["pool"] not in self.pools:
             return 404, {}, _error("ResourceNotFound", f"The Resource '{path}' was not found.")
+        if sub and sub["sub"].lower() == "machines" and method == "GET":
+            return self._machines(match["pool"], path, query)
+        if sub and sub["sub"].lower() == "deletemachines" and method == "POST":
+            return self._delete_machines(match["pool"], body)
+        if sub:
+            return 405, {}, _error("MethodNotAllowed", f"{method} is not supported here.")
         if method == "GET":
             return 200, {}, self.pool_json(match["pool"])
         if method == "PUT":
             return self._put(match["pool"], headers, body)
         return 405, {}, _error("MethodNotAllowed", f"{method} is not supported here.")
+
+    def _machines(self, name: str, path: str, query: dict[str, list[str]]) -> tuple[int, dict[str, str], Any]:
+        """Machines_List: one page of ``{"value": [Machine], "nextLink"}``."""
+        start = int((query.get("$skipToken") or ["0"])[0])
+        ids = self.machines[name]
+        page = ids[start:start + self.machine_page_size]
+        base = (f"/subscriptions/{self.subscription}/resourceGroups/{self.resource_group}/providers/"
+                f"Microsoft.ContainerService/managedClusters/{self.cluster}/agentPools/{name}/machines")
+        value = [{"id": f"{base}/{self.machine_name(name, i)}", "name": self.machine_name(name, i),
+                  "type": "Microsoft.ContainerService/managedClusters/agentPools/machines", "zones": ["1"],
+                  "properties": {"network": {"ipAddresses": [{"ip": f"10.224.0.{4 + i % 250}", "family": "IPv4"}]},
+                                 "resourceId": self.machine_resource_id(name, i)}} for i in page]
+        answer: dict[str, Any] = {"value": value}
+        if start + self.machine_page_size < len(ids):
+            answer["nextLink"] = f"{self.url}{path}?api-version=2025-10-01&$skipToken={start + len(page)}"
+        return 200, {}, answer
+
+    def _delete_machines(self, name: str, body: Any) -> tuple[int, dict[str, str], Any]:
+        """AgentPools_DeleteMachines: 202 + Location, the count lowered by as many, the pool Scaling.
+
+        Which code real ARM gives a machine name outside the pool is not documented; 400 InvalidParameter here.
+        """
+        pool = self.pools[name]
+        if pool["provisioningState"] not in ("Succeeded", "Failed", "Canceled"):
+            return 409, {}, _error(*_DEFAULT_CODES[409])
+        wanted = (body or {}).get("machineNames") if isinstance(body, dict) else None
+        if not isinstance(wanted, list) or not wanted or not all(isinstance(n, str) for n in wanted):
+            return 400, {}, _error("InvalidParameter", "machineNames must be a non-empty list of machine names.")
+        by_name = {self.machine_name(name, i): i for i in self.machines[name]}
+        missing = [n for n in wanted if n not in by_name]
+        if missing:
+            return 400, {}, _error("InvalidParameter", f"Machine(s) {', '.join(missing)} not found in agent pool "
+                                                       f"{name}.")
+        count = pool["count"] - len(set(wanted))
+        if pool["mode"] == "System" and count < 1:
+            return 400, {}, _error("InvalidParameter", "A System mode agent pool must have at least 1 node.")
+        self.machines[name] = [i for i in self.machines[name] if self.machine_name(name, i) not in wanted]
+        pool.update(count=count, provisioningState="Scaling", eTag=uuid.uuid4().hex)
+        op_id = str(uuid.uuid4())
+        self.operations[op_id] = Operation(name, self.operation_polls)
+        location = (f"{self.url}/subscriptions/{self.subscription}/providers/Microsoft.ContainerService/locations/"
+                    f"{self.location}/operationresults/{op_id}?api-version=2017-08-31")
+        return 202, {"Location": location}, None
 
     def _operation(self, op_id: str) -> tuple[int, dict[str, str], Any]:
         op = self.operations.get(op_id)
@@ -200,6 +274,10 @@ class FakeArm(FakeHttpServer):
             return 400, {}, _error("InvalidParameter", "A System mode agent pool must have at least 1 node.")
         if pool["enableAutoScaling"] and count != pool["count"]:
             return 400, {}, _error("InvalidParameter", "Cannot set count on an autoscaler-enabled agent pool.")
+        ids = self.machines.setdefault(name, [])
+        while len(ids) < count:  # new VMSS instances get the next ids
+            ids.append(max(ids, default=-1) + 1)
+        del ids[count:]  # a count PUT lets AKS pick; the fake drops the newest
         pool.update(count=count, provisioningState="Scaling", eTag=uuid.uuid4().hex)
         op_id = str(uuid.uuid4())
         self.operations[op_id] = Operation(name, self.operation_polls)
