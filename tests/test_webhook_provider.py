@@ -130,7 +130,7 @@ def test_count_url_reads_the_size(endpoint: FakeHookServer, sleeps: list[float])
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
-    pytest.param({"body_template": '{"p": "{pool}", "n": {nodes}}'}, "unknown placeholder", id="unknown-placeholder"),
+    pytest.param({"body_template": '{"p": "{pool}", "n": {replicas}}'}, "unknown placeholder", id="unknown-placeholder"),
     pytest.param({"body_template": '{"p": {pool}}'}, "not valid JSON", id="unquoted-string-placeholder"),
     pytest.param({"url": "file:///etc/passwd"}, "http(s) URL", id="not-http"),
     pytest.param({"tracks_count": False}, "needs count_url", id="untracked-without-count-url"),
