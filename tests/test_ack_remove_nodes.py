@@ -45,7 +45,7 @@ def actions(api: FakeAckApi) -> list[str]:
 
 def test_removes_exactly_the_named_nodes_with_drain_and_release(api: FakeAckApi, sleeps: list[float]) -> None:
     provider = make(api, sleeps)
-    assert isinstance(provider, RemovesNamedNodes)
+    assert isinstance(make(api, sleeps), RemovesNamedNodes)
     keep = [pool(api).nodes[0], pool(api).nodes[2]]
     gone = [pool(api).nodes[1][1], pool(api).nodes[3][1]]
     assert provider.remove_nodes([node(api, 1), node(api, 3)], current=4, now=0.0) == 2

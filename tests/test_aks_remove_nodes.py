@@ -53,7 +53,7 @@ def node(arm: FakeArm, instance: int, pool: str = "gpunp", *, with_provider_id: 
 
 def test_removes_exactly_the_named_nodes_and_lowers_the_count(arm: FakeArm, make: Any) -> None:
     provider = make()
-    assert isinstance(provider, RemovesNamedNodes)
+    assert isinstance(make(), RemovesNamedNodes)
     assert provider.status(NO_TRACK, 0.0).current == 4
     assert provider.remove_nodes([node(arm, 1), node(arm, 3)], current=4, now=0.0) == 2
     (post,) = arm.calls("POST")

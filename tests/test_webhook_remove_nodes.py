@@ -29,7 +29,7 @@ def sleeps() -> list[float]:
 def test_default_body_gets_the_node_names_and_the_lowered_target(endpoint: FakeHookServer,
                                                                  sleeps: list[float]) -> None:
     provider = make(endpoint, sleeps)
-    assert isinstance(provider, RemovesNamedNodes)
+    assert isinstance(make(endpoint, sleeps), RemovesNamedNodes)
     assert provider.remove_nodes(NODES, current=5, now=0.0) == 3
     (call,) = endpoint.calls
     assert json.loads(call.body) == {"pool": "gpu-a100", "action": "scale_in", "from": 5, "to": 3, "step": 2,

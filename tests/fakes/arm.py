@@ -157,10 +157,6 @@ class FakeArm(FakeHttpServer):
         if op.pool in self.pools:
             self.pools[op.pool]["provisioningState"] = "Succeeded"
 
-    def __enter__(self) -> "FakeArm":
-        self.start()
-        return self
-
     def handle(self, request: Request) -> Reply:
         """Answer as ARM does, with its request-id headers; a fault may drop the connection instead."""
         with self._lock:

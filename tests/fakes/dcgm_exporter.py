@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+
+from tests.fakes.httpbase import FakeHttpServer, Reply, Request
 
 
 @dataclass(frozen=True)
@@ -24,17 +24,17 @@ def _labels(gpu: Gpu) -> str:
     return ",".join(f'{k}="{v}"' for k, v in pairs.items())
 
 
-class DcgmExporter:
+class DcgmExporter(FakeHttpServer):
     """Serves ``/metrics`` in the text exposition format on 127.0.0.1; ``set_utilization`` changes every GPU."""
+
+    name = "dcgm-fake"
 
     def __init__(self, gpus: list[Gpu], utilization: float = 50.0) -> None:
         self.gpus = gpus
         self._values = {gpu.uuid: utilization for gpu in gpus}
         self._lock = threading.Lock()
         self.scrapes = 0
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="dcgm-fake", daemon=True)
+        super().__init__()
 
     @property
     def port(self) -> int:
@@ -45,16 +45,6 @@ class DcgmExporter:
     def target(self) -> str:
         """``host:port`` for a Prometheus static config."""
         return f"127.0.0.1:{self.port}"
-
-    def start(self) -> "DcgmExporter":
-        """Start serving in a background thread."""
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and close the socket."""
-        self._server.shutdown()
-        self._server.server_close()
 
     def set_utilization(self, value: float, uuid: str | None = None) -> None:
         """Set the utilisation (0-100) of one GPU, or of every GPU when ``uuid`` is None."""
@@ -71,26 +61,13 @@ class DcgmExporter:
                 lines.append(f"DCGM_FI_DEV_GPU_UTIL{{{_labels(gpu)}}} {self._values[gpu.uuid]:g}")
         return "\n".join(lines) + "\n"
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        exporter = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                if self.path.split("?")[0] != "/metrics":
-                    self.send_error(404)
-                    return
-                body = exporter.exposition().encode()
-                exporter.scrapes += 1
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence access logs
-                return
-
-        return Handler
+    def handle(self, request: Request) -> Reply:
+        if request.method != "GET" or request.path != "/metrics":
+            return Reply(404, "not found", content_type="text/plain")
+        body = self.exposition()
+        with self._lock:
+            self.scrapes += 1
+        return Reply(200, body, content_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 def h100_pool(pool: str, nodes: int = 2, gpus_per_node: int = 2) -> list[Gpu]:
