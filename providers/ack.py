@@ -106,13 +106,15 @@ class AckProvider:
     def _pool_nodes(self) -> dict[str, str]:
         """Node name -> ECS instance id of every node in the pool (DescribeClusterNodes, page by page)."""
         found: dict[str, str] = {}
+        seen = 0
         for page in range(1, 1000):
             body = self._request("DescribeClusterNodes", lambda: self._nodes_page(page)).body
-            for item in body.nodes or []:
+            items = body.nodes or []
+            for item in items:
                 if item.node_name and item.instance_id and item.nodepool_id in (None, self.settings.nodepool_id):
                     found[str(item.node_name)] = str(item.instance_id)
-            total = int(getattr(body.page, "total_count", 0) or 0)
-            if page * _NODES_PAGE >= total or not body.nodes:
+            seen += len(items)
+            if not items or seen >= int(getattr(body.page, "total_count", 0) or 0):
                 break
         return found
 

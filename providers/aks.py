@@ -258,7 +258,6 @@ class AksProvider:
         log.info("aks pool=%s agent_pool=%s requested count %d -> %d", self.pool, s.agent_pool, current, target)
         return target
 
-
     def remove_nodes(self, nodes: Sequence[NodeRef], current: int, now: float) -> int:
         """Delete exactly these nodes' machines (agent pool deleteMachines); AKS lowers the count by as many.
 
@@ -267,6 +266,8 @@ class AksProvider:
         later, and the pool reads as busy (provisioning state ``Scaling``) until they are gone. AKS does not
         drain: the engine has cordoned the nodes and checked their pods before this.
         """
+        from azure.mgmt.containerservice.models import AgentPoolDeleteMachinesParameter
+
         if not nodes:
             return current
         target = current - len({n.name for n in nodes})
@@ -278,8 +279,6 @@ class AksProvider:
         names = machine_names(nodes, [(str(m.name), str(getattr(m.properties, "resource_id", "") or ""))
                                       for m in machines], self._where)
         target = current - len(names)
-        from azure.mgmt.containerservice.models import AgentPoolDeleteMachinesParameter
-
         body = AgentPoolDeleteMachinesParameter(machine_names=names)
         agent_pools = self._client().agent_pools
         self._call(f"deleting machines {', '.join(names)} of", lambda timeout: agent_pools.begin_delete_machines(

@@ -132,8 +132,7 @@ class WebhookProvider:
             return current
         target = current - len(names)
         values: dict[str, Any] = {"pool": self.pool, "action": "scale_in", "from": current, "to": target,
-                                  "step": len(names),
-                  "nodes": names}
+                                  "step": len(names), "nodes": names}
         self._send(values, add_nodes=True)
         return target
 
