@@ -91,17 +91,39 @@ class AckProvider:
         """
         if not nodes:
             return current
-        state = (self._describe().get("status") or {}).get("state") or "unknown"
+        before = self._describe()
+        state = (before.get("status") or {}).get("state") or "unknown"
         if state != "active":
             raise ProviderError(f"ACK node pool {self.settings.nodepool_id} is {state}: an earlier change is still "
                                 "in progress", retryable=True, code="PoolBusy")
         ids = instance_ids(nodes, self._pool_nodes(), f"ACK node pool {self.settings.nodepool_id}")
-        answer = self._request("RemoveNodePoolNodes", lambda: self._remove(ids))
+        try:
+            answer = self._request("RemoveNodePoolNodes", lambda: self._remove(ids))
+        except ProviderError as exc:
+            if not self._removal_under_way(_desired(before), len(ids)):
+                raise
+            log.warning("provider=ack pool=%s: RemoveNodePoolNodes failed (%s), but the pool is removing with its "
+                        "desired size lowered by %d: an earlier attempt was accepted and its answer lost", self.pool,
+                        exc.message, len(ids))
+            answer = None
         task = getattr(getattr(answer, "body", None), "task_id", None)
         target = current - len(ids)
         log.info("provider=ack pool=%s nodepool=%s removing instances=%s task=%s from=%d to=%d", self.pool,
                  self.settings.nodepool_id, ",".join(ids), task, current, target)
         return target
+
+    def _removal_under_way(self, before: int | None, removed: int) -> bool:
+        """After a failed removal: does ACK show it accepted (desired size lowered by exactly ``removed``, busy)?
+
+        A removal whose answer was lost (a dropped connection) and then retried is refused (the pool is already
+        removing), although the first attempt went through; the nodes must not be handed back as kept then.
+        """
+        try:
+            body = self._describe()
+        except ProviderError:
+            return False
+        busy = ((body.get("status") or {}).get("state") or "unknown") != "active"
+        return before is not None and busy and _desired(body) == before - removed
 
     def _pool_nodes(self) -> dict[str, str]:
         """Node name -> ECS instance id of every node in the pool (DescribeClusterNodes, page by page)."""
@@ -181,6 +203,12 @@ class AckProvider:
                 config.credential = self._credential or _default_credential()
             self._client = Client(config)
         return self._client
+
+
+def _desired(body: dict[str, Any]) -> int | None:
+    """``scaling_group.desired_size`` of a DescribeClusterNodePoolDetail answer."""
+    value = (body.get("scaling_group") or {}).get("desired_size")
+    return value if isinstance(value, int) else None
 
 
 def instance_ids(nodes: Sequence[NodeRef], pool_nodes: dict[str, str], where: str) -> list[str]:

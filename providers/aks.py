@@ -281,11 +281,29 @@ class AksProvider:
         target = current - len(names)
         body = AgentPoolDeleteMachinesParameter(machine_names=names)
         agent_pools = self._client().agent_pools
-        self._call(f"deleting machines {', '.join(names)} of", lambda timeout: agent_pools.begin_delete_machines(
-            s.resource_group, s.cluster, s.agent_pool, body, polling=False, read_timeout=timeout), deadline)
+        try:
+            self._call(f"deleting machines {', '.join(names)} of", lambda timeout: agent_pools.begin_delete_machines(
+                s.resource_group, s.cluster, s.agent_pool, body, polling=False, read_timeout=timeout), deadline)
+        except ProviderError as exc:
+            if not self._removal_under_way(int(pool.count or 0), len(names)):
+                raise
+            log.warning("aks pool=%s: deleting machines failed (%s), but ARM shows the pool lowered by %d and busy: "
+                        "an earlier attempt was accepted and its answer lost", self.pool, exc.message, len(names))
         log.info("aks pool=%s agent_pool=%s deleting machines=%s count %d -> %d", self.pool, s.agent_pool,
                  ",".join(names), current, target)
         return target
+
+    def _removal_under_way(self, before: int, removed: int) -> bool:
+        """After a failed delete: does ARM show it accepted (count lowered by exactly ``removed``, still busy)?
+
+        A delete whose answer was lost (a dropped connection) and then retried is refused as busy, although the
+        first attempt went through; the nodes must not be handed back as kept then.
+        """
+        try:
+            pool = self._read()
+        except ProviderError:
+            return False
+        return _state(pool)[0] not in _SETTLED and int(pool.count or 0) == before - removed
 
 
 def machine_names(nodes: Sequence[NodeRef], machines: Sequence[tuple[str, str]], where: str) -> list[str]:

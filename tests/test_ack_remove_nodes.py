@@ -162,3 +162,20 @@ def test_default_node_selector_is_the_nodepool_id_label() -> None:
                                                   "region_id": "cn-hangzhou"})
     assert ack.node_selector is not None
     assert ack.node_selector(settings) == f"alibabacloud.com/nodepool-id={NODEPOOL}"
+
+
+def test_a_lost_answer_then_a_refused_retry_still_counts_as_removed(api: FakeAckApi, sleeps: list[float]) -> None:
+    api.lose_next_answer("RemoveNodePoolNodes")  # ACK starts the task; the connection drops before its answer
+    gone = node(api, 2)
+    assert make(api, sleeps).remove_nodes([gone], current=4, now=0.0) == 3
+    assert actions(api).count("RemoveNodePoolNodes") == 2 and len(sleeps) == 1
+    assert gone.name not in dict(pool(api).nodes) and pool(api).desired_size == 3
+
+
+def test_a_refusal_while_someone_else_changes_the_pool_is_still_a_failure(api: FakeAckApi,
+                                                                          sleeps: list[float]) -> None:
+    api.fail_next(400, "ErrorNodePoolStatusNotAllowed", "node pool is updating", action="RemoveNodePoolNodes")
+    with pytest.raises(ProviderError) as err:
+        make(api, sleeps).remove_nodes([node(api, 0)], current=4, now=0.0)
+    assert err.value.code == "ErrorNodePoolStatusNotAllowed" and len(pool(api).nodes) == 4
+    assert actions(api)[-1] == "DescribeClusterNodePoolDetail"  # it looked, and the pool was not removing

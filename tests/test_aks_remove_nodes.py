@@ -162,3 +162,20 @@ def test_default_node_selector_is_the_agent_pool_label() -> None:
                                                   "cluster": CLUSTER, "agent_pool": "gpunp"})
     assert aks.node_selector is not None
     assert aks.node_selector(settings) == "kubernetes.azure.com/agentpool=gpunp"
+
+
+def test_a_lost_answer_then_a_busy_retry_still_counts_as_removed(arm: FakeArm, make: Any, fake_time: FakeTime) -> None:
+    arm.lose_next_answer("POST")  # ARM deletes the machines; the connection drops before its 202
+    assert make().remove_nodes([node(arm, 1)], current=4, now=0.0) == 3
+    assert len(arm.calls("POST")) == 2  # the retry was refused as busy: the pool was already Scaling
+    assert arm.machine_name("gpunp", 1) not in arm.machine_names("gpunp") and len(arm.machine_names("gpunp")) == 3
+    assert arm.pools["gpunp"]["count"] == 3
+
+
+def test_a_refusal_on_a_pool_someone_else_made_busy_is_still_a_failure(arm: FakeArm, make: Any) -> None:
+    provider = make()
+    provider.status(NO_TRACK, 0.0)  # read while settled; then another operation starts
+    arm.pools["gpunp"]["provisioningState"] = "Upgrading"
+    with pytest.raises(ProviderError) as err:
+        provider.remove_nodes([node(arm, 1)], current=4, now=0.0)
+    assert err.value.code == "OperationNotAllowed" and len(arm.machine_names("gpunp")) == 4

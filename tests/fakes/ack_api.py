@@ -72,6 +72,7 @@ class FakeAckApi(FakeHttpServer):
     requests: list[Recorded] = field(default_factory=list)
     #: answered before the real ones: (status, body, only for this x-acs-action or None for any)
     failures: list[tuple[int, dict[str, Any], str | None]] = field(default_factory=list)
+    lost_answers: list[str] = field(default_factory=list)  # actions carried out whose answer is then dropped
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -89,6 +90,11 @@ class FakeAckApi(FakeHttpServer):
         with self._lock:
             self.failures.append((status, {"code": code, "message": message, "requestId": f"req-{code}"}, action))
 
+    def lose_next_answer(self, action: str) -> None:
+        """The next ``action`` request is carried out, but the connection drops before the answer."""
+        with self._lock:
+            self.lost_answers.append(action)
+
     def settle(self) -> None:
         """Finish every pending change: nodes join or leave, pools go back to ``active``."""
         with self._lock:
@@ -101,6 +107,11 @@ class FakeAckApi(FakeHttpServer):
     def handle(self, request: Request) -> Reply:
         self.requests.append(Recorded(request.method, request.path, request.query, request.headers, request.raw))
         status, answer = self._answer(request.method, request.path, request.json(), request)
+        action = request.headers.get("x-acs-action")
+        with self._lock:
+            if action in self.lost_answers:
+                self.lost_answers.remove(action)
+                return Reply(reset=True)
         return Reply(status, answer, content_type="application/json;charset=utf-8")
 
     def _answer(self, method: str, path: str, body: Any, request: Request) -> tuple[int, dict[str, Any]]:

@@ -56,6 +56,7 @@ class Fault:
     method: str | None = None  # only requests with this method consume the fault
     reset: bool = False
     delay: float = 0.0  # seconds to wait before answering (to trip the client's read timeout)
+    applied: bool = False  # with reset: ARM did the work, only its answer is lost
 
 
 @dataclass
@@ -116,6 +117,10 @@ class FakeArm(FakeHttpServer):
             self.faults.append(Fault(status, code or default_code, message or default_message, retry_after,
                                      method, reset, delay))
 
+    def lose_next_answer(self, method: str) -> None:
+        """The next request of ``method`` is carried out, but the connection drops before the answer."""
+        self.faults.append(Fault(0, method=method, reset=True, applied=True))
+
     def finish_operations(self) -> None:
         """Every running operation ends now: its pool goes back to Succeeded."""
         with self._lock:
@@ -164,6 +169,8 @@ class FakeArm(FakeHttpServer):
             fault = next((f for f in self.faults if f.method in (None, request.method)), None)
             if fault is not None:
                 self.faults.remove(fault)
+                if fault.applied:
+                    self._answer(request.method, request.path, request.query, request.headers, request.json())
                 if fault.reset or fault.delay:
                     return Reply(delay=fault.delay, reset=True)
                 extra = {"Retry-After": fault.retry_after} if fault.retry_after else {}
