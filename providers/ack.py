@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Literal, TypeVar
+from typing import Any, Callable, Literal, Sequence, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -11,13 +11,14 @@ from autoscaler.durations import Duration
 from autoscaler.models import CloudStatus
 from autoscaler.redact import redact_text
 from providers._http import Sleep, Transient, retry_policy
-from providers.base import ProviderError, ProviderFactory, Tracked
+from providers.base import NodeRef, ProviderError, ProviderFactory, Tracked
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _VERSION = "2015-12-15"
 _RETRYABLE_CLIENT_STATUS = (408, 409, 423, 429)
+_NODES_PAGE = 100  # DescribeClusterNodes page size (the API's maximum)
 
 
 class AckSettings(BaseModel):
@@ -36,7 +37,8 @@ class AckSettings(BaseModel):
 
 
 class AckProvider:
-    """Reads ``scaling_group.desired_size`` and ``status`` of the pool and sets ``desired_size`` both ways."""
+    """Reads ``scaling_group.desired_size`` and ``status`` of the pool and sets ``desired_size`` both ways;
+    removes named nodes with RemoveNodePoolNodes."""
 
     tracks_count = False
 
@@ -78,18 +80,99 @@ class AckProvider:
                 retryable=False, code="AutoScalingEnabled")
         return body
 
+    def remove_nodes(self, nodes: Sequence[NodeRef], current: int, now: float) -> int:
+        """Remove exactly these nodes' ECS instances (RemoveNodePoolNodes, drain and release on); ACK lowers the
+        pool's desired size by as many.
+
+        The pool must be ``active`` (not already scaling or removing). Each node's instance id comes from the
+        pool's own node list (DescribeClusterNodes, by node name) and is checked against ``spec.providerID``
+        (``<region>.<instance id>``); a node that is not in this pool refuses the whole call. Returns once ACK
+        accepted the task; the instances go later. Subscription (prepaid) instances are removed but not released.
+        """
+        if not nodes:
+            return current
+        before = self._describe()
+        state = (before.get("status") or {}).get("state") or "unknown"
+        if state != "active":
+            raise ProviderError(f"ACK node pool {self.settings.nodepool_id} is {state}: an earlier change is still "
+                                "in progress", retryable=True, code="PoolBusy")
+        ids = instance_ids(nodes, self._pool_nodes(), f"ACK node pool {self.settings.nodepool_id}")
+        try:
+            answer = self._request("RemoveNodePoolNodes", lambda: self._remove(ids))
+        except ProviderError as exc:
+            if not self._removal_under_way(_desired(before), len(ids)):
+                raise
+            log.warning("provider=ack pool=%s: RemoveNodePoolNodes failed (%s), but the pool is removing with its "
+                        "desired size lowered by %d: an earlier attempt was accepted and its answer lost", self.pool,
+                        exc.message, len(ids))
+            answer = None
+        task = getattr(getattr(answer, "body", None), "task_id", None)
+        target = current - len(ids)
+        log.info("provider=ack pool=%s nodepool=%s removing instances=%s task=%s from=%d to=%d", self.pool,
+                 self.settings.nodepool_id, ",".join(ids), task, current, target)
+        return target
+
+    def _removal_under_way(self, before: int | None, removed: int) -> bool:
+        """After a failed removal: does ACK show it accepted (desired size lowered by exactly ``removed``, busy)?
+
+        A removal whose answer was lost (a dropped connection) and then retried is refused (the pool is already
+        removing), although the first attempt went through; the nodes must not be handed back as kept then.
+        """
+        try:
+            body = self._describe()
+        except ProviderError:
+            return False
+        busy = ((body.get("status") or {}).get("state") or "unknown") != "active"
+        return before is not None and busy and _desired(body) == before - removed
+
+    def _pool_nodes(self) -> dict[str, str]:
+        """Node name -> ECS instance id of every node in the pool (DescribeClusterNodes, page by page)."""
+        found: dict[str, str] = {}
+        seen = 0
+        for page in range(1, 1000):
+            body = self._request("DescribeClusterNodes", lambda: self._nodes_page(page)).body
+            items = body.nodes or []
+            for item in items:
+                if item.node_name and item.instance_id and item.nodepool_id in (None, self.settings.nodepool_id):
+                    found[str(item.node_name)] = str(item.instance_id)
+            seen += len(items)
+            if not items or seen >= int(getattr(body.page, "total_count", 0) or 0):
+                break
+        return found
+
+    def _nodes_page(self, page: int) -> Any:
+        from alibabacloud_cs20151215 import models
+        from darabonba.runtime import RuntimeOptions
+
+        request = models.DescribeClusterNodesRequest(nodepool_id=self.settings.nodepool_id,
+                                                     page_size=str(_NODES_PAGE), page_number=str(page))
+        return self._sdk().describe_cluster_nodes_with_options(self.settings.cluster_id, request, {},
+                                                               RuntimeOptions())
+
+    def _remove(self, ids: list[str]) -> Any:
+        from alibabacloud_cs20151215 import models
+        from darabonba.runtime import RuntimeOptions
+
+        request = models.RemoveNodePoolNodesRequest(instance_ids=ids, drain_node=True, release_node=True)
+        return self._sdk().remove_node_pool_nodes_with_options(self.settings.cluster_id, self.settings.nodepool_id,
+                                                               request, {}, RuntimeOptions())
+
     def _call(self, action: str, method: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        """One node-pool OpenAPI call (GET/PUT of the pool) with our retry layer."""
+        answer = self._request(action, lambda: self._attempt(action, method, body))
+        result = answer.get("body")
+        return result if isinstance(result, dict) else {}
+
+    def _request(self, action: str, call: Callable[[], T]) -> T:
         """One OpenAPI call through the SDK with our retry layer (the SDK's own retry stays off)."""
         what = f"{action} {self.settings.cluster_id}/{self.settings.nodepool_id}"
         retrying = retry_policy(self.settings.retry_budget, self._sleep, what)
         try:
-            answer = retrying(self._attempt, action, method, body)
+            return retrying(_translated, call, action)
         except Transient as exc:
             attempts = retrying.statistics.get("attempt_number", 1)
             raise ProviderError(f"{what} failed after {attempts} attempt(s): {exc.what}", retryable=True,
                                 code=str(exc.status) if exc.status else None) from None
-        result = answer.get("body")
-        return result if isinstance(result, dict) else {}
 
     def _attempt(self, action: str, method: str, body: dict[str, Any] | None) -> dict[str, Any]:
         from alibabacloud_tea_openapi import utils_models
@@ -100,7 +183,8 @@ class AckProvider:
             pathname=f"/clusters/{_quote(self.settings.cluster_id)}/nodepools/{_quote(self.settings.nodepool_id)}",
             req_body_type="json", body_type="json")
         request = utils_models.OpenApiRequest(headers={}, body=body)
-        return _translated(lambda: self._sdk().call_api(params, request, RuntimeOptions()), action)
+        result: dict[str, Any] = self._sdk().call_api(params, request, RuntimeOptions())
+        return result
 
     def _sdk(self) -> Any:
         """The SDK client, built on first use so start-up does not import the SDK."""
@@ -119,6 +203,35 @@ class AckProvider:
                 config.credential = self._credential or _default_credential()
             self._client = Client(config)
         return self._client
+
+
+def _desired(body: dict[str, Any]) -> int | None:
+    """``scaling_group.desired_size`` of a DescribeClusterNodePoolDetail answer."""
+    value = (body.get("scaling_group") or {}).get("desired_size")
+    return value if isinstance(value, int) else None
+
+
+def instance_ids(nodes: Sequence[NodeRef], pool_nodes: dict[str, str], where: str) -> list[str]:
+    """The ECS instance id of each node, from the pool's node list; ``spec.providerID`` (``cn-hangzhou.i-xxx``)
+    finds a node under another name and must agree. A node not in the pool refuses the whole call."""
+    in_pool = set(pool_nodes.values())
+    found: list[str] = []
+    unknown: list[str] = []
+    for node in nodes:
+        named = pool_nodes.get(node.name)
+        claimed = node.provider_id.rsplit(".", 1)[-1] if ".i-" in node.provider_id else None
+        if named and claimed and named != claimed:
+            raise ProviderError(f"{where}: node {node.name} is instance {named} but its providerID says {claimed}; "
+                                "refusing to remove either", retryable=False, code="NodeInstanceMismatch")
+        instance = named or (claimed if claimed in in_pool else None)
+        if instance is None:
+            unknown.append(node.name)
+        elif instance not in found:
+            found.append(instance)
+    if unknown:
+        raise ProviderError(f"{where} has no node(s) {', '.join(unknown)} (not in this node pool, or already "
+                            "gone); nothing was removed", retryable=False, code="NodeNotInPool")
+    return found
 
 
 def _default_credential() -> Any:
@@ -170,4 +283,5 @@ FACTORY = ProviderFactory(
     settings_model=AckSettings,
     build=lambda pool, settings: AckProvider(pool, settings),
     description="Alibaba ACK node pool through the cs 2015-12-15 OpenAPI; reads the real size",
+    node_selector=lambda settings: f"alibabacloud.com/nodepool-id={settings.nodepool_id}",
 )

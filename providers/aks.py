@@ -10,7 +10,7 @@ import logging
 import re
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from autoscaler.durations import Duration
 from autoscaler.models import CloudStatus
 from providers.arm_calls import Budget, call_with_budget
-from providers.base import ProviderError, ProviderFactory, Tracked
+from providers.base import NodeRef, ProviderError, ProviderFactory, Tracked
 
 log = logging.getLogger(__name__)
 
@@ -224,11 +224,8 @@ class AksProvider:
             return last[1], last[0] + self._budget.total
         return self._read(), None
 
-    def scale(self, current: int, target: int, now: float) -> int:
-        """PUT the pool with the new count and return once ARM accepted it; the nodes come later."""
-        if target < 0 or target > MAX_COUNT:
-            raise ProviderError(f"{self._where}: {target} nodes is outside 0..{MAX_COUNT}",
-                                retryable=False, code="OutsideAksLimits")
+    def _ready_for(self, target: int) -> tuple[Any, float | None]:
+        """The pool (read moments ago or now) and its deadline, once it may go to ``target``: else ProviderError."""
         pool, deadline = self._fresh_read()
         self._refuse_autoscaler(pool)
         self._check_limits(pool, target)
@@ -239,6 +236,14 @@ class AksProvider:
         if power == "Stopped":
             raise ProviderError(f"{self._where} is stopped; start it (az aks nodepool start) before scaling",
                                 retryable=False, code="PoolStopped")
+        return pool, deadline
+
+    def scale(self, current: int, target: int, now: float) -> int:
+        """PUT the pool with the new count and return once ARM accepted it; the nodes come later."""
+        if target < 0 or target > MAX_COUNT:
+            raise ProviderError(f"{self._where}: {target} nodes is outside 0..{MAX_COUNT}",
+                                retryable=False, code="OutsideAksLimits")
+        pool, deadline = self._ready_for(target)
         s = self.settings
         pool.count = target
         agent_pools = self._client().agent_pools
@@ -253,10 +258,85 @@ class AksProvider:
         log.info("aks pool=%s agent_pool=%s requested count %d -> %d", self.pool, s.agent_pool, current, target)
         return target
 
+    def remove_nodes(self, nodes: Sequence[NodeRef], current: int, now: float) -> int:
+        """Delete exactly these nodes' machines (agent pool deleteMachines); AKS lowers the count by as many.
+
+        The machines are looked up first (machines list of the pool): a node that is not a machine of this pool
+        refuses the whole call, so nothing else is ever deleted. Returns once ARM accepted (202); the VMs go
+        later, and the pool reads as busy (provisioning state ``Scaling``) until they are gone. AKS does not
+        drain: the engine has cordoned the nodes and checked their pods before this.
+        """
+        from azure.mgmt.containerservice.models import AgentPoolDeleteMachinesParameter
+
+        if not nodes:
+            return current
+        target = current - len({n.name for n in nodes})
+        pool, deadline = self._ready_for(target)
+        s = self.settings
+        machines_api = self._client().machines
+        machines = self._call("listing the machines of", lambda timeout: list(machines_api.list(
+            s.resource_group, s.cluster, s.agent_pool, read_timeout=timeout)), deadline)
+        names = machine_names(nodes, [(str(m.name), str(getattr(m.properties, "resource_id", "") or ""))
+                                      for m in machines], self._where)
+        target = current - len(names)
+        body = AgentPoolDeleteMachinesParameter(machine_names=names)
+        agent_pools = self._client().agent_pools
+        try:
+            self._call(f"deleting machines {', '.join(names)} of", lambda timeout: agent_pools.begin_delete_machines(
+                s.resource_group, s.cluster, s.agent_pool, body, polling=False, read_timeout=timeout), deadline)
+        except ProviderError as exc:
+            if not self._removal_under_way(int(pool.count or 0), len(names)):
+                raise
+            log.warning("aks pool=%s: deleting machines failed (%s), but ARM shows the pool lowered by %d and busy: "
+                        "an earlier attempt was accepted and its answer lost", self.pool, exc.message, len(names))
+        log.info("aks pool=%s agent_pool=%s deleting machines=%s count %d -> %d", self.pool, s.agent_pool,
+                 ",".join(names), current, target)
+        return target
+
+    def _removal_under_way(self, before: int, removed: int) -> bool:
+        """After a failed delete: does ARM show it accepted (count lowered by exactly ``removed``, still busy)?
+
+        A delete whose answer was lost (a dropped connection) and then retried is refused as busy, although the
+        first attempt went through; the nodes must not be handed back as kept then.
+        """
+        try:
+            pool = self._read()
+        except ProviderError:
+            return False
+        return _state(pool)[0] not in _SETTLED and int(pool.count or 0) == before - removed
+
+
+def machine_names(nodes: Sequence[NodeRef], machines: Sequence[tuple[str, str]], where: str) -> list[str]:
+    """The agent-pool machine of each node, by node name (the VM's computer name) or by ``spec.providerID``
+    (``azure://`` + the VMSS instance's resource id); refuses a node that is no machine of the pool, or whose
+    name and providerID point at two different machines."""
+    by_name = {name.lower(): name for name, _ in machines}
+    by_resource = {resource.lower(): name for name, resource in machines if resource}
+    found: list[str] = []
+    unknown: list[str] = []
+    for node in nodes:
+        named = by_name.get(node.name.lower())
+        resource = node.provider_id.removeprefix("azure://").lower()
+        identified = by_resource.get(resource) if resource else None
+        if named and identified and named != identified:
+            raise ProviderError(f"{where}: node {node.name} has providerID {node.provider_id}, which is machine "
+                                f"{identified}, not {named}; refusing to delete either", retryable=False,
+                                code="NodeMachineMismatch")
+        machine = named or identified
+        if machine is None:
+            unknown.append(node.name)
+        elif machine not in found:
+            found.append(machine)
+    if unknown:
+        raise ProviderError(f"{where} has no machine for node(s) {', '.join(unknown)} (not in this agent pool, or "
+                            "already gone); nothing was deleted", retryable=False, code="NodeNotInPool")
+    return found
+
 
 FACTORY = ProviderFactory(
     name="aks",
     settings_model=AksSettings,
     build=lambda pool, settings: AksProvider(pool, settings),
     description="Azure Kubernetes Service agent pool, through ARM (azure-mgmt-containerservice)",
+    node_selector=lambda settings: f"kubernetes.azure.com/agentpool={settings.agent_pool}",
 )

@@ -5,7 +5,7 @@ import json
 import logging
 import re
 import time
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 from urllib.parse import quote
 
 import requests
@@ -15,26 +15,32 @@ from autoscaler.durations import Duration
 from autoscaler.models import CloudStatus
 from autoscaler.redact import redact_url
 from providers._http import HttpCaller, Sleep, check_http_url, http_failure
-from providers.base import ProviderError, ProviderFactory, Tracked
+from providers.base import NodeRef, ProviderError, ProviderFactory, Tracked
 
 log = logging.getLogger(__name__)
 
-PLACEHOLDERS = ("pool", "action", "from", "to", "step")
+PLACEHOLDERS = ("pool", "action", "from", "to", "step", "nodes")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_]+)\}")
 DEFAULT_BODY = '{"pool": "{pool}", "action": "{action}", "from": {from}, "to": {to}, "step": {step}}'
-_SAMPLE = {"pool": "gpu", "action": "scale_out", "from": 1, "to": 2, "step": 1}
+_SAMPLE = {"pool": "gpu", "action": "scale_out", "from": 1, "to": 2, "step": 1, "nodes": ["gpu-node-1"]}
 
 
 def render(template: str, values: dict[str, Any], *, escape: str = "json") -> str:
     """Replace ``{pool}``-style placeholders and leave every other brace alone (JSON bodies are full of them).
 
     ``escape`` is ``json`` (string values escaped for a JSON string), ``url`` (percent-encoded) or ``none``.
+    A list (``{nodes}``) becomes a JSON array in ``json`` mode, else its items joined by commas.
     """
     def one(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in values:
             return match.group(0)
-        text = str(values[name])
+        value = values[name]
+        if isinstance(value, list):
+            if escape == "json":
+                return json.dumps([str(item) for item in value])
+            value = ",".join(str(item) for item in value)
+        text = str(value)
         if escape == "json":
             return json.dumps(text)[1:-1]
         return quote(text, safe="") if escape == "url" else text
@@ -108,21 +114,51 @@ class WebhookProvider:
     def scale(self, current: int, target: int, now: float) -> int:
         if target == current:
             return target
-        values = {"pool": self.pool, "action": "scale_out" if target > current else "scale_in",
-                  "from": current, "to": target, "step": abs(target - current)}
+        action = "scale_out" if target > current else "scale_in"
+        values: dict[str, Any] = {"pool": self.pool, "action": action, "from": current, "to": target,
+                                  "step": abs(target - current), "nodes": []}
+        self._send(values, add_nodes=False)
+        return target
+
+    def remove_nodes(self, nodes: Sequence[NodeRef], current: int, now: float) -> int:
+        """Tell the endpoint to remove exactly these nodes: the usual scale-in call, ``to`` lowered by as many,
+        plus the node names, as ``"nodes": [...]`` added to a JSON object body or wherever ``{nodes}`` stands.
+
+        A template that can carry no node names (not a JSON object and no ``{nodes}``) is refused: the endpoint
+        would pick the nodes itself.
+        """
+        names = list(dict.fromkeys(node.name for node in nodes))
+        if not names:
+            return current
+        target = current - len(names)
+        values: dict[str, Any] = {"pool": self.pool, "action": "scale_in", "from": current, "to": target,
+                                  "step": len(names), "nodes": names}
+        self._send(values, add_nodes=True)
+        return target
+
+    def _send(self, values: dict[str, Any], *, add_nodes: bool) -> None:
+        """One call of the endpoint with ``values`` rendered into the URL and body; 2xx or ProviderError."""
         url = render(self.settings.url.get_secret_value(), values, escape="url")
         method = self.settings.method
         kwargs: dict[str, Any] = {"headers": self._headers()}
+        named = "{nodes}" in self.settings.url.get_secret_value()
         if method != "GET":
-            escape = "json" if "json" in self.settings.content_type else "none"
-            kwargs["data"] = render(self.settings.body_template, values, escape=escape).encode()
+            json_body = "json" in self.settings.content_type
+            body = render(self.settings.body_template, values, escape="json" if json_body else "none")
+            named = named or "{nodes}" in self.settings.body_template
+            if add_nodes and not named and json_body:
+                body, named = _with_nodes(body, values["nodes"])
+            kwargs["data"] = body.encode()
             kwargs["headers"]["Content-Type"] = self.settings.content_type
+        if add_nodes and not named:
+            raise ProviderError(f"webhook of pool {self.pool} cannot name the nodes to remove: its body is not a "
+                                "JSON object and neither url nor body_template has {nodes}", retryable=False,
+                                code="NodesNotSupported")
         response = self.http.send(method, url, **kwargs)
         if not 200 <= response.status_code < 300:
             raise http_failure(f"{method} {redact_url(url)}", response)
-        log.info("provider=webhook pool=%s action=%s from=%d to=%d status=%d", self.pool, values["action"], current,
-                 target, response.status_code)
-        return target
+        log.info("provider=webhook pool=%s action=%s from=%d to=%d nodes=%s status=%d", self.pool, values["action"],
+                 values["from"], values["to"], ",".join(values["nodes"]) or "-", response.status_code)
 
     def _headers(self) -> dict[str, str]:
         return {name: value.get_secret_value() for name, value in self.settings.headers.items()}
@@ -142,6 +178,18 @@ class WebhookProvider:
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise ProviderError(f"{safe} answered {self.settings.count_field}={count!r}, not a size", retryable=False)
         return CloudStatus(current=count, busy=busy)
+
+
+def _with_nodes(body: str, names: list[str]) -> tuple[str, bool]:
+    """A rendered JSON object body with ``"nodes"`` added (and whether it could be)."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return body, False
+    if not isinstance(parsed, dict):
+        return body, False
+    parsed["nodes"] = names
+    return json.dumps(parsed), True
 
 
 FACTORY = ProviderFactory(

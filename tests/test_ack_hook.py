@@ -31,8 +31,8 @@ def sleeps() -> list[float]:
 
 def make(hook: FakeHookServer, sleeps: list[float], **overrides: Any) -> AckHookProvider:
     settings: dict[str, Any] = {
-        "scale_out_url": hook.url(query=f"triggerUrl={TRIGGER}&secret={SECRET}&type=scale_out&step=1"),
-        "scale_in_url": hook.url(query=f"triggerUrl={TRIGGER}&secret={SECRET}"),
+        "scale_out_url": hook.hook_url(query=f"triggerUrl={TRIGGER}&secret={SECRET}&type=scale_out&step=1"),
+        "scale_in_url": hook.hook_url(query=f"triggerUrl={TRIGGER}&secret={SECRET}"),
         "initial_count": 2,
         "timeout": 2,
         "retry_budget": 5,
@@ -56,7 +56,7 @@ def test_scale_in_by_two_sends_two_calls_of_step_one(hook: FakeHookServer, sleep
 
 
 def test_existing_type_and_step_are_replaced(hook: FakeHookServer, sleeps: list[float]) -> None:
-    provider = make(hook, sleeps, scale_in_url=hook.url(query=f"secret={SECRET}&type=scale_out&step=7"))
+    provider = make(hook, sleeps, scale_in_url=hook.hook_url(query=f"secret={SECRET}&type=scale_out&step=7"))
     provider.scale(3, 2, now=0.0)
     assert hook.calls[0].query["type"] == ["scale_in"] and hook.calls[0].query["step"] == ["1"]
 

@@ -30,7 +30,7 @@ def sleeps() -> list[float]:
 
 
 def make(endpoint: FakeHookServer, sleeps: list[float], **overrides: Any) -> WebhookProvider:
-    settings: dict[str, Any] = {"url": endpoint.url("/runs", "token=" + TOKEN), "initial_count": 3,
+    settings: dict[str, Any] = {"url": endpoint.hook_url("/runs", "token=" + TOKEN), "initial_count": 3,
                                 "headers": {"Authorization": f"Bearer {TOKEN}", "X-Team": "gpu"}}
     settings.update(overrides)
     return WebhookProvider("gpu-a100", WebhookSettings.model_validate(settings), sleep=sleeps.append)
@@ -61,7 +61,7 @@ def test_custom_template_is_rendered(endpoint: FakeHookServer, sleeps: list[floa
 def test_plain_text_template_and_get_with_url_placeholders(endpoint: FakeHookServer, sleeps: list[float]) -> None:
     make(endpoint, sleeps, content_type="text/plain", body_template="{pool} to {to}").scale(1, 2, now=0.0)
     assert endpoint.calls[0].body == b"gpu-a100 to 2"
-    make(endpoint, sleeps, method="GET", url=endpoint.url("/scale/{pool}", "to={to}&step={step}")).scale(2, 6, 0.0)
+    make(endpoint, sleeps, method="GET", url=endpoint.hook_url("/scale/{pool}", "to={to}&step={step}")).scale(2, 6, 0.0)
     call = endpoint.calls[1]
     assert (call.method, call.path, call.param("to"), call.param("step"), call.body) == (
         "GET", "/scale/gpu-a100", "6", "4", b"")
@@ -118,7 +118,7 @@ def test_tracked_count(endpoint: FakeHookServer, sleeps: list[float]) -> None:
 
 
 def test_count_url_reads_the_size(endpoint: FakeHookServer, sleeps: list[float]) -> None:
-    provider = make(endpoint, sleeps, tracks_count=False, count_url=endpoint.url("/size", "token=" + TOKEN),
+    provider = make(endpoint, sleeps, tracks_count=False, count_url=endpoint.hook_url("/size", "token=" + TOKEN),
                     count_field="nodes")
     assert provider.tracks_count is False
     endpoint.then(Answer(body={"nodes": 6, "busy": True}), Answer(body={"nodes": "six"}))
@@ -130,7 +130,7 @@ def test_count_url_reads_the_size(endpoint: FakeHookServer, sleeps: list[float])
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
-    pytest.param({"body_template": '{"p": "{pool}", "n": {nodes}}'}, "unknown placeholder", id="unknown-placeholder"),
+    pytest.param({"body_template": '{"p": "{pool}", "n": {replicas}}'}, "unknown placeholder", id="unknown-placeholder"),
     pytest.param({"body_template": '{"p": {pool}}'}, "not valid JSON", id="unquoted-string-placeholder"),
     pytest.param({"url": "file:///etc/passwd"}, "http(s) URL", id="not-http"),
     pytest.param({"tracks_count": False}, "needs count_url", id="untracked-without-count-url"),

@@ -3,17 +3,28 @@
 ``GET /clusters/{cluster}/nodepools/{nodepool}`` answers DescribeClusterNodePoolDetail and
 ``PUT`` of the same path takes ModifyClusterNodePool's JSON body; a changed ``desired_size`` puts the pool
 into state ``scaling`` until :meth:`FakeAckApi.settle` is called, as the real service does while it works.
+``GET /clusters/{cluster}/nodes?nodepool_id=&pageSize=&pageNumber=`` answers DescribeClusterNodes, and
+``DELETE /clusters/{cluster}/nodepools/{nodepool}/nodes?instance_ids=["i-…"]&drain_node=&release_node=`` answers
+RemoveNodePoolNodes: the instances leave the pool, ``desired_size`` drops by as many, state ``removing`` until
+settled. Which error code the real service gives an instance outside the pool is not documented; here 400
+``ErrorInstanceNotInNodePool`` (our name).
 """
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.fakes.httpbase import FakeHttpServer, Reply, Request
+
 _PATH = re.compile(r"^/clusters/([^/]+)/nodepools/([^/?]+)$")
+_POOL_NODES = re.compile(r"^/clusters/([^/]+)/nodepools/([^/?]+)/nodes$")
+_CLUSTER_NODES = re.compile(r"^/clusters/([^/]+)/nodes$")
+REGION = "cn-hangzhou"
+_NODE_SEQUENCE = itertools.count()
 
 
 @dataclass
@@ -25,62 +36,97 @@ class Pool:
     state: str = "active"
     auto_scaling: bool = False
     name: str = "gpu-t4"
+    #: the pool's nodes as (node name, ECS instance id); made from ``total_nodes`` when not given
+    nodes: list[tuple[str, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.nodes:
+            for _ in range(self.total_nodes):
+                self.add_node()
+
+    def add_node(self) -> tuple[str, str]:
+        """One more node: ACK names nodes ``<region>.<private ip>``; instance ids look like ``i-bp1…``."""
+        index = next(_NODE_SEQUENCE)  # unique across pools, as in one cluster
+        node = (f"{REGION}.10.{index // 62500 % 250}.{index // 250 % 250}.{4 + index % 250}", f"i-bp1gpu{index:012d}")
+        self.nodes.append(node)
+        return node
+
+    def provider_id(self, node_name: str) -> str:
+        """The node's ``spec.providerID`` as ACK's cloud controller sets it: ``<region>.<instance id>``."""
+        return f"{REGION}.{dict(self.nodes)[node_name]}"
+
+
+class Recorded(Request):
+    """One request the fake received; ``body`` is the parsed JSON."""
+
+    @property
+    def body(self) -> Any:
+        return self.json()
 
 
 @dataclass
-class Request:
-    """One request the fake received."""
-
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any
-
-
-@dataclass
-class FakeAckApi:
+class FakeAckApi(FakeHttpServer):
     """Threaded HTTP server on 127.0.0.1 holding node pools by (cluster, nodepool)."""
 
     pools: dict[tuple[str, str], Pool] = field(default_factory=dict)
-    requests: list[Request] = field(default_factory=list)
-    failures: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # answered before the real ones
+    requests: list[Recorded] = field(default_factory=list)
+    #: answered before the real ones: (status, body, only for this x-acs-action or None for any)
+    failures: list[tuple[int, dict[str, Any], str | None]] = field(default_factory=list)
+    lost_answers: list[str] = field(default_factory=list)  # actions carried out whose answer is then dropped
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
+        FakeHttpServer.__init__(self)
+
+    name = "fake-ack-api"
 
     @property
     def endpoint(self) -> str:
         """``host:port`` as the SDK's ``endpoint`` wants it."""
-        host, port = self._server.server_address[:2]
-        return f"{host}:{port}"
+        return self.url.removeprefix("http://")
 
-    def start(self) -> "FakeAckApi":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-    def fail_next(self, status: int, code: str, message: str) -> None:
-        """Answer the next request with an OpenAPI error body."""
+    def fail_next(self, status: int, code: str, message: str, *, action: str | None = None) -> None:
+        """Answer the next request (of OpenAPI ``action``, when given) with an OpenAPI error body."""
         with self._lock:
-            self.failures.append((status, {"code": code, "message": message, "requestId": f"req-{code}"}))
+            self.failures.append((status, {"code": code, "message": message, "requestId": f"req-{code}"}, action))
+
+    def lose_next_answer(self, action: str) -> None:
+        """The next ``action`` request is carried out, but the connection drops before the answer."""
+        with self._lock:
+            self.lost_answers.append(action)
 
     def settle(self) -> None:
         """Finish every pending change: nodes join or leave, pools go back to ``active``."""
         with self._lock:
             for pool in self.pools.values():
+                while len(pool.nodes) < pool.desired_size:
+                    pool.add_node()
+                del pool.nodes[pool.desired_size:]
                 pool.total_nodes, pool.state = pool.desired_size, "active"
 
-    def _answer(self, method: str, path: str, body: Any) -> tuple[int, dict[str, Any]]:
+    def handle(self, request: Request) -> Reply:
+        self.requests.append(Recorded(request.method, request.path, request.query, request.headers, request.raw))
+        status, answer = self._answer(request.method, request.path, request.json(), request)
+        action = request.headers.get("x-acs-action")
         with self._lock:
-            if self.failures:
-                return self.failures.pop(0)
+            if action in self.lost_answers:
+                self.lost_answers.remove(action)
+                return Reply(reset=True)
+        return Reply(status, answer, content_type="application/json;charset=utf-8")
+
+    def _answer(self, method: str, path: str, body: Any, request: Request) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            action = request.headers.get("x-acs-action")
+            failure = next((f for f in self.failures if f[2] in (None, action)), None)
+            if failure is not None:
+                self.failures.remove(failure)
+                return failure[0], failure[1]
+            cluster_nodes = _CLUSTER_NODES.match(path)
+            if cluster_nodes and method == "GET":
+                return self._describe_nodes(cluster_nodes.group(1), request)
+            pool_nodes = _POOL_NODES.match(path)
+            if pool_nodes and method == "DELETE":
+                return self._remove_nodes(self.pools.get((pool_nodes.group(1), pool_nodes.group(2))), request)
             match = _PATH.match(path)
             pool = self.pools.get((match.group(1), match.group(2))) if match else None
             if pool is None:
@@ -98,28 +144,38 @@ class FakeAckApi:
                            "healthy_nodes": pool.total_nodes, "serving_nodes": pool.total_nodes},
             }
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
+    def _describe_nodes(self, cluster: str, request: Request) -> tuple[int, dict[str, Any]]:
+        """DescribeClusterNodes: the cluster's nodes (of ``nodepool_id`` when given), one page."""
+        wanted = request.param("nodepool_id")
+        rows = [(pool_id, name, instance) for (c, pool_id), pool in self.pools.items() if c == cluster
+                for name, instance in pool.nodes if wanted in (None, "", pool_id)]
+        size, number = int(request.param("pageSize") or 10), int(request.param("pageNumber") or 1)
+        page = rows[(number - 1) * size:number * size]
+        nodes = [{"node_name": name, "instance_id": instance, "nodepool_id": pool_id, "state": "running",
+                  "instance_status": "Running", "instance_role": "Worker", "instance_type": "ecs.gn6i-c4g1.xlarge",
+                  "ip_address": [name.split(".", 1)[1]], "host_name": f"iZbp1{instance[-6:]}Z",
+                  "instance_charge_type": "PostPaid", "is_aliyun_node": True} for pool_id, name, instance in page]
+        return 200, {"nodes": nodes, "page": {"page_number": number, "page_size": size, "total_count": len(rows)}}
 
-        class Handler(BaseHTTPRequestHandler):
-            def _serve(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                body = json.loads(raw) if raw else None
-                path = self.path.split("?", 1)[0]
-                fake.requests.append(Request(self.command, path, {k.lower(): v for k, v in self.headers.items()},
-                                             body))
-                status, answer = fake._answer(self.command, path, body)
-                payload = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json;charset=utf-8")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            do_GET = do_PUT = do_POST = _serve
-
-            def log_message(self, format: str, *args: Any) -> None:
-                """Quiet: tests read ``requests`` instead."""
-
-        return Handler
+    def _remove_nodes(self, pool: Pool | None, request: Request) -> tuple[int, dict[str, Any]]:
+        """RemoveNodePoolNodes: the named instances leave the pool and desired_size drops by as many."""
+        if pool is None:
+            return 404, {"code": "ErrorNodePoolNotFound", "message": "node pool not found", "requestId": "r404"}
+        if pool.state != "active":
+            return 400, {"code": "ErrorNodePoolStatusNotAllowed", "message": f"node pool is {pool.state}",
+                         "requestId": "r-busy"}
+        try:
+            ids = json.loads(request.param("instance_ids") or "[]")
+        except ValueError:
+            ids = None
+        if not isinstance(ids, list) or not ids:
+            return 400, {"code": "InvalidParameter", "message": "instance_ids is required", "requestId": "r400"}
+        in_pool = {instance for _, instance in pool.nodes}
+        missing = [i for i in ids if i not in in_pool]
+        if missing:
+            return 400, {"code": "ErrorInstanceNotInNodePool", "message": f"instances {missing} are not in the node "
+                         "pool", "requestId": "r-missing"}
+        pool.nodes = [(name, instance) for name, instance in pool.nodes if instance not in ids]
+        pool.desired_size -= len(set(ids))
+        pool.state = "removing"
+        return 200, {"request_id": "r-remove", "task_id": f"T-remove-{len(self.requests)}"}

@@ -6,16 +6,14 @@ bearer token and ``api-version``, records every request, and can be told to fail
 """
 from __future__ import annotations
 
-import json
 import re
 import threading
-import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+
+from tests.fakes.httpbase import FakeHttpServer, Reply, Request
 
 _POOL_PATH = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.ContainerService"
@@ -23,7 +21,8 @@ _POOL_PATH = re.compile(
     re.IGNORECASE,
 )
 _OP_PATH = re.compile(r"^/subscriptions/[^/]+/providers/Microsoft\.ContainerService/locations/[^/]+"
-                      r"/operations/(?P<op>[^/]+)$", re.IGNORECASE)
+                      r"/(?:operations|operationresults)/(?P<op>[^/]+)$", re.IGNORECASE)
+_SUB_PATH = re.compile(r"^(?P<pool_path>.+/agentPools/[^/]+)/(?P<sub>machines|deleteMachines)$", re.IGNORECASE)
 _DEFAULT_CODES = {
     400: ("InvalidParameter", "The value of parameter agentPoolProfile.count is invalid."),
     401: ("InvalidAuthenticationToken", "The access token is invalid."),
@@ -38,15 +37,12 @@ _DEFAULT_CODES = {
 }
 
 
-@dataclass
-class Recorded:
-    """One request as the fake saw it."""
+class Recorded(Request):
+    """One request as the fake saw it; ``body`` is the parsed JSON."""
 
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    headers: dict[str, str]
-    body: Any
+    @property
+    def body(self) -> Any:
+        return self.json()
 
 
 @dataclass
@@ -60,6 +56,7 @@ class Fault:
     method: str | None = None  # only requests with this method consume the fault
     reset: bool = False
     delay: float = 0.0  # seconds to wait before answering (to trip the client's read timeout)
+    applied: bool = False  # with reset: ARM did the work, only its answer is lost
 
 
 @dataclass
@@ -72,8 +69,10 @@ class Operation:
 
 
 @dataclass
-class FakeArm:
+class FakeArm(FakeHttpServer):
     """The fake ARM; use as a context manager, then ``url`` is the ``arm_endpoint``."""
+
+    name = "fake-arm"
 
     subscription: str
     resource_group: str
@@ -85,10 +84,13 @@ class FakeArm:
     requests: list[Recorded] = field(default_factory=list)
     faults: deque[Fault] = field(default_factory=deque)
     operations: dict[str, Operation] = field(default_factory=dict)
+    #: each pool's VMSS instance ids; machine i is ``aks-<pool>-12345678-vmss`` + i in base 36 (6 digits)
+    machines: dict[str, list[int]] = field(default_factory=dict)
+    machine_page_size: int = 100  # machines list answers this many per page, then a nextLink
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
+        FakeHttpServer.__init__(self)
 
     # -- set-up -------------------------------------------------------------------------------
     def add_pool(self, name: str, count: int = 0, *, mode: str = "User", enable_auto_scaling: bool = False,
@@ -104,6 +106,7 @@ class FakeArm:
             "nodeTaints": ["sku=gpu:NoSchedule"], "enableNodePublicIP": False, "eTag": uuid.uuid4().hex,
             **({"minCount": 0, "maxCount": 4} if enable_auto_scaling else {}),
         }
+        self.machines[name] = list(range(count))
 
     def fail_next(self, status: int, *, times: int = 1, code: str | None = None, message: str | None = None,
                   retry_after: str | None = None, method: str | None = None, reset: bool = False,
@@ -114,32 +117,38 @@ class FakeArm:
             self.faults.append(Fault(status, code or default_code, message or default_message, retry_after,
                                      method, reset, delay))
 
+    def lose_next_answer(self, method: str) -> None:
+        """The next request of ``method`` is carried out, but the connection drops before the answer."""
+        self.faults.append(Fault(0, method=method, reset=True, applied=True))
+
     def finish_operations(self) -> None:
         """Every running operation ends now: its pool goes back to Succeeded."""
         with self._lock:
             for op in self.operations.values():
                 self._finish(op)
 
+    def machine_name(self, pool: str, instance: int) -> str:
+        """The machine (and node) name of VMSS instance ``instance``, as AKS names it."""
+        digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+        suffix = ""
+        for _ in range(6):
+            instance, rest = divmod(instance, 36)
+            suffix = digits[rest] + suffix
+        return f"aks-{pool}-12345678-vmss{suffix}"
+
+    def machine_resource_id(self, pool: str, instance: int) -> str:
+        """The VMSS instance's resource id (a node's ``spec.providerID`` is ``azure://`` + this)."""
+        return (f"/subscriptions/{self.subscription}/resourceGroups/MC_{self.resource_group}_{self.cluster}_"
+                f"{self.location}/providers/Microsoft.Compute/virtualMachineScaleSets/aks-{pool}-12345678-vmss"
+                f"/virtualMachines/{instance}")
+
+    def machine_names(self, pool: str) -> list[str]:
+        """The names of the pool's machines now."""
+        return [self.machine_name(pool, i) for i in self.machines.get(pool, [])]
+
     def calls(self, method: str | None = None, kind: str = "agentPools") -> list[Recorded]:
         """Recorded requests to agent pools (or ``operations``), optionally of one method."""
         return [r for r in self.requests if kind in r.path and (method is None or r.method == method)]
-
-    # -- serving ------------------------------------------------------------------------------
-    @property
-    def url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> "FakeArm":
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True, name="fake-arm").start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.shutdown()
-        self._server.server_close()
 
     # -- ARM behaviour ------------------------------------------------------------------------
     def pool_json(self, name: str) -> dict[str, Any]:
@@ -153,38 +162,96 @@ class FakeArm:
         if op.pool in self.pools:
             self.pools[op.pool]["provisioningState"] = "Succeeded"
 
-    def handle(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str],
-               body: Any) -> tuple[int, dict[str, str], Any]:
-        """The answer to one request: status, extra headers, JSON body (or None to drop the connection)."""
+    def handle(self, request: Request) -> Reply:
+        """Answer as ARM does, with its request-id headers; a fault may drop the connection instead."""
         with self._lock:
-            self.requests.append(Recorded(method, path, query, headers, body))
-            fault = next((f for f in self.faults if f.method in (None, method)), None)
+            self.requests.append(Recorded(request.method, request.path, request.query, request.headers, request.raw))
+            fault = next((f for f in self.faults if f.method in (None, request.method)), None)
             if fault is not None:
                 self.faults.remove(fault)
-                if fault.reset:
-                    return 0, {}, None
-                if fault.delay:
-                    return 0, {"delay": str(fault.delay)}, None
+                if fault.applied:
+                    self._answer(request.method, request.path, request.query, request.headers, request.json())
+                if fault.reset or fault.delay:
+                    return Reply(delay=fault.delay, reset=True)
                 extra = {"Retry-After": fault.retry_after} if fault.retry_after else {}
-                return fault.status, extra, _error(fault.code, fault.message)
-            if headers.get("authorization") != f"Bearer {self.token}":
-                return 401, {}, _error("AuthenticationFailed", "Authentication failed. The 'Authorization' "
-                                       "header is missing or invalid.")
-            if "api-version" not in query:
-                return 400, {}, _error("MissingApiVersionParameter", "The api-version query parameter "
-                                       "(?api-version=) is required for all requests.")
-            op_match = _OP_PATH.match(path)
-            if op_match and method == "GET":
-                return self._operation(op_match.group("op"))
-            match = _POOL_PATH.match(path)
-            if not match or (match["sub"], match["rg"].lower(), match["cluster"]) != (
-                    self.subscription, self.resource_group.lower(), self.cluster) or match["pool"] not in self.pools:
-                return 404, {}, _error("ResourceNotFound", f"The Resource '{path}' was not found.")
-            if method == "GET":
-                return 200, {}, self.pool_json(match["pool"])
-            if method == "PUT":
-                return self._put(match["pool"], headers, body)
+                status, headers, body = fault.status, extra, _error(fault.code, fault.message)
+            else:
+                status, headers, body = self._answer(request.method, request.path, request.query, request.headers,
+                                                     request.json())
+        ids = {"x-ms-request-id": str(uuid.uuid4()), "x-ms-correlation-request-id": str(uuid.uuid4())}
+        return Reply(status, body, {**ids, **headers}, content_type="application/json; charset=utf-8")
+
+    def _answer(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str],
+                body: Any) -> tuple[int, dict[str, str], Any]:
+        """The answer to one request: status, extra headers, JSON body."""
+        if headers.get("authorization") != f"Bearer {self.token}":
+            return 401, {}, _error("AuthenticationFailed", "Authentication failed. The 'Authorization' "
+                                   "header is missing or invalid.")
+        if "api-version" not in query:
+            return 400, {}, _error("MissingApiVersionParameter", "The api-version query parameter "
+                                   "(?api-version=) is required for all requests.")
+        op_match = _OP_PATH.match(path)
+        if op_match and method == "GET":
+            return self._operation(op_match.group("op"))
+        sub = _SUB_PATH.match(path)
+        match = _POOL_PATH.match(sub["pool_path"] if sub else path)
+        if not match or (match["sub"], match["rg"].lower(), match["cluster"]) != (
+                self.subscription, self.resource_group.lower(), self.cluster) or match["pool"] not in self.pools:
+            return 404, {}, _error("ResourceNotFound", f"The Resource '{path}' was not found.")
+        if sub and sub["sub"].lower() == "machines" and method == "GET":
+            return self._machines(match["pool"], path, query)
+        if sub and sub["sub"].lower() == "deletemachines" and method == "POST":
+            return self._delete_machines(match["pool"], body)
+        if sub:
             return 405, {}, _error("MethodNotAllowed", f"{method} is not supported here.")
+        if method == "GET":
+            return 200, {}, self.pool_json(match["pool"])
+        if method == "PUT":
+            return self._put(match["pool"], headers, body)
+        return 405, {}, _error("MethodNotAllowed", f"{method} is not supported here.")
+
+    def _machines(self, name: str, path: str, query: dict[str, list[str]]) -> tuple[int, dict[str, str], Any]:
+        """Machines_List: one page of ``{"value": [Machine], "nextLink"}``."""
+        start = int((query.get("$skipToken") or ["0"])[0])
+        ids = self.machines[name]
+        page = ids[start:start + self.machine_page_size]
+        base = (f"/subscriptions/{self.subscription}/resourceGroups/{self.resource_group}/providers/"
+                f"Microsoft.ContainerService/managedClusters/{self.cluster}/agentPools/{name}/machines")
+        value = [{"id": f"{base}/{self.machine_name(name, i)}", "name": self.machine_name(name, i),
+                  "type": "Microsoft.ContainerService/managedClusters/agentPools/machines", "zones": ["1"],
+                  "properties": {"network": {"ipAddresses": [{"ip": f"10.224.0.{4 + i % 250}", "family": "IPv4"}]},
+                                 "resourceId": self.machine_resource_id(name, i)}} for i in page]
+        answer: dict[str, Any] = {"value": value}
+        if start + self.machine_page_size < len(ids):
+            answer["nextLink"] = f"{self.url}{path}?api-version=2025-10-01&$skipToken={start + len(page)}"
+        return 200, {}, answer
+
+    def _delete_machines(self, name: str, body: Any) -> tuple[int, dict[str, str], Any]:
+        """AgentPools_DeleteMachines: 202 + Location, the count lowered by as many, the pool Scaling.
+
+        Which code real ARM gives a machine name outside the pool is not documented; 400 InvalidParameter here.
+        """
+        pool = self.pools[name]
+        if pool["provisioningState"] not in ("Succeeded", "Failed", "Canceled"):
+            return 409, {}, _error(*_DEFAULT_CODES[409])
+        wanted = (body or {}).get("machineNames") if isinstance(body, dict) else None
+        if not isinstance(wanted, list) or not wanted or not all(isinstance(n, str) for n in wanted):
+            return 400, {}, _error("InvalidParameter", "machineNames must be a non-empty list of machine names.")
+        by_name = {self.machine_name(name, i): i for i in self.machines[name]}
+        missing = [n for n in wanted if n not in by_name]
+        if missing:
+            return 400, {}, _error("InvalidParameter", f"Machine(s) {', '.join(missing)} not found in agent pool "
+                                                       f"{name}.")
+        count = pool["count"] - len(set(wanted))
+        if pool["mode"] == "System" and count < 1:
+            return 400, {}, _error("InvalidParameter", "A System mode agent pool must have at least 1 node.")
+        self.machines[name] = [i for i in self.machines[name] if self.machine_name(name, i) not in wanted]
+        pool.update(count=count, provisioningState="Scaling", eTag=uuid.uuid4().hex)
+        op_id = str(uuid.uuid4())
+        self.operations[op_id] = Operation(name, self.operation_polls)
+        location = (f"{self.url}/subscriptions/{self.subscription}/providers/Microsoft.ContainerService/locations/"
+                    f"{self.location}/operationresults/{op_id}?api-version=2017-08-31")
+        return 202, {"Location": location}, None
 
     def _operation(self, op_id: str) -> tuple[int, dict[str, str], Any]:
         op = self.operations.get(op_id)
@@ -210,6 +277,10 @@ class FakeArm:
             return 400, {}, _error("InvalidParameter", "A System mode agent pool must have at least 1 node.")
         if pool["enableAutoScaling"] and count != pool["count"]:
             return 400, {}, _error("InvalidParameter", "Cannot set count on an autoscaler-enabled agent pool.")
+        ids = self.machines.setdefault(name, [])
+        while len(ids) < count:  # new VMSS instances get the next ids
+            ids.append(max(ids, default=-1) + 1)
+        del ids[count:]  # a count PUT lets AKS pick; the fake drops the newest
         pool.update(count=count, provisioningState="Scaling", eTag=uuid.uuid4().hex)
         op_id = str(uuid.uuid4())
         self.operations[op_id] = Operation(name, self.operation_polls)
@@ -220,45 +291,3 @@ class FakeArm:
 
 def _error(code: str, message: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message}}
-
-
-def _handler(fake: FakeArm) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def _serve(self) -> None:
-            parts = urlsplit(self.path)
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            try:
-                body = json.loads(raw) if raw else None
-            except ValueError:
-                body = None
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            status, extra, answer = fake.handle(self.command, parts.path, parse_qs(parts.query), headers, body)
-            if answer is None and "delay" in extra:  # a slow answer: wait, then drop it
-                time.sleep(float(extra["delay"]))
-            if answer is None:  # a dropped connection
-                self.close_connection = True
-                try:
-                    self.connection.shutdown(2)
-                except OSError:
-                    pass  # the client gave up first
-                return
-            data = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("x-ms-request-id", str(uuid.uuid4()))
-            self.send_header("x-ms-correlation-request-id", str(uuid.uuid4()))
-            for name, value in extra.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_PUT = do_DELETE = do_PATCH = _serve
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-            """Quiet: the fake records requests itself."""
-
-    return Handler

@@ -37,16 +37,14 @@ class DcgmExporter(FakeHttpServer):
         super().__init__()
 
     @property
+    def port(self) -> int:
+        """The port it listens on."""
+        return int(self._server.server_address[1])
+
+    @property
     def target(self) -> str:
         """``host:port`` for a Prometheus static config."""
-        return self.url.removeprefix("http://")
-
-    def handle(self, request: Request) -> Reply:
-        if request.method != "GET" or request.path != "/metrics":
-            return Reply(404, {"error": "not found"})
-        body = self.exposition()
-        self.scrapes += 1
-        return Reply(200, body, content_type="text/plain; version=0.0.4; charset=utf-8")
+        return f"127.0.0.1:{self.port}"
 
     def set_utilization(self, value: float, uuid: str | None = None) -> None:
         """Set the utilisation (0-100) of one GPU, or of every GPU when ``uuid`` is None."""
@@ -62,6 +60,14 @@ class DcgmExporter(FakeHttpServer):
             for gpu in self.gpus:
                 lines.append(f"DCGM_FI_DEV_GPU_UTIL{{{_labels(gpu)}}} {self._values[gpu.uuid]:g}")
         return "\n".join(lines) + "\n"
+
+    def handle(self, request: Request) -> Reply:
+        if request.method != "GET" or request.path != "/metrics":
+            return Reply(404, "not found", content_type="text/plain")
+        body = self.exposition()
+        with self._lock:
+            self.scrapes += 1
+        return Reply(200, body, content_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 def h100_pool(pool: str, nodes: int = 2, gpus_per_node: int = 2) -> list[Gpu]:

@@ -7,22 +7,39 @@ and keeping quiet are done here once.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
+
+
+class Headers(dict[str, str]):
+    """Request headers; names are case-insensitive as in HTTP (stored lower-cased)."""
+
+    def __init__(self, items: Any = ()) -> None:
+        super().__init__((k.lower(), v) for k, v in dict(items).items())
+
+    def __getitem__(self, name: str) -> str:
+        return super().__getitem__(name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return super().__contains__(name.lower() if isinstance(name, str) else name)
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        return super().get(name.lower(), default)
 
 
 @dataclass
 class Request:
-    """One request as the fake saw it (header names lower-cased)."""
+    """One request as the fake saw it (header names case-insensitive)."""
 
     method: str
     path: str
     query: dict[str, list[str]]
-    headers: dict[str, str]
+    headers: Headers
     raw: bytes
 
     def param(self, name: str) -> str | None:
@@ -67,7 +84,7 @@ class FakeHttpServer:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def start(self) -> "FakeHttpServer":
+    def start(self) -> Self:
         self._thread.start()
         return self
 
@@ -76,7 +93,7 @@ class FakeHttpServer:
         self._server.server_close()
         self._thread.join(timeout=5)
 
-    def __enter__(self) -> "FakeHttpServer":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -97,12 +114,16 @@ class FakeHttpServer:
                 raw = self.rfile.read(length) if length else b""
                 parts = urlsplit(self.path)
                 req = Request(self.command, parts.path, parse_qs(parts.query, keep_blank_values=True),
-                              {k.lower(): v for k, v in self.headers.items()}, raw)
+                              Headers(self.headers.items()), raw)
                 reply = fake.handle(req)
                 if reply.delay:
                     time.sleep(reply.delay)
-                if reply.reset:
+                if reply.reset:  # no answer: the client sees the connection close
                     self.close_connection = True
+                    try:
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass  # the client gave up first
                     return
                 body = reply.body
                 if isinstance(body, (dict, list)):

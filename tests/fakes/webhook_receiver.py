@@ -1,12 +1,12 @@
 """A throwaway webhook receiver: records each POST's time, headers and JSON body."""
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.fakes.httpbase import FakeHttpServer, Headers, Reply, Request
 
 
 @dataclass(frozen=True)
@@ -15,24 +15,20 @@ class Received:
 
     at: float
     path: str
-    headers: dict[str, str]
+    headers: Headers
     body: dict[str, Any]
 
 
-class WebhookReceiver:
-    """Answers 200 to every POST on 127.0.0.1 and keeps what came in."""
+class WebhookReceiver(FakeHttpServer):
+    """Answers 200 to every POST on 127.0.0.1 and keeps what came in; serving from construction on."""
+
+    name = "webhook-receiver"
 
     def __init__(self) -> None:
         self.received: list[Received] = []
         self._cond = threading.Condition()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="webhook-receiver", daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        """Base URL of the receiver."""
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        super().__init__()
+        self.start()
 
     def wait(self, predicate: Any, timeout: float) -> Received | None:
         """The first request matching ``predicate`` (waiting up to ``timeout`` seconds), else None."""
@@ -45,26 +41,11 @@ class WebhookReceiver:
 
             return found[0] if self._cond.wait_for(match, timeout) else None
 
-    def stop(self) -> None:
-        """Stop serving."""
-        self._server.shutdown()
-        self._server.server_close()
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                item = Received(time.monotonic(), self.path, dict(self.headers.items()), json.loads(raw or b"{}"))
-                with receiver._cond:
-                    receiver.received.append(item)
-                    receiver._cond.notify_all()
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence access logs
-                return
-
-        return Handler
+    def handle(self, request: Request) -> Reply:
+        if request.method != "POST":
+            return Reply(501, "only POST")
+        item = Received(time.monotonic(), request.path, request.headers, request.json() or {})
+        with self._cond:
+            self.received.append(item)
+            self._cond.notify_all()
+        return Reply(200, b"")
