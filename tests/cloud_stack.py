@@ -19,7 +19,7 @@ from typing import Any
 from azure.core.credentials import AccessToken
 from azure.core.pipeline.policies import SansIOHTTPPolicy
 
-from tests.conftest import TOKEN
+from tests.support import TOKEN
 from tests.fakes.ack_api import FakeAckApi, Pool
 from tests.fakes.arm import FakeArm
 

@@ -7,7 +7,7 @@ import pytest
 import requests
 
 from tests.cloud_stack import ACK_KEY_SECRET, CLOUD_APP, AckCloud, AksCloud, service_config
-from tests.conftest import AUTH, am_alert, am_payload
+from tests.support import AUTH, am_alert, am_payload
 from tests.servers import Service
 
 pytestmark = pytest.mark.slow

@@ -31,3 +31,19 @@ def test_importing_the_app_and_every_provider_loads_no_cloud_sdk() -> None:
     assert "app" in loaded and "providers.aks" in loaded  # the probe did import what it claims
     leaked = [m for m in loaded if any(m == sdk or m.startswith(sdk + ".") for sdk in CLOUD_SDKS)]
     assert leaked == []
+
+
+def test_tests_import_neither_each_other_nor_conftest() -> None:
+    """Shared test code lives in tests/support.py and tests/fakes/, so a test module never imports another."""
+    import ast
+
+    offenders = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else (
+                [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            for name in names:
+                last = name.rsplit(".", 1)[-1]
+                if name.startswith("tests.") and (last.startswith("test_") or last == "conftest"):
+                    offenders.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert offenders == []
