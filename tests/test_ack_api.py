@@ -9,13 +9,12 @@ from typing import Any
 import pytest
 
 import providers
-from providers.ack import AckProvider, AckSettings
 from providers.base import ProviderError, Tracked
 from tests.fakes.ack_api import FakeAckApi, Pool
+from tests.fakes.clients import ACK_CLUSTER as CLUSTER
+from tests.fakes.clients import AK_ID, AK_SECRET, NODEPOOL
+from tests.fakes.clients import make_ack as make
 
-AK_ID = "LTAI5tTestAccessKeyId"
-AK_SECRET = "TestAccessKeySecretThatMustNeverLeak"
-CLUSTER, NODEPOOL = "c82e6987e2961451182edacd74faf0000", "np31da1b38983f4511b490fc62108a0000"
 PATH = f"/clusters/{CLUSTER}/nodepools/{NODEPOOL}"
 NONE = Tracked(None, None)
 
@@ -27,24 +26,9 @@ def api() -> Iterator[FakeAckApi]:
     fake.stop()
 
 
-def static_credential(key_id: str = AK_ID) -> Any:
-    """An AccessKey credential built by the real credentials library (the chain itself reads env at import)."""
-    from alibabacloud_credentials.client import Client
-    from alibabacloud_credentials.models import Config
-
-    return Client(Config(type="access_key", access_key_id=key_id, access_key_secret=AK_SECRET))
-
-
 @pytest.fixture
 def sleeps() -> list[float]:
     return []
-
-
-def make(api: FakeAckApi, sleeps: list[float], **overrides: Any) -> AckProvider:
-    settings = {"cluster_id": CLUSTER, "nodepool_id": NODEPOOL, "region_id": "cn-hangzhou",
-                "endpoint": api.endpoint, "protocol": "http", "timeout": 2, "retry_budget": 5, **overrides}
-    return AckProvider("ack-gpu", AckSettings.model_validate(settings), credential=static_credential(),
-                       sleep=sleeps.append)
 
 
 def test_status_reads_desired_size_and_state(api: FakeAckApi, sleeps: list[float]) -> None:

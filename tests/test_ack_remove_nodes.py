@@ -10,7 +10,9 @@ import pytest
 import providers
 from providers.base import NodeRef, ProviderError, RemovesNamedNodes, Tracked
 from tests.fakes.ack_api import FakeAckApi, Pool
-from tests.test_ack_api import AK_SECRET, CLUSTER, NODEPOOL, make
+from tests.fakes.clients import ACK_CLUSTER as CLUSTER
+from tests.fakes.clients import AK_SECRET, NODEPOOL
+from tests.fakes.clients import make_ack as make
 
 NONE = Tracked(None, None)
 OTHER_POOL = "np-cpu-0000"

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from azure.core.credentials import AccessToken
-from azure.core.pipeline.policies import SansIOHTTPPolicy
 from pydantic import ValidationError
 
 from autoscaler.models import CloudStatus
@@ -19,45 +18,10 @@ from providers import factory
 from providers.aks import AksProvider, AksSettings, get_client
 from providers.base import ProviderError, Tracked
 from tests.fakes.arm import FakeArm
+from tests.fakes.clients import AKS_CLUSTER as CLUSTER
+from tests.fakes.clients import RG, SUB, AllowHttp, FakeTime, StaticCredential
 
-SUB = "3f2c1d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
-RG = "rg-gpu"
-CLUSTER = "prod-aks"
 NO_TRACK = Tracked(count=None, changed_at=None)
-
-
-class StaticCredential:
-    """A TokenCredential that hands out one fixed token and records the scopes asked for."""
-
-    def __init__(self, token: str) -> None:
-        self.token = token
-        self.scopes: list[tuple[str, ...]] = []
-
-    def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
-        self.scopes.append(scopes)
-        return AccessToken(self.token, int(time.time()) + 3600)
-
-
-class AllowHttp(SansIOHTTPPolicy):  # type: ignore[type-arg]
-    """Lets the SDK send the bearer token to the fake over plain http."""
-
-    def on_request(self, request: Any) -> None:
-        request.context["enforce_https"] = False
-
-
-class FakeTime:
-    """A monotonic clock that sleeping moves forward, so budgets run out without waiting."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-        self.sleeps: list[float] = []
-
-    def clock(self) -> float:
-        return time.monotonic() + self.offset
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.offset += seconds
 
 
 @pytest.fixture

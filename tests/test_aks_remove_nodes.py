@@ -11,7 +11,8 @@ from providers import factory
 from providers.aks import AksProvider, AksSettings
 from providers.base import NodeRef, ProviderError, RemovesNamedNodes, Tracked
 from tests.fakes.arm import FakeArm
-from tests.test_aks import CLUSTER, RG, SUB, AllowHttp, FakeTime, StaticCredential
+from tests.fakes.clients import AKS_CLUSTER as CLUSTER
+from tests.fakes.clients import RG, SUB, AllowHttp, FakeTime, StaticCredential
 
 NO_TRACK = Tracked(count=None, changed_at=None)
 

@@ -11,10 +11,11 @@ from pydantic import ValidationError
 
 import providers
 from providers.base import ProviderError, Tracked
-from providers.webhook import WebhookProvider, WebhookSettings, render
+from providers.webhook import WebhookSettings, render
 from tests.fakes.ack_hook import Answer, FakeHookServer
+from tests.fakes.clients import WEBHOOK_TOKEN as TOKEN
+from tests.fakes.clients import make_webhook as make
 
-TOKEN = "tfc-team-token-0123456789abcdef"
 
 
 @pytest.fixture
@@ -27,13 +28,6 @@ def endpoint() -> Iterator[FakeHookServer]:
 @pytest.fixture
 def sleeps() -> list[float]:
     return []
-
-
-def make(endpoint: FakeHookServer, sleeps: list[float], **overrides: Any) -> WebhookProvider:
-    settings: dict[str, Any] = {"url": endpoint.hook_url("/runs", "token=" + TOKEN), "initial_count": 3,
-                                "headers": {"Authorization": f"Bearer {TOKEN}", "X-Team": "gpu"}}
-    settings.update(overrides)
-    return WebhookProvider("gpu-a100", WebhookSettings.model_validate(settings), sleep=sleeps.append)
 
 
 def test_default_body_is_json_with_every_value(endpoint: FakeHookServer, sleeps: list[float]) -> None:

@@ -9,7 +9,8 @@ import pytest
 import providers
 from providers.base import NodeRef, ProviderError, RemovesNamedNodes
 from tests.fakes.ack_hook import Answer, FakeHookServer
-from tests.test_webhook_provider import TOKEN, make
+from tests.fakes.clients import WEBHOOK_TOKEN as TOKEN
+from tests.fakes.clients import make_webhook as make
 
 NODES = [NodeRef("gpu-node-3", "aws:///us-east-1a/i-0abc"), NodeRef("gpu-node-7")]
 
