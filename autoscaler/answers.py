@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaler.durations import rfc3339
-from autoscaler.models import Action, Decision, Outcome, Source
+from autoscaler.models import Action, Decision, OperatorOutcome, Outcome, Source
 from autoscaler.store import EventRecord
 
 
@@ -33,13 +33,14 @@ class EventBody(BaseModel):
     time: str = Field(description="RFC 3339, UTC.")
     pool: str | None
     source: Source
-    action: str | None
-    outcome: Outcome
+    action: str | None = Field(description="scale_out, scale_in; for source `operator`: pause, resume, set_count.")
+    outcome: Outcome | OperatorOutcome
     from_: int | None = Field(alias="from")
     to: int | None
     reason: str
     alerts: list[AlertRef]
     details: dict[str, Any] | None = None
+    actor: str | None = Field(default=None, description="The credential's name, where a person or tool acted.")
 
 
 class DecisionBody(BaseModel):
@@ -112,10 +113,15 @@ def dump(model: BaseModel) -> dict[str, Any]:
 def event_body(ev: EventRecord) -> EventBody:
     """An event as the API shows it (``details`` only when it has any)."""
     extra: dict[str, Any] = {"from": ev.from_}
-    if ev.details:
-        extra["details"] = ev.details
+    details = dict(ev.details)
+    actor = details.pop("actor", None)  # kept with the details in the store; its own field in the API
+    if details:
+        extra["details"] = details
+    if actor:
+        extra["actor"] = actor
+    outcome = OperatorOutcome(ev.outcome) if ev.source == Source.OPERATOR.value else Outcome(ev.outcome)
     return EventBody(id=ev.id, time=rfc3339(ev.time), pool=ev.pool, source=Source(ev.source), action=ev.action,
-                     outcome=Outcome(ev.outcome), to=ev.to, reason=ev.reason,
+                     outcome=outcome, to=ev.to, reason=ev.reason,
                      alerts=[AlertRef(**a) for a in ev.alerts], **extra)
 
 

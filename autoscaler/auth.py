@@ -1,16 +1,40 @@
-"""Who may call /webhook/* and /api/*: bearer tokens, basic auth, Grafana's HMAC signature."""
+"""Who may call /webhook/* and /api/*: bearer tokens, basic auth, Grafana's HMAC signature; and what each may do."""
 from __future__ import annotations
 
 import base64
 import binascii
 import hashlib
 import hmac
+from dataclasses import dataclass
 from typing import Callable
 
-from autoscaler.config_schema import AuthConfig
+from autoscaler.config_schema import SCOPES, AuthConfig, BasicUser, BearerToken
 
 MAX_HEADER = 8192
 NonceCache = Callable[[str, float], bool]  # (key, window seconds) -> True when the key is new
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The credential a request came with: its name (the actor in events), its scopes and its pools."""
+
+    name: str
+    scopes: frozenset[str]
+    pools: frozenset[str] | None = None  # None: every pool
+
+    def may(self, scope: str) -> bool:
+        return scope in self.scopes
+
+    def sees(self, pool: str) -> bool:
+        return self.pools is None or pool in self.pools
+
+
+ANONYMOUS = Principal("anonymous", frozenset(SCOPES))  # auth disabled
+GRAFANA_HMAC = Principal("grafana_hmac", frozenset({"webhook"}))  # a shared signing secret only sends alerts
+
+
+class AuthError(Exception):
+    """Missing or wrong credentials; the message never echoes a credential."""
 
 
 class Authenticator:
@@ -20,42 +44,65 @@ class Authenticator:
         self.cfg = cfg
         self.clock = clock
         self.nonce_cache = nonce_cache
-        self.tokens = [t.get_secret_value().encode() for t in cfg.bearer_tokens]
-        self.users = [(u.username.encode(), u.password.get_secret_value().encode()) for u in cfg.basic]
+        self.tokens: list[tuple[bytes, Principal]] = []
+        self.users: list[tuple[bytes, bytes, Principal]] = []
+        for _, name, entry in cfg.credentials():
+            who = Principal(name, frozenset(entry.scopes), frozenset(entry.pools) if entry.pools is not None else None)
+            if isinstance(entry, BearerToken):
+                self.tokens.append((entry.token.get_secret_value().encode(), who))
+            elif isinstance(entry, BasicUser):
+                self.users.append((entry.username.encode(), entry.password.get_secret_value().encode(), who))
 
     def check(self, headers: dict[str, str], body: bytes) -> str | None:
-        """None when the request may pass, else what is wrong (never echoing a credential)."""
+        """None when the request carries valid credentials, else what is wrong (never echoing a credential)."""
+        try:
+            self.authenticate(headers, body)
+        except AuthError as exc:
+            return str(exc)
+        return None
+
+    def authenticate(self, headers: dict[str, str], body: bytes) -> Principal:
+        """The credential the request carries; AuthError when it carries none that is valid."""
         if self.cfg.disabled:
-            return None
+            return ANONYMOUS
         authz = headers.get("Authorization", "")
         if len(authz) > MAX_HEADER:
-            return "Authorization header too long"
+            raise AuthError("Authorization header too long")
         scheme, _, value = authz.partition(" ")
         value = value.strip()
         if scheme.lower() == "bearer" and self.tokens:
-            if value and any(hmac.compare_digest(value.encode(), t) for t in self.tokens):
-                return None
-            return "invalid bearer token"
+            found = None
+            for secret, who in self.tokens:  # every token compared, so the time says nothing of which matched
+                if hmac.compare_digest(value.encode(), secret) and value:
+                    found = found or who
+            if found is None:
+                raise AuthError("invalid bearer token")
+            return found
         if scheme.lower() == "basic" and self.users:
-            if self._basic_ok(value):
-                return None
-            return "invalid username or password"
+            user = self._basic(value)
+            if user is None:
+                raise AuthError("invalid username or password")
+            return user
         hm = self.cfg.grafana_hmac
         if hm is not None and headers.get(hm.header):
-            return self._hmac_problem(headers, body)
+            problem = self._hmac_problem(headers, body)
+            if problem:
+                raise AuthError(problem)
+            return GRAFANA_HMAC
         if authz:
-            return f"unsupported authorization scheme {scheme[:20]!r}"
-        return "missing credentials"
+            raise AuthError(f"unsupported authorization scheme {scheme[:20]!r}")
+        raise AuthError("missing credentials")
 
-    def _basic_ok(self, value: str) -> bool:
+    def _basic(self, value: str) -> Principal | None:
         try:
             user, _, password = base64.b64decode(value, validate=True).partition(b":")
         except (binascii.Error, ValueError):
-            return False
-        ok = False
-        for name, secret in self.users:
-            ok |= hmac.compare_digest(user, name) & hmac.compare_digest(password, secret)
-        return ok
+            return None
+        found = None
+        for name, secret, who in self.users:
+            if hmac.compare_digest(user, name) & hmac.compare_digest(password, secret):
+                found = found or who
+        return found
 
     def _hmac_problem(self, headers: dict[str, str], body: bytes) -> str | None:
         hm = self.cfg.grafana_hmac

@@ -114,7 +114,7 @@ def _scale(args: argparse.Namespace) -> tuple[Any, str]:
 
 
 def _pause(args: argparse.Namespace) -> tuple[Any, str]:
-    body = {"reason": args.reason} if getattr(args, "reason", "") else None
+    body = {"reason": args.reason} if getattr(args, "reason", "") else {}  # state changes take JSON only
     data = _call(args, "POST", f"/api/v1/pools/{args.pool}/{args.command}", body)
     return data, _pool_rows([data])
 

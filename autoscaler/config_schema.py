@@ -17,7 +17,27 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class BasicUser(_Frozen):
+Scope = Literal["webhook", "read", "operate"]
+SCOPES: tuple[Scope, ...] = ("webhook", "read", "operate")
+
+
+class _Scoped(_Frozen):
+    """What one credential may do: ``webhook`` (send alerts), ``read`` (GET the API and the status page),
+    ``operate`` (scale, pause, resume, correct counts); ``pools`` limits read and operate to those pools."""
+
+    name: str | None = Field(default=None, min_length=1, max_length=64, pattern=r"^[\x21-\x7e]+$",
+                             description="Who acts, in events and logs (default: the username, or bearer_tokens[i]).")
+    scopes: list[Scope] = Field(default_factory=lambda: list(SCOPES), min_length=1)
+    pools: list[str] | None = Field(default=None, description="Pools it may read and operate (default: all).")
+
+
+class BearerToken(_Scoped):
+    """One token accepted as ``Authorization: Bearer <token>``."""
+
+    token: SecretStr
+
+
+class BasicUser(_Scoped):
     """One username/password pair accepted with HTTP basic auth."""
 
     username: str = Field(min_length=1)
@@ -44,17 +64,34 @@ class AuthConfig(_Frozen):
     """Who may call ``/webhook/*`` and ``/api/*``; any one configured method suffices."""
 
     disabled: bool = False
-    bearer_tokens: list[SecretStr] = Field(default_factory=list)
+    bearer_tokens: list[BearerToken] = Field(default_factory=list)
     basic: list[BasicUser] = Field(default_factory=list)
     grafana_hmac: GrafanaHmac | None = None
 
+    @field_validator("bearer_tokens", mode="before")
+    @classmethod
+    def _plain_tokens(cls, v: Any) -> Any:
+        """A plain string is a token with every scope, on every pool."""
+        if isinstance(v, list):
+            return [{"token": t} if isinstance(t, (str, SecretStr)) else t for t in v]
+        return v
+
     @field_validator("bearer_tokens")
     @classmethod
-    def _tokens(cls, v: list[SecretStr]) -> list[SecretStr]:
-        for i, token in enumerate(v):
-            if not token.get_secret_value().strip():
+    def _tokens(cls, v: list[BearerToken]) -> list[BearerToken]:
+        for i, entry in enumerate(v):
+            if not entry.token.get_secret_value().strip():
                 raise ValueError(f"token [{i}] is empty (is its environment variable set?)")
         return v
+
+    def credentials(self) -> list[tuple[str, str, _Scoped]]:
+        """Every named credential as (its path in the file, its name, its entry)."""
+        out: list[tuple[str, str, _Scoped]] = []
+        for i, token in enumerate(self.bearer_tokens):
+            out.append((f"server.auth.bearer_tokens[{i}]", token.name or f"bearer_tokens[{i}]", token))
+        for i, user in enumerate(self.basic):
+            out.append((f"server.auth.basic[{i}]", user.name or user.username, user))
+        return out
 
     @model_validator(mode="after")
     def _something(self) -> "AuthConfig":
@@ -71,6 +108,16 @@ class ServerConfig(_Frozen):
     max_body_bytes: int = Field(default=1048576, ge=1024)
     lock_wait: Duration = Field(default=5.0, description="How long a decision waits for another on the same pool.")
     lease_ttl: Duration = Field(default=120.0, gt=0, description="How long a pool's lease outlives a dead worker.")
+    allowed_origins: list[str] = Field(default_factory=list, description="Browser origins besides the service's "
+                                       "own that may send state-changing requests (scheme://host[:port]).")
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, v: list[str]) -> list[str]:
+        for i, origin in enumerate(v):
+            if not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+", origin):
+                raise ValueError(f"[{i}] {origin[:80]!r} is not an origin (scheme://host[:port], no path)")
+        return [o.lower() for o in v]
 
 
 class StoreConfig(_Frozen):
@@ -266,4 +313,25 @@ class Config(_Frozen):
         for i, replay_rule in enumerate(self.replay.rules if self.replay else []):
             if replay_rule.pool not in names:
                 raise ValueError(f"replay.rules[{i}].pool: no pool named {replay_rule.pool!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _credentials(self) -> "Config":
+        """Credential names are unique (they are the actor in the event log) and name configured pools."""
+        names = {p.name for p in self.pools}
+        problems: list[str] = []
+        seen: dict[str, str] = {}
+        secrets: dict[str, str] = {}
+        for path, name, entry in self.server.auth.credentials():
+            if name in seen:
+                problems.append(f"{path}.name: duplicate credential name {name!r} (also {seen[name]})")
+            seen.setdefault(name, path)
+            what, secret = (("token", entry.token.get_secret_value()) if isinstance(entry, BearerToken)
+                            else ("username", f"basic:{getattr(entry, 'username', '')}"))
+            if secret in secrets:  # which entry's scopes would apply is then a guess
+                problems.append(f"{path}: the same {what} as {secrets[secret]}")
+            secrets.setdefault(secret, path)
+            problems += [f"{path}.pools: no pool named {pool!r}" for pool in entry.pools or [] if pool not in names]
+        if problems:
+            raise ValueError("\n".join(problems))
         return self

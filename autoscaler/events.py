@@ -4,15 +4,30 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any
 
 from autoscaler.answers import event_json
-from autoscaler.models import Alert, Decision
+from autoscaler.models import Alert, Decision, OperatorOutcome, Source
 from autoscaler.sinks import EventSink
 from autoscaler.store import DedupConfirm, EventRecord, PoolChange, Store
 
 log = logging.getLogger("autoscaler.decision")
+_ACTOR: ContextVar[str | None] = ContextVar("actor", default=None)
+
+
+@contextmanager
+def acting_as(name: str) -> Iterator[None]:
+    """Every event recorded inside (on this thread) names ``name`` as its actor: the credential of the request that
+    caused it, so the engine need not carry who asked through every decision path."""
+    token = _ACTOR.set(name)
+    try:
+        yield
+    finally:
+        _ACTOR.reset(token)
 
 
 class EventLog:
@@ -26,6 +41,9 @@ class EventLog:
 
     def _record_for(self, d: Decision, source: str, alerts: list[Alert], now: float) -> EventRecord:
         details = {k: v for k, v in d.details.items() if v is not None}
+        actor = _ACTOR.get()
+        if actor:
+            details["actor"] = actor
         return EventRecord(time=now, pool=d.pool, source=source, action=d.action.value if d.action else None,
                            outcome=d.outcome.value,
                            from_=d.from_, to=d.to, reason=d.reason, alerts=[a.ref() for a in alerts], details=details)
@@ -53,7 +71,22 @@ class EventLog:
         return self._published(duplicate, replace(dup, id=event_id)) if was_duplicate \
             else self._published(d, replace(ev, id=event_id))
 
+    def operator(self, pool: str, change: PoolChange, *, action: str, outcome: OperatorOutcome, reason: str,
+                 actor: str, now: float, from_: int | None = None, to: int | None = None,
+                 details: dict[str, Any] | None = None) -> int:
+        """Apply an operator's change to a pool (pause, resume, count correction) and record who made it, in one
+        transaction, so the event log is the whole audit trail; return the event id."""
+        ev = EventRecord(time=now, pool=pool, source=Source.OPERATOR.value, action=action, outcome=outcome.value,
+                         from_=from_, to=to, reason=reason, alerts=[], details={"actor": actor, **(details or {})})
+        event_id = self.store.update_pool(pool, ev, change)
+        self._emit(replace(ev, id=event_id), count=False)  # not a decision: no decisions_total sample
+        return event_id or 0
+
     def _published(self, d: Decision, ev: EventRecord) -> Decision:
+        self._emit(ev)
+        return replace(d, event_id=ev.id)
+
+    def _emit(self, ev: EventRecord, count: bool = True) -> None:
         body = event_json(ev) if self.json_logs or self.sinks else {}
         if self.json_logs:
             log.info(json.dumps({"msg": "decision", **body}))
@@ -62,11 +95,10 @@ class EventLog:
             log.info("decision pool=%s action=%s outcome=%s from=%s to=%s source=%s alerts=%s event_id=%s reason=%s",
                      ev.pool, ev.action, ev.outcome, ev.from_, ev.to, ev.source, alerts or "-", ev.id,
                      json.dumps(ev.reason))
-        if self.metrics is not None:
+        if self.metrics is not None and count:
             self.metrics.decision(ev.pool, ev.action, ev.outcome)
         for sink in self.sinks:
             try:
                 sink.emit(body)
             except Exception:  # a sink must never fail a decision
                 log.warning("event sink %s failed", type(sink).__name__, exc_info=True)
-        return replace(d, event_id=ev.id)

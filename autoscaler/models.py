@@ -53,6 +53,15 @@ class Source(str, enum.Enum):
     GRAFANA = "grafana"
     GRAFANA_LEGACY = "grafana_legacy"
     MANUAL = "manual"
+    OPERATOR = "operator"  # pause, resume, count correction: an event, not a decision
+
+
+class OperatorOutcome(str, enum.Enum):
+    """What an operator's pause, resume or count correction did; the event's outcome (never a decision's)."""
+
+    PAUSED = "paused"
+    RESUMED = "resumed"
+    COUNT_CORRECTED = "count_corrected"
 
 
 @dataclass(frozen=True)

@@ -32,13 +32,13 @@ def test_example_config_is_valid() -> None:
     settings = load_config(str(ROOT / "config.example.yaml"), env={})
     spec = settings.pools["sim"]
     assert spec.provider == "simulated" and spec.scale_out.cooldown == 300 and spec.scale_in.cooldown == 900
-    assert settings.config.server.auth.bearer_tokens[0].get_secret_value() == "dev-token"
+    assert settings.config.server.auth.bearer_tokens[0].token.get_secret_value() == "dev-token"
 
 
 def test_env_substitution_and_defaults() -> None:
     raw = cfg(server={"auth": {"bearer_tokens": ["${TOK}", "${OTHER:-fallback}"]}})
     settings = build_settings(raw, {"TOK": "abc"})
-    assert [t.get_secret_value() for t in settings.config.server.auth.bearer_tokens] == ["abc", "fallback"]
+    assert [t.token.get_secret_value() for t in settings.config.server.auth.bearer_tokens] == ["abc", "fallback"]
 
 
 def test_missing_env_var_named() -> None:

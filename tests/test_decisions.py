@@ -121,9 +121,10 @@ def test_manual_scale_target_force_and_pause(client: FlaskClient) -> None:
     d = post(client, "/api/v1/pools/gpu/scale", {"action": "scale_in", "force": True}).get_json()
     assert d["outcome"] == "skipped_paused" and "driver upgrade" in d["reason"]
     assert decisions(post(client, "/webhook/alertmanager", am_payload()))[0][2] == "skipped_paused"
-    resumed = client.post("/api/v1/pools/gpu/resume", headers=AUTH).get_json()
+    resumed = client.post("/api/v1/pools/gpu/resume", json={}, headers=AUTH).get_json()
     assert resumed["paused"] is False
-    assert pool(client)["last_event"]["outcome"] == "skipped_paused"
+    assert pool(client)["last_event"]["outcome"] == "resumed"  # the operator's resume is the pool's last event
+    assert [e["outcome"] for e in events(client)[:4]] == ["resumed", "skipped_paused", "skipped_paused", "paused"]
 
 
 def test_pool_answer_shape(client: FlaskClient) -> None:
@@ -234,7 +235,7 @@ def test_state_survives_restart(make_app: Callable[..., Flask]) -> None:
     assert pool(second, "spare")["paused"] is True
     assert decisions(post(second, "/webhook/alertmanager", am_payload(am_alert(fingerprint="r"))))[0][2] == \
         "skipped_duplicate"
-    assert len(events(second)) == 2
+    assert [e["outcome"] for e in events(second)] == ["skipped_duplicate", "paused", "scaled"]
 
 
 def test_metrics_count_decisions(client: FlaskClient) -> None:

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, settings
 
 from tests.support import AUTH, FakeClock, make_app
 
-CONTRACT_ERRORS = {400, 401, 404, 405, 409, 413, 415, 422, 503}
+CONTRACT_ERRORS = {400, 401, 403, 404, 405, 409, 413, 415, 422, 503}
 MAX_SECONDS = 1.0
 POOLS = ("gpu", "spare")
 

@@ -87,7 +87,7 @@ def test_rules_fire_when_they_should(tmp_path: Path) -> None:
 def test_every_metric_the_rules_use_is_exported(tmp_path: Path) -> None:
     client = make_app(f"sqlite:///{tmp_path}/s.db", FakeClock()).test_client()
     client.post("/webhook/alertmanager", json=am_payload(am_alert()), headers=AUTH)
-    client.post("/api/v1/pools/spare/pause", headers=AUTH)
+    client.post("/api/v1/pools/spare/pause", json={}, headers=AUTH)
     text = client.get("/metrics").get_data(as_text=True)
     for name in ("gpu_autoscaler_store_up 1.0", 'gpu_autoscaler_pool_paused{pool="spare"} 1.0',
                  "gpu_autoscaler_pools_paused 1.0", 'gpu_autoscaler_pool_backoff_remaining_seconds{pool="gpu"}',

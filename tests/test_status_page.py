@@ -81,6 +81,6 @@ def test_headless_chromium_renders_the_page(tmp_path: Path) -> None:
     html = dom.stdout
     assert 'data-pool="gpu"' in html and 'data-pool="spare"' in html, dom.stderr[-2000:]
     assert "driver upgrade" in html and "<polyline" in html
-    assert html.count('class="event"') == 2  # the alert's and the manual scale's; pause records no event
+    assert html.count('class="event"') == 3  # the alert's, the manual scale's and the operator's pause
     assert shot.exists() and shot.stat().st_size > 5000
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -5,9 +5,10 @@ import json
 import logging
 from typing import Any, NoReturn
 
-from flask import Flask, Response, abort, current_app, jsonify, request
+from flask import Flask, Response, abort, current_app, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from autoscaler.auth import AuthError, Principal
 from autoscaler.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -53,14 +54,19 @@ def read_json() -> Any:
         fail(400, f"body is not valid JSON: {str(exc)[:120]}")
 
 
-def require_auth() -> None:
-    """Abort with 401 unless the request carries valid credentials."""
+def require_auth(scope: str) -> Principal:
+    """The request's credential; 401 unless it carries a valid one, 403 unless that one has ``scope``."""
     auth = current_app.extensions["autoscaler"].auth
     headers = {k: v for k, v in request.headers.items()}
     body = request.get_data(cache=True) if auth.cfg.grafana_hmac else b""
-    problem = auth.check(headers, body)
-    if problem:
-        fail(401, problem, {"WWW-Authenticate": 'Bearer realm="gpu-pool-autoscaler", Basic realm="gpu-pool-autoscaler"'})
+    try:
+        who: Principal = auth.authenticate(headers, body)
+    except AuthError as exc:
+        fail(401, str(exc), {"WWW-Authenticate": 'Bearer realm="gpu-pool-autoscaler", Basic realm="gpu-pool-autoscaler"'})
+    if not who.may(scope):
+        fail(403, f"credential {who.name!r} has no {scope!r} scope (it has: {', '.join(sorted(who.scopes))})")
+    g.principal = who
+    return who
 
 
 def register_errors(app: Flask) -> None:

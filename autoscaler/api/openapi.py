@@ -44,10 +44,11 @@ _RETRY = {"Retry-After": {"description": "Seconds to wait before sending again."
 _ERRORS = {
     "400": "Malformed body (not JSON, not an object, bad query value).",
     "401": "Missing or wrong credentials.",
+    "403": "The credential lacks the route's scope or the pool, or the request came from another origin.",
     "404": "Unknown pool.",
     "409": "The provider reports the pool's real size; the count cannot be set.",
     "413": "Body over server.max_body_bytes.",
-    "415": "Body is not JSON.",
+    "415": "Body is not JSON (state-changing /api routes: not declared application/json, an empty body too).",
     "422": "Valid JSON that means nothing valid.",
     "503": "A retry could help (failed scale, backoff, store unavailable).",
 }
@@ -80,7 +81,7 @@ def _webhook(summary: str, body: dict[str, Any]) -> dict[str, Any]:
         ],
         "requestBody": _body(body),
         "responses": {"200": _json(_ref(WebhookAnswer), "Every alert ended up in exactly one decision."),
-                      **_errors("400", "401", "413", "415", "422", "503")},
+                      **_errors("400", "401", "403", "413", "415", "422", "503")},
     }}
 
 
@@ -92,28 +93,30 @@ def _paths(pools: list[str]) -> dict[str, Any]:
         "/webhook/grafana": _webhook("Grafana unified or legacy webhook",
                                      {"anyOf": [_ref(GrafanaPayload), _ref(LegacyPayload)]}),
         "/api/v1/pools": {"get": {"summary": "Every pool", "responses": {
-            "200": _json(_ref(PoolList), "The pools."), **_errors("401", "503")}}},
+            "200": _json(_ref(PoolList), "The pools the credential may read."), **_errors("401", "403", "503")}}},
         "/api/v1/pools/{pool}": {"get": {"summary": "One pool", "parameters": pool, "responses": {
-            "200": _json(_ref(PoolBody), "The pool."), **_errors("401", "404", "503")}}},
+            "200": _json(_ref(PoolBody), "The pool."), **_errors("401", "403", "404", "503")}}},
         "/api/v1/pools/{pool}/scale": {"post": {
             "summary": "Scale by hand", "parameters": pool, "requestBody": _body(_ref(ScaleRequest)),
             "responses": {"200": _json(_ref(DecisionBody), "The decision."),
-                          **_errors("400", "401", "404", "413", "415", "422", "503")}}},
+                          **_errors("400", "401", "403", "404", "413", "415", "422", "503")}}},
         **{f"/api/v1/pools/{{pool}}/{verb}": {"post": {
             "summary": f"{verb.capitalize()} a pool", "parameters": pool,
-            "requestBody": _body(_ref(PauseRequest), required=False),
+            "requestBody": {**_body(_ref(PauseRequest), required=False),
+                            "description": "Optional, but declared application/json even when empty."},
             "responses": {"200": _json(_ref(PoolBody), "The pool."),
-                          **_errors("400", "401", "404", "413", "415", "422", "503")}}} for verb in ("pause", "resume")},
+                          **_errors("400", "401", "403", "404", "413", "415", "422", "503")}}} for verb in ("pause", "resume")},
         "/api/v1/pools/{pool}/count": {"put": {
             "summary": "Correct the tracked count", "parameters": pool, "requestBody": _body(_ref(CountRequest)),
             "responses": {"200": _json(_ref(PoolBody), "The pool."),
-                          **_errors("400", "401", "404", "409", "413", "415", "422", "503")}}},
+                          **_errors("400", "401", "403", "404", "409", "413", "415", "422", "503")}}},
         "/api/v1/events": {"get": {
             "summary": "The event log, newest first",
             "parameters": [_query("pool", {"type": "string"}, "Only this pool."),
                            _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "Default 100."),
                            _query("before", {"type": "integer", "minimum": 0, "maximum": 10**18 - 1}, "Only events with a smaller id.")],
-            "responses": {"200": _json(_ref(EventList), "The events."), **_errors("400", "401", "503")}}},
+            "responses": {"200": _json(_ref(EventList), "The events of pools the credential may read."),
+                          **_errors("400", "401", "403", "503")}}},
         "/healthz": {"get": {**open_, "summary": "Liveness", "responses": {"200": {"description": "Serving."}}}},
         "/readyz": {"get": {**open_, "summary": "Readiness", "responses": {
             "200": {"description": "The store answers."}, "503": {"description": "The store does not answer."}}}},
@@ -122,6 +125,20 @@ def _paths(pools: list[str]) -> dict[str, Any]:
         "/openapi.json": {"get": {**open_, "summary": "This document", "responses": {
             "200": {"description": "OpenAPI 3.1.", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
     }
+
+
+def _scoped(paths: dict[str, Any], hmac: bool) -> dict[str, Any]:
+    """Each authenticated operation names the credential scope it needs (OpenAPI 3.1 roles on http schemes);
+    a Grafana HMAC signature only for the webhooks."""
+    for path, ops in paths.items():
+        for method, op in ops.items():
+            if "security" in op:  # open routes say so themselves
+                continue
+            scope = "webhook" if path.startswith("/webhook/") else "read" if method == "get" else "operate"
+            op["security"] = [{"bearerAuth": [scope]}, {"basicAuth": [scope]}]
+            if hmac and scope == "webhook":
+                op["security"].append({"grafanaHmac": [scope]})
+    return paths
 
 
 def document(pools: list[str], hmac_header: str | None = None) -> dict[str, Any]:
@@ -136,8 +153,9 @@ def document(pools: list[str], hmac_header: str | None = None) -> dict[str, Any]
     return {
         "openapi": "3.1.0",
         "info": {"title": "gpu-pool-autoscaler", "version": __version__,
-                 "description": "Alert-driven node-pool autoscaler for GPU clusters."},
-        "paths": _paths(pools),
+                 "description": "Alert-driven node-pool autoscaler for GPU clusters. Each operation's security "
+                                "lists the scope (webhook, read, operate) a credential needs for it."},
+        "paths": _scoped(_paths(pools), hmac_header is not None),
         "components": {"schemas": _schemas(), "securitySchemes": schemes},
         "security": security,
     }

@@ -1,7 +1,6 @@
 """The manual API: pools, scale, pause/resume, count, events."""
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
@@ -9,12 +8,13 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 
 from autoscaler.api import fail, read_json, require_auth
 from autoscaler.answers import decision_json, event_json
-from autoscaler.models import Action, Signal, Source
+from autoscaler.api.guards import WRITES, json_only, may_see, principal, same_origin_only, visible_events
+from autoscaler.events import acting_as
+from autoscaler.models import Action, OperatorOutcome, Signal, Source
 from autoscaler.service import Service
 from autoscaler.store import PoolChange
 from autoscaler.sources import validation_message
 
-log = logging.getLogger(__name__)
 bp = Blueprint("pools", __name__, url_prefix="/api/v1")
 
 
@@ -58,15 +58,37 @@ def _svc() -> Service:
 
 
 @bp.before_request
-def _auth() -> None:
-    require_auth()
+def _guard() -> None:
+    """Reads need the ``read`` scope; writes the ``operate`` scope, a JSON body and no other site's Origin."""
+    write = request.method in WRITES
+    require_auth("operate" if write else "read")
+    if write:
+        same_origin_only()
+        json_only()
 
 
 def _spec(pool: str) -> Any:
     spec = _svc().settings.pools.get(pool)
     if spec is None:
         fail(404, f"no pool named {pool[:80]!r}")
+    may_see(spec.name, "operate" if request.method in WRITES else "read")
     return spec
+
+
+def _on_behalf_of() -> str:
+    """``X-Autoscaler-User``, printable and short: a note from the caller, never the actor (anyone can write it)."""
+    text = "".join(c for c in request.headers.get("X-Autoscaler-User", "") if c.isprintable())
+    return text.strip()[:64]
+
+
+def _operator(spec: Any, change: PoolChange, action: str, outcome: OperatorOutcome, reason: str,
+              **values: Any) -> Response:
+    """Apply an operator's change with its event (who, what, why) and answer the pool."""
+    svc = _svc()
+    who = _on_behalf_of()
+    svc.events.operator(spec.name, change, action=action, outcome=outcome, reason=reason, actor=principal().name,
+                        now=svc.clock(), details={"on_behalf_of": who} if who else None, **values)
+    return jsonify(svc.pool_json(spec))
 
 
 def _body(model: type[BaseModel], optional: bool = False) -> Any:
@@ -84,7 +106,8 @@ def _body(model: type[BaseModel], optional: bool = False) -> Any:
 @bp.get("/pools")
 def list_pools() -> Response:
     svc = _svc()
-    return jsonify({"pools": [svc.pool_json(spec) for spec in svc.settings.pools.values()]})
+    return jsonify({"pools": [svc.pool_json(spec) for spec in svc.settings.pools.values()
+                              if principal().sees(spec.name)]})
 
 
 @bp.get("/pools/<pool>")
@@ -96,22 +119,24 @@ def get_pool(pool: str) -> Response:
 def scale(pool: str) -> Response:
     spec = _spec(pool)
     req: ScaleRequest = _body(ScaleRequest)
-    who = request.headers.get("X-Autoscaler-User", "")[:64]
-    reason = "manual request" + (f" by {who}" if who else "") + (f": {req.reason}" if req.reason else "")
+    who = _on_behalf_of()
+    reason = (f"manual request by {principal().name}" + (f" (on behalf of {who})" if who else "")
+              + (f": {req.reason}" if req.reason else ""))
     signal = Signal(pool=spec.name, action=req.action, source=Source.MANUAL, step=req.step, target=req.target,
                     force=req.force, reason=reason, value=req.value)
-    decision = _svc().engine.handle(signal)
+    with acting_as(principal().name):
+        decision = _svc().engine.handle(signal)
     return jsonify(decision_json(decision))
 
 
 def _set_pause(pool: str, paused: bool) -> Response:
     spec = _spec(pool)
     req: PauseRequest = _body(PauseRequest, optional=True)
-    svc = _svc()
-    reason = req.reason if paused else ""
-    svc.store.update_pool(spec.name, None, PoolChange(paused=paused, pause_reason=reason))
-    log.info("pool=%s %s reason=%r", spec.name, "paused" if paused else "resumed", req.reason)
-    return jsonify(svc.pool_json(spec))
+    verb = "paused" if paused else "resumed"
+    reason = f"{verb} by {principal().name}" + (f": {req.reason}" if req.reason else "")
+    change = PoolChange(paused=paused, pause_reason=req.reason if paused else "")
+    outcome = OperatorOutcome.PAUSED if paused else OperatorOutcome.RESUMED
+    return _operator(spec, change, "pause" if paused else "resume", outcome, reason)
 
 
 @bp.post("/pools/<pool>/pause")
@@ -131,9 +156,11 @@ def set_count(pool: str) -> Response:
     if not svc.providers[spec.name].tracks_count:
         fail(409, f"provider {spec.provider} reports the pool's real size; the count cannot be set by hand")
     req: CountRequest = _body(CountRequest)
-    svc.store.update_pool(spec.name, None, PoolChange(tracked_count=req.count))
-    log.info("pool=%s tracked count corrected to %d", spec.name, req.count)
-    return jsonify(svc.pool_json(spec))
+    before = svc.pool_json(spec, with_last_event=False)["current"]  # the tracked count, or the provider's initial one
+    was = before if before is not None else "unknown"
+    reason = f"tracked count corrected from {was} to {req.count} by {principal().name}"
+    return _operator(spec, PoolChange(tracked_count=req.count), "set_count", OperatorOutcome.COUNT_CORRECTED, reason,
+                     from_=before, to=req.count)
 
 
 @bp.get("/events")
@@ -145,5 +172,5 @@ def events() -> Response:
     before = request.args.get("before")
     if before is not None and not (before.isascii() and before.isdigit() and len(before) <= 18):
         fail(400, "before must be an event id")
-    rows = _svc().store.events(pool, int(text), int(before) if before else None)
+    rows = visible_events(_svc().store, pool, int(text), int(before) if before else None)
     return jsonify({"events": [event_json(ev) for ev in rows]})

@@ -7,6 +7,7 @@ from flask import Blueprint, Response, current_app, render_template, request
 
 from autoscaler.api import ApiError, require_auth
 from autoscaler.answers import event_json
+from autoscaler.api.guards import principal, visible_events
 from autoscaler.service import Service
 
 bp = Blueprint("status", __name__)
@@ -50,14 +51,17 @@ def _pool_view(svc: Service, spec: Any, now: float) -> dict[str, Any]:
 def status() -> Response:
     """Every pool, a node-count chart each, and the latest events."""
     try:
-        require_auth()
+        require_auth("read")
+        svc: Service = current_app.extensions["autoscaler"]
+        now = svc.clock()
+        pools = [_pool_view(svc, spec, now) for spec in svc.settings.pools.values() if principal().sees(spec.name)]
+        events = [event_json(r) for r in visible_events(svc.store, request.args.get("pool") or None, 30)]
     except ApiError as exc:
+        if exc.status != 401:  # a credential without the read scope, or a pool outside its pools
+            return Response(render_template("unauthorized.html", message=exc.message, forbidden=True),
+                            status=exc.status, mimetype="text/html")
         body = render_template("unauthorized.html", message=exc.message)
         return Response(body, status=401, mimetype="text/html",
                         headers={"WWW-Authenticate": 'Basic realm="gpu-pool-autoscaler", charset="UTF-8"'})
-    svc: Service = current_app.extensions["autoscaler"]
-    now = svc.clock()
-    pools = [_pool_view(svc, spec, now) for spec in svc.settings.pools.values()]
-    events = [event_json(r) for r in svc.store.events(request.args.get("pool") or None, 30)]
     html = render_template("status.html", pools=pools, events=events, refresh=10)
     return Response(html, mimetype="text/html")

@@ -7,6 +7,8 @@ from flask import Blueprint, Response, current_app, jsonify, request
 
 from autoscaler.answers import decision_json
 from autoscaler.api import fail, read_json, require_auth
+from autoscaler.api.guards import principal, same_origin_only
+from autoscaler.events import acting_as
 from autoscaler.models import Decision, Notification, Outcome
 from autoscaler.routing import ACTIONS, parse_step
 from autoscaler.sources import PayloadError, alertmanager, grafana
@@ -36,7 +38,8 @@ def _answer(note: Notification, decisions: list[Decision]) -> Response:
 
 
 def _handle(parse: Callable[[Any, dict[str, str]], Notification]) -> Response:
-    require_auth()
+    require_auth("webhook")
+    same_origin_only()  # senders send no Origin; a browser on another site's page does
     query = _query()
     body = read_json()
     try:
@@ -44,7 +47,23 @@ def _handle(parse: Callable[[Any, dict[str, str]], Notification]) -> Response:
     except PayloadError as exc:
         fail(422 if isinstance(body, dict) else 400, str(exc))
     engine = current_app.extensions["autoscaler"].engine
-    return _answer(note, engine.handle_notification(note))
+    _within_pools(note, engine)
+    with acting_as(principal().name):
+        return _answer(note, engine.handle_notification(note))
+
+
+def _within_pools(note: Notification, engine: Any) -> None:
+    """403 for the whole notification when a credential limited to some pools sends an alert that would act on
+    another configured pool (nothing of it acts)."""
+    who = principal()
+    if who.pools is None:
+        return
+    for alert in note.alerts:
+        if alert.status != "firing" or alert.is_test:
+            continue
+        route = engine.router.route(alert, note.query)
+        if not route.problem and route.pool in engine.settings.pools and not who.sees(route.pool):
+            fail(403, f"credential {who.name!r} may not send alerts for pool {route.pool[:80]!r} (not in its pools)")
 
 
 @bp.post("/alertmanager")
