@@ -173,12 +173,28 @@ class PoolState:
 
 
 @dataclass(frozen=True)
+class CloudLimits:
+    """The cloud's own bounds on a pool's size, which the service never widens (EKS minSize/maxSize, GKE's
+    per-zone node count). A target outside them, or not a multiple of ``multiple_of``, is ``skipped_limit``."""
+
+    low: int
+    high: int
+    owner: str  # whose limits, for the reason: "EKS node group gpu-a10"
+    low_name: str = "min"  # the cloud's own name of each bound, e.g. minSize
+    high_name: str = "max"
+    multiple_of: int = 1
+    multiple_why: str = ""  # e.g. "GKE sets the node count per zone and the pool spans 3 zones"
+    fix: str = ""  # how an operator changes the bounds, e.g. an aws eks command
+
+
+@dataclass(frozen=True)
 class CloudStatus:
     """What the provider reports of a pool right now."""
 
     current: int | None
     busy: bool = False
     detail: str = ""
+    limits: CloudLimits | None = None  # the cloud's own bounds, when it has any beyond the pool's min/max
 
 
 @dataclass(frozen=True)
