@@ -82,7 +82,7 @@ CLOUD_LIMIT_CASES = [
                  id="above-node-group-max-refused-not-widened"),
     pytest.param(replace(OUT, step=2), limited(3, EKS), Outcome.SKIPPED_LIMIT, 3, "target 5 is above",
                  id="step-past-node-group-max-refused-not-clamped"),
-    pytest.param(IN, limited(1, replace(EKS, low=2)), Outcome.SKIPPED_LIMIT, 1, "below the EKS node group gpu's "
+    pytest.param(IN, limited(2, replace(EKS, low=2)), Outcome.SKIPPED_LIMIT, 2, "below the EKS node group gpu's "
                  "minSize (2)", id="below-node-group-min-refused"),
     pytest.param(replace(OUT, step=3), limited(0, GKE), Outcome.SCALED, 3, "", id="multiple-of-zones"),
     pytest.param(OUT, limited(0, GKE), Outcome.SKIPPED_LIMIT, 0, "not a multiple of 3 (3 zones)",
