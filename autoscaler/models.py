@@ -186,6 +186,21 @@ class CloudLimits:
     multiple_why: str = ""  # e.g. "GKE sets the node count per zone and the pool spans 3 zones"
     fix: str = ""  # how an operator changes the bounds, e.g. an aws eks command
 
+    def refuses(self, target: int) -> str:
+        """Why these bounds refuse ``target`` ("" when they allow it); the service never widens them."""
+        fix = f"; {self.fix}" if self.fix else ""
+        if target > self.high:
+            return (f"target {target} is above the {self.owner}'s {self.high_name} ({self.high}), which the "
+                    f"service never widens{fix}")
+        if target < self.low:
+            return (f"target {target} is below the {self.owner}'s {self.low_name} ({self.low}), which the "
+                    f"service never lowers{fix}")
+        if self.multiple_of > 1 and target % self.multiple_of:
+            why = f" ({self.multiple_why})" if self.multiple_why else ""
+            return (f"target {target} is not a multiple of {self.multiple_of}{why}; use steps and min/max in "
+                    f"multiples of {self.multiple_of}")
+        return ""
+
 
 @dataclass(frozen=True)
 class CloudStatus:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from autoscaler.models import Action, CloudLimits, CloudStatus, Outcome, PoolSpec, PoolState, Signal
+from autoscaler.models import Action, CloudStatus, Outcome, PoolSpec, PoolState, Signal
 from autoscaler.proportional import propose
 
 BACKOFF_FIRST = 60.0
@@ -73,24 +73,6 @@ def _limit(spec: PoolSpec, action: Action | None, current: int, desired: int) ->
     return target, ""
 
 
-def outside(limits: CloudLimits | None, target: int) -> str:
-    """Why the cloud's own bounds refuse ``target`` ("" when they allow it); the service never widens them."""
-    if limits is None:
-        return ""
-    fix = f"; {limits.fix}" if limits.fix else ""
-    if target > limits.high:
-        return (f"target {target} is above the {limits.owner}'s {limits.high_name} ({limits.high}), which the "
-                f"service never widens{fix}")
-    if target < limits.low:
-        return (f"target {target} is below the {limits.owner}'s {limits.low_name} ({limits.low}), which the "
-                f"service never lowers{fix}")
-    if limits.multiple_of > 1 and target % limits.multiple_of:
-        why = f" ({limits.multiple_why})" if limits.multiple_why else ""
-        return (f"target {target} is not a multiple of {limits.multiple_of}{why}; use steps and min/max in "
-                f"multiples of {limits.multiple_of}")
-    return ""
-
-
 def _paused(state: PoolState, action: Action | None, current: int | None) -> Plan:
     why = f" ({state.pause_reason})" if state.pause_reason else ""
     return Plan(Outcome.SKIPPED_PAUSED, action, current, current, f"pool is paused{why}; resume it to scale")
@@ -146,7 +128,7 @@ def decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus,
         desired, how = (proposal.target, proposal.how) if proposal.target is not None else (
             desired, f"{how}; {proposal.how}")
     target, limited = _limit(spec, action, current, desired)
-    limited = limited or outside(cloud.limits, target)
+    limited = limited or (cloud.limits.refuses(target) if cloud.limits else "")
     if limited:
         return Plan(Outcome.SKIPPED_LIMIT, action, current, current, limited, details=details)
     assert action is not None
