@@ -96,12 +96,7 @@ def create_node_group(endpoint: str, cluster: str, nodegroup: str, *, desired: i
                       max_size: int = 8, region: str = "us-east-1") -> str:
     """An EKS cluster and node group on moto, with its Auto Scaling group and ``desired`` instances; returns the
     ASG's name. moto's node group names an ASG it never creates, so this builds it through the EC2/ASG APIs."""
-    import boto3
-
-    kw: dict[str, Any] = {"endpoint_url": endpoint, "region_name": region}
-    eks = boto3.client("eks", **kw)
-    ec2 = boto3.client("ec2", **kw)
-    autoscaling = boto3.client("autoscaling", **kw)
+    eks, ec2, autoscaling = (client(name, endpoint, region) for name in ("eks", "ec2", "autoscaling"))
     if cluster not in eks.list_clusters()["clusters"]:
         eks.create_cluster(name=cluster, roleArn="arn:aws:iam::123456789012:role/eks",
                            resourcesVpcConfig={"subnetIds": []})
@@ -119,12 +114,18 @@ def create_node_group(endpoint: str, cluster: str, nodegroup: str, *, desired: i
     return str(asg)
 
 
-def asg_instances(endpoint: str, asg: str, region: str = "us-east-1") -> list[tuple[str, str]]:
-    """(instance id, availability zone) of the ASG's instances that are not terminating."""
+def client(service: str, endpoint: str, region: str = "us-east-1") -> Any:
+    """A boto3 client of moto with the fake keys (whatever the test's environment holds)."""
     import boto3
 
-    client = boto3.client("autoscaling", endpoint_url=endpoint, region_name=region)
-    group = client.describe_auto_scaling_groups(AutoScalingGroupNames=[asg])["AutoScalingGroups"][0]
+    return boto3.client(service, endpoint_url=endpoint, region_name=region,
+                        aws_access_key_id=AWS_ENV["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=AWS_ENV["AWS_SECRET_ACCESS_KEY"])
+
+
+def asg_instances(endpoint: str, asg: str, region: str = "us-east-1") -> list[tuple[str, str]]:
+    """(instance id, availability zone) of the ASG's instances that are not terminating."""
+    group = client("autoscaling", endpoint, region).describe_auto_scaling_groups(AutoScalingGroupNames=[asg])["AutoScalingGroups"][0]
     return [(i["InstanceId"], i["AvailabilityZone"]) for i in group["Instances"]
             if not i["LifecycleState"].startswith("Terminat")]
 
