@@ -18,7 +18,7 @@ from autoscaler.redact import redact_text
 
 TEXT_FORMAT = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-_JSON_BREAKS = re.compile("[\u0085\u2028\u2029]")
+_JSON_BREAKS = re.compile("[\x7f-\x9f\u2028\u2029]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
