@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from flask import Flask
 
+from autoscaler.api.body import close_after
 from autoscaler.auth import Authenticator
 from autoscaler.config import Settings, build_settings, load_config
 from autoscaler.engine import Engine
@@ -114,6 +115,8 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
     def _prune(resp: Any) -> Any:
         pruner.maybe_start()  # at most once a minute, on its own thread
         return resp
+
+    app.after_request(close_after)
 
     @app.after_request
     def _no_secret_out(resp: Any) -> Any:

@@ -26,6 +26,30 @@ class BodyError(Exception):
         self.message = message
 
 
+def unread_body() -> bool:
+    """Whether the request came with a body that was not read whole (refused before, or cut by an error)."""
+    if g.get("_body") is not None:
+        return False
+    length = request.content_length
+    return bool(length) or (length is None and request.headers.get("Transfer-Encoding", "").lower() == "chunked")
+
+
+def close_after(resp: Any) -> Any:
+    """End the connection after this answer when a body was left unread, instead of reading (and waiting for)
+    the rest to find the next request: ``Connection: close``, and under gunicorn the socket's read side shut so
+    its drain of the rest ends at once."""
+    if not unread_body():
+        return resp
+    resp.headers["Connection"] = "close"  # gunicorn drops this header (hop-by-hop), hence the shutdown
+    sock = request.environ.get("gunicorn.socket")
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RD)
+        except OSError:
+            pass
+    return resp
+
+
 def read_body(limit: int, timeout: float) -> bytes:
     """The whole body (read once per request and kept), or BodyError: 413 past ``limit``, 408 past ``timeout``."""
     cached = g.get("_body")
@@ -36,9 +60,10 @@ def read_body(limit: int, timeout: float) -> bytes:
         return b""  # neither a length nor a server that ends a chunked body: there is no body to read safely
     if length is not None and length > limit:
         raise BodyError(413, f"body larger than server.max_body_bytes ({limit})")
-    # With a length, werkzeug's stream stops at it; without one (chunked), read the server's own input, which
-    # ends where the chunked body ends, and ask for one byte more than the limit to tell "at" from "over".
-    stream = request.stream if length is not None else request.environ["wsgi.input"]
+    # The server's own input, read up to the length, or (chunked: the server ends the stream where the body ends)
+    # up to one byte more than the limit, to tell "at" from "over". Not werkzeug's wrapper: it turns a timeout
+    # into "client disconnected" (400) and stops a chunked body at the limit without saying so.
+    stream = request.environ["wsgi.input"]
     want = length if length is not None else limit + 1
     sock: Any = request.environ.get("gunicorn.socket")
     deadline = time.monotonic() + timeout
