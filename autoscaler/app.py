@@ -91,7 +91,7 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
     built = _providers(settings, providers)
     if startup_check:
         _check({k: v for k, v in built.items() if providers is None or k not in providers})
-    metrics = Metrics()
+    metrics = Metrics(pools=settings.pools)
     sinks = list(sinks or []) + _configured_sinks(settings, metrics)
     events = EventLog(store, sinks, metrics)
     engine = Engine(settings, store, built, events, clock=clock, metrics=metrics)
