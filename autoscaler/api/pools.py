@@ -6,7 +6,7 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
 
-from autoscaler.api import fail, read_json, require_auth
+from autoscaler.api import fail, read_json, request_body, require_auth
 from autoscaler.answers import decision_json, event_json
 from autoscaler.api.guards import WRITES, json_only, may_see, principal, same_origin_only, visible_events
 from autoscaler.events import acting_as
@@ -92,7 +92,7 @@ def _operator(spec: Any, change: PoolChange, action: str, outcome: OperatorOutco
 
 
 def _body(model: type[BaseModel], optional: bool = False) -> Any:
-    if optional and not request.get_data(cache=True).strip():
+    if optional and not request_body().strip():
         return model()
     body = read_json()
     if not isinstance(body, dict):
