@@ -22,6 +22,7 @@ from providers import NodePoolProvider, ProviderError, Tracked
 log = logging.getLogger(__name__)
 
 LEASE_TTL = 120.0  # the default of server.lease_ttl
+UNEXPECTED_RETRY = 30.0  # Retry-After for a decision that failed on an unexpected error
 Clock = Callable[[], float]
 
 
@@ -66,6 +67,16 @@ class Engine:
             return self.events.record(decision, signal.source.value, alerts, now)
         claim = uuid.uuid4().hex
         keys = signal.dedup_keys
+        try:
+            return self._handle(signal, spec, keys, claim, now)
+        except StoreUnavailable:
+            raise  # the request is answered 503; a claim left behind lapses after its short pending window
+        except Exception as exc:  # a bug or a library's surprise: this decision fails, the others go on
+            return self._unexpected(signal, spec, keys, claim, exc)
+
+    def _handle(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str, now: float) -> Decision:
+        """The short cut, else claim, lock, lease, decide, act and record."""
+        alerts = list(signal.alerts)
         duplicate = Decision(spec.name, signal.action, Outcome.SKIPPED_DUPLICATE, None, None,
                              f"{signal.reason}: same notification already handled within "
                              f"the {spec.dedup_window:.0f}s dedup window")
@@ -108,16 +119,36 @@ class Engine:
             return self._busy(signal, spec, keys, claim)
         try:
             decision, change = self._decide_and_act(signal, spec, state)
+            if decision.retry_after is not None:
+                self.store.release_dedup(keys, claim)  # let the sender's retry act
+            confirm = None
+            if keys and decision.retry_after is None and spec.dedup_window > pending:
+                confirm = DedupConfirm(keys, claim, now + spec.dedup_window)  # in finish's transaction
+            return self.events.finish(spec.name, owner, decision, signal.source.value, alerts, self.clock(), change,
+                                      confirm)
         except BaseException:
-            self.store.release(spec.name, owner)
+            self._release(spec.name, owner)  # finish did not commit: the lease is still ours
             raise
-        if decision.retry_after is not None:
-            self.store.release_dedup(keys, claim)  # let the sender's retry act
-        confirm = None
-        if keys and decision.retry_after is None and spec.dedup_window > pending:
-            confirm = DedupConfirm(keys, claim, now + spec.dedup_window)  # in finish's transaction
-        return self.events.finish(spec.name, owner, decision, signal.source.value, alerts, self.clock(), change,
-                                  confirm)
+
+    def _release(self, pool: str, owner: str) -> None:
+        """Best effort: give the pool's lease back (it expires by itself when the store is away)."""
+        try:
+            self.store.release(pool, owner)
+        except StoreUnavailable:
+            log.warning("lease of pool %s left to expire by itself: store unavailable", pool)
+
+    def _unexpected(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str,
+                    exc: Exception) -> Decision:
+        """An error no code path expects: log it, free the dedup claim (the sender's retry must act, not be
+        ``skipped_duplicate``) and record ``failed`` with a retry, so that the notification's other signals still
+        count and the sender is answered 503. Pool state is left alone: this is not the cloud's failure."""
+        log.exception("unexpected error deciding on pool %s", spec.name)
+        self._forget(keys, claim)
+        decision = Decision(spec.name, signal.action, Outcome.FAILED, None, None,
+                            f"{signal.reason + ': ' if signal.reason else ''}unexpected error ({type(exc).__name__}) "
+                            "while deciding; see the service log. A retry can act", retry_after=UNEXPECTED_RETRY,
+                            details={"code": "internal"})
+        return self.events.record(decision, signal.source.value, list(signal.alerts), self.clock())
 
     def _settled(self, signal: Signal, spec: PoolSpec, quick: QuickState, now: float) -> Decision | None:
         """The decision when the stored state settles it (see ``policy.settled``), else None."""
