@@ -128,7 +128,10 @@ class Signal:
 
     @property
     def dedup_keys(self) -> tuple[str, ...]:
-        return tuple(a.dedup_key for a in self.alerts if a.dedup_key)
+        """The alerts' keys for this destination: the same alert routed to another pool or action (a second
+        receiver or notification channel) is another request, not a duplicate."""
+        where = f"{self.pool}|{self.action.value if self.action else '-'}|"
+        return tuple(where + a.dedup_key for a in self.alerts if a.dedup_key)
 
 
 @dataclass(frozen=True)
