@@ -7,8 +7,9 @@ import socket
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from autoscaler.config import Settings
 from autoscaler.events import EventLog
@@ -21,7 +22,8 @@ from providers import NodePoolProvider, ProviderError, Tracked
 
 log = logging.getLogger(__name__)
 
-LEASE_TTL = 120.0  # the default of server.lease_ttl
+LEASE_TTL = 30.0  # the default of server.lease_ttl; a running decision renews it every third of it
+BUSY_RETRY = 5.0  # Retry-After (at most) when the pool is held by another decision of ours
 UNEXPECTED_RETRY = 30.0  # Retry-After for a decision that failed on an unexpected error
 Clock = Callable[[], float]
 
@@ -118,7 +120,8 @@ class Engine:
         if state is None:
             return self._busy(signal, spec, keys, claim)
         try:
-            decision, change = self._decide_and_act(signal, spec, state)
+            with self._renewing(spec.name, owner):
+                decision, change = self._decide_and_act(signal, spec, state)
             if decision.retry_after is not None:
                 self.store.release_dedup(keys, claim)  # let the sender's retry act
             confirm = None
@@ -129,6 +132,28 @@ class Engine:
         except BaseException:
             self._release(spec.name, owner)  # finish did not commit: the lease is still ours
             raise
+
+    @contextmanager
+    def _renewing(self, pool: str, owner: str) -> Iterator[None]:
+        """Keep the pool's lease while the decision runs (the cloud call may outlast ``lease_ttl``): a small thread
+        bound to this decision extends it every third of the TTL, so only a dead worker's lease ever lapses."""
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(self.lease_ttl / 3):
+                try:
+                    if not self.store.renew(pool, owner, self.clock(), self.lease_ttl):
+                        log.error("lease of pool %s was lost while its decision ran (held past lease_ttl?)", pool)
+                        return
+                except StoreUnavailable:
+                    log.warning("could not renew the lease of pool %s: store unavailable; retrying", pool)
+
+        thread = threading.Thread(target=renew, name=f"lease-{pool}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()  # a renewal racing the release is harmless: it only touches a lease this owner still holds
 
     def _release(self, pool: str, owner: str) -> None:
         """Best effort: give the pool's lease back (it expires by itself when the store is away)."""
@@ -159,11 +184,14 @@ class Engine:
         return None if plan is None else self._plan_decision(spec, _said_by(signal, plan))
 
     def _busy(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str) -> Decision:
-        """Give up on a pool whose decision stays taken: free the dedup claim, record skipped_busy."""
+        """Give up on a pool whose decision stays taken (our lock or lease, maybe a dead worker's until it lapses):
+        free the dedup claim, record skipped_busy with a Retry-After, so the sender tries again and that try acts."""
         self.store.release_dedup(keys, claim)
         decision = Decision(spec.name, signal.action, Outcome.SKIPPED_BUSY, None,
                             None, f"another decision on pool {spec.name} is still running after "
-                                  f"{self.lock_wait:.0f}s; try again")
+                                  f"{self.lock_wait:g}s (its lease lapses within {self.lease_ttl:g}s if its worker "
+                                  f"died); try again", retry_after=min(self.lease_ttl, BUSY_RETRY),
+                            details={"busy": "lease"})
         return self.events.record(decision, signal.source.value, list(signal.alerts), self.clock())
 
     def _forget(self, keys: tuple[str, ...], claim: str) -> None:

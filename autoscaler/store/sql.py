@@ -183,6 +183,13 @@ class SqlStore(Store):
                 row = None
         return self._state(row) if row else None
 
+    def renew(self, pool: str, owner: str, now: float, ttl: float) -> bool:
+        t = tables.pools
+        with self._tx() as conn:
+            result = conn.execute(update(t).where(t.c.name == pool, t.c.lease_owner == owner)
+                                  .values(lease_until=now + ttl))
+        return bool(result.rowcount)
+
     def release(self, pool: str, owner: str) -> None:
         t = tables.pools
         with self._tx() as conn:
