@@ -109,7 +109,8 @@ class ServerConfig(_Frozen):
     read_timeout: Duration = Field(default=10.0, gt=0, description="Longest a client may take to send a request "
                                    "body; slower ones get 408 (a gthread worker's thread is not held longer).")
     lock_wait: Duration = Field(default=5.0, description="How long a decision waits for another on the same pool.")
-    lease_ttl: Duration = Field(default=120.0, gt=0, description="How long a pool's lease outlives a dead worker.")
+    lease_ttl: Duration = Field(default=30.0, gt=0, description="How long a pool's lease outlives a dead worker "
+                                "(a running decision renews it every third of it).")
     allowed_origins: list[str] = Field(default_factory=list, description="Browser origins besides the service's "
                                        "own that may send state-changing requests (scheme://host[:port]).")
 
