@@ -252,3 +252,27 @@ def test_default_victims(kubernetes: bool, victims: str) -> None:
         raw["kubernetes"] = {"host": "http://127.0.0.1:1", "token": "t"}
     spec = build_settings(raw).pools["gpu"]
     assert spec.victims == victims and spec.node_selector == (("agentpool", "gpunp"),) and spec.drain_timeout == 600
+
+
+def test_pool_shows_its_nodes(tmp_path: Any, kube: FakeKube, receiver: WebhookReceiver) -> None:
+    kube.add_pod("db", "gpunp-0", annotations={"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"})
+    kube.nodes["gpunp-1"]["spec"]["unschedulable"] = True
+    s = make(tmp_path, kube, receiver.url)
+    body = s.client.get("/api/v1/pools/gpu", headers=AUTH).get_json()
+    assert [n["name"] for n in body["nodes"]] == ["gpunp-2", "gpunp-1", "gpunp-0"]  # newest first
+    busy, cordoned, protected = body["nodes"]
+    assert busy["gpu_pods"] == [{"namespace": "ml", "name": "train-7", "resource": "nvidia.com/gpu", "count": 8}]
+    assert busy["removable"] is False and busy["protected"] is None and busy["ready"] is True
+    assert cordoned["cordoned"] is True and cordoned["cordoned_by_us"] is False and cordoned["removable"] is True
+    assert protected["protected"] == "runs pod ml/db annotated cluster-autoscaler.kubernetes.io/safe-to-evict=false"
+    listed = s.client.get("/api/v1/pools", headers=AUTH).get_json()["pools"][0]
+    assert "nodes" not in listed  # the list (and /metrics) never reads the cluster
+    page = s.client.get("/", headers=AUTH).get_data(as_text=True)
+    assert 'data-node="gpunp-2"' in page and "ml/train-7" in page and "safe-to-evict=false" in page
+
+
+def test_pool_nodes_error_is_said(tmp_path: Any, kube: FakeKube, receiver: WebhookReceiver) -> None:
+    s = make(tmp_path, kube, receiver.url)
+    kube.token = "rotated"
+    body = s.client.get("/api/v1/pools/gpu", headers=AUTH).get_json()
+    assert "nodes" not in body and body["nodes_error"].startswith("listing nodes agentpool=gpunp: 401")

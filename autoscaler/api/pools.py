@@ -117,7 +117,7 @@ def list_pools() -> Response:
 
 @bp.get("/pools/<pool>")
 def get_pool(pool: str) -> Response:
-    return jsonify(_svc().pool_json(_spec(pool)))
+    return jsonify(_svc().pool_json(_spec(pool), with_nodes=True))
 
 
 @bp.post("/pools/<pool>/scale")
