@@ -10,10 +10,12 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 #: The annotation the service puts on a node it cordons: ``<owner>@<rfc3339 time>``.
 CORDON_ANNOTATION = "gpu-autoscaler/cordoned"
+#: Appended to the owner once the cloud was asked to remove the node (the sweep then leaves it to the cloud).
+REMOVING = "/removing"
 DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-*")
 VICTIMS = ("cloud", "alerted", "idle")
 
@@ -57,6 +59,7 @@ class NodeView:
     cordoned_by_us: float | None  # time in our cordon annotation, None if we did not cordon it
     provider_id: str  # spec.providerID ("" if unknown)
     gpu_allocatable: int  # 0 while the device plugin has not reported yet
+    cordon_owner: str = ""  # who put our cordon annotation ("" if none); ends in REMOVING once removal was asked
 
     def busy_reason(self) -> str | None:
         """Why this node must stay (protection first, then GPU work), None when it may go."""
@@ -67,6 +70,10 @@ class NodeView:
             extra = f" and {more} more GPU pod{'s' if more > 1 else ''}" if more else ""
             return f"runs GPU pod {self.gpu_pods[0].describe()}{extra}"
         return None
+
+
+class ClusterError(Exception):
+    """The API server could not be read or refused a change; the message never holds a credential."""
 
 
 class Cluster(Protocol):
@@ -86,6 +93,14 @@ class Cluster(Protocol):
 
     def evict(self, namespace: str, pod: str) -> str | None:
         """Ask the Eviction API to evict the pod: None when accepted, the refusal (a PDB's 429) otherwise."""
+
+
+@runtime_checkable
+class MarkedNodes(Protocol):
+    """Optional: a cluster that can list a pool's nodes without their pods (one call), for the stale-cordon sweep."""
+
+    def marked(self, selector: Mapping[str, str]) -> list[NodeView]:
+        """The nodes matching the selector, ``gpu_pods`` empty and ``protected`` from node annotations only."""
 
 
 # ---- pods -------------------------------------------------------------------------------------------------------
@@ -194,8 +209,9 @@ def node_view(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
     meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
     pods = list(pods)
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
-    mark = (meta.get("annotations") or {}).get(CORDON_ANNOTATION)
-    ours = parse_time(mark.rpartition("@")[2]) if mark else None
+    mark = str((meta.get("annotations") or {}).get(CORDON_ANNOTATION) or "")
+    owner, _, when = mark.rpartition("@")
+    ours = parse_time(when) if mark else None
     protected = node_protection(node) or next((r for r in map(pod_protection, pods) if r), None)
     allocatable = status.get("allocatable") or {}
     return NodeView(
@@ -208,6 +224,7 @@ def node_view(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
         cordoned_by_us=ours if ours is not None else (0.0 if mark else None),
         provider_id=spec.get("providerID", "") or "",
         gpu_allocatable=sum(_quantity(v) for k, v in allocatable.items() if _matches(k, patterns)),
+        cordon_owner=owner if mark else "",
     )
 
 

@@ -13,17 +13,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
 from autoscaler.config_schema import KubernetesConfig
-from autoscaler.nodes import CORDON_ANNOTATION, NodeView, cordon_mark, node_view
+from autoscaler.nodes import CORDON_ANNOTATION, ClusterError, NodeView, cordon_mark, node_view
 
 log = logging.getLogger(__name__)
 
 _MERGE = "application/merge-patch+json"  # the client would send a dict body as json-patch, which the server refuses
 _NOT_FINISHED = "status.phase!=Succeeded,status.phase!=Failed"
 _PARALLEL = 8  # pod lists in flight at once
-
-
-class ClusterError(Exception):
-    """The API server could not be read or refused a change; the message never holds the token."""
 
 
 class KubeCluster:
@@ -86,6 +82,12 @@ class KubeCluster:
         with ThreadPoolExecutor(max_workers=min(_PARALLEL, max(len(items), 1))) as pool:
             pods = list(pool.map(self._pods, names))
         return [node_view(n, p, self.patterns) for n, p in zip(items, pods)]
+
+    def marked(self, selector: Mapping[str, str]) -> list[NodeView]:
+        """The pool's nodes without their pods: one call, for the stale-cordon sweep."""
+        labels = ",".join(f"{k}={v}" if v else k for k, v in selector.items())
+        answer = self._call(f"listing nodes {labels}", self._api().list_node, raw=True, label_selector=labels)
+        return [node_view(n, (), self.patterns) for n in answer.get("items") or []]
 
     def node(self, name: str) -> NodeView | None:
         from kubernetes.client.exceptions import ApiException

@@ -6,8 +6,8 @@ from typing import Iterator
 import pytest
 
 from autoscaler.config_schema import KubernetesConfig
-from autoscaler.nodes import CORDON_ANNOTATION, GpuPod
-from providers.kube import ClusterError, KubeCluster
+from autoscaler.nodes import CORDON_ANNOTATION, ClusterError, GpuPod
+from providers.kube import KubeCluster
 from tests.fakes.kube import FakeKube
 
 POOL = {"kubernetes.azure.com/agentpool": "gpunp"}
