@@ -89,19 +89,26 @@ BUSY_BOTH = [1.5] * 10 + [0.5] * 50
 BUSY_NEWEST = [1.5] * 10 + [0.125] * 50
 
 
-@pytest.mark.parametrize("demand,victims,removed,interrupted,pods", [
+SCALED, IN_USE = Outcome.SCALED, Outcome.SKIPPED_IN_USE
+
+
+@pytest.mark.parametrize("demand,victims,outcome,left,interrupted,pods", [
     # the cloud removes the newest node with pods 10 and 12 on it, running since T0: 2 x 20.5 min / 8
-    pytest.param(BUSY_BOTH, "cloud", 1, 2 * 20.5 / 8, 2, id="cloud-cuts-the-newest-nodes-work"),
-    pytest.param(BUSY_BOTH, "idle", 0, 0.0, 0, id="idle-keeps-both-busy-nodes"),
-    pytest.param(BUSY_NEWEST, "cloud", 1, 1 * 20.5 / 8, 1, id="cloud-cuts-the-last-pod"),
-    pytest.param(BUSY_NEWEST, "idle", 1, 0.0, 0, id="idle-removes-the-idle-older-node"),
+    pytest.param(BUSY_BOTH, "cloud", SCALED, ["gpu-old"], 2 * 20.5 / 8, 2, id="cloud-cuts-the-newest-nodes-work"),
+    pytest.param(BUSY_BOTH, "idle", IN_USE, ["gpu-old", "gpu-new"], 0.0, 0, id="idle-keeps-both-busy-nodes"),
+    pytest.param(BUSY_NEWEST, "cloud", SCALED, ["gpu-old"], 1 * 20.5 / 8, 1, id="cloud-cuts-the-last-pod"),
+    pytest.param(BUSY_NEWEST, "idle", SCALED, ["gpu-new"], 0.0, 0, id="idle-removes-the-idle-older-node"),
 ])
-def test_interrupted_work_computed_by_hand(demand: list[float], victims: str, removed: int, interrupted: float,
-                                           pods: int) -> None:
+def test_interrupted_work_computed_by_hand(demand: list[float], victims: str, outcome: Outcome, left: list[str],
+                                           interrupted: float, pods: int) -> None:
     run = simulate(build_settings(config(), env={}), Trace(T0, tuple(demand)), victims=victims)
     (when, decision), *_ = run.decisions
-    assert (when - T0, decision.outcome, decision.action) == (1230.0, Outcome.SCALED, "scale_in")
-    assert run.minutes[-1].ready == 2 - removed
+    assert (when - T0, decision.outcome, decision.action) == (1230.0, outcome, "scale_in")
+    assert run.minutes[-1].ready == len(left)
+    if victims == "idle":  # the engine's node-aware scale-in said which nodes went and why the others stayed
+        assert decision.details["nodes"] == [n for n in ("gpu-old", "gpu-new") if n not in left]
+        kept = {k["node"]: k["reason"] for k in decision.details["kept"]}
+        assert set(kept) == set(left) and all(r.startswith("runs GPU pod replay/work-") for r in kept.values())
     assert (run.interrupted_node_minutes, run.interrupted_pods) == (interrupted, pods)
     assert figures(run)["interrupted_node_minutes"] == interrupted
 

@@ -137,4 +137,5 @@ class ReplayCluster:
         return NodeView(name=node.name, ready=ready, created=node.created, cordoned=node.cordon is not None,
                         gpu_pods=pods, protected=None,
                         cordoned_by_us=None if node.cordon is None else node.cordon[1], provider_id="",
-                        gpu_allocatable=self.gpus_per_node if ready else 0)
+                        gpu_allocatable=self.gpus_per_node if ready else 0,
+                        cordon_owner="" if node.cordon is None else node.cordon[0])

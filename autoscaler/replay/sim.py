@@ -13,7 +13,6 @@ from autoscaler.models import Decision, Mode
 from autoscaler.replay.alerts import AlertEmulator
 from autoscaler.replay.cluster import DEFAULT_GPUS_PER_NODE, ReplayCluster
 from autoscaler.replay.trace import STEP, ReplayError, Trace
-from autoscaler.replay.victims import PickingProvider
 from autoscaler.sources import alertmanager
 from autoscaler.store import SqlStore
 from providers import build
@@ -80,7 +79,16 @@ def fixed_step(settings: Settings) -> Settings:
 
 def victims_of(settings: Settings, pool: str) -> str:
     """The pool's ``scale_in.victims``: cloud, alerted or idle."""
-    return str(getattr(settings.pools[pool], "victims", "cloud"))
+    return settings.pools[pool].victims
+
+
+def with_victims(settings: Settings, pool: str, victims: str) -> Settings:
+    """The same config with the pool's ``scale_in.victims`` set; a pool without ``node_selector`` gets one (the
+    replay's cluster holds this pool's nodes only, so any selector selects them)."""
+    spec = settings.pools[pool]
+    selector = spec.node_selector or (("gpu-autoscaler/replay-pool", pool),)
+    pools = {**settings.pools, pool: replace(spec, victims=victims, node_selector=selector)}
+    return Settings(config=settings.config, pools=pools)
 
 
 def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url: str = "sqlite://",
@@ -90,11 +98,11 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     ``victims`` overrides the pool's ``scale_in.victims`` (``cloud``: a count scale-in, the newest node goes).
     """
     pool = replay_pool(settings)
+    if victims is not None and victims != victims_of(settings, pool):
+        settings = with_victims(settings, pool, victims)
     cfg = settings.config.replay
     assert cfg is not None
-    spec = settings.pools[pool]
-    sim: SimulatedSettings = spec.provider_settings
-    victims = victims or victims_of(settings, pool)
+    sim: SimulatedSettings = settings.pools[pool].provider_settings
     now = trace.start
     store = SqlStore(store_url)
     store.ensure_pools(list(settings.pools))
@@ -102,9 +110,10 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     provider = providers[pool]
     assert isinstance(provider, SimulatedProvider)
     nodes = ReplayCluster(provider.node_names(), gpus_per_node(settings, pool), sim.provision_seconds, now)
-    if victims != "cloud":
-        providers[pool] = PickingProvider(provider, nodes, victims, spec.min)
-    engine = Engine(settings, store, providers, EventLog(store), clock=lambda: now)
+    # The engine's own node-aware scale-in (pick, cordon, re-check, remove by name) runs against the replay's
+    # cluster; a forced drain's retries would sleep, the replay never forces one.
+    engine = Engine(settings, store, providers, EventLog(store), clock=lambda: now, cluster=nodes,
+                    sleep=lambda _: None)
     emulator = AlertEmulator(cfg, settings.config.routing, use_steps=use_steps)
     queue: list[tuple[float, int, int]] = [(trace.start + STEP * i, SAMPLE, i) for i in range(len(trace.demand))]
     queue.append((trace.start, EVALUATE, 0))
