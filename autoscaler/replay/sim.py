@@ -4,7 +4,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
@@ -13,7 +13,7 @@ from autoscaler.models import Decision, Mode, Outcome
 from autoscaler.replay.alerts import AlertEmulator
 from autoscaler.replay.trace import STEP, ReplayError, Trace
 from autoscaler.sources import alertmanager
-from autoscaler.store import SqlStore
+from autoscaler.store import SqlStore, Store
 from providers import build
 from providers.simulated import SimulatedSettings
 
@@ -75,6 +75,11 @@ class Run:
     minutes: list[Minute]
     decisions: list[tuple[float, Decision]]
     notifications: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    stopped: bool = False  # the ``stop`` hook ended it before the trace did
+
+
+#: Called with each new minute of a replay; True stops the replay there (the tuner drops a hopeless candidate).
+StopHook = Callable[[Minute], bool]
 
 
 def replay_pool(settings: Settings) -> str:
@@ -103,14 +108,20 @@ def fixed_step(settings: Settings) -> Settings:
     return Settings(config=settings.config, pools=pools)
 
 
-def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url: str = "sqlite://") -> Run:
-    """Replay the trace; the engine is the service's own, with an in-memory store and a virtual clock."""
+def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url: str = "sqlite://",
+             store: Store | None = None, stop: StopHook | None = None) -> Run:
+    """Replay the trace; the engine is the service's own, with an in-memory store and a virtual clock.
+
+    ``store``: a fresh store to use instead of SQLite at ``store_url`` (the tuner's MemoryStore); ``stop``: see
+    StopHook.
+    """
     pool = replay_pool(settings)
     cfg = settings.config.replay
     assert cfg is not None
     sim: SimulatedSettings = settings.pools[pool].provider_settings
     now = trace.start
-    store = SqlStore(store_url)
+    own_store = store is None
+    store = SqlStore(store_url) if store is None else store
     store.ensure_pools(list(settings.pools))
     providers = {name: build(spec.provider, name, spec.provider_settings) for name, spec in settings.pools.items()}
     engine = Engine(settings, store, providers, EventLog(store), clock=lambda: now)
@@ -123,6 +134,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     decisions: list[tuple[float, Decision]] = []
     notifications: list[tuple[float, dict[str, Any]]] = []
     outcomes: list[str] = []
+    stopped = False
     bound = len(trace.demand) * (4 + int(STEP / cfg.evaluation_interval)) + 10 * len(cfg.rules) + 100
     for _ in range(bound * 4):
         if not queue:
@@ -130,11 +142,14 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
         now, kind, index = heapq.heappop(queue)
         nodes.advance(now)
         if kind == SAMPLE:
-            if minutes:
+            if minutes and outcomes:
                 minutes[-1] = replace(minutes[-1], outcomes=tuple(outcomes))
             outcomes = []
             demand = trace.demand[index]
             minutes.append(Minute(now, demand, nodes.ready, nodes.requested, utilization(demand, nodes.ready), ()))
+            if stop is not None and stop(minutes[-1]):
+                stopped = True
+                break
         elif kind == EVALUATE:
             for item in emulator.evaluate(now, utilization(trace.at(now), nodes.ready)):
                 heapq.heappush(queue, (item[0], FLUSH, item[1]))
@@ -156,8 +171,9 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
         raise ReplayError("replay did not finish: too many events (is evaluation_interval tiny?)")
     if minutes:
         minutes[-1] = replace(minutes[-1], outcomes=tuple(outcomes))
-    store.engine.dispose()
-    return Run(minutes, decisions, notifications)
+    if own_store and isinstance(store, SqlStore):
+        store.engine.dispose()
+    return Run(minutes, decisions, notifications, stopped)
 
 
 def static_peak(trace: Trace) -> Run:
