@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 import random
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -22,6 +22,7 @@ from autoscaler.replay.trace import STEP, Trace
 from autoscaler.store.memory import MemoryStore
 
 Progress = Callable[[str], None]
+WAVE = 12  # candidates scored between two updates of the early-stop bound
 
 
 @dataclass(frozen=True)
@@ -156,35 +157,23 @@ class Search:
 
     def _score(self, pool: ProcessPoolExecutor | None, cands: list[Candidate], minutes: int,
                early: bool) -> list[Score]:
-        """Score every candidate on the first ``minutes``; with ``early``, each stops once it cannot be the best
-        (the bound tightens as feasible results come in, so at most a few tasks wait in each worker)."""
+        """Score every candidate on the first ``minutes``; with ``early``, each stops once it cannot be the best.
+
+        Candidates go in waves of WAVE; the bound (best feasible node-hours) tightens between waves only, so the
+        results do not depend on the number of processes or on which finished first."""
         budget = self.budget(minutes)
-        scores: list[Score | None] = [None] * len(cands)
-        best: list[float] = []
-
-        def task(i: int) -> tuple[int, Candidate, int, int, int | None, float | None]:
-            return (i, cands[i], 0, minutes, budget if early else None, min(best) if early and best else None)
-
-        def done(i: int, score: Score) -> None:
-            scores[i] = score
-            self.evaluated += 1
-            if score.feasible(budget):
-                best.append(score.node_hours)
-
-        if pool is None:
-            for i in range(len(cands)):
-                done(*_evaluate_task(task(i)))
-        else:
-            pending: set[Future[tuple[int, Score]]] = set()
-            queue = list(range(len(cands)))[::-1]
-            width = 2 * max(1, getattr(pool, "_max_workers", 2))
-            while queue or pending:
-                while queue and len(pending) < width:
-                    pending.add(pool.submit(_evaluate_task, task(queue.pop())))
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    done(*fut.result())
-        return [s for s in scores if s is not None]
+        scores: list[Score] = []
+        best: float | None = None
+        for first in range(0, len(cands), WAVE):
+            tasks = [(i, cands[i], 0, minutes, budget if early else None, best if early else None)
+                     for i in range(first, min(first + WAVE, len(cands)))]
+            done = pool.map(_evaluate_task, tasks) if pool is not None else map(_evaluate_task, tasks)
+            for _, score in done:
+                scores.append(score)
+                self.evaluated += 1
+                if score.feasible(budget):
+                    best = score.node_hours if best is None else min(best, score.node_hours)
+        return scores
 
 
 def _key(candidate: Candidate) -> str:
