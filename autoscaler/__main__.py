@@ -48,10 +48,23 @@ def main(argv: list[str] | None = None) -> int:
     tuning.add_argument("--utilization-expr", default=None, help="PromQL of a pool's average GPU utilisation for "
                         "prometheus-rules.yml ({pool} and {pool_label} filled in; default dcgm-exporter's "
                         "DCGM_FI_DEV_GPU_UTIL averaged by the pool label)")
+    hist = sub.add_parser("trace", help="write a history trace (timestamp,demand) from Prometheus")
+    hist.add_argument("--prometheus", required=True, help="Prometheus base URL, e.g. http://prometheus:9090")
+    hist.add_argument("--used", required=True, help="PromQL: GPUs in use in the pool (one series)")
+    hist.add_argument("--pending", default=None, help="PromQL: GPUs requested by pods still pending (one series)")
+    hist.add_argument("--gpus-per-node", required=True, type=float, help="GPUs of one node of the pool")
+    hist.add_argument("--since", default="7d", help="how far back (default 7d)")
+    hist.add_argument("--until", default=None, help="end, RFC 3339 UTC (default now)")
+    hist.add_argument("--chunk", default="1d", help="time per range query (default 1d; at most 11,000 minutes)")
+    hist.add_argument("--out", required=True, help="the trace CSV to write")
     cli.register(sub)
     args = parser.parse_args(argv)
     if args.command == "check-config":
         return check_config(args.file)
+    if args.command == "trace":
+        from autoscaler.replay import history
+
+        return history.run(args)
     if args.command == "replay" and args.tune:
         from autoscaler.replay import tune_cli, tune_files
         from autoscaler.replay.tune import default_workers
