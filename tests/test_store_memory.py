@@ -93,6 +93,8 @@ def test_lease_and_quick_state_alike(store: Store) -> None:
     assert store.acquire("gpu", "b", 150.0, 120.0) is None  # a holds it until 220
     assert store.acquire("gpu", "a", 150.0, 120.0) is not None  # its own lease: renewed
     assert store.acquire("gpu", "b", 271.0, 120.0) is not None  # expired at 270
+    assert store.renew("gpu", "b", 300.0, 120.0) and not store.renew("gpu", "a", 300.0, 120.0)
+    assert store.acquire("gpu", "c", 400.0, 120.0) is None  # renewed to 420
     event_id = store.finish("gpu", "b", _event(271.0), PoolChange(at=271.0, acted=Action.SCALE_OUT, tracked_count=4))
     quick = store.quick_state("gpu")
     assert quick is not None and quick.last_count == 4 and quick.state.last_scale_out_at == 271.0

@@ -90,6 +90,14 @@ class MemoryStore(Store):
                 return pool_state(row)
             return None
 
+    def renew(self, pool: str, owner: str, now: float, ttl: float) -> bool:
+        with self._lock:
+            row = self._pools.get(pool)
+            if row is None or row["lease_owner"] != owner:
+                return False
+            row["lease_until"] = now + ttl
+            return True
+
     def finish(self, pool: str, owner: str, event: EventRecord, change: PoolChange,
                confirm: DedupConfirm | None = None) -> int:
         with self._lock:
