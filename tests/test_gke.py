@@ -75,9 +75,12 @@ def test_one_read_of_the_pool_per_decision(gke: FakeGke) -> None:
                      "gpu-l4:setSize"]
 
 
-def test_target_not_a_multiple_of_the_zones_is_skipped_limit(gke: FakeGke) -> None:
+def test_a_step_is_rounded_to_the_zones_or_refused(gke: FakeGke) -> None:
     status = provider(gke).status(NO_TRACK, NOW)
-    plan = decide(OUT, spec(), PoolState(name="gpu-gke"), status, NOW)
+    plan = decide(OUT, spec(), PoolState(name="gpu-gke"), status, NOW)  # 2 + step 1 -> 4 (2 zones)
+    assert (plan.outcome, plan.to) == (Outcome.SCALED, 4)
+    assert "rounded from 3 to 4, a multiple of 2: GKE sets the node count per zone" in plan.reason
+    plan = decide(OUT, spec(max_size=3), PoolState(name="gpu-gke"), status, NOW)  # 4 is past max, 2 is no scale-out
     assert plan.outcome is Outcome.SKIPPED_LIMIT
     assert "not a multiple of 2 (GKE sets the node count per zone and the pool spans 2 zone(s))" in plan.reason
     with pytest.raises(ProviderError) as info:
