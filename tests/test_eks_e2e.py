@@ -14,7 +14,7 @@ from tests.cloud_stack import service_config
 from tests.fakes.moto_eks import AWS_ENV, MotoServer, asg_instances, client, create_node_group
 from tests.pipeline_stack import POOL, Stack
 from tests.servers import Service
-from tests.support import AUTH, TOKEN
+from tests.support import AUTH, TOKEN, am_alert, am_payload
 
 pytestmark = pytest.mark.slow
 
@@ -66,3 +66,20 @@ def test_prometheus_alert_scales_an_eks_node_group_through_gunicorn(pipeline: St
     assert ("scale_out", "scaled", 2, 3) in summary and ("scale_in", "scaled", 3, 2) in summary, summary
     assert answer["current"] == 2
     assert AWS_ENV["AWS_SECRET_ACCESS_KEY"] not in log
+
+
+def test_a_target_past_the_node_groups_max_size_is_skipped_limit_through_gunicorn(tmp_path: Path) -> None:
+    with MotoServer(tmp_path) as moto:
+        create_node_group(moto.url, "prod", "gpu-small", desired=3, min_size=1, max_size=3)
+        pool = {"name": "eks-small", "provider": "eks", "min": 0, "max": 8,
+                "eks": {"region": "us-east-1", "cluster": "prod", "nodegroup": "gpu-small", "endpoint_url": moto.url}}
+        rules = [{"match": {"alertname": "GPUUtilizationHigh"}, "pool": "eks-small", "action": "scale_out"}]
+        with Service(service_config(tmp_path, [pool], rules=rules), tmp_path, workers=1, env=AWS_ENV) as svc:
+            resp = requests.post(f"{svc.url}/webhook/alertmanager", json=am_payload(am_alert()), headers=AUTH,
+                                 timeout=30)
+        group = client("eks", moto.url).describe_nodegroup(clusterName="prod", nodegroupName="gpu-small")
+    assert resp.status_code == 200, resp.text
+    decision = resp.json()["decisions"][0]
+    assert decision["outcome"] == "skipped_limit", decision
+    assert "above the EKS node group gpu-small's maxSize (3), which the service never widens" in decision["reason"]
+    assert group["nodegroup"]["scalingConfig"]["desiredSize"] == 3
