@@ -137,6 +137,12 @@ class EksProvider:
                 self._call("TerminateInstanceInAutoScalingGroup", lambda: client.terminate_instance_in_auto_scaling_group(
                     InstanceId=instance, ShouldDecrementDesiredCapacity=True))
             except ProviderError as exc:
+                if self._terminating(group, instance):
+                    log.warning("eks pool=%s: terminating %s failed (%s), but the instance is leaving its Auto "
+                                "Scaling group: an earlier attempt was accepted and its answer lost", self.pool,
+                                instance, exc.message)
+                    done += 1
+                    continue
                 gone = f"{done} of {len(ids)} instance(s) were terminated" if done else "nothing was terminated"
                 raise ProviderError(f"{exc.message}; {gone}", retryable=exc.retryable, code=exc.code,
                                     retry_after=exc.retry_after, applied=current - done if done else None) from None
@@ -205,6 +211,13 @@ class EksProvider:
                 running.append(update_id)
         return running
 
+    def _terminating(self, group: dict[str, Any], instance: str) -> bool:
+        """After a failed terminate: is the instance already leaving the group (a retry after a lost answer)?"""
+        try:
+            return instance not in self._group_instances(group)
+        except ProviderError:
+            return False
+
     def _group_instances(self, group: dict[str, Any]) -> set[str]:
         """Instance ids in the node group's Auto Scaling group(s) (DescribeAutoScalingGroups, one call)."""
         names = [g["name"] for g in (group.get("resources") or {}).get("autoScalingGroups") or [] if g.get("name")]
@@ -264,6 +277,7 @@ def _translated(call: Callable[[], T], what: str) -> T:
     """Run a boto3 call; its errors become Transient (retry now) or ProviderError with AWS's code and message."""
     from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError, NoCredentialsError
     from botocore.exceptions import PartialCredentialsError
+    from botocore.parsers import ResponseParserError
 
     try:
         return call()
@@ -286,6 +300,8 @@ def _translated(call: Callable[[], T], what: str) -> T:
                             code="NoCredentials") from None
     except (ConnectionError, HTTPClientError) as exc:
         raise Transient(f"no answer from AWS ({type(exc).__name__})") from None
+    except ResponseParserError:  # a proxy's or a failing front end's HTML page instead of AWS's answer
+        raise Transient("an answer that is not AWS's (unparseable)") from None
     except BotoCoreError as exc:
         raise ProviderError(f"{what}: {type(exc).__name__}: {redact_text(str(exc))[:300]}", retryable=False) from None
 

@@ -16,6 +16,7 @@ from autoscaler.policy import decide
 from providers import ProviderError, RemovesNamedNodes, Tracked, factory
 from providers.base import NodeRef
 from providers.eks import EksProvider, EksSettings
+from tests.fakes.lossy_forwarder import LossyForwarder
 from tests.fakes.moto_eks import AWS_ENV, MotoServer, asg_instances, create_node_group
 from tests.support import BASE_CONFIG
 
@@ -203,3 +204,15 @@ def test_check_config_messages(section: dict[str, Any], expected: str) -> None:
     with pytest.raises(ConfigError) as info:
         build_settings(raw, {})
     assert any(p.startswith(expected) for p in info.value.problems), info.value.problems
+
+
+def test_a_terminate_whose_answer_was_lost_counts_as_done(moto: MotoServer) -> None:
+    provider, asg = node_group(moto, desired=2)
+    (victim, zone), (kept, _) = asg_instances(moto.url, asg)
+    with LossyForwarder(moto.url) as lossy:
+        lossy.lose_next("Action=TerminateInstanceInAutoScalingGroup")
+        settings = provider.settings.model_copy(update={"endpoint_url": lossy.url})
+        flaky = EksProvider("gpu-eks", settings, sleep=lambda s: None)
+        assert flaky.remove_nodes([NodeRef("n", f"aws:///{zone}/{victim}")], 2, NOW) == 1
+        assert lossy.lost  # the answer was lost, the retry refused (already terminating), the removal stands
+    assert [i for i, _ in asg_instances(moto.url, asg)] == [kept]

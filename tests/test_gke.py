@@ -223,3 +223,10 @@ def test_check_config_messages(section: dict[str, Any], expected: str) -> None:
     with pytest.raises(ConfigError) as info:
         build_settings(raw, {})
     assert any(p.startswith(expected) for p in info.value.problems), info.value.problems
+
+
+def test_a_delete_whose_answer_was_lost_counts_as_done(gke: FakeGke) -> None:
+    victim = gke.migs["us-central1-a"].instances[0]
+    gke.lose_answer_to = "/deleteInstances"  # deleted, then the connection drops; the retry is refused (not a member)
+    assert provider(gke).remove_nodes([NodeRef(victim, gke.provider_id("us-central1-a", victim))], 2, NOW) == 1
+    assert gke.size == 1 and sum(path.endswith("/deleteInstances") for _, path in gke.requests) == 2
