@@ -29,6 +29,9 @@ _SETTLED_UPDATES = frozenset({"Successful", "Failed", "Cancelled"})
 _THROTTLED = frozenset({"ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded",
                         "SlowDown"})
 _BUSY = frozenset({"ResourceInUseException", "ScalingActivityInProgress", "ResourceContention"})
+#: DescribeUpdate calls one decision may spend on updates it has not seen settled. A fresh process meets the node
+#: group's whole update history; it works through it this many per decision instead of in one burst.
+MAX_DESCRIBES = 10
 _INSTANCE = re.compile(r"^aws:///[^/]*/(i-[0-9a-f]+)$")
 _NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]*$")
 
@@ -97,12 +100,13 @@ class EksProvider:
         if state != _ACTIVE:
             return CloudStatus(current=current, busy=True, limits=limits,
                                detail=f"{self._where} is {state}: an earlier change is still in progress")
-        running = self._updates_in_progress()
+        running, unchecked = self._updates_in_progress()
         if running:
             return CloudStatus(current=current, busy=True, limits=limits,
                                detail=f"{self._where} has update {running[0]} InProgress")
-        return CloudStatus(current=current, limits=limits,
-                           detail=f"status={state} minSize={scaling.get('minSize')} maxSize={scaling.get('maxSize')}")
+        later = f"; {unchecked} older update(s) not checked yet ({MAX_DESCRIBES} per decision)" if unchecked else ""
+        return CloudStatus(current=current, limits=limits, detail=f"status={state} minSize={scaling.get('minSize')} "
+                                                                  f"maxSize={scaling.get('maxSize')}{later}")
 
     def scale(self, current: int, target: int, now: float) -> int:
         """UpdateNodegroupConfig with only scalingConfig.desiredSize; returns once EKS accepted the update."""
@@ -187,9 +191,13 @@ class EksProvider:
             return last[1]
         return self._describe()
 
-    def _updates_in_progress(self) -> list[str]:
-        """Ids of the node group's updates that are InProgress: ListUpdates (every page), then DescribeUpdate for
-        each id not already seen settled (a settled update never runs again, so each is described once)."""
+    def _updates_in_progress(self) -> tuple[list[str], int]:
+        """Ids of the node group's updates that are InProgress, and how many were left unchecked.
+
+        ListUpdates (every page; its order is undefined), then DescribeUpdate for at most ``MAX_DESCRIBES`` ids not
+        already seen settled. A settled update never runs again, so each is described once per process; the
+        node group's ``status`` (checked first) covers a running update while a fresh process catches up.
+        """
         eks = self._client("eks")
         s = self.settings
         ids: list[str] = []
@@ -202,14 +210,14 @@ class EksProvider:
             if not token:
                 break
         running = []
-        for update_id in ids:
+        for update_id in ids[:MAX_DESCRIBES]:
             update = self._call("DescribeUpdate", lambda: eks.describe_update(
                 name=s.cluster, nodegroupName=s.nodegroup, updateId=update_id)).get("update") or {}
             if update.get("status") in _SETTLED_UPDATES:
                 self._settled.add(update_id)
             else:
                 running.append(update_id)
-        return running
+        return running, max(0, len(ids) - MAX_DESCRIBES)
 
     def _terminating(self, group: dict[str, Any], instance: str) -> bool:
         """After a failed terminate: is the instance already leaving the group (a retry after a lost answer)?"""

@@ -216,3 +216,20 @@ def test_a_terminate_whose_answer_was_lost_counts_as_done(moto: MotoServer) -> N
         assert flaky.remove_nodes([NodeRef("n", f"aws:///{zone}/{victim}")], 2, NOW) == 1
         assert lossy.lost  # the answer was lost, the retry refused (already terminating), the removal stands
     assert [i for i, _ in asg_instances(moto.url, asg)] == [kept]
+
+
+def test_a_fresh_process_works_through_a_long_update_history_in_bounded_steps(moto: MotoServer) -> None:
+    first, _ = node_group(moto, desired=1, max_size=20)
+    for size in range(2, 14):  # 12 updates in the node group's history
+        first.scale(size - 1, size, NOW)
+    fresh = EksProvider("gpu-eks", first.settings, sleep=lambda s: None)  # a restarted worker knows none of them
+    described: list[str] = []
+    fresh._client("eks").meta.events.register("before-call.eks.DescribeUpdate", lambda **kw: described.append("d"))
+    details = []
+    for _ in range(3):
+        described.clear()
+        detail = fresh.status(NO_TRACK, NOW).detail
+        details.append((len(described), detail))
+    assert [n for n, _ in details] == [10, 2, 0]
+    assert "2 older update(s) not checked yet (10 per decision)" in details[0][1]
+    assert "not checked" not in details[1][1]
