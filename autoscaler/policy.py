@@ -1,7 +1,7 @@
 """The decision: a pure function of (signal, pool spec, pool state, cloud status, now). No I/O, no clock."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from autoscaler.models import Action, CloudLimits, CloudStatus, Outcome, PoolSpec, PoolState, Signal
@@ -118,8 +118,9 @@ def settled(signal: Signal, spec: PoolSpec, state: PoolState, now: float, curren
 
 
 def decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus, now: float,
-           recent: Sequence[tuple[float, int]] = ()) -> Plan:
-    """Decide what one signal does to one pool (``recent``: proportional recommendations as (time, nodes))."""
+           recent: Sequence[tuple[float, int]] = (), *, named_scale_in: bool = False) -> Plan:
+    """Decide what one signal does to one pool (``recent``: proportional recommendations as (time, nodes);
+    ``named_scale_in``: a scale-in removes named nodes, so the cloud's resize granularity does not apply)."""
     current = cloud.current
     action = signal.action
     if state.paused:
@@ -147,8 +148,11 @@ def decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus,
     target, limited = _limit(spec, action, current, desired)
     rounded = ""
     if not limited and cloud.limits is not None:
-        target, rounded = _in_multiples(cloud.limits, spec, action, current, target)
-        limited = cloud.limits.refuses(target)
+        limits = cloud.limits
+        if named_scale_in and action is Action.SCALE_IN:
+            limits = replace(limits, multiple_of=1)  # GKE's deleteInstances takes any number of nodes
+        target, rounded = _in_multiples(limits, spec, action, current, target)
+        limited = limits.refuses(target)
     if limited:
         return Plan(Outcome.SKIPPED_LIMIT, action, current, current, limited, details=details)
     assert action is not None

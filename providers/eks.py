@@ -138,8 +138,9 @@ class EksProvider:
         done = 0
         for instance in ids:
             try:
-                self._call("TerminateInstanceInAutoScalingGroup", lambda: client.terminate_instance_in_auto_scaling_group(
-                    InstanceId=instance, ShouldDecrementDesiredCapacity=True))
+                self._call("TerminateInstanceInAutoScalingGroup",
+                           lambda: client.terminate_instance_in_auto_scaling_group(
+                               InstanceId=instance, ShouldDecrementDesiredCapacity=True))
             except ProviderError as exc:
                 if self._terminating(group, instance):
                     log.warning("eks pool=%s: terminating %s failed (%s), but the instance is leaving its Auto "

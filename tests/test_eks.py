@@ -16,9 +16,10 @@ from autoscaler.policy import decide
 from providers import ProviderError, RemovesNamedNodes, Tracked, factory
 from providers.base import NodeRef
 from providers.eks import EksProvider, EksSettings
+from tests.fakes.kube import FakeKube
 from tests.fakes.lossy_forwarder import LossyForwarder
 from tests.fakes.moto_eks import AWS_ENV, MotoServer, asg_instances, create_node_group
-from tests.support import BASE_CONFIG
+from tests.support import BASE_CONFIG, am_alert, am_payload, make_app, post
 
 NOW = 1_700_000_000.0
 NO_TRACK = Tracked(None, None)
@@ -233,3 +234,23 @@ def test_a_fresh_process_works_through_a_long_update_history_in_bounded_steps(mo
     assert [n for n, _ in details] == [10, 2, 0]
     assert "2 older update(s) not checked yet (10 per decision)" in details[0][1]
     assert "not checked" not in details[1][1]
+
+
+def test_node_aware_scale_in_terminates_the_idle_node_through_the_app(moto: MotoServer, tmp_path: Path) -> None:
+    provider, asg = node_group(moto, desired=3)
+    group = provider.settings.nodegroup
+    instances = asg_instances(moto.url, asg)
+    with FakeKube() as kube:
+        for i, (instance, zone) in enumerate(instances):  # oldest .. newest
+            kube.add_node(f"ip-10-0-0-{i}.ec2.internal", {"eks.amazonaws.com/nodegroup": group},
+                          created=f"2026-11-0{i + 1}T00:00:00Z", provider_id=f"aws:///{zone}/{instance}")
+        kube.add_node("ip-10-9-9-9.ec2.internal", {"eks.amazonaws.com/nodegroup": "cpu"})
+        kube.add_pod("train-7", "ip-10-0-0-2.ec2.internal", gpus=8)  # the newest node is busy
+        pool = {"name": "gpu", "provider": "eks", "min": 0, "max": 6,  # default node_selector: the nodegroup label
+                "eks": {"region": "us-east-1", "cluster": "prod", "nodegroup": group, "endpoint_url": moto.url}}
+        app = make_app(f"sqlite:///{tmp_path}/s.db", pools=[pool], kubernetes={"host": kube.url, "token": kube.token})
+        answer = post(app.test_client(), "/webhook/alertmanager", am_payload(am_alert("GPUUtilizationLow")))
+    decision = answer.get_json()["decisions"][0]
+    assert (decision["outcome"], decision["from"], decision["to"]) == ("scaled", 3, 2), decision
+    assert {i for i, _ in asg_instances(moto.url, asg)} == {instances[0][0], instances[2][0]}  # exactly the idle one
+    assert desired_size(moto, group) == 2

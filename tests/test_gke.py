@@ -16,8 +16,9 @@ from providers import ProviderError, RemovesNamedNodes, Tracked, factory
 from providers.base import NodeRef
 from providers.gke import GkeProvider, GkeSettings
 from tests.fakes.gke_api import FakeGke
+from tests.fakes.kube import FakeKube
 from tests.fakes.httpbase import Reply
-from tests.support import BASE_CONFIG
+from tests.support import BASE_CONFIG, am_alert, am_payload, make_app, post
 
 TOKEN = "ya29.fake-gke-token-that-must-never-leak"
 NOW = 1_700_000_000.0
@@ -230,3 +231,23 @@ def test_a_delete_whose_answer_was_lost_counts_as_done(gke: FakeGke) -> None:
     gke.lose_answer_to = "/deleteInstances"  # deleted, then the connection drops; the retry is refused (not a member)
     assert provider(gke).remove_nodes([NodeRef(victim, gke.provider_id("us-central1-a", victim))], 2, NOW) == 1
     assert gke.size == 1 and sum(path.endswith("/deleteInstances") for _, path in gke.requests) == 2
+
+
+def test_node_aware_scale_in_deletes_the_idle_node_through_the_app(tmp_path: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    with FakeGke(TOKEN, per_zone=2) as gke, FakeKube() as kube:
+        nodes = [(zone, name) for zone, mig in gke.migs.items() for name in mig.instances]
+        for i, (zone, name) in enumerate(nodes):  # oldest .. newest
+            kube.add_node(name, {"cloud.google.com/gke-nodepool": gke.node_pool}, created=f"2026-11-0{i + 1}T00:00:00Z",
+                          provider_id=gke.provider_id(zone, name))
+        kube.add_pod("train-7", nodes[-1][1], gpus=8)  # the newest node is busy
+        monkeypatch.setattr("google.auth.default", lambda scopes=None: (Credentials(token=TOKEN), gke.project))
+        pool = {"name": "gpu", "provider": "gke", "min": 0, "max": 6,  # default node_selector: the node pool label
+                "gke": {"project": gke.project, "location": gke.location, "cluster": gke.cluster,
+                        "node_pool": gke.node_pool, "api_endpoint": gke.url}}
+        app = make_app(f"sqlite:///{tmp_path}/s.db", pools=[pool], kubernetes={"host": kube.url, "token": kube.token})
+        answer = post(app.test_client(), "/webhook/alertmanager", am_payload(am_alert("GPUUtilizationLow")))
+        decision = answer.get_json()["decisions"][0]
+        assert (decision["outcome"], decision["from"], decision["to"]) == ("scaled", 4, 3), decision  # not rounded to 2
+        left = [name for mig in gke.migs.values() for name in mig.instances]
+        assert left == [n for _, n in nodes if n != nodes[2][1]]  # exactly the newest idle node went

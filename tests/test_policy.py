@@ -5,7 +5,8 @@ from dataclasses import replace
 
 import pytest
 
-from autoscaler.models import Action, CloudLimits, CloudStatus, DirectionPolicy, Outcome, PoolSpec, PoolState, Signal, Source
+from autoscaler.models import (Action, CloudLimits, CloudStatus, DirectionPolicy, Outcome, PoolSpec, PoolState, Signal,
+                               Source)
 from autoscaler.policy import backoff_seconds, cooldown_remaining, decide, settled
 
 NOW = 10_000.0
@@ -167,3 +168,13 @@ def test_settled_short_cut(signal: Signal, spec: PoolSpec, state: PoolState, out
         assert (plan.from_, plan.to) == (4, 4)
         full = decide(signal, spec, state, cloud(4), NOW)
         assert full.outcome == plan.outcome and full.reason == plan.reason  # the same words as the full decision
+
+
+def test_a_named_scale_in_is_not_rounded_to_the_zones() -> None:
+    """GKE's deleteInstances removes any number of nodes; only a resize is per zone."""
+    plan = decide(IN, SPEC, STATE, limited(4, replace(GKE, multiple_of=2)), NOW, named_scale_in=True)
+    assert (plan.outcome, plan.to) == (Outcome.SCALED, 3)
+    plan = decide(IN, SPEC, STATE, limited(4, replace(GKE, multiple_of=2)), NOW)
+    assert (plan.outcome, plan.to) == (Outcome.SCALED, 2)
+    plan = decide(OUT, SPEC, STATE, limited(4, replace(GKE, multiple_of=4, high=8)), NOW, named_scale_in=True)
+    assert plan.outcome is Outcome.SKIPPED_LIMIT  # a scale-out is still a resize: 5 is no multiple of 4, 8 past max

@@ -1,6 +1,7 @@
 """A fake of the two Google APIs a GKE node pool's scaling touches, served over HTTP for the real clients.
 
-GKE (container v1, REST): ``GET …/nodePools/{np}``, ``POST …/nodePools/{np}:setSize``, ``GET …/locations/{l}/operations``.
+GKE (container v1, REST): ``GET …/nodePools/{np}``, ``POST …/nodePools/{np}:setSize``,
+``GET …/locations/{l}/operations``.
 Compute (v1): ``GET …/instanceGroupManagers/{mig}`` (targetSize), ``POST …/listManagedInstances`` and
 ``POST …/deleteInstances``. One node pool spread over ``zones``, one MIG per zone, as GKE builds it; the node pool's
 ``instanceGroupUrls`` point back at this server. Every request must carry ``Authorization: Bearer <token>``.

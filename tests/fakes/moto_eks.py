@@ -100,7 +100,8 @@ def create_node_group(endpoint: str, cluster: str, nodegroup: str, *, desired: i
     if cluster not in eks.list_clusters()["clusters"]:
         eks.create_cluster(name=cluster, roleArn="arn:aws:iam::123456789012:role/eks",
                            resourcesVpcConfig={"subnetIds": []})
-    made = eks.create_nodegroup(clusterName=cluster, nodegroupName=nodegroup, nodeRole="arn:aws:iam::123456789012:role/node",
+    made = eks.create_nodegroup(clusterName=cluster, nodegroupName=nodegroup,
+                                nodeRole="arn:aws:iam::123456789012:role/node",
                                 subnets=["subnet-1"], instanceTypes=["g5.xlarge"],
                                 scalingConfig={"minSize": min_size, "maxSize": max_size, "desiredSize": desired})
     asg = made["nodegroup"]["resources"]["autoScalingGroups"][0]["name"]
@@ -125,7 +126,8 @@ def client(service: str, endpoint: str, region: str = "us-east-1") -> Any:
 
 def asg_instances(endpoint: str, asg: str, region: str = "us-east-1") -> list[tuple[str, str]]:
     """(instance id, availability zone) of the ASG's instances that are not terminating."""
-    group = client("autoscaling", endpoint, region).describe_auto_scaling_groups(AutoScalingGroupNames=[asg])["AutoScalingGroups"][0]
+    answer = client("autoscaling", endpoint, region).describe_auto_scaling_groups(AutoScalingGroupNames=[asg])
+    group = answer["AutoScalingGroups"][0]
     return [(i["InstanceId"], i["AvailabilityZone"]) for i in group["Instances"]
             if not i["LifecycleState"].startswith("Terminat")]
 
