@@ -24,7 +24,10 @@ from providers.base import NodeRef, ProviderError, ProviderFactory, Tracked
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-_ACTIVE = "ACTIVE"
+#: node group states a new size may be asked in: DEGRADED (health issues, e.g. no GPU capacity in the zone) is
+#: settled, and a new desired size is often how it recovers
+_SETTLED = frozenset({"ACTIVE", "DEGRADED"})
+_WORKING = frozenset({"CREATING", "UPDATING"})  # busy: wait; anything else (DELETING, *_FAILED) is refused
 _SETTLED_UPDATES = frozenset({"Successful", "Failed", "Cancelled"})
 _THROTTLED = frozenset({"ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded",
                         "SlowDown"})
@@ -97,16 +100,25 @@ class EksProvider:
         state = str(group.get("status") or "UNKNOWN")
         current = scaling.get("desiredSize")
         limits = self._limits(scaling)
-        if state != _ACTIVE:
+        if state in _WORKING:
             return CloudStatus(current=current, busy=True, limits=limits,
                                detail=f"{self._where} is {state}: an earlier change is still in progress")
+        self._refuse_state(state)
         running, unchecked = self._updates_in_progress()
         if running:
             return CloudStatus(current=current, busy=True, limits=limits,
                                detail=f"{self._where} has update {running[0]} InProgress")
         later = f"; {unchecked} older update(s) not checked yet ({MAX_DESCRIBES} per decision)" if unchecked else ""
+        issues = ", ".join(sorted({str(i.get("code")) for i in (group.get("health") or {}).get("issues") or []}))
+        health = f" health issues: {issues}" if issues else ""
         return CloudStatus(current=current, limits=limits, detail=f"status={state} minSize={scaling.get('minSize')} "
-                                                                  f"maxSize={scaling.get('maxSize')}{later}")
+                                                                  f"maxSize={scaling.get('maxSize')}{health}{later}")
+
+    def _refuse_state(self, state: str) -> None:
+        """A node group being deleted or that failed to be created or deleted cannot be scaled."""
+        if state not in _SETTLED and state not in _WORKING:
+            raise ProviderError(f"{self._where} is {state}; it cannot be scaled", retryable=False,
+                                code=f"NodeGroup{state.title().replace('_', '')}")
 
     def scale(self, current: int, target: int, now: float) -> int:
         """UpdateNodegroupConfig with only scalingConfig.desiredSize; returns once EKS accepted the update."""
@@ -171,9 +183,11 @@ class EksProvider:
         why = limits.refuses(target) if limits else ""
         if why:
             raise ProviderError(f"{self._where}: {why}", retryable=False, code="OutsideNodeGroupLimits")
-        if group.get("status") != _ACTIVE:
-            raise ProviderError(f"{self._where} is {group.get('status')}: an earlier change is still in progress",
+        state = str(group.get("status") or "UNKNOWN")
+        if state in _WORKING:
+            raise ProviderError(f"{self._where} is {state}: an earlier change is still in progress",
                                 retryable=True, code="NodeGroupBusy")
+        self._refuse_state(state)
 
     def _describe(self) -> dict[str, Any]:
         started = self._clock()

@@ -37,10 +37,12 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(key, value)
 
 
-def node_group(moto: MotoServer, *, desired: int = 2, min_size: int = 0, max_size: int = 8) -> tuple[EksProvider, str]:
+def node_group(moto: MotoServer, *, desired: int = 2, min_size: int = 0, max_size: int = 8,
+               status: str | None = None) -> tuple[EksProvider, str]:
     """A fresh cluster + node group (+ ASG with ``desired`` instances) on the shared moto, and its provider."""
     name = f"ng-{uuid.uuid4().hex[:8]}"
-    asg = create_node_group(moto.url, "prod", name, desired=desired, min_size=min_size, max_size=max_size)
+    asg = create_node_group(moto.url, "prod", name, desired=desired, min_size=min_size, max_size=max_size,
+                            status=status)
     settings = EksSettings(region="us-east-1", cluster="prod", nodegroup=name, endpoint_url=moto.url, retry_budget=1)
     return EksProvider("gpu-eks", settings, sleep=lambda s: None), asg
 
@@ -254,3 +256,23 @@ def test_node_aware_scale_in_terminates_the_idle_node_through_the_app(moto: Moto
     assert (decision["outcome"], decision["from"], decision["to"]) == ("scaled", 3, 2), decision
     assert {i for i, _ in asg_instances(moto.url, asg)} == {instances[0][0], instances[2][0]}  # exactly the idle one
     assert desired_size(moto, group) == 2
+
+
+@pytest.mark.parametrize("state,busy,code", [
+    pytest.param("UPDATING", True, None, id="updating-is-busy"),
+    pytest.param("CREATING", True, None, id="creating-is-busy"),
+    pytest.param("DEGRADED", False, None, id="degraded-may-be-resized"),
+    pytest.param("DELETING", None, "NodeGroupDeleting", id="deleting-is-refused"),
+    pytest.param("CREATE_FAILED", None, "NodeGroupCreateFailed", id="create-failed-is-refused"),
+])
+def test_node_group_states(moto: MotoServer, state: str, busy: bool | None, code: str | None) -> None:
+    provider, _ = node_group(moto, desired=2, status=state)
+    if code is not None:
+        with pytest.raises(ProviderError) as info:
+            provider.status(NO_TRACK, NOW)
+        assert info.value.code == code and not info.value.retryable and state in info.value.message
+        return
+    status = provider.status(NO_TRACK, NOW)
+    assert status.busy is busy and status.current == 2
+    if not busy:
+        assert provider.scale(2, 3, NOW) == 3 and desired_size(moto, provider.settings.nodegroup) == 3
