@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import copy
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +22,6 @@ from tests.support import BASE_CONFIG, am_alert, am_payload, make_app, post
 
 NOW = 1_700_000_000.0
 NO_TRACK = Tracked(None, None)
-
-
-@pytest.fixture(scope="module")
-def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
-    with MotoServer(tmp_path_factory.mktemp("moto")) as server:
-        yield server
 
 
 @pytest.fixture(autouse=True)
