@@ -94,7 +94,7 @@ class EksProvider:
                  group.get("status"), group.get("scalingConfig"))
 
     def status(self, tracked: Tracked, now: float) -> CloudStatus:
-        """desiredSize is the count; busy while the node group is not ACTIVE or one of its updates is InProgress."""
+        """desiredSize is the count; busy while the node group is CREATING/UPDATING or an update is InProgress."""
         group = self._describe()
         scaling = group.get("scalingConfig") or {}
         state = str(group.get("status") or "UNKNOWN")
