@@ -236,12 +236,13 @@ class Engine:
                             retry_after=retry, details={"code": exc.code}), PoolChange()
         window = spec.scale_in.stabilization_window
         recent = self.store.recommendations(spec.name, now - window) if spec.proportional else []
-        plan = decide(signal, spec, state, cloud, now, recent)
+        named = self.names_nodes(spec) and (spec.victims != "cloud" or (signal.source is Source.MANUAL
+                                                                         and bool(signal.nodes)))
+        plan = decide(signal, spec, state, cloud, now, recent, named_scale_in=named)
         if plan.details.get("recommendation") is not None:
             self.store.add_recommendation(spec.name, now, int(plan.details["recommendation"]), now - window)
         plan = _said_by(signal, plan)
-        by_name = self.names_nodes(spec) and plan.action is Action.SCALE_IN and (
-            spec.victims != "cloud" or (signal.source is Source.MANUAL and bool(signal.nodes)))
+        by_name = named and plan.action is Action.SCALE_IN
         if plan.outcome is Outcome.SCALED and by_name:
             return self._act_nodes(provider, spec, state.failures, plan, now, signal, owner)
         if self.names_nodes(spec):
