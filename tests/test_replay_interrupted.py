@@ -2,11 +2,15 @@
 removal cuts (``interrupted_node_minutes``), for ``victims: idle`` and for the cloud picking the newest node."""
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from autoscaler.__main__ import main
 from autoscaler.config import build_settings, load_config
 from autoscaler.models import Outcome
 from autoscaler.nodes import pick_victims
@@ -133,3 +137,22 @@ def test_sample_traces_idle_interrupts_nothing_cloud_does(config_name: str, trac
     assert idle.interrupted_node_minutes == 0.0 and idle.interrupted_pods == 0
     assert cloud.interrupted_node_minutes > 0 and cloud.interrupted_pods > 0
     assert figures(cloud)["node_hours"] < figures(idle)["node_hours"]  # spread work keeps busy nodes
+
+
+def test_cli_summary_sets_victims_idle_beside_the_cloud(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    raw = config()
+    raw["kubernetes"] = {"host": "https://kubernetes.replay.invalid"}  # check-config's; the replay never calls it
+    raw["pools"][0].update(node_selector="pool=gpu", scale_in={**raw["pools"][0]["scale_in"], "victims": "idle"})
+    (tmp_path / "idle.yaml").write_text(yaml.safe_dump(raw))
+    rows = ["timestamp,demand"] + [f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(T0 + 60 * i))},{d}"
+                                   for i, d in enumerate(BUSY_BOTH)]
+    (tmp_path / "trace.csv").write_text("\n".join(rows) + "\n")
+    code = main(["replay", "--config", str(tmp_path / "idle.yaml"), "--trace", str(tmp_path / "trace.csv"),
+                 "--out", str(tmp_path / "out")])
+    assert code == 0
+    data = json.loads((tmp_path / "out/summary.json").read_text())
+    # fired at 1230 s, repeated every 5 min to the end of the hour; a skipped_in_use starts no cooldown
+    assert data["victims"] == "idle" and data["outcomes"] == {"skipped_in_use": 8}
+    assert data["interrupted_node_minutes_by_victims"] == {"idle": 0.0, "cloud": 2 * 20.5 / 8}
+    assert data["baselines"]["cloud_newest"]["outcomes"]["scaled"] == 1
+    assert "interrupted work 0.0 node-min with victims idle (cloud picking the newest: 5.1)" in capsys.readouterr().out
