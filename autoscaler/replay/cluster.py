@@ -42,6 +42,7 @@ class ReplayCluster:
         self._arrived: list[int] = []  # pods in the system (running or waiting), by arrival
         self._where: dict[int, str | None] = {}  # pod -> its node, None while waiting
         self._serial = 0
+        self._waiting = 0
         self.interrupted_node_minutes = 0.0
         self.interrupted_pods = 0
 
@@ -64,16 +65,21 @@ class ReplayCluster:
             self._serial += 1
             self._arrived.append(self._serial)
             self._where[self._serial] = None
+            self._waiting += 1
         while len(self._arrived) > want:
             pod = self._arrived.pop(0)
             node = self._where.pop(pod)
             if node is not None:
                 del self._nodes[node].pods[pod]
+            else:
+                self._waiting -= 1
         self.place(now)
 
     def place(self, now: float) -> None:
         """Bind waiting pods, first arrived first, each to the schedulable node with the most free GPUs."""
         self.now = now
+        if not self._waiting:
+            return
         free = {n.name: self.gpus_per_node - len(n.pods) for n in self._nodes.values()
                 if n.ready_at <= now and n.cordon is None}
         for pod in self._arrived:
@@ -83,6 +89,7 @@ class ReplayCluster:
             if best is None or free[best] <= 0:
                 return
             free[best] -= 1
+            self._waiting -= 1
             self._where[pod] = best
             self._nodes[best].pods[pod] = now
 
@@ -99,6 +106,7 @@ class ReplayCluster:
         self.interrupted_node_minutes += (now - started) / 60.0 / self.gpus_per_node
         self.interrupted_pods += 1
         self._where[pod] = None
+        self._waiting += 1
 
     def _remove(self, name: str, now: float) -> None:
         node = self._nodes.pop(name)
