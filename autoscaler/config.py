@@ -14,7 +14,8 @@ from pydantic import ValidationError
 
 from autoscaler import validation
 from autoscaler.models import DirectionPolicy, Mode, PoolSpec
-from autoscaler.config_schema import Config, DirectionConfig, PoolConfig
+from autoscaler.config_schema import (AuthConfig, Config, DirectionConfig, PoolConfig, credential_problems,
+                                      reference_problems)
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 
@@ -80,7 +81,8 @@ def build_settings(raw: Any, env: dict[str, str] | None = None) -> Settings:
     except ValidationError as exc:
         # cross-field checks on the whole file already start with their own path
         problems.extend(validation.problems(exc))
-        raise ConfigError(problems) from None
+        problems.extend(_beside_field_errors(data))
+        raise ConfigError(_unique(problems)) from None
     pools: dict[str, PoolSpec] = {}
     for index, pool in enumerate(config.pools):
         settings, pool_problems = pool.provider_settings(index)
@@ -98,8 +100,42 @@ def build_settings(raw: Any, env: dict[str, str] | None = None) -> Settings:
             **_node_aware(config, index, pool, settings, problems),
         )
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError(_unique(problems))
     return Settings(config=config, pools=pools)
+
+
+def _beside_field_errors(data: Any) -> list[str]:
+    """What the whole-file validation cannot reach once a field is wrong: the cross-field rules (read from the raw
+    file) and the provider sections of the pools that are valid themselves, so one run reports every problem."""
+    if not isinstance(data, dict):
+        return []
+    pools = data.get("pools") if isinstance(data.get("pools"), list) else []
+    rules = data.get("rules") if isinstance(data.get("rules"), list) else []
+    replay = data.get("replay") if isinstance(data.get("replay"), dict) else {}
+    replay_rules = replay.get("rules") if isinstance(replay.get("rules"), list) else []
+    names = [p.get("name") for p in pools if isinstance(p, dict)]
+    problems = reference_problems(names, [r.get("pool") for r in rules if isinstance(r, dict)],
+                                  [r.get("pool") for r in replay_rules if isinstance(r, dict)])
+    server = data.get("server") if isinstance(data.get("server"), dict) else {}
+    try:
+        auth = AuthConfig.model_validate(server.get("auth"))
+    except ValidationError:
+        auth = None  # its field errors are already reported
+    if auth is not None:
+        problems += credential_problems(auth, {n for n in names if isinstance(n, str)})
+    for index, raw_pool in enumerate(pools):
+        try:
+            pool = PoolConfig.model_validate(raw_pool)
+        except ValidationError:
+            continue
+        problems += pool.provider_settings(index)[1]
+    return problems
+
+
+def _unique(problems: list[str]) -> list[str]:
+    """One line per problem, each once, in the order found."""
+    lines = [line for problem in problems for line in problem.split("\n") if line]
+    return list(dict.fromkeys(lines))
 
 
 def parse_selector(text: str) -> tuple[tuple[str, str], ...]:

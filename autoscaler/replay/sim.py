@@ -4,7 +4,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
@@ -14,7 +14,7 @@ from autoscaler.replay.alerts import AlertEmulator
 from autoscaler.replay.cluster import DEFAULT_GPUS_PER_NODE, ReplayCluster
 from autoscaler.replay.trace import STEP, ReplayError, Trace
 from autoscaler.sources import alertmanager
-from autoscaler.store import SqlStore
+from autoscaler.store import SqlStore, Store
 from providers import build
 from providers.simulated import SimulatedProvider, SimulatedSettings
 
@@ -49,6 +49,11 @@ class Run:
     notifications: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
     interrupted_node_minutes: float = 0.0  # GPU work running on nodes when they were removed (see cluster.py)
     interrupted_pods: int = 0
+    stopped: bool = False  # the ``stop`` hook ended it before the trace did
+
+
+#: Called with each new minute of a replay; True stops the replay there (the tuner drops a hopeless candidate).
+StopHook = Callable[[Minute], bool]
 
 
 def replay_pool(settings: Settings) -> str:
@@ -92,10 +97,12 @@ def with_victims(settings: Settings, pool: str, victims: str) -> Settings:
 
 
 def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url: str = "sqlite://",
-             victims: str | None = None) -> Run:
+             victims: str | None = None, store: Store | None = None, stop: StopHook | None = None) -> Run:
     """Replay the trace; the engine is the service's own, with an in-memory store and a virtual clock.
 
     ``victims`` overrides the pool's ``scale_in.victims`` (``cloud``: a count scale-in, the newest node goes).
+    ``store``: a fresh store to use instead of SQLite at ``store_url`` (the tuner's MemoryStore); ``stop``: see
+    StopHook.
     """
     pool = replay_pool(settings)
     if victims is not None and victims != victims_of(settings, pool):
@@ -104,7 +111,8 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     assert cfg is not None
     sim: SimulatedSettings = settings.pools[pool].provider_settings
     now = trace.start
-    store = SqlStore(store_url)
+    own_store = store is None
+    store = SqlStore(store_url) if store is None else store
     store.ensure_pools(list(settings.pools))
     providers = {name: build(s.provider, name, s.provider_settings) for name, s in settings.pools.items()}
     provider = providers[pool]
@@ -122,6 +130,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     decisions: list[tuple[float, Decision]] = []
     notifications: list[tuple[float, dict[str, Any]]] = []
     outcomes: list[str] = []
+    stopped = False
     bound = len(trace.demand) * (4 + int(STEP / cfg.evaluation_interval)) + 10 * len(cfg.rules) + 100
     for _ in range(bound * 4):
         if not queue:
@@ -129,13 +138,16 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
         now, kind, index = heapq.heappop(queue)
         nodes.place(now)
         if kind == SAMPLE:
-            if minutes:
+            if minutes and outcomes:
                 minutes[-1] = replace(minutes[-1], outcomes=tuple(outcomes))
             outcomes = []
             demand = trace.demand[index]
             nodes.set_demand(demand, now)
             ready = nodes.ready(now)
             minutes.append(Minute(now, demand, ready, nodes.requested, utilization(demand, ready), ()))
+            if stop is not None and stop(minutes[-1]):
+                stopped = True
+                break
         elif kind == EVALUATE:
             for item in emulator.evaluate(now, utilization(trace.at(now), nodes.ready(now))):
                 heapq.heappush(queue, (item[0], FLUSH, item[1]))
@@ -156,8 +168,10 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
         raise ReplayError("replay did not finish: too many events (is evaluation_interval tiny?)")
     if minutes:
         minutes[-1] = replace(minutes[-1], outcomes=tuple(outcomes))
-    store.engine.dispose()
-    return Run(minutes, decisions, notifications, round(nodes.interrupted_node_minutes, 4), nodes.interrupted_pods)
+    if own_store and isinstance(store, SqlStore):
+        store.engine.dispose()
+    return Run(minutes, decisions, notifications, round(nodes.interrupted_node_minutes, 4), nodes.interrupted_pods,
+               stopped)
 
 
 def gpus_per_node(settings: Settings, pool: str) -> int:
