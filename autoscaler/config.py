@@ -14,7 +14,8 @@ from pydantic import ValidationError
 
 from autoscaler import validation
 from autoscaler.models import DirectionPolicy, Mode, PoolSpec
-from autoscaler.config_schema import Config, DirectionConfig, PoolConfig
+from autoscaler.config_schema import (AuthConfig, Config, DirectionConfig, PoolConfig, credential_problems,
+                                      reference_problems)
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 
@@ -80,7 +81,8 @@ def build_settings(raw: Any, env: dict[str, str] | None = None) -> Settings:
     except ValidationError as exc:
         # cross-field checks on the whole file already start with their own path
         problems.extend(validation.problems(exc))
-        raise ConfigError(problems) from None
+        problems.extend(_beside_field_errors(data))
+        raise ConfigError(_unique(problems)) from None
     pools: dict[str, PoolSpec] = {}
     for index, pool in enumerate(config.pools):
         settings, pool_problems = pool.provider_settings(index)
@@ -98,7 +100,7 @@ def build_settings(raw: Any, env: dict[str, str] | None = None) -> Settings:
             **_node_aware(config, index, pool, settings, problems),
         )
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError(_unique(problems))
     return Settings(config=config, pools=pools)
 
 
@@ -149,6 +151,44 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
             problems.append(f"{where}.node_selector: required with victims: {victims} (provider {pool.provider} "
                             "has no default), e.g. node_selector: \"nodepool=gpu\"")
     return {"victims": victims, "drain_timeout": drain, "node_selector": selector}
+
+
+def _part(data: Any, key: str, kind: type[Any]) -> Any:
+    """``data[key]`` when data is a mapping and that is a ``kind``, else an empty ``kind``."""
+    value = data.get(key) if isinstance(data, dict) else None
+    return value if isinstance(value, kind) else kind()
+
+
+def _beside_field_errors(data: Any) -> list[str]:
+    """What the whole-file validation cannot reach once a field is wrong: the cross-field rules (read from the raw
+    file) and the provider sections of the pools that are valid themselves, so one run reports every problem."""
+    if not isinstance(data, dict):
+        return []
+    pools, rules = _part(data, "pools", list), _part(data, "rules", list)
+    replay_rules = _part(_part(data, "replay", dict), "rules", list)
+    names = [p.get("name") for p in pools if isinstance(p, dict)]
+    problems = reference_problems(names, [r.get("pool") for r in rules if isinstance(r, dict)],
+                                  [r.get("pool") for r in replay_rules if isinstance(r, dict)])
+    server = _part(data, "server", dict)
+    try:
+        auth = AuthConfig.model_validate(server.get("auth"))
+    except ValidationError:
+        auth = None  # its field errors are already reported
+    if auth is not None:
+        problems += credential_problems(auth, {n for n in names if isinstance(n, str)})
+    for index, raw_pool in enumerate(pools):
+        try:
+            pool = PoolConfig.model_validate(raw_pool)
+        except ValidationError:
+            continue
+        problems += pool.provider_settings(index)[1]
+    return problems
+
+
+def _unique(problems: list[str]) -> list[str]:
+    """One line per problem, each once, in the order found."""
+    lines = [line for problem in problems for line in problem.split("\n") if line]
+    return list(dict.fromkeys(lines))
 
 
 def load_config(path: str, env: dict[str, str] | None = None) -> Settings:

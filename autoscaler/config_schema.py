@@ -106,8 +106,11 @@ class ServerConfig(_Frozen):
 
     auth: AuthConfig
     max_body_bytes: int = Field(default=1048576, ge=1024)
+    read_timeout: Duration = Field(default=10.0, gt=0, description="Longest a client may take to send a request "
+                                   "body; slower ones get 408 (a gthread worker's thread is not held longer).")
     lock_wait: Duration = Field(default=5.0, description="How long a decision waits for another on the same pool.")
-    lease_ttl: Duration = Field(default=120.0, gt=0, description="How long a pool's lease outlives a dead worker.")
+    lease_ttl: Duration = Field(default=30.0, gt=0, description="How long a pool's lease outlives a dead worker "
+                                "(a running decision renews it every third of it).")
     allowed_origins: list[str] = Field(default_factory=list, description="Browser origins besides the service's "
                                        "own that may send state-changing requests (scheme://host[:port]).")
 
@@ -348,35 +351,48 @@ class Config(_Frozen):
 
     @model_validator(mode="after")
     def _references(self) -> "Config":
-        names = [p.name for p in self.pools]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"pools: duplicate pool names: {', '.join(dupes)}")
-        for i, rule in enumerate(self.rules):
-            if rule.pool not in names:
-                raise ValueError(f"rules[{i}].pool: no pool named {rule.pool!r}")
-        for i, replay_rule in enumerate(self.replay.rules if self.replay else []):
-            if replay_rule.pool not in names:
-                raise ValueError(f"replay.rules[{i}].pool: no pool named {replay_rule.pool!r}")
+        problems = reference_problems([p.name for p in self.pools], [r.pool for r in self.rules],
+                                      [r.pool for r in self.replay.rules] if self.replay else [])
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
     @model_validator(mode="after")
     def _credentials(self) -> "Config":
         """Credential names are unique (they are the actor in the event log) and name configured pools."""
-        names = {p.name for p in self.pools}
-        problems: list[str] = []
-        seen: dict[str, str] = {}
-        secrets: dict[str, str] = {}
-        for path, name, entry in self.server.auth.credentials():
-            if name in seen:
-                problems.append(f"{path}.name: duplicate credential name {name!r} (also {seen[name]})")
-            seen.setdefault(name, path)
-            what, secret = (("token", entry.token.get_secret_value()) if isinstance(entry, BearerToken)
-                            else ("username", f"basic:{getattr(entry, 'username', '')}"))
-            if secret in secrets:  # which entry's scopes would apply is then a guess
-                problems.append(f"{path}: the same {what} as {secrets[secret]}")
-            secrets.setdefault(secret, path)
-            problems += [f"{path}.pools: no pool named {pool!r}" for pool in entry.pools or [] if pool not in names]
+        problems = credential_problems(self.server.auth, {p.name for p in self.pools})
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+
+def reference_problems(pools: list[Any], rule_pools: list[Any], replay_pools: list[Any]) -> list[str]:
+    """Every duplicate pool name and every rule naming no configured pool (cross-field: checked on the raw file
+    too, so that check-config reports them beside the field errors)."""
+    names = [n for n in pools if isinstance(n, str)]
+    problems = []
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        problems.append(f"pools: duplicate pool names: {', '.join(dupes)}")
+    for where, refs in (("rules", rule_pools), ("replay.rules", replay_pools)):
+        problems += [f"{where}[{i}].pool: no pool named {pool!r}" for i, pool in enumerate(refs)
+                     if isinstance(pool, str) and pool not in names]
+    return problems
+
+
+def credential_problems(auth: AuthConfig, names: set[str]) -> list[str]:
+    """Duplicate credential names or secrets, and credentials limited to pools that do not exist."""
+    problems: list[str] = []
+    seen: dict[str, str] = {}
+    secrets: dict[str, str] = {}
+    for path, name, entry in auth.credentials():
+        if name in seen:
+            problems.append(f"{path}.name: duplicate credential name {name!r} (also {seen[name]})")
+        seen.setdefault(name, path)
+        what, secret = (("token", entry.token.get_secret_value()) if isinstance(entry, BearerToken)
+                        else ("username", f"basic:{getattr(entry, 'username', '')}"))
+        if secret in secrets:  # which entry's scopes would apply is then a guess
+            problems.append(f"{path}: the same {what} as {secrets[secret]}")
+        secrets.setdefault(secret, path)
+        problems += [f"{path}.pools: no pool named {pool!r}" for pool in entry.pools or [] if pool not in names]
+    return problems

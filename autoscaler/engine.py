@@ -7,8 +7,9 @@ import socket
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from autoscaler.config import Settings
 from autoscaler.events import EventLog
@@ -23,7 +24,9 @@ from providers import NodePoolProvider, ProviderError, RemovesNamedNodes, Tracke
 
 log = logging.getLogger(__name__)
 
-LEASE_TTL = 120.0  # the default of server.lease_ttl
+LEASE_TTL = 30.0  # the default of server.lease_ttl; a running decision renews it every third of it
+BUSY_RETRY = 5.0  # Retry-After (at most) when the pool is held by another decision of ours
+UNEXPECTED_RETRY = 30.0  # Retry-After for a decision that failed on an unexpected error
 Clock = Callable[[], float]
 
 
@@ -70,6 +73,16 @@ class Engine:
             return self.events.record(decision, signal.source.value, alerts, now)
         claim = uuid.uuid4().hex
         keys = signal.dedup_keys
+        try:
+            return self._handle(signal, spec, keys, claim, now)
+        except StoreUnavailable:
+            raise  # the request is answered 503; a claim left behind lapses after its short pending window
+        except Exception as exc:  # a bug or a library's surprise: this decision fails, the others go on
+            return self._unexpected(signal, spec, keys, claim, exc)
+
+    def _handle(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str, now: float) -> Decision:
+        """The short cut, else claim, lock, lease, decide, act and record."""
+        alerts = list(signal.alerts)
         duplicate = Decision(spec.name, signal.action, Outcome.SKIPPED_DUPLICATE, None, None,
                              f"{signal.reason}: same notification already handled within "
                              f"the {spec.dedup_window:.0f}s dedup window")
@@ -111,17 +124,60 @@ class Engine:
         if state is None:
             return self._busy(signal, spec, keys, claim)
         try:
-            decision, change = self._decide_and_act(signal, spec, state, owner)
+            with self._renewing(spec.name, owner):
+                decision, change = self._decide_and_act(signal, spec, state, owner)
+            if decision.retry_after is not None:
+                self.store.release_dedup(keys, claim)  # let the sender's retry act
+            confirm = None
+            if keys and decision.retry_after is None and spec.dedup_window > pending:
+                confirm = DedupConfirm(keys, claim, now + spec.dedup_window)  # in finish's transaction
+            return self.events.finish(spec.name, owner, decision, signal.source.value, alerts, self.clock(), change,
+                                      confirm)
         except BaseException:
-            self.store.release(spec.name, owner)
+            self._release(spec.name, owner)  # finish did not commit: the lease is still ours
             raise
-        if decision.retry_after is not None:
-            self.store.release_dedup(keys, claim)  # let the sender's retry act
-        confirm = None
-        if keys and decision.retry_after is None and spec.dedup_window > pending:
-            confirm = DedupConfirm(keys, claim, now + spec.dedup_window)  # in finish's transaction
-        return self.events.finish(spec.name, owner, decision, signal.source.value, alerts, self.clock(), change,
-                                  confirm)
+
+    @contextmanager
+    def _renewing(self, pool: str, owner: str) -> Iterator[None]:
+        """Keep the pool's lease while the decision runs (the cloud call may outlast ``lease_ttl``): a small thread
+        bound to this decision extends it every third of the TTL, so only a dead worker's lease ever lapses."""
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(self.lease_ttl / 3):
+                try:
+                    if not self.store.renew(pool, owner, self.clock(), self.lease_ttl):
+                        log.error("lease of pool %s was lost while its decision ran (held past lease_ttl?)", pool)
+                        return
+                except StoreUnavailable:
+                    log.warning("could not renew the lease of pool %s: store unavailable; retrying", pool)
+
+        thread = threading.Thread(target=renew, name=f"lease-{pool}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()  # a renewal racing the release is harmless: it only touches a lease this owner still holds
+
+    def _release(self, pool: str, owner: str) -> None:
+        """Best effort: give the pool's lease back (it expires by itself when the store is away)."""
+        try:
+            self.store.release(pool, owner)
+        except StoreUnavailable:
+            log.warning("lease of pool %s left to expire by itself: store unavailable", pool)
+
+    def _unexpected(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str,
+                    exc: Exception) -> Decision:
+        """An error no code path expects: log it, free the dedup claim (the sender's retry must act, not be
+        ``skipped_duplicate``) and record ``failed`` with a retry, so that the notification's other signals still
+        count and the sender is answered 503. Pool state is left alone: this is not the cloud's failure."""
+        log.exception("unexpected error deciding on pool %s", spec.name)
+        self._forget(keys, claim)
+        decision = Decision(spec.name, signal.action, Outcome.FAILED, None, None,
+                            f"{signal.reason + ': ' if signal.reason else ''}unexpected error ({type(exc).__name__}) "
+                            "while deciding; see the service log. A retry can act", retry_after=UNEXPECTED_RETRY,
+                            details={"code": "internal"})
+        return self.events.record(decision, signal.source.value, list(signal.alerts), self.clock())
 
     def _settled(self, signal: Signal, spec: PoolSpec, quick: QuickState, now: float) -> Decision | None:
         """The decision when the stored state settles it (see ``policy.settled``), else None."""
@@ -132,11 +188,14 @@ class Engine:
         return None if plan is None else self._plan_decision(spec, _said_by(signal, plan))
 
     def _busy(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str) -> Decision:
-        """Give up on a pool whose decision stays taken: free the dedup claim, record skipped_busy."""
+        """Give up on a pool whose decision stays taken (our lock or lease, maybe a dead worker's until it lapses):
+        free the dedup claim, record skipped_busy with a Retry-After, so the sender tries again and that try acts."""
         self.store.release_dedup(keys, claim)
         decision = Decision(spec.name, signal.action, Outcome.SKIPPED_BUSY, None,
                             None, f"another decision on pool {spec.name} is still running after "
-                                  f"{self.lock_wait:.0f}s; try again")
+                                  f"{self.lock_wait:g}s (its lease lapses within {self.lease_ttl:g}s if its worker "
+                                  f"died); try again", retry_after=min(self.lease_ttl, BUSY_RETRY),
+                            details={"busy": "lease"})
         return self.events.record(decision, signal.source.value, list(signal.alerts), self.clock())
 
     def _forget(self, keys: tuple[str, ...], claim: str) -> None:
@@ -207,7 +266,7 @@ class Engine:
         started = time.monotonic()
 
         def renew() -> bool:
-            return self.store.acquire(spec.name, owner, self.clock(), self.lease_ttl) is not None
+            return bool(self.store.renew(spec.name, owner, self.clock(), self.lease_ttl))
 
         try:
             if signal.source is Source.MANUAL and signal.nodes:

@@ -8,7 +8,8 @@ from dataclasses import dataclass, replace
 from typing import Mapping
 
 from autoscaler.config_schema import RoutingConfig, RuleConfig
-from autoscaler.models import Action, Alert, AlertStatus, Decision, Notification, Outcome, PoolSpec, Signal
+from autoscaler.models import (Action, Alert, AlertStatus, Decision, Notification, Outcome, PoolSpec, Signal,
+                               usable_value)
 
 ACTIONS = {a.value: a for a in Action}
 
@@ -136,9 +137,9 @@ def _group(note: Notification, kind: GroupKind, pool: str | None, action: Action
         return unacted(Outcome.UNKNOWN_POOL, f"{names} asks for pool {pool!r}, which is not configured")
     assert pool is not None and action is not None  # an ACT group is routed to a configured pool
     value_ref = pools[pool].direction(action).value_ref
-    values = [v for v in (a.value_for(value_ref) for a in alerts) if v is not None]
+    value, problem = usable_value([v for v in (a.value_for(value_ref) for a in alerts) if v is not None])
     return Signal(pool=pool, action=action, source=note.source, step=step, alerts=alerts, reason=f"alert {names}",
-                  value=max(values) if values else None)
+                  value=value, value_problem=problem)
 
 
 def parse_step(text: str | None) -> tuple[int | None, str]:

@@ -19,6 +19,8 @@ _MODULES: dict[str, str] = {
     "ack_hook": "providers.ack_hook",
     "ack": "providers.ack",
     "webhook": "providers.webhook",
+    "eks": "providers.eks",
+    "gke": "providers.gke",
 }
 
 

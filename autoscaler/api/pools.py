@@ -6,11 +6,11 @@ from typing import Annotated, Any
 from flask import Blueprint, Response, current_app, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
 
-from autoscaler.api import fail, read_json, require_auth
+from autoscaler.api import fail, read_json, request_body, require_auth
 from autoscaler.answers import decision_json, event_json
 from autoscaler.api.guards import WRITES, json_only, may_see, principal, same_origin_only, visible_events
 from autoscaler.events import acting_as
-from autoscaler.models import Action, OperatorOutcome, Signal, Source
+from autoscaler.models import Action, OperatorOutcome, Signal, Source, usable_value
 from autoscaler.service import Service
 from autoscaler.store import PoolChange
 from autoscaler.sources import validation_message
@@ -97,7 +97,7 @@ def _operator(spec: Any, change: PoolChange, action: str, outcome: OperatorOutco
 
 
 def _body(model: type[BaseModel], optional: bool = False) -> Any:
-    if optional and not request.get_data(cache=True).strip():
+    if optional and not request_body().strip():
         return model()
     body = read_json()
     if not isinstance(body, dict):
@@ -131,8 +131,10 @@ def scale(pool: str) -> Response:
     if nodes and not _svc().engine.names_nodes(spec):
         fail(409, f"pool {spec.name} cannot remove named nodes: that needs the `kubernetes:` section, the pool's "
                   f"node_selector and a provider that removes named nodes (aks, ack, webhook; not {spec.provider})")
+    value, problem = usable_value([] if req.value is None else [req.value])
     signal = Signal(pool=spec.name, action=req.action, source=Source.MANUAL, step=len(nodes) or req.step,
-                    target=req.target, force=req.force, reason=reason, value=req.value, nodes=nodes)
+                    target=req.target, force=req.force, reason=reason, value=value, value_problem=problem,
+                    nodes=nodes)
     with acting_as(principal().name):
         decision = _svc().engine.handle(signal)
     return jsonify(decision_json(decision))
