@@ -156,3 +156,16 @@ def test_cli_summary_sets_victims_idle_beside_the_cloud(tmp_path: Path, capsys: 
     assert data["interrupted_node_minutes_by_victims"] == {"idle": 0.0, "cloud": 2 * 20.5 / 8}
     assert data["baselines"]["cloud_newest"]["outcomes"]["scaled"] == 1
     assert "interrupted work 0.0 node-min with victims idle (cloud picking the newest: 5.1)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("named,outcome,left", [
+    pytest.param("gpu-old", SCALED, 1, id="named-idle-node-goes"),
+    pytest.param("gpu-new", IN_USE, 2, id="named-busy-node-stays"),
+])
+def test_alerted_victims_take_the_node_the_rule_names(named: str, outcome: Outcome, left: int) -> None:
+    raw = config()
+    raw["replay"]["rules"][0]["labels"] = {"node": named}  # routing.node_label's default
+    run = simulate(build_settings(raw, env={}), Trace(T0, tuple(BUSY_NEWEST)), victims="alerted")
+    (_, decision), *_ = run.decisions
+    assert decision.outcome is outcome and run.minutes[-1].ready == left
+    assert run.interrupted_node_minutes == 0.0
