@@ -117,7 +117,8 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     providers = {name: build(s.provider, name, s.provider_settings) for name, s in settings.pools.items()}
     provider = providers[pool]
     assert isinstance(provider, SimulatedProvider)
-    nodes = ReplayCluster(provider.node_names(), gpus_per_node(settings, pool), sim.provision_seconds, now)
+    nodes = ReplayCluster(provider.node_names(), gpus_per_node(settings, pool), sim.provision_seconds, now,
+                          pack=cfg.placement == "pack")
     # The engine's own node-aware scale-in (pick, cordon, re-check, remove by name) runs against the replay's
     # cluster; a forced drain's retries would sleep, the replay never forces one.
     engine = Engine(settings, store, providers, EventLog(store), clock=lambda: now, cluster=nodes,
