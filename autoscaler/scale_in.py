@@ -92,7 +92,7 @@ class NodeScaleIn:
         views = self.cluster.nodes(dict(spec.node_selector))
         swept = self.sweep(spec, now, views)
         views = [replace(v, cordoned=False, cordoned_by_us=None, cordon_owner="") if v.name in swept else v
-                 for v in views]
+                 for v in views if v.name in swept or not v.cordon_owner.endswith(REMOVING)]  # already going
         chosen, kept = pick_victims(views, remove, alerted, spec.victims, spec.min)
         kept_list = [(n.name, _why(n, r)) for n, r in kept]
         if spec.victims == "alerted" and not alerted:
@@ -114,6 +114,8 @@ class NodeScaleIn:
             view = views.get(name)
             if view is None:
                 kept.append((name, f"not a node of pool {spec.name} (selector {_selector(spec)})"))
+            elif view.cordon_owner.endswith(REMOVING) and name not in swept:
+                kept.append((name, "its removal was already asked of the cloud"))
             elif view.protected:
                 kept.append((name, view.protected))
             elif len(chosen) + len(busy) >= room:

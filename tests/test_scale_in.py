@@ -276,3 +276,12 @@ def test_pool_nodes_error_is_said(tmp_path: Any, kube: FakeKube, receiver: Webho
     kube.token = "rotated"
     body = s.client.get("/api/v1/pools/gpu", headers=AUTH).get_json()
     assert "nodes" not in body and body["nodes_error"].startswith("listing nodes agentpool=gpunp: 401")
+
+
+def test_a_node_already_being_removed_is_not_picked_again(tmp_path: Any, kube: FakeKube,
+                                                          receiver: WebhookReceiver) -> None:
+    s = make(tmp_path, kube, receiver.url)
+    assert scale_in_alert(s.client)["outcome"] == "scaled"  # gpunp-1 goes; the cloud is slow to delete it
+    s.clock.advance(1000)  # past the 15 min cooldown, within the 30 min the cloud has to remove it
+    assert scale_in_alert(s.client, fingerprint="fp2")["outcome"] == "scaled"
+    assert [r.body["nodes"] for r in receiver.received] == [["gpunp-1"], ["gpunp-0"]]
