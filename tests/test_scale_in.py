@@ -285,3 +285,15 @@ def test_a_node_already_being_removed_is_not_picked_again(tmp_path: Any, kube: F
     s.clock.advance(1000)  # past the 15 min cooldown, within the 30 min the cloud has to remove it
     assert scale_in_alert(s.client, fingerprint="fp2")["outcome"] == "scaled"
     assert [r.body["nodes"] for r in receiver.received] == [["gpunp-1"], ["gpunp-0"]]
+
+
+def test_unreadable_cluster_fails_the_scale_in_and_never_lets_the_cloud_pick(tmp_path: Any, kube: FakeKube,
+                                                                              receiver: WebhookReceiver) -> None:
+    s = make(tmp_path, kube, receiver.url)
+    kube.token = "rotated"
+    resp = post(s.client, "/webhook/alertmanager", am_payload(am_alert("GPUUtilizationLow")))
+    assert resp.status_code == 503  # the sender retries
+    d = resp.get_json()["decisions"][0]
+    assert d["outcome"] == "failed" and "kubernetes: listing nodes agentpool=gpunp: 401" in d["reason"]
+    assert receiver.received == []
+    assert last_event(s.client)["details"]["code"] == "KubernetesApi"
