@@ -297,3 +297,11 @@ def test_unreadable_cluster_fails_the_scale_in_and_never_lets_the_cloud_pick(tmp
     assert d["outcome"] == "failed" and "kubernetes: listing nodes agentpool=gpunp: 401" in d["reason"]
     assert receiver.received == []
     assert last_event(s.client)["details"]["code"] == "KubernetesApi"
+
+
+def test_alerted_mode_without_a_node_label_removes_nothing(tmp_path: Any, kube: FakeKube,
+                                                           receiver: WebhookReceiver) -> None:
+    s = make(tmp_path, kube, receiver.url, victims="alerted")
+    d = scale_in_alert(s.client)
+    assert d["outcome"] == "skipped_in_use" and "the alerts name no node (label routing.node_label)" in d["reason"]
+    assert receiver.received == [] and kube.calls["PATCH nodes"] == 0
