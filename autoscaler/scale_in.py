@@ -89,15 +89,16 @@ class NodeScaleIn:
     def scale_in(self, spec: PoolSpec, provider: RemovesNamedNodes, current: int, remove: int,
                  alerted: Sequence[str], owner: str, now: float, renew: Callable[[], bool]) -> Removal:
         """Remove up to ``remove`` idle nodes (alert-named first, then newest), never below ``spec.min``."""
+        if spec.victims == "alerted" and not alerted:
+            swept = self.sweep(spec, now)
+            return Removal(Outcome.SKIPPED_IN_USE, current, "victims: alerted, and the alerts name no node "
+                           "(label routing.node_label)", uncordoned=tuple(swept))
         views = self.cluster.nodes(dict(spec.node_selector))
         swept = self.sweep(spec, now, views)
         views = [replace(v, cordoned=False, cordoned_by_us=None, cordon_owner="") if v.name in swept else v
-                 for v in views]
+                 for v in views if v.name in swept or not v.cordon_owner.endswith(REMOVING)]  # already going
         chosen, kept = pick_victims(views, remove, alerted, spec.victims, spec.min)
         kept_list = [(n.name, _why(n, r)) for n, r in kept]
-        if spec.victims == "alerted" and not alerted:
-            return Removal(Outcome.SKIPPED_IN_USE, current, "victims: alerted, and the alerts name no node "
-                           "(label routing.node_label)", uncordoned=tuple(swept))
         result = self._cordon_and_remove(spec, provider, current, chosen, kept_list, owner, renew)
         return replace(result, uncordoned=tuple(swept))
 
@@ -114,6 +115,8 @@ class NodeScaleIn:
             view = views.get(name)
             if view is None:
                 kept.append((name, f"not a node of pool {spec.name} (selector {_selector(spec)})"))
+            elif view.cordon_owner.endswith(REMOVING) and name not in swept:
+                kept.append((name, "its removal was already asked of the cloud"))
             elif view.protected:
                 kept.append((name, view.protected))
             elif len(chosen) + len(busy) >= room:

@@ -49,6 +49,7 @@ class KubeCluster:
                 conf.verify_ssl = s.verify_ssl
                 conf.ssl_ca_cert = s.ca_cert
             conf.connection_pool_maxsize = max(conf.connection_pool_maxsize or 0, _PARALLEL)
+            conf.retries = 1  # bounded: a dead API server costs at most two timeouts per call
             self._core = client.CoreV1Api(client.ApiClient(conf))
         return self._core
 

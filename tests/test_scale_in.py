@@ -276,3 +276,32 @@ def test_pool_nodes_error_is_said(tmp_path: Any, kube: FakeKube, receiver: Webho
     kube.token = "rotated"
     body = s.client.get("/api/v1/pools/gpu", headers=AUTH).get_json()
     assert "nodes" not in body and body["nodes_error"].startswith("listing nodes agentpool=gpunp: 401")
+
+
+def test_a_node_already_being_removed_is_not_picked_again(tmp_path: Any, kube: FakeKube,
+                                                          receiver: WebhookReceiver) -> None:
+    s = make(tmp_path, kube, receiver.url)
+    assert scale_in_alert(s.client)["outcome"] == "scaled"  # gpunp-1 goes; the cloud is slow to delete it
+    s.clock.advance(1000)  # past the 15 min cooldown, within the 30 min the cloud has to remove it
+    assert scale_in_alert(s.client, fingerprint="fp2")["outcome"] == "scaled"
+    assert [r.body["nodes"] for r in receiver.received] == [["gpunp-1"], ["gpunp-0"]]
+
+
+def test_unreadable_cluster_fails_the_scale_in_and_never_lets_the_cloud_pick(tmp_path: Any, kube: FakeKube,
+                                                                              receiver: WebhookReceiver) -> None:
+    s = make(tmp_path, kube, receiver.url)
+    kube.token = "rotated"
+    resp = post(s.client, "/webhook/alertmanager", am_payload(am_alert("GPUUtilizationLow")))
+    assert resp.status_code == 503  # the sender retries
+    d = resp.get_json()["decisions"][0]
+    assert d["outcome"] == "failed" and "kubernetes: listing nodes agentpool=gpunp: 401" in d["reason"]
+    assert receiver.received == []
+    assert last_event(s.client)["details"]["code"] == "KubernetesApi"
+
+
+def test_alerted_mode_without_a_node_label_removes_nothing(tmp_path: Any, kube: FakeKube,
+                                                           receiver: WebhookReceiver) -> None:
+    s = make(tmp_path, kube, receiver.url, victims="alerted")
+    d = scale_in_alert(s.client)
+    assert d["outcome"] == "skipped_in_use" and "the alerts name no node (label routing.node_label)" in d["reason"]
+    assert receiver.received == [] and kube.calls["PATCH nodes"] == 0

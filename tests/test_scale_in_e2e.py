@@ -66,6 +66,7 @@ def test_idle_nodes_go_by_name_busy_ones_stay(tmp_path: Path) -> None:
                                    text=True, timeout=30, cwd=ROOT,
                                    env={**os.environ, "PYTHONPATH": str(ROOT), "AUTOSCALER_URL": svc.url,
                                         "AUTOSCALER_TOKEN": TOKEN})
+            log = svc.read_log()
         # AKS: exactly the idle middle machine went through deleteMachines; the busy newest one stays
         assert aks.arm.machine_names("gpunp") == [aks_names[0], aks_names[2]]
         deletes = [r.body for r in aks.arm.requests if r.path.endswith("/deleteMachines")]
@@ -85,6 +86,7 @@ def test_idle_nodes_go_by_name_busy_ones_stay(tmp_path: Path) -> None:
         lines = {line.split()[0]: line for line in nodes.stdout.splitlines()[1:]}
         assert "ml/train-2 (nvidia.com/gpu 8)" in lines[aks_names[2]]
         assert lines[aks_names[1]].rstrip().endswith("yes (us)")
+        assert kube.token not in log and aks.token not in log
 
 
 def test_worker_killed_between_cordon_and_removal(tmp_path: Path) -> None:
