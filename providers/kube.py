@@ -104,7 +104,8 @@ class KubeCluster:
 
     # ---- changes ---------------------------------------------------------------------------------------------
     def cordon(self, name: str, owner: str, now: float) -> None:
-        body = {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDON_ANNOTATION: cordon_mark(owner, now)}}}
+        mark = cordon_mark(owner, now)
+        body = {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDON_ANNOTATION: mark}}}
         self._call(f"cordoning {name}", self._api().patch_node, name, body, _content_type=_MERGE)
 
     def uncordon(self, name: str) -> None:

@@ -130,7 +130,8 @@ def test_pod_landing_while_cordoning_keeps_the_node(tmp_path: Any, kube: FakeKub
     assert receiver.received[0].body["nodes"] == ["gpunp-0"]
     assert "unschedulable" not in kube.nodes["gpunp-1"]["spec"]
     assert CORDON_ANNOTATION not in kube.nodes["gpunp-1"]["metadata"]["annotations"]
-    assert {"node": "gpunp-1", "reason": "runs GPU pod ml/late (nvidia.com/gpu 1)"} in last_event(s.client)["details"]["kept"]
+    kept = last_event(s.client)["details"]["kept"]
+    assert {"node": "gpunp-1", "reason": "runs GPU pod ml/late (nvidia.com/gpu 1)"} in kept
 
 
 def test_cloud_refusal_uncordons(tmp_path: Any, kube: FakeKube) -> None:
@@ -231,7 +232,8 @@ def settings_problems(pool: dict[str, Any], kubernetes: bool = True) -> list[str
     pytest.param({"name": "gpu", "provider": "ack_hook", "min": 0, "max": 3, "scale_in": {"victims": "idle"},
                   "ack_hook": {"scale_out_url": "https://cs.example.com/x?token=a",
                                "scale_in_url": "https://cs.example.com/y?token=b"}}, True,
-                 "pools[0].scale_in.victims: idle needs a provider that removes named nodes; ack_hook can't name a node",
+                 "pools[0].scale_in.victims: idle needs a provider that removes named nodes; "
+                 "ack_hook can't name a node",
                  id="ack-hook-cannot-name-a-node"),
     pytest.param(pool_cfg("http://127.0.0.1:9/hook", victims="alerted"), False,
                  "pools[0].scale_in.victims: alerted needs the top-level `kubernetes:` section", id="needs-kubernetes"),
@@ -305,3 +307,9 @@ def test_alerted_mode_without_a_node_label_removes_nothing(tmp_path: Any, kube: 
     d = scale_in_alert(s.client)
     assert d["outcome"] == "skipped_in_use" and "the alerts name no node (label routing.node_label)" in d["reason"]
     assert receiver.received == [] and kube.calls["PATCH nodes"] == 0
+
+
+def test_named_nodes_need_a_pool_that_can_name_them(tmp_path: Any) -> None:
+    app = create_app(config(f"sqlite:///{tmp_path}/s.db"), startup_check=False)  # simulated pools, no kubernetes
+    resp = post(app.test_client(), "/api/v1/pools/gpu/scale", {"action": "scale_in", "nodes": ["gpu-0"]})
+    assert resp.status_code == 422 and "cannot remove named nodes" in resp.get_json()["error"]
