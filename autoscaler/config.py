@@ -197,6 +197,44 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
     return {"victims": victims, "drain_timeout": drain, "node_selector": selector}
 
 
+def _part(data: Any, key: str, kind: type[Any]) -> Any:
+    """``data[key]`` when data is a mapping and that is a ``kind``, else an empty ``kind``."""
+    value = data.get(key) if isinstance(data, dict) else None
+    return value if isinstance(value, kind) else kind()
+
+
+def _beside_field_errors(data: Any) -> list[str]:
+    """What the whole-file validation cannot reach once a field is wrong: the cross-field rules (read from the raw
+    file) and the provider sections of the pools that are valid themselves, so one run reports every problem."""
+    if not isinstance(data, dict):
+        return []
+    pools, rules = _part(data, "pools", list), _part(data, "rules", list)
+    replay_rules = _part(_part(data, "replay", dict), "rules", list)
+    names = [p.get("name") for p in pools if isinstance(p, dict)]
+    problems = reference_problems(names, [r.get("pool") for r in rules if isinstance(r, dict)],
+                                  [r.get("pool") for r in replay_rules if isinstance(r, dict)])
+    server = _part(data, "server", dict)
+    try:
+        auth = AuthConfig.model_validate(server.get("auth"))
+    except ValidationError:
+        auth = None  # its field errors are already reported
+    if auth is not None:
+        problems += credential_problems(auth, {n for n in names if isinstance(n, str)})
+    for index, raw_pool in enumerate(pools):
+        try:
+            pool = PoolConfig.model_validate(raw_pool)
+        except ValidationError:
+            continue
+        problems += pool.provider_settings(index)[1]
+    return problems
+
+
+def _unique(problems: list[str]) -> list[str]:
+    """One line per problem, each once, in the order found."""
+    lines = [line for problem in problems for line in problem.split("\n") if line]
+    return list(dict.fromkeys(lines))
+
+
 def load_config(path: str, env: dict[str, str] | None = None) -> Settings:
     """Read and validate a YAML config file."""
     try:

@@ -327,6 +327,9 @@ class ReplayConfig(_Frozen):
     group_interval: Duration = 300.0
     repeat_interval: Duration = 300.0
     rules: list[ReplayRule] = Field(min_length=1)
+    placement: Literal["spread", "pack"] = Field(
+        default="spread", description="How the work lands on nodes: spread (kube-scheduler's default, "
+                                      "LeastAllocated) or pack (MostAllocated: the fullest node that fits).")
 
     @field_validator("evaluation_interval", "group_interval", "repeat_interval")
     @classmethod

@@ -267,7 +267,7 @@ class Engine:
         started = time.monotonic()
 
         def renew() -> bool:
-            return self.store.acquire(spec.name, owner, self.clock(), self.lease_ttl) is not None
+            return bool(self.store.renew(spec.name, owner, self.clock(), self.lease_ttl))
 
         try:
             if signal.source is Source.MANUAL and signal.nodes:
