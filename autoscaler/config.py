@@ -98,6 +98,22 @@ def build_settings(raw: Any, env: dict[str, str] | None = None) -> Settings:
     return Settings(config=config, pools=pools)
 
 
+def warnings(settings: Settings) -> list[str]:
+    """What is valid but will not work as written: a pool's ``min`` below what its cloud allows."""
+    import providers
+
+    out = []
+    for index, spec in enumerate(settings.pools.values()):
+        floor_of = providers.factory(spec.provider).floor
+        if floor_of is None or spec.provider_settings is None:
+            continue
+        floor, why = floor_of(spec.provider_settings)
+        if spec.min < floor:
+            out.append(f"pools[{index}].min: {spec.min} is below what the cloud allows ({floor}: {why}); "
+                       f"scale-in stops at {floor} (skipped_limit)")
+    return out
+
+
 def _beside_field_errors(data: Any) -> list[str]:
     """What the whole-file validation cannot reach once a field is wrong: the cross-field rules (read from the raw
     file) and the provider sections of the pools that are valid themselves, so one run reports every problem."""

@@ -179,6 +179,8 @@ class CloudStatus:
     current: int | None
     busy: bool = False
     detail: str = ""
+    floor: int = 0  # the fewest nodes the cloud allows this pool now (AKS: 1 for a System pool)
+    floor_reason: str = ""
 
 
 @dataclass(frozen=True)
