@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-from autoscaler.config_schema import RoutingConfig, RuleConfig
+from autoscaler.config_schema import MAX_MATCHED_LABEL, RoutingConfig, RuleConfig
 from autoscaler.models import Action, Alert, AlertStatus, Decision, Notification, Outcome, PoolSpec, Signal
 
 ACTIONS = {a.value: a for a in Action}
@@ -55,7 +55,7 @@ class Router:
     def _rule(self, labels: dict[str, str]) -> RuleConfig | None:
         for rule, patterns in self.rules:
             if all(labels.get(k) == v for k, v in rule.match.items()) and all(
-                p.fullmatch(labels.get(k, "")) for k, p in patterns.items()
+                _short(labels.get(k, "")) and p.fullmatch(labels.get(k, "")) for k, p in patterns.items()
             ):
                 return rule
         return None
@@ -131,6 +131,11 @@ def _group(note: Notification, kind: GroupKind, pool: str | None, action: Action
     values = [v for v in (a.value_for(value_ref) for a in alerts) if v is not None]
     return Signal(pool=pool, action=action, source=note.source, step=step, alerts=alerts, reason=f"alert {names}",
                   value=max(values) if values else None)
+
+
+def _short(value: str) -> bool:
+    """Whether a label is short enough to try a ``match_re`` pattern on (a longer one never matches)."""
+    return len(value) <= MAX_MATCHED_LABEL
 
 
 def parse_step(text: str | None) -> tuple[int | None, str]:
