@@ -119,14 +119,14 @@ def _beside_field_errors(data: Any) -> list[str]:
     file) and the provider sections of the pools that are valid themselves, so one run reports every problem."""
     if not isinstance(data, dict):
         return []
-    pools = data.get("pools") if isinstance(data.get("pools"), list) else []
-    rules = data.get("rules") if isinstance(data.get("rules"), list) else []
-    replay = data.get("replay") if isinstance(data.get("replay"), dict) else {}
-    replay_rules = replay.get("rules") if isinstance(replay.get("rules"), list) else []
+    pools = _list(data.get("pools"))
+    replay = data.get("replay")
+    replay_rules = _list(replay.get("rules")) if isinstance(replay, dict) else []
     names = [p.get("name") for p in pools if isinstance(p, dict)]
-    problems = reference_problems(names, [r.get("pool") for r in rules if isinstance(r, dict)],
+    problems = reference_problems(names, [r.get("pool") for r in _list(data.get("rules")) if isinstance(r, dict)],
                                   [r.get("pool") for r in replay_rules if isinstance(r, dict)])
     server = data.get("server") if isinstance(data.get("server"), dict) else {}
+    assert isinstance(server, dict)
     try:
         auth = AuthConfig.model_validate(server.get("auth"))
     except ValidationError:
@@ -140,6 +140,10 @@ def _beside_field_errors(data: Any) -> list[str]:
             continue
         problems += pool.provider_settings(index)[1]
     return problems
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _unique(problems: list[str]) -> list[str]:

@@ -24,7 +24,10 @@ def regex_risk(pattern: str) -> str:
     """Why ``pattern`` could backtrack for exponential time (a repeated group holding another repeat or an
     alternation, such as ``(a+)+`` or ``(a|ab)*``), or "" when it cannot. Python's ``re`` backtracks; refusing
     these shapes at load, and capping the label length, keeps one match fast."""
-    from re import _constants as c, _parser as parser  # the stdlib's own parse of the pattern
+    import importlib
+
+    c: Any = importlib.import_module("re._constants")  # the stdlib's own parse of the pattern
+    parser: Any = importlib.import_module("re._parser")
 
     if len(pattern) > MAX_PATTERN:
         return f"pattern longer than {MAX_PATTERN} characters"
