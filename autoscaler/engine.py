@@ -7,21 +7,26 @@ import socket
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from autoscaler.config import Settings
 from autoscaler.events import EventLog
-from autoscaler.models import Decision, Notification, Outcome, PoolSpec, PoolState, Signal
+from autoscaler.models import Action, Decision, Notification, Outcome, PoolSpec, PoolState, Signal, Source
+from autoscaler.nodes import Cluster, ClusterError
 from autoscaler.policy import Plan, backoff_seconds, decide, settled
 from autoscaler.redact import redact_text
 from autoscaler.routing import Router
 from autoscaler.store import DedupConfirm, PoolChange, QuickState, Store, StoreUnavailable
-from providers import NodePoolProvider, ProviderError, Tracked
+from autoscaler.scale_in import NodeScaleIn, Removal, summary
+from providers import NodePoolProvider, ProviderError, RemovesNamedNodes, Tracked
 
 log = logging.getLogger(__name__)
 
-LEASE_TTL = 120.0  # the default of server.lease_ttl
+LEASE_TTL = 30.0  # the default of server.lease_ttl; a running decision renews it every third of it
+BUSY_RETRY = 5.0  # Retry-After (at most) when the pool is held by another decision of ours
+UNEXPECTED_RETRY = 30.0  # Retry-After for a decision that failed on an unexpected error
 Clock = Callable[[], float]
 
 
@@ -29,7 +34,8 @@ class Engine:
     """Turns notifications and manual requests into decisions, one pool at a time."""
 
     def __init__(self, settings: Settings, store: Store, providers: dict[str, NodePoolProvider],
-                 events: EventLog, clock: Clock = time.time, metrics: Any = None) -> None:
+                 events: EventLog, clock: Clock = time.time, metrics: Any = None, cluster: Cluster | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.settings = settings
         self.store = store
         self.providers = providers
@@ -41,6 +47,7 @@ class Engine:
         self.lease_ttl = settings.config.server.lease_ttl
         self.owner_prefix = f"{socket.gethostname()}:{os.getpid()}"
         self._locks: dict[str, threading.Lock] = {name: threading.Lock() for name in settings.pools}
+        self.nodes = NodeScaleIn(cluster, clock, sleep) if cluster is not None else None
 
     # -- notifications --------------------------------------------------------------------------------
     def handle_notification(self, note: Notification) -> list[Decision]:
@@ -66,6 +73,16 @@ class Engine:
             return self.events.record(decision, signal.source.value, alerts, now)
         claim = uuid.uuid4().hex
         keys = signal.dedup_keys
+        try:
+            return self._handle(signal, spec, keys, claim, now)
+        except StoreUnavailable:
+            raise  # the request is answered 503; a claim left behind lapses after its short pending window
+        except Exception as exc:  # a bug or a library's surprise: this decision fails, the others go on
+            return self._unexpected(signal, spec, keys, claim, exc)
+
+    def _handle(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str, now: float) -> Decision:
+        """The short cut, else claim, lock, lease, decide, act and record."""
+        alerts = list(signal.alerts)
         duplicate = Decision(spec.name, signal.action, Outcome.SKIPPED_DUPLICATE, None, None,
                              f"{signal.reason}: same notification already handled within "
                              f"the {spec.dedup_window:.0f}s dedup window")
@@ -107,17 +124,60 @@ class Engine:
         if state is None:
             return self._busy(signal, spec, keys, claim)
         try:
-            decision, change = self._decide_and_act(signal, spec, state)
+            with self._renewing(spec.name, owner):
+                decision, change = self._decide_and_act(signal, spec, state, owner)
+            if decision.retry_after is not None:
+                self.store.release_dedup(keys, claim)  # let the sender's retry act
+            confirm = None
+            if keys and decision.retry_after is None and spec.dedup_window > pending:
+                confirm = DedupConfirm(keys, claim, now + spec.dedup_window)  # in finish's transaction
+            return self.events.finish(spec.name, owner, decision, signal.source.value, alerts, self.clock(), change,
+                                      confirm)
         except BaseException:
-            self.store.release(spec.name, owner)
+            self._release(spec.name, owner)  # finish did not commit: the lease is still ours
             raise
-        if decision.retry_after is not None:
-            self.store.release_dedup(keys, claim)  # let the sender's retry act
-        confirm = None
-        if keys and decision.retry_after is None and spec.dedup_window > pending:
-            confirm = DedupConfirm(keys, claim, now + spec.dedup_window)  # in finish's transaction
-        return self.events.finish(spec.name, owner, decision, signal.source.value, alerts, self.clock(), change,
-                                  confirm)
+
+    @contextmanager
+    def _renewing(self, pool: str, owner: str) -> Iterator[None]:
+        """Keep the pool's lease while the decision runs (the cloud call may outlast ``lease_ttl``): a small thread
+        bound to this decision extends it every third of the TTL, so only a dead worker's lease ever lapses."""
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(self.lease_ttl / 3):
+                try:
+                    if not self.store.renew(pool, owner, self.clock(), self.lease_ttl):
+                        log.error("lease of pool %s was lost while its decision ran (held past lease_ttl?)", pool)
+                        return
+                except StoreUnavailable:
+                    log.warning("could not renew the lease of pool %s: store unavailable; retrying", pool)
+
+        thread = threading.Thread(target=renew, name=f"lease-{pool}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()  # a renewal racing the release is harmless: it only touches a lease this owner still holds
+
+    def _release(self, pool: str, owner: str) -> None:
+        """Best effort: give the pool's lease back (it expires by itself when the store is away)."""
+        try:
+            self.store.release(pool, owner)
+        except StoreUnavailable:
+            log.warning("lease of pool %s left to expire by itself: store unavailable", pool)
+
+    def _unexpected(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str,
+                    exc: Exception) -> Decision:
+        """An error no code path expects: log it, free the dedup claim (the sender's retry must act, not be
+        ``skipped_duplicate``) and record ``failed`` with a retry, so that the notification's other signals still
+        count and the sender is answered 503. Pool state is left alone: this is not the cloud's failure."""
+        log.exception("unexpected error deciding on pool %s", spec.name)
+        self._forget(keys, claim)
+        decision = Decision(spec.name, signal.action, Outcome.FAILED, None, None,
+                            f"{signal.reason + ': ' if signal.reason else ''}unexpected error ({type(exc).__name__}) "
+                            "while deciding; see the service log. A retry can act", retry_after=UNEXPECTED_RETRY,
+                            details={"code": "internal"})
+        return self.events.record(decision, signal.source.value, list(signal.alerts), self.clock())
 
     def _settled(self, signal: Signal, spec: PoolSpec, quick: QuickState, now: float) -> Decision | None:
         """The decision when the stored state settles it (see ``policy.settled``), else None."""
@@ -128,11 +188,14 @@ class Engine:
         return None if plan is None else self._plan_decision(spec, _said_by(signal, plan))
 
     def _busy(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str) -> Decision:
-        """Give up on a pool whose decision stays taken: free the dedup claim, record skipped_busy."""
+        """Give up on a pool whose decision stays taken (our lock or lease, maybe a dead worker's until it lapses):
+        free the dedup claim, record skipped_busy with a Retry-After, so the sender tries again and that try acts."""
         self.store.release_dedup(keys, claim)
         decision = Decision(spec.name, signal.action, Outcome.SKIPPED_BUSY, None,
                             None, f"another decision on pool {spec.name} is still running after "
-                                  f"{self.lock_wait:.0f}s; try again")
+                                  f"{self.lock_wait:g}s (its lease lapses within {self.lease_ttl:g}s if its worker "
+                                  f"died); try again", retry_after=min(self.lease_ttl, BUSY_RETRY),
+                            details={"busy": "lease"})
         return self.events.record(decision, signal.source.value, list(signal.alerts), self.clock())
 
     def _forget(self, keys: tuple[str, ...], claim: str) -> None:
@@ -154,7 +217,14 @@ class Engine:
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
 
-    def _decide_and_act(self, signal: Signal, spec: PoolSpec, state: PoolState) -> tuple[Decision, PoolChange]:
+    def names_nodes(self, spec: PoolSpec) -> bool:
+        """Whether this pool's nodes can be removed by name: a cluster is configured, the pool's nodes have a
+        selector and its provider removes named nodes."""
+        return (self.nodes is not None and bool(spec.node_selector)
+                and isinstance(self.providers[spec.name], RemovesNamedNodes))
+
+    def _decide_and_act(self, signal: Signal, spec: PoolSpec, state: PoolState,
+                        owner: str) -> tuple[Decision, PoolChange]:
         provider = self.providers[spec.name]
         now = self.clock()
         try:
@@ -170,9 +240,61 @@ class Engine:
         if plan.details.get("recommendation") is not None:
             self.store.add_recommendation(spec.name, now, int(plan.details["recommendation"]), now - window)
         plan = _said_by(signal, plan)
+        by_name = self.names_nodes(spec) and plan.action is Action.SCALE_IN and (
+            spec.victims != "cloud" or (signal.source is Source.MANUAL and bool(signal.nodes)))
+        if plan.outcome is Outcome.SCALED and by_name:
+            return self._act_nodes(provider, spec, state.failures, plan, now, signal, owner)
+        if self.names_nodes(spec):
+            self._sweep(spec, now)
         if plan.outcome is not Outcome.SCALED:
             return self._plan_decision(spec, plan), PoolChange()
         return self._act(provider, spec, state.failures, plan, now)
+
+    def _sweep(self, spec: PoolSpec, since: float) -> None:
+        """Best effort: uncordon what a stopped decision left cordoned (the next one retries on failure)."""
+        assert self.nodes is not None
+        try:
+            self.nodes.sweep(spec, since)
+        except ClusterError as exc:
+            log.warning("pool=%s stale-cordon sweep: %s", spec.name, redact_text(str(exc)))
+
+    def _act_nodes(self, provider: NodePoolProvider, spec: PoolSpec, failures: int, plan: Plan, now: float,
+                   signal: Signal, owner: str) -> tuple[Decision, PoolChange]:
+        """A scale-in that names its nodes: pick (or take the operator's), cordon, re-check, remove exactly those."""
+        assert self.nodes is not None and isinstance(provider, RemovesNamedNodes)
+        assert plan.from_ is not None and plan.to is not None
+        started = time.monotonic()
+
+        def renew() -> bool:
+            return self.store.acquire(spec.name, owner, self.clock(), self.lease_ttl) is not None
+
+        try:
+            if signal.source is Source.MANUAL and signal.nodes:
+                done = self.nodes.remove_named(spec, provider, plan.from_, signal.nodes, plan.from_ - plan.to,
+                                               signal.force, owner, now, renew)
+            else:
+                done = self.nodes.scale_in(spec, provider, plan.from_, plan.from_ - plan.to, signal.nodes, owner,
+                                           now, renew)
+        except ClusterError as exc:
+            err = ProviderError(f"kubernetes: {redact_text(str(exc))}", retryable=True, code="KubernetesApi")
+            return self._failed(provider, spec, failures, plan, now, err, time.monotonic() - started)
+        return self._removal_decision(provider, spec, failures, plan, now, done, time.monotonic() - started)
+
+    def _removal_decision(self, provider: NodePoolProvider, spec: PoolSpec, failures: int, plan: Plan, now: float,
+                          done: Removal, elapsed: float) -> tuple[Decision, PoolChange]:
+        details = {**plan.details, **done.details()}
+        if done.error is not None:
+            decision, change = self._failed(provider, spec, failures, plan, now, done.error, elapsed)
+            return replace(decision, details={**decision.details, **details}), change
+        if done.outcome is not Outcome.SCALED:  # nothing asked of the cloud: no cooldown, no backoff
+            return Decision(spec.name, plan.action, done.outcome, plan.from_, plan.from_,
+                            f"{plan.reason}; {done.reason}", details=details), PoolChange()
+        self._observe(spec, "ok", elapsed)
+        change = PoolChange(at=now, acted=plan.action, failures=0, backoff_until=None,
+                            tracked_count=done.reached if provider.tracks_count else None)
+        return Decision(spec.name, plan.action, Outcome.SCALED, plan.from_, done.reached,
+                        f"{plan.reason}; {done.reason}" + (f"; kept {summary(done.kept)}" if done.kept else ""),
+                        details=details), change
 
     @staticmethod
     def _plan_decision(spec: PoolSpec, plan: Plan) -> Decision:

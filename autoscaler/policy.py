@@ -59,21 +59,16 @@ def _desired(signal: Signal, spec: PoolSpec, current: int) -> tuple[Action | Non
     return signal.action, current + sign * step, f"step {step}"
 
 
-def _limit(spec: PoolSpec, action: Action | None, current: int, desired: int,
-           cloud: CloudStatus | None = None) -> tuple[int, str]:
-    """The target clamped to [min, max] (and to the cloud's own floor) and, if that leaves nothing to do, why."""
-    floor = cloud.floor if cloud is not None else 0
-    low = max(spec.min, floor)
-    low_word = f"min ({spec.min})" if cloud is None or floor <= spec.min else \
-        f"the cloud's floor ({floor}: {cloud.floor_reason})"
-    target = max(low, min(spec.max, desired))
+def _limit(spec: PoolSpec, action: Action | None, current: int, desired: int) -> tuple[int, str]:
+    """The target clamped to [min, max] and, if that leaves nothing to do, why."""
+    target = max(spec.min, min(spec.max, desired))
     if action is None or target == current:
         if action is None:
             return current, f"already at the requested size {current}"
-        bound = f"max ({spec.max})" if action is Action.SCALE_OUT else low_word
+        bound = f"max ({spec.max})" if action is Action.SCALE_OUT else f"min ({spec.min})"
         return current, f"already at {bound}: {current} nodes"
     if (action is Action.SCALE_OUT) != (target > current):
-        bound = f"max ({spec.max})" if action is Action.SCALE_OUT else low_word
+        bound = f"max ({spec.max})" if action is Action.SCALE_OUT else f"min ({spec.min})"
         return current, f"{current} nodes is already beyond {bound}; not moving the other way"
     return target, ""
 
@@ -132,7 +127,8 @@ def decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus,
     if proposal is not None:
         desired, how = (proposal.target, proposal.how) if proposal.target is not None else (
             desired, f"{how}; {proposal.how}")
-    target, limited = _limit(spec, action, current, desired, cloud)
+    target, limited = _limit(spec, action, current, desired)
+    limited = limited or (cloud.limits.refuses(target) if cloud.limits else "")
     if limited:
         return Plan(Outcome.SKIPPED_LIMIT, action, current, current, limited, details=details)
     assert action is not None
@@ -142,8 +138,6 @@ def decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus,
             return Plan(Outcome.SKIPPED_COOLDOWN, action, current, current,
                         f"{_words(action)} cooldown: {remaining:.0f}s left", retry_after=None, details=details)
     clamp_note = f", clamped to {'max' if target == spec.max else 'min'} {target}" if target != desired else ""
-    if target != desired and target == cloud.floor > spec.min:
-        clamp_note = f", clamped to the cloud's floor {target}: {cloud.floor_reason}"
     if spec.dry_run:
         return Plan(Outcome.DRY_RUN, action, current, target,
                     f"dry run: would {_words(action)} {current} -> {target} ({how}{clamp_note})", details=details)

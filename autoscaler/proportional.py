@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 from autoscaler.models import Action, Mode, Outcome, PoolSpec, Signal
 
+MAX_NODES = 1e9  # the formula's result is capped here before rounding (the pool's max clamps it further)
 EPSILON = 1e-9  # 2 x 70 / 70 must stay 2, not become 3 through float error
 
 
@@ -20,9 +21,9 @@ class Proposal:
     skip: Outcome | None = None
 
 
-def _value_problem(action: Action, value: float | None, current: int) -> str:
-    if value is None:
-        return "the alert carried no usable value"
+def _value_problem(action: Action, value: float | None, current: int, why: str) -> str:
+    if value is None or not math.isfinite(value):
+        return f"the alert's value {why}" if why else "the alert carried no usable value"
     if value < 0:
         return f"the alert's value {value:g} is negative"
     if action is Action.SCALE_OUT and current == 0:
@@ -45,14 +46,14 @@ def propose(signal: Signal, spec: PoolSpec, current: int, recent: Sequence[tuple
     policy = spec.direction(action)
     if policy.mode != Mode.PROPORTIONAL:
         return None
-    problem = _value_problem(action, signal.value, current)
+    problem = _value_problem(action, signal.value, current, signal.value_problem)
     if problem:
         return Proposal(None, f"proportional mode, but {problem}: fixed step instead",
                         {"mode": "proportional", "value": signal.value, "fallback": "step"})
     assert signal.value is not None
     value, goal = signal.value, policy.target_utilization
     ratio = value / goal
-    raw = max(0, math.ceil(current * ratio - EPSILON))
+    raw = max(0, math.ceil(min(current * ratio, MAX_NODES) - EPSILON))  # a huge value: inf, and no ceil of it
     formula = f"ceil({current} x {value:g} / {goal:g}) = {raw}"
     details: dict[str, Any] = {"mode": "proportional", "value": value, "target_utilization": goal,
                                "formula": formula, "desired": raw}

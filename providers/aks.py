@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from autoscaler.durations import Duration
-from autoscaler.models import CloudStatus
+from autoscaler.models import CloudLimits, CloudStatus
 from providers.arm_calls import Budget, call_with_budget
 from providers.base import NodeRef, ProviderError, ProviderFactory, Tracked
 
@@ -205,9 +205,15 @@ class AksProvider:
         detail = f"provisioningState={state} powerState={power} mode={pool.mode}"
         if state != _SUCCEEDED:
             detail += f" (the last operation ended {state}; a new change retries it)"
-        system = str(pool.mode or "User") == "System"
-        return CloudStatus(current=count, detail=detail, floor=SYSTEM_MIN if system else 0,
-                           floor_reason="AKS keeps at least 1 node in a System pool" if system else "")
+        return CloudStatus(current=count, detail=detail, limits=self._cloud_limits(pool))
+
+    def _cloud_limits(self, pool: Any) -> CloudLimits | None:
+        """A System pool keeps at least one node: below it is a limit (skipped_limit), not a failure."""
+        if str(pool.mode or "User") != "System":
+            return None
+        return CloudLimits(low=SYSTEM_MIN, high=MAX_COUNT, owner=f"AKS System pool {self.settings.agent_pool}",
+                           low_name="floor", high_name="maximum",
+                           fix="AKS keeps at least 1 node in a System pool; scale a User pool to zero instead")
 
     def _check_limits(self, pool: Any, target: int) -> None:
         floor = SYSTEM_MIN if str(pool.mode or "User") == "System" else 0

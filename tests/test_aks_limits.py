@@ -48,13 +48,13 @@ def test_system_pool_below_one_node_is_a_limit_not_a_failure(tmp_path: Path, arm
         assert resp.status_code == 200, resp.get_data(as_text=True)
         return resp.get_json()  # type: ignore[no-any-return]
 
-    first = scale_in(5)  # 2 -> 0 asked: clamped to the System pool's floor
-    assert (first["outcome"], first["to"]) == ("scaled", 1)
-    assert "floor" in first["reason"] and "System pool" in first["reason"]
-    fake.pools["system"]["provisioningState"] = "Succeeded"  # the first change finished
+    first = scale_in(5)  # 2 -> 0 asked: below the System pool's floor, refused as a limit before any call
+    assert first["outcome"] == "skipped_limit"
+    assert "below the AKS System pool system's floor (1)" in first["reason"]
+    assert (scale_in(1)["outcome"], fake.pools["system"]["count"]) == ("scaled", 1)
+    fake.pools["system"]["provisioningState"] = "Succeeded"  # the change finished
     second = scale_in(1)  # 1 -> 0 asked: nothing to do, and nothing failed
-    assert second["outcome"] == "skipped_limit"
-    assert "System pool" in second["reason"]
+    assert second["outcome"] == "skipped_limit" and "System pool" in second["reason"]
     pool = client.get("/api/v1/pools/sys", headers=AUTH).get_json()
     assert pool["failures"] == 0 and pool["backoff_remaining_s"] == 0
     assert [r.body["properties"]["count"] for r in fake.calls("PUT")] == [1]
