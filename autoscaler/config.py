@@ -105,10 +105,19 @@ def build_settings(raw: Any, env: dict[str, str] | None = None) -> Settings:
 
 
 def warnings(settings: Settings) -> list[str]:
-    """What is valid but will not work as written: a pool's ``min`` below what its cloud allows."""
+    """What is valid but will not work as written: a pool's ``min`` below what its cloud allows, a secret too
+    short to be redacted by value."""
     import providers
 
+    from autoscaler.redact import MIN_SECRET
+
     out = []
+    auth = settings.config.server.auth
+    secrets = [(f"server.auth.bearer_tokens[{i}].token", t.token) for i, t in enumerate(auth.bearer_tokens)]
+    secrets += [(f"server.auth.basic[{i}].password", u.password) for i, u in enumerate(auth.basic)]
+    secrets += [("server.auth.grafana_hmac.secret", auth.grafana_hmac.secret)] if auth.grafana_hmac else []
+    out += [f"{path}: shorter than {MIN_SECRET} characters: too short to guess-proof, and not redacted by value "
+            "from logs" for path, secret in secrets if len(secret.get_secret_value()) < MIN_SECRET]
     for index, spec in enumerate(settings.pools.values()):
         floor_of = providers.factory(spec.provider).floor
         if floor_of is None or spec.provider_settings is None:

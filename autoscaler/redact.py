@@ -15,7 +15,7 @@ What counts as a secret of the config:
   ``hooks``); a segment of 8 or more characters that mixes classes (``a1b2c3d4``, ``AbCdEfGh``) or is 24 or more
   characters long is a secret. A ``{placeholder}`` splits a segment; configured pool names and actions are words.
 Values shorter than ``MIN_SECRET`` characters are not replaced by value (replacing every ``abc`` would garble every
-log line); check-config warns about such secrets.
+log line); check-config warns about credentials that short.
 """
 from __future__ import annotations
 

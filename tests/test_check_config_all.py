@@ -44,3 +44,12 @@ def test_non_finite_durations_are_refused(tmp_path: Path, capsys: pytest.Capture
                     f"max_skew: {value}}}}}\npools:\n  - {{name: p, provider: simulated, min: 0, max: 1}}\n")
     assert main(["check-config", str(path)]) == 1
     assert capsys.readouterr().err.strip() == "server.auth.grafana_hmac.max_skew: must be a finite duration"
+
+
+def test_short_secrets_are_warned_about(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("server:\n  auth: {bearer_tokens: [abc, long-enough-1], basic: [{username: u, password: pw}]}\n"
+                    "pools:\n  - {name: p, provider: simulated, min: 0, max: 1}\n")
+    assert main(["check-config", str(path)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[1] for line in err] == [" server.auth.bearer_tokens[0].token", " server.auth.basic[0].password"]
