@@ -25,6 +25,7 @@ import re
 from typing import Any, Iterable
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
+import markupsafe
 from pydantic import BaseModel, SecretStr
 
 MASK = "**********"
@@ -81,7 +82,8 @@ class Redactor:
             for secret in {whole, *(p for p in whole.split() if not plain_word(p))}:
                 if len(secret) < MIN_SECRET:
                     continue
-                values |= {secret, json.dumps(secret)[1:-1], html.escape(secret), html.escape(secret, quote=False)}
+                values |= {secret, json.dumps(secret)[1:-1], html.escape(secret), html.escape(secret, quote=False),
+                           str(markupsafe.escape(secret))}  # the status page's templates escape with markupsafe
         self.secrets = frozenset(values)
         ordered = sorted(self.secrets, key=len, reverse=True)  # a secret that contains another goes first
         self._pattern = re.compile("|".join(re.escape(s) for s in ordered)) if ordered else None

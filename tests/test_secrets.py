@@ -42,9 +42,10 @@ def test_url_secrets_take_path_query_userinfo_but_not_placeholders_or_pool_names
 
 
 def test_redactor_masks_json_and_html_escaped_forms() -> None:
-    r = Redactor(['se"cr<et&42'])
-    assert "se" not in r.redact(json.dumps({"m": 'x se"cr<et&42 y'}))
-    assert "cr" not in r.redact("x se&quot;cr&lt;et&amp;42 y")
+    r = Redactor(['se"cr<et&\'42'])
+    assert "se" not in r.redact(json.dumps({"m": 'x se"cr<et&\'42 y'}))
+    assert "cr" not in r.redact("x se&quot;cr&lt;et&amp;&#x27;42 y")
+    assert "cr" not in r.redact("x se&#34;cr&lt;et&amp;&#39;42 y")  # markupsafe's (Jinja's) escapes
 
 
 def _config(hook: FakeHookServer) -> dict[str, Any]:
