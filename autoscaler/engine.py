@@ -309,6 +309,9 @@ class Engine:
         try:
             reached = provider.scale(plan.from_, plan.to, now)
         except ProviderError as exc:
+            if exc.limit:  # the cloud's own limit (an AKS System pool below 1 node): nothing failed, no backoff
+                return Decision(spec.name, plan.action, Outcome.SKIPPED_LIMIT, plan.from_, plan.from_,
+                                f"{plan.reason}: {redact_text(exc.message)}", details={"code": exc.code}), PoolChange()
             return self._failed(provider, spec, failures, plan, now, exc, time.monotonic() - started)
         except Exception as exc:  # a bug or an SDK surprise: fail this decision, keep serving
             log.exception("provider %s raised unexpectedly for pool %s", spec.provider, spec.name)

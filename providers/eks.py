@@ -182,7 +182,7 @@ class EksProvider:
         limits = self._limits(group.get("scalingConfig") or {})
         why = limits.refuses(target) if limits else ""
         if why:
-            raise ProviderError(f"{self._where}: {why}", retryable=False, code="OutsideNodeGroupLimits")
+            raise ProviderError(f"{self._where}: {why}", retryable=False, code="OutsideNodeGroupLimits", limit=True)
         state = str(group.get("status") or "UNKNOWN")
         if state in _WORKING:
             raise ProviderError(f"{self._where} is {state}: an earlier change is still in progress",

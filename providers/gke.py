@@ -127,7 +127,8 @@ class GkeProvider:
         zones = len(pool.instance_group_urls)
         why = self._limits(zones).refuses(target) if zones else f"{self._where} has no instance groups"
         if why:
-            raise ProviderError(f"{self._where}: {why}", retryable=False, code="OutsideNodePoolLimits")
+            raise ProviderError(f"{self._where}: {why}", retryable=False, code="OutsideNodePoolLimits",
+                                limit=bool(zones))
         request = SetNodePoolSizeRequest(name=self.name, node_count=target // zones)
         operation = self._call("setSize", lambda: self._client().set_node_pool_size(
             request=request, retry=None, timeout=self.settings.timeout))
