@@ -243,6 +243,16 @@ def test_store_file_deleted_under_gunicorn(tmp_path: Path) -> None:
         assert not db.exists()  # no fresh, empty database took its place
         assert "database file was removed" in server.read_log()
 
+        victim = sorted(server.worker_pids())[0]  # a worker restarted now (a crash, a timeout) must not create one
+        os.kill(victim, signal.SIGKILL)
+        _wait(lambda: len(server.worker_pids()) == 2 and victim not in server.worker_pids())
+        _wait(lambda: server.read_log().count("effective config:") >= 3)
+        answers = _hook_answers(server, [f"fp-after-{i}" for i in range(6)])
+        assert all(r.status_code == 503 for r in answers), [r.text for r in answers]
+        assert all(requests.get(f"{server.url}/readyz", timeout=10).status_code == 503 for _ in range(4))
+        assert server.proc is not None and server.proc.poll() is None  # the service keeps serving (503s)
+        assert not db.exists()
+
 
 # root ignores file modes: run gunicorn without the capabilities that let it, as a service user would be
 NO_DAC = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search",

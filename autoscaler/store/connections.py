@@ -11,6 +11,8 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 
+from autoscaler.store.sqlite_file import pinned
+
 
 @dataclass(frozen=True)
 class StoreOptions:
@@ -78,8 +80,8 @@ def sqlite_engine(url: URL, options: StoreOptions, **kwargs: Any) -> Engine:
     path = sqlite_file(url)
     if url.database and url.database != ":memory:" and not url.database.startswith("file:"):
         os.makedirs(os.path.dirname(os.path.abspath(url.database)), exist_ok=True)
-    if path is not None and not os.path.exists(path):
-        with open(path, "ab"):  # an empty file is an empty SQLite database
+    if path is not None and not os.path.exists(path) and pinned(path) is None:
+        with open(path, "ab"):  # an empty file is an empty SQLite database (a gunicorn worker never creates it)
             pass
     engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, **kwargs)
 
