@@ -76,7 +76,8 @@ def alertmanager_hook() -> Response:
     return _handle(alertmanager.parse)
 
 
-@bp.post("/grafana")
+@bp.route("/grafana", methods=["POST", "PUT"])
 def grafana_hook() -> Response:
-    """Grafana unified-alerting contact point or legacy webhook notification channel."""
+    """Grafana unified-alerting contact point or legacy webhook notification channel; a contact point's HTTP
+    method may be set to PUT, which means the same as POST."""
     return _handle(grafana.parse)
