@@ -144,7 +144,7 @@ class Engine:
         stop = threading.Event()
 
         def renew() -> None:
-            while not stop.wait(self.lease_ttl / 3):
+            while not stop.wait(max(self.lease_ttl / 3, 0.05)):
                 try:
                     if not self.store.renew(pool, owner, self.clock(), self.lease_ttl):
                         log.error("lease of pool %s was lost while its decision ran (held past lease_ttl?)", pool)
