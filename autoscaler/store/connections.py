@@ -78,11 +78,13 @@ def sqlite_engine(url: URL, options: StoreOptions, **kwargs: Any) -> Engine:
     running service is an error, never a fresh empty database.
     """
     path = sqlite_file(url)
-    if url.database and url.database != ":memory:" and not url.database.startswith("file:"):
-        os.makedirs(os.path.dirname(os.path.abspath(url.database)), exist_ok=True)
-    if path is not None and not os.path.exists(path) and pinned(path) is None:
-        with open(path, "ab"):  # an empty file is an empty SQLite database (a gunicorn worker never creates it)
-            pass
+    if path is None and url.database and url.database != ":memory:" and not url.database.startswith("file:"):
+        os.makedirs(os.path.dirname(os.path.abspath(url.database)), exist_ok=True)  # a path with query options
+    if path is not None and pinned(path) is None:  # a gunicorn worker creates neither (see ``sqlite_file.pin``)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if not os.path.exists(path):
+            with open(path, "ab"):  # an empty file is an empty SQLite database
+                pass
     engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, **kwargs)
 
     if path is not None:
