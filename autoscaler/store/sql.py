@@ -17,7 +17,7 @@ import threading
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator
 
-from sqlalchemy import Connection, bindparam, delete, insert, select, text, update
+from sqlalchemy import Connection, bindparam, case, delete, insert, select, text, update
 from sqlalchemy.exc import DataError, DBAPIError, DisconnectionError, IntegrityError, ProgrammingError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
@@ -52,10 +52,15 @@ _CONFIRM_KEYS = (update(tables.dedup).where(tables.dedup.c.key.in_(bindparam("p_
 
 @functools.lru_cache(maxsize=64)
 def _finish_sql(fields: tuple[str, ...]) -> Any:
-    """UPDATE of a pool's ``fields`` that also records its last event and releases its lease."""
+    """UPDATE of a pool's ``fields`` that also records its last event and releases its lease, if still the owner's
+    (a decision whose lease lapsed records what it did, but leaves the lease another decision took since)."""
     values: dict[str, Any] = {f: bindparam(f"p_{f}") for f in fields}
-    return (update(tables.pools).where(tables.pools.c.name == bindparam("p_name"))
-            .values(**values, last_event_id=bindparam("p_event"), lease_owner=None, lease_until=None))
+    p = tables.pools.c
+    ours = p.lease_owner == bindparam("p_owner")
+    return (update(tables.pools).where(p.name == bindparam("p_name"))
+            .values(**values, last_event_id=bindparam("p_event"),
+                    lease_owner=case((ours, None), else_=p.lease_owner),
+                    lease_until=case((ours, None), else_=p.lease_until)))
 
 
 class SqlStore(Store):
@@ -253,7 +258,8 @@ class SqlStore(Store):
         with self._tx() as conn:
             event_id = self._append(conn, event)
             conn.execute(_finish_sql(tuple(sorted(columns))),
-                         {"p_name": pool, "p_event": event_id, **{f"p_{k}": v for k, v in columns.items()}})
+                         {"p_name": pool, "p_owner": owner, "p_event": event_id,
+                          **{f"p_{k}": v for k, v in columns.items()}})
             if confirm is not None and confirm.keys:
                 self._confirm(conn, confirm)
         return event_id
