@@ -122,3 +122,26 @@ def test_finishing_after_the_lease_lapsed_leaves_the_new_holders_lease(store: St
     assert store.pool("gpu").last_scale_out_at == 112.0  # what it did is recorded
     assert store.acquire("gpu", "third", 113.0, 10.0) is None  # and the new holder still holds the pool
     assert not store.renew("gpu", "old", 113.0, 10.0) and store.renew("gpu", "new", 113.0, 10.0)
+
+
+def test_a_hung_decision_is_let_go_after_max_decision(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path}/state.db"
+    slow = SlowCloud()
+    first = _replica(db, slow, lease_ttl="300ms", lock_wait="100ms")
+    first.extensions["autoscaler"].engine.max_decision = 0.5  # a cloud call that never returns, in short
+    other = _replica(db, ScriptedCloud(count=2), lease_ttl="300ms", lock_wait="100ms")
+    holder = threading.Thread(target=lambda: _send(first, "fp-hung"))
+    holder.start()
+    try:
+        assert slow.entered.wait(10)
+        assert _send(other, "fp-0").status_code == 503  # renewed past its TTL: still held
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            answer = _send(other, "fp-1")
+            if answer.status_code == 200:
+                break
+            time.sleep(0.1)
+    finally:
+        slow.gate.set()
+        holder.join(20)
+    assert answer.status_code == 200 and answer.get_json()["decisions"][0]["outcome"] == "scaled"
