@@ -26,6 +26,9 @@ def on_starting(server):  # noqa: ANN001 - gunicorn hook
         for name in os.listdir(path):
             if name.endswith(".db"):
                 os.remove(os.path.join(path, name))
+    from autoscaler.store.sqlite_file import pin_store
+
+    pin_store()  # a SQLite store's file is created here, once; workers never create it
 
 
 def child_exit(server, worker):  # noqa: ANN001 - gunicorn hook
