@@ -13,7 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from autoscaler import validation
-from autoscaler.models import DirectionPolicy, Mode, PoolSpec
+from autoscaler.models import DirectionPolicy, Mode, PoolSpec, Schedule
 from autoscaler.config_schema import Config, DirectionConfig
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
@@ -90,6 +90,9 @@ def build_settings(raw: Any, env: dict[str, str] | None = None) -> Settings:
             scale_in=_direction(config.defaults.scale_in, pool.scale_in),
             dedup_window=pool.dedup_window if pool.dedup_window is not None else config.defaults.dedup_window,
             provider_settings=settings,
+            gpus_per_node=pool.gpus_per_node,
+            provision_time=pool.provision_time,
+            schedules=tuple(Schedule(w.cron, w.duration, w.min, w.timezone) for w in pool.schedules),
         )
     if problems:
         raise ConfigError(problems)
