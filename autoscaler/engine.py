@@ -12,10 +12,12 @@ from typing import Any, Callable
 
 from autoscaler.config import Settings
 from autoscaler.events import EventLog
-from autoscaler.models import Decision, Notification, Outcome, PoolSpec, PoolState, Signal
+from autoscaler.inflight import from_scale_outs
+from autoscaler.models import Decision, Notification, Outcome, PoolFacts, PoolSpec, PoolState, Signal
 from autoscaler.policy import Plan, backoff_seconds, decide, settled
 from autoscaler.redact import redact_text
 from autoscaler.routing import Router
+from autoscaler.schedules import effective_min
 from autoscaler.store import DedupConfirm, PoolChange, QuickState, Store, StoreUnavailable
 from providers import NodePoolProvider, ProviderError, Tracked
 
@@ -41,6 +43,9 @@ class Engine:
         self.lease_ttl = settings.config.server.lease_ttl
         self.owner_prefix = f"{socket.gethostname()}:{os.getpid()}"
         self._locks: dict[str, threading.Lock] = {name: threading.Lock() for name in settings.pools}
+        #: The seam for a view of the cluster: (pool, now) -> (nodes in flight, how counted), or None where it cannot
+        #: tell; unset, in flight is counted from the recorded scale-outs (see ``autoscaler.inflight``).
+        self.cluster_in_flight: Callable[[PoolSpec, float], tuple[int, str] | None] | None = None
 
     # -- notifications --------------------------------------------------------------------------------
     def handle_notification(self, note: Notification) -> list[Decision]:
@@ -166,13 +171,23 @@ class Engine:
                             retry_after=retry, details={"code": exc.code}), PoolChange()
         window = spec.scale_in.stabilization_window
         recent = self.store.recommendations(spec.name, now - window) if spec.proportional else []
-        plan = decide(signal, spec, state, cloud, now, recent)
+        facts = self.pool_facts(spec, cloud.current, now)
+        plan = decide(signal, spec, state, cloud, now, recent, facts)
         if plan.details.get("recommendation") is not None:
             self.store.add_recommendation(spec.name, now, int(plan.details["recommendation"]), now - window)
         plan = _said_by(signal, plan)
         if plan.outcome is not Outcome.SCALED:
             return self._plan_decision(spec, plan), PoolChange()
         return self._act(provider, spec, state.failures, plan, now)
+
+    def pool_facts(self, spec: PoolSpec, current: int | None, now: float) -> PoolFacts:
+        """Nodes in flight and the floor in force now: what a decision needs besides the cloud's count."""
+        floor, floor_how = effective_min(spec, now)
+        counted = self.cluster_in_flight(spec, now) if self.cluster_in_flight is not None else None
+        if counted is None:
+            since = now - spec.provision_time
+            counted = from_scale_outs(self.store.scale_outs(spec.name, since), current or 0, now, spec.provision_time)
+        return PoolFacts(in_flight=counted[0], in_flight_how=counted[1], floor=floor, floor_how=floor_how)
 
     @staticmethod
     def _plan_decision(spec: PoolSpec, plan: Plan) -> Decision:

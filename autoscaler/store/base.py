@@ -152,6 +152,10 @@ class Store(abc.ABC):
         """Remember one recommendation and forget the pool's ones older than ``forget_before``."""
 
     @abc.abstractmethod
+    def scale_outs(self, pool: str, since: float) -> list[tuple[float, int, int]]:
+        """Scale-outs the cloud accepted for ``pool`` at or after ``since``: (time, from, to), oldest first."""
+
+    @abc.abstractmethod
     def ping(self) -> None:
         """Raise StoreUnavailable unless the database answers."""
 

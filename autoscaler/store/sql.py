@@ -246,6 +246,15 @@ class SqlStore(Store):
             conn.execute(delete(t).where(t.c.pool == pool, t.c.time < forget_before))
             conn.execute(insert(t).values(pool=pool, time=time, desired=desired))
 
+    def scale_outs(self, pool: str, since: float) -> list[tuple[float, int, int]]:
+        t = tables.events  # ix_events_time bounds it to the last few minutes' events
+        query = (select(t.c.time, t.c.from_count, t.c.to_count)
+                 .where(t.c.time >= since, t.c.pool == pool, t.c.action == "scale_out", t.c.outcome == "scaled",
+                        t.c.from_count.is_not(None), t.c.to_count.is_not(None))
+                 .order_by(t.c.time))
+        with self._tx() as conn:
+            return [(float(r.time), int(r.from_count), int(r.to_count)) for r in conn.execute(query).all()]
+
     def ping(self) -> None:
         with self._tx() as conn:
             conn.execute(text("SELECT 1"))
