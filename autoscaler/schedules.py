@@ -29,9 +29,10 @@ def _zone(name: str) -> ZoneInfo:
 
 def last_start(window: Schedule, now: float) -> float:
     """Unix time of the window's latest start at or before ``now``."""
-    local = datetime.fromtimestamp(now, tz=timezone.utc).astimezone(_zone(window.timezone))
-    # croniter's get_prev excludes its start instant: ask from just after now, then make sure it is not after now
-    it = croniter(window.cron, local + timedelta(milliseconds=1))
+    # croniter's get_prev excludes its start instant: ask from just after now, then make sure it is not after now.
+    # The offset is added before the conversion: local arithmetic would lose ``fold`` (the repeated autumn hour).
+    local = datetime.fromtimestamp(now + 0.001, tz=timezone.utc).astimezone(_zone(window.timezone))
+    it = croniter(window.cron, local)
     start: datetime = it.get_prev(datetime)
     if start.timestamp() > now:
         start = it.get_prev(datetime)
