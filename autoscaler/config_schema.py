@@ -110,6 +110,8 @@ class ServerConfig(_Frozen):
     lease_ttl: Duration = Field(default=120.0, gt=0, description="How long a pool's lease outlives a dead worker.")
     allowed_origins: list[str] = Field(default_factory=list, description="Browser origins besides the service's "
                                        "own that may send state-changing requests (scheme://host[:port]).")
+    reconcile_interval: Duration = Field(default=30.0, ge=0, description="How often the reconciler applies "
+                                         "schedule floors and refreshes each pool's cloud view (0: never).")
 
     @field_validator("allowed_origins")
     @classmethod

@@ -13,12 +13,12 @@ from typing import Any, Callable
 from autoscaler.config import Settings
 from autoscaler.events import EventLog
 from autoscaler.inflight import from_scale_outs
-from autoscaler.models import Decision, Notification, Outcome, PoolFacts, PoolSpec, PoolState, Signal
+from autoscaler.models import CloudStatus, Decision, Notification, Outcome, PoolFacts, PoolSpec, PoolState, Signal
 from autoscaler.policy import Plan, backoff_seconds, decide, settled
 from autoscaler.redact import redact_text
 from autoscaler.routing import Router
 from autoscaler.schedules import effective_min
-from autoscaler.store import DedupConfirm, PoolChange, QuickState, Store, StoreUnavailable
+from autoscaler.store import DedupConfirm, PoolChange, PoolView, QuickState, Store, StoreUnavailable
 from providers import NodePoolProvider, ProviderError, Tracked
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ class Engine:
         if state is None:
             return self._busy(signal, spec, keys, claim)
         try:
-            decision, change = self._decide_and_act(signal, spec, state)
+            decision, change, view = self._decide_and_act(signal, spec, state)
         except BaseException:
             self.store.release(spec.name, owner)
             raise
@@ -121,8 +121,19 @@ class Engine:
         confirm = None
         if keys and decision.retry_after is None and spec.dedup_window > pending:
             confirm = DedupConfirm(keys, claim, now + spec.dedup_window)  # in finish's transaction
-        return self.events.finish(spec.name, owner, decision, signal.source.value, alerts, self.clock(), change,
-                                  confirm)
+        recorded = self.events.finish(spec.name, owner, decision, signal.source.value, alerts, self.clock(), change,
+                                      confirm)
+        self._remember_view(view)
+        return recorded
+
+    def _remember_view(self, view: PoolView | None) -> None:
+        """Keep what this decision learned of the cloud as the pool's stored view (best effort)."""
+        if view is None:
+            return
+        try:
+            self.store.save_view(view)
+        except StoreUnavailable:
+            log.warning("pool %s: cloud view not stored: store unavailable", view.pool)
 
     def _settled(self, signal: Signal, spec: PoolSpec, quick: QuickState, now: float) -> Decision | None:
         """The decision when the stored state settles it (see ``policy.settled``), else None."""
@@ -159,7 +170,8 @@ class Engine:
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
 
-    def _decide_and_act(self, signal: Signal, spec: PoolSpec, state: PoolState) -> tuple[Decision, PoolChange]:
+    def _decide_and_act(self, signal: Signal, spec: PoolSpec,
+                        state: PoolState) -> tuple[Decision, PoolChange, PoolView | None]:
         provider = self.providers[spec.name]
         now = self.clock()
         try:
@@ -168,7 +180,7 @@ class Engine:
             retry = (exc.retry_after or 30.0) if exc.retryable else None
             return Decision(spec.name, signal.action, Outcome.FAILED, None, None,
                             f"{signal.reason + ': ' if signal.reason else ''}pool status: {redact_text(exc.message)}",
-                            retry_after=retry, details={"code": exc.code}), PoolChange()
+                            retry_after=retry, details={"code": exc.code}), PoolChange(), None
         window = spec.scale_in.stabilization_window
         recent = self.store.recommendations(spec.name, now - window) if spec.proportional else []
         facts = self.pool_facts(spec, cloud.current, now)
@@ -177,8 +189,10 @@ class Engine:
             self.store.add_recommendation(spec.name, now, int(plan.details["recommendation"]), now - window)
         plan = _said_by(signal, plan)
         if plan.outcome is not Outcome.SCALED:
-            return self._plan_decision(spec, plan), PoolChange()
-        return self._act(provider, spec, state.failures, plan, now)
+            decision, change = self._plan_decision(spec, plan), PoolChange()
+        else:
+            decision, change = self._act(provider, spec, state.failures, plan, now)
+        return decision, change, _view_after(spec, cloud, facts, decision, now)
 
     def pool_facts(self, spec: PoolSpec, current: int | None, now: float) -> PoolFacts:
         """Nodes in flight and the floor in force now: what a decision needs besides the cloud's count."""
@@ -232,6 +246,15 @@ class Engine:
     def _observe(self, spec: PoolSpec, result: str, seconds: float) -> None:
         if self.metrics is not None:
             self.metrics.provider_call(spec.provider, spec.name, result, seconds)
+
+
+def _view_after(spec: PoolSpec, cloud: CloudStatus, facts: PoolFacts, decision: Decision, now: float) -> PoolView:
+    """The pool's cloud view once a decision read it and, if it scaled, asked for ``decision.to`` nodes."""
+    if decision.outcome is not Outcome.SCALED or decision.to is None or decision.from_ is None:
+        return PoolView(spec.name, cloud.current, cloud.busy, cloud.detail, facts.in_flight, None, now)
+    added = max(0, decision.to - decision.from_)
+    return PoolView(spec.name, decision.to, cloud.busy, f"{decision.from_} -> {decision.to} asked for by this service",
+                    min(facts.in_flight + added, decision.to), None, now)
 
 
 def _said_by(signal: Signal, plan: Plan) -> Plan:
