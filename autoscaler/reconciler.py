@@ -53,10 +53,15 @@ class Reconciler:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:reconciler"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._holding = False
 
     def tick(self, now: float) -> Tick:
         """One round, if this process holds (or can take) the lease."""
-        if not self.store.hold_lease(LEASE, self.owner, now, self.ttl):
+        held = self.store.hold_lease(LEASE, self.owner, now, self.ttl)
+        if held != self._holding:
+            log.info("reconciler lease %s by %s", "taken" if held else "held elsewhere, not", self.owner)
+            self._holding = held
+        if not held:
             return Tick(held=False)
         out = Tick(held=True)
         for spec in self.settings.pools.values():
