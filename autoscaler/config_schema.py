@@ -316,13 +316,15 @@ class InfluxConfig(_Frozen):
 
 
 class ReplayRule(_Frozen):
-    """One emulated alerting rule on the pool's average utilisation (0-100) of ready nodes."""
+    """One emulated alerting rule on the pool's average utilisation (0-100) of ready nodes (``above``/``below``), or
+    on its unmet demand in GPUs (``pending_above``: (demand - ready, clipped at 0) x gpus_per_node)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     alert: str = Field(min_length=1)
     above: float | None = Field(default=None, ge=0, le=100)
     below: float | None = Field(default=None, ge=0, le=100)
+    pending_above: float | None = Field(default=None, ge=0)
     for_: Duration = Field(default=0.0, alias="for")
     pool: str
     action: Action
@@ -331,8 +333,8 @@ class ReplayRule(_Frozen):
 
     @model_validator(mode="after")
     def _one_threshold(self) -> "ReplayRule":
-        if (self.above is None) == (self.below is None):
-            raise ValueError("give exactly one of `above` or `below`")
+        if sum(x is not None for x in (self.above, self.below, self.pending_above)) != 1:
+            raise ValueError("give exactly one of `above`, `below` or `pending_above`")
         return self
 
 

@@ -10,6 +10,7 @@ from autoscaler.config import Settings
 from autoscaler.engine import Engine
 from autoscaler.events import EventLog
 from autoscaler.models import Decision, Mode, Outcome
+from autoscaler.reconciler import Reconciler
 from autoscaler.replay.alerts import AlertEmulator
 from autoscaler.replay.trace import STEP, ReplayError, Trace
 from autoscaler.sources import alertmanager
@@ -17,7 +18,7 @@ from autoscaler.store import SqlStore
 from providers import build
 from providers.simulated import SimulatedSettings
 
-SAMPLE, EVALUATE, FLUSH = 0, 1, 2  # order of events at the same instant
+SAMPLE, EVALUATE, FLUSH, RECONCILE = 0, 1, 2, 3  # order of events at the same instant
 
 
 @dataclass
@@ -49,6 +50,11 @@ class Nodes:
         self.advance(now)
 
 
+def pending_gpus(demand: float, ready: int, gpus_per_node: int) -> float:
+    """Unmet demand in GPUs, what a pending-GPU-requests rule watches: (demand - ready, clipped at 0) x GPUs/node."""
+    return round(max(0.0, demand - ready) * gpus_per_node, 6)
+
+
 def utilization(demand: float, ready: int) -> float:
     """min(100, 100 x demand / ready); 100 with demand and no node, 0 with neither."""
     if ready <= 0:
@@ -75,6 +81,7 @@ class Run:
     minutes: list[Minute]
     decisions: list[tuple[float, Decision]]
     notifications: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    reconciles: list[float] = field(default_factory=list)  # times of reconciler ticks that decided something
 
 
 def replay_pool(settings: Settings) -> str:
@@ -114,10 +121,16 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     store.ensure_pools(list(settings.pools))
     providers = {name: build(spec.provider, name, spec.provider_settings) for name, spec in settings.pools.items()}
     engine = Engine(settings, store, providers, EventLog(store), clock=lambda: now)
+    spec = settings.pools[pool]
+    reconciler = Reconciler(settings, store, providers, engine, clock=lambda: now)
+    reconcile_every = settings.config.server.reconcile_interval or 30.0
     emulator = AlertEmulator(cfg, settings.config.routing, use_steps=use_steps)
     nodes = Nodes(ready=sim.initial_count, provision_seconds=sim.provision_seconds)
     queue: list[tuple[float, int, int]] = [(trace.start + STEP * i, SAMPLE, i) for i in range(len(trace.demand))]
     queue.append((trace.start, EVALUATE, 0))
+    if spec.schedules or sim.initial_count < spec.min:  # otherwise no tick could decide anything
+        queue.append((trace.start, RECONCILE, 0))
+    reconciles: list[float] = []
     heapq.heapify(queue)
     minutes: list[Minute] = []
     decisions: list[tuple[float, Decision]] = []
@@ -136,11 +149,24 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
             demand = trace.demand[index]
             minutes.append(Minute(now, demand, nodes.ready, nodes.requested, utilization(demand, nodes.ready), ()))
         elif kind == EVALUATE:
-            for item in emulator.evaluate(now, utilization(trace.at(now), nodes.ready)):
+            demand = trace.at(now)
+            pending = pending_gpus(demand, nodes.ready, spec.gpus_per_node)
+            for item in emulator.evaluate(now, utilization(demand, nodes.ready), pending):
                 heapq.heappush(queue, (item[0], FLUSH, item[1]))
             nxt = now + cfg.evaluation_interval
             if nxt < trace.end:
                 heapq.heappush(queue, (nxt, EVALUATE, 0))
+        elif kind == RECONCILE:
+            ticked = reconciler.tick(now).decisions
+            if ticked:
+                reconciles.append(now)
+            for decision in ticked:
+                decisions.append((now, decision))
+                outcomes.append(decision.outcome.value)
+                if decision.outcome is Outcome.SCALED and decision.pool == pool and decision.to is not None:
+                    nodes.resize(decision.to, now)
+            if now + reconcile_every < trace.end:
+                heapq.heappush(queue, (now + reconcile_every, RECONCILE, 0))
         else:
             body, again = emulator.flush(now, index)
             if again is not None and again < trace.end:
@@ -157,7 +183,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     if minutes:
         minutes[-1] = replace(minutes[-1], outcomes=tuple(outcomes))
     store.engine.dispose()
-    return Run(minutes, decisions, notifications)
+    return Run(minutes, decisions, notifications, reconciles)
 
 
 def static_peak(trace: Trace) -> Run:
