@@ -10,21 +10,26 @@ from typing import Any, Callable
 
 from flask import Flask
 
+from autoscaler.api.body import close_after
 from autoscaler.auth import Authenticator
 from autoscaler.config import Settings, build_settings, load_config
 from autoscaler.engine import Engine
 from autoscaler.events import EventLog, EventSink
 from autoscaler.metrics import Metrics, PoolStateCollector
+from autoscaler.logjson import JsonFormatter, TextFormatter
 from autoscaler.reconciler import Reconciler
-from autoscaler.redact import redact_tree
+from autoscaler.redact import Redactor, active, install, redact_tree
 from autoscaler.service import Service
 from autoscaler.retention import Pruner
 from autoscaler.store import Store, StoreOptions, open_store
+from autoscaler.nodes import Cluster
 from providers import NodePoolProvider, ProviderError, build
+from providers import cluster as build_cluster
 
 log = logging.getLogger("autoscaler")
 
 DEFAULT_CONFIG = "config.example.yaml"
+_REDACTED_TYPES = frozenset({"application/json", "text/html", "text/plain"})
 
 
 def setup_logging() -> None:
@@ -33,14 +38,9 @@ def setup_logging() -> None:
     if root.handlers:
         return
     level = os.environ.get("LOG_LEVEL", "INFO").upper()
-    if os.environ.get("LOG_FORMAT", "").lower() == "json":
-        from autoscaler.logjson import JsonFormatter
-
-        handler = logging.StreamHandler()
-        handler.setFormatter(JsonFormatter())
-        logging.basicConfig(level=level, handlers=[handler])
-    else:
-        logging.basicConfig(level=level, format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter() if os.environ.get("LOG_FORMAT", "").lower() == "json" else TextFormatter())
+    logging.basicConfig(level=level, handlers=[handler])
     for noisy in ("azure", "urllib3", "alibabacloud"):  # SDKs log every request at INFO
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -75,7 +75,8 @@ def _check(providers: dict[str, NodePoolProvider]) -> None:
 
 def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None = None, *, clock: Callable[[], float] | None = None,
                providers: dict[str, NodePoolProvider] | None = None, store: Store | None = None,
-               sinks: list[EventSink] | None = None, startup_check: bool = True) -> Flask:
+               sinks: list[EventSink] | None = None, startup_check: bool = True, cluster: Cluster | None = None,
+               sleep: Callable[[float], None] | None = None) -> Flask:
     """Build the app from settings, a parsed config mapping, a config path, or ``AUTOSCALER_CONFIG``."""
     setup_logging()
     if config is None:
@@ -86,16 +87,21 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
         settings = load_config(os.fspath(config))
     else:
         settings = config
+    install(Redactor.from_config(settings.config, [s.provider_settings for s in settings.pools.values()],
+                                 words=list(settings.pools)))
     clock = clock or time.time
     store = store or open_store(settings.config.store.url, _store_options(settings))
     store.ensure_pools(list(settings.pools))
     built = _providers(settings, providers)
     if startup_check:
         _check({k: v for k, v in built.items() if providers is None or k not in providers})
-    metrics = Metrics()
+    metrics = Metrics(pools=settings.pools)
     sinks = list(sinks or []) + _configured_sinks(settings, metrics)
     events = EventLog(store, sinks, metrics)
-    engine = Engine(settings, store, built, events, clock=clock, metrics=metrics)
+    if cluster is None and settings.config.kubernetes is not None:
+        cluster = build_cluster(settings.config.kubernetes)
+    engine = Engine(settings, store, built, events, clock=clock, metrics=metrics, cluster=cluster,
+                    sleep=sleep or time.sleep)
     service = Service(settings=settings, store=store, providers=built, engine=engine, events=events,
                       auth=Authenticator(settings.config.server.auth, clock, _hmac_nonce_cache(store, clock)),
                       metrics=metrics, clock=clock,
@@ -118,6 +124,19 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
     @app.after_request
     def _prune(resp: Any) -> Any:
         pruner.maybe_start()  # at most once a minute, on its own thread
+        return resp
+
+    app.after_request(close_after)
+
+    @app.after_request
+    def _no_secret_out(resp: Any) -> Any:
+        """The last line of defence: no answer (JSON, the status page, an error) carries a configured secret."""
+        redactor = active()
+        if redactor and resp.mimetype in _REDACTED_TYPES and not resp.is_streamed:
+            text = resp.get_data(as_text=True)
+            clean = redactor.redact(text)
+            if clean != text:
+                resp.set_data(clean)
         return resp
 
     app.register_blueprint(health.bp)

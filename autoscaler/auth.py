@@ -6,12 +6,15 @@ import binascii
 import hashlib
 import hmac
 from dataclasses import dataclass
-from typing import Callable
+import math
+from typing import Callable, Union
 
 from autoscaler.config_schema import SCOPES, AuthConfig, BasicUser, BearerToken
 
 MAX_HEADER = 8192
 NonceCache = Callable[[str, float], bool]  # (key, window seconds) -> True when the key is new
+Body = Union[bytes, Callable[[], bytes]]  # the body, or how to read it (only an HMAC signature needs it)
+_HEX64 = frozenset("0123456789abcdef")
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ class Authenticator:
             elif isinstance(entry, BasicUser):
                 self.users.append((entry.username.encode(), entry.password.get_secret_value().encode(), who))
 
-    def check(self, headers: dict[str, str], body: bytes) -> str | None:
+    def check(self, headers: dict[str, str], body: Body) -> str | None:
         """None when the request carries valid credentials, else what is wrong (never echoing a credential)."""
         try:
             self.authenticate(headers, body)
@@ -61,8 +64,10 @@ class Authenticator:
             return str(exc)
         return None
 
-    def authenticate(self, headers: dict[str, str], body: bytes) -> Principal:
-        """The credential the request carries; AuthError when it carries none that is valid."""
+    def authenticate(self, headers: dict[str, str], body: Body) -> Principal:
+        """The credential the request carries; AuthError when it carries none that is valid. ``body`` may be a
+        function that reads it: it is called only for an HMAC signature whose other checks passed, so a client
+        without credentials never makes the service wait for its body."""
         if self.cfg.disabled:
             return ANONYMOUS
         authz = headers.get("Authorization", "")
@@ -104,11 +109,13 @@ class Authenticator:
                 found = found or who
         return found
 
-    def _hmac_problem(self, headers: dict[str, str], body: bytes) -> str | None:
+    def _hmac_problem(self, headers: dict[str, str], body: Body) -> str | None:
         hm = self.cfg.grafana_hmac
         assert hm is not None
         signature = headers.get(hm.header, "").strip().lower()
-        message = body
+        if len(signature) != 64 or not set(signature) <= _HEX64:
+            return "invalid HMAC signature"  # not even the shape of one: no need to read the body
+        stamp = ""
         if hm.timestamp_header:
             stamp = headers.get(hm.timestamp_header, "").strip()
             if not stamp:
@@ -117,11 +124,14 @@ class Authenticator:
                 sent = float(stamp)
             except ValueError:
                 return f"{hm.timestamp_header} is not a Unix timestamp"
+            if not math.isfinite(sent):  # nan compares false with everything: it would pass the window check
+                return f"{hm.timestamp_header} is not a Unix timestamp"
             if sent > 1e11:  # milliseconds
                 sent /= 1000.0
             if abs(self.clock() - sent) > hm.max_skew:
                 return f"signature timestamp outside the allowed {hm.max_skew:.0f}s window (replay?)"
-            message = stamp.encode() + b":" + body
+        raw = body() if callable(body) else body
+        message = stamp.encode() + b":" + raw if hm.timestamp_header else raw
         expected = hmac.new(hm.secret.get_secret_value().encode(), message, hashlib.sha256).hexdigest()
         if not hmac.compare_digest(signature.encode(), expected.encode()):
             return "invalid HMAC signature"

@@ -106,8 +106,11 @@ class ServerConfig(_Frozen):
 
     auth: AuthConfig
     max_body_bytes: int = Field(default=1048576, ge=1024)
+    read_timeout: Duration = Field(default=10.0, gt=0, description="Longest a client may take to send a request "
+                                   "body; slower ones get 408 (a gthread worker's thread is not held longer).")
     lock_wait: Duration = Field(default=5.0, description="How long a decision waits for another on the same pool.")
-    lease_ttl: Duration = Field(default=120.0, gt=0, description="How long a pool's lease outlives a dead worker.")
+    lease_ttl: Duration = Field(default=30.0, gt=0, description="How long a pool's lease outlives a dead worker "
+                                "(a running decision renews it every third of it).")
     allowed_origins: list[str] = Field(default_factory=list, description="Browser origins besides the service's "
                                        "own that may send state-changing requests (scheme://host[:port]).")
     reconcile_interval: Duration = Field(default=30.0, ge=0, description="How often the reconciler applies "
@@ -154,11 +157,23 @@ class DirectionConfig(_Frozen):
     value_ref: str | None = None
 
 
+Victims = Literal["cloud", "alerted", "idle"]
+
+
+class ScaleInConfig(DirectionConfig):
+    """Scale-in settings: a direction's, plus which nodes go (node-aware scale-in)."""
+
+    victims: Victims | None = Field(default=None, description="cloud | alerted | idle (default: idle with "
+                                    "`kubernetes` and a provider that removes named nodes, else cloud).")
+    drain_timeout: Duration | None = Field(default=None, gt=0, description="How long a forced removal retries "
+                                           "evictions a PodDisruptionBudget refuses (default 10m).")
+
+
 class DefaultsConfig(_Frozen):
     """Settings every pool inherits."""
 
     scale_out: DirectionConfig = DirectionConfig(step=1, cooldown=300)
-    scale_in: DirectionConfig = DirectionConfig(step=1, cooldown=900, delay_after_scale_out=600)
+    scale_in: ScaleInConfig = ScaleInConfig(step=1, cooldown=900, delay_after_scale_out=600)
     dedup_window: Duration = 600.0
 
     @model_validator(mode="after")
@@ -210,6 +225,36 @@ class RoutingConfig(_Frozen):
     pool_label: str = "autoscaler_pool"
     action_label: str = "autoscaler_action"
     step_label: str = "autoscaler_step"
+    node_label: str = Field(default="node", description="Label that names a node in scale-in alerts "
+                            "(dcgm-exporter: Hostname).")
+
+
+class KubernetesConfig(_Frozen):
+    """How the service sees the cluster's nodes and pods (node-aware scale-in). One of ``in_cluster``,
+    ``kubeconfig`` or ``host``: ``host`` (+ ``token``) is for out-of-cluster use without a kubeconfig and tests."""
+
+    in_cluster: bool = False
+    kubeconfig: str | None = Field(default=None, min_length=1)
+    context: str | None = None
+    host: str | None = Field(default=None, pattern=r"^https?://[^\s/?#]+/?$")
+    token: SecretStr | None = None
+    verify_ssl: bool = True
+    ca_cert: str | None = None
+    gpu_resources: list[str] = Field(default_factory=lambda: ["nvidia.com/gpu", "nvidia.com/mig-*"], min_length=1)
+    timeout: Duration = Field(default=5.0, gt=0, description="Read timeout of one API call.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "KubernetesConfig":
+        given = [k for k, on in (("in_cluster", self.in_cluster), ("kubeconfig", self.kubeconfig is not None),
+                                 ("host", self.host is not None)) if on]
+        if len(given) != 1:
+            raise ValueError("give exactly one of `in_cluster: true`, `kubeconfig:` or `host:`"
+                             + (f" (got {', '.join(given)})" if given else ""))
+        if self.context is not None and self.kubeconfig is None:
+            raise ValueError("`context` needs `kubeconfig`")
+        if (self.token is not None or self.ca_cert is not None) and self.host is None:
+            raise ValueError("`token` and `ca_cert` go with `host`")
+        return self
 
 
 class RuleConfig(_Frozen):
@@ -249,8 +294,10 @@ class PoolConfig(BaseModel):
     max: int = Field(ge=0, le=1000)
     dry_run: bool = False
     scale_out: DirectionConfig = DirectionConfig()
-    scale_in: DirectionConfig = DirectionConfig()
+    scale_in: ScaleInConfig = ScaleInConfig()
     dedup_window: Duration | None = None
+    node_selector: str | None = Field(default=None, min_length=1, description="Label selector of the pool's "
+                                      "nodes, e.g. kubernetes.azure.com/agentpool=gpunp (default per provider).")
     gpus_per_node: int = Field(default=1, ge=1, le=64, description="GPUs one node adds (demand mode divides by it).")
     provision_time: Duration = Field(default=600.0, description="Request to GPUs allocatable; nodes asked for "
                                      "within it and not ready yet are in flight.")
@@ -366,38 +413,52 @@ class Config(_Frozen):
     pools: list[PoolConfig] = Field(min_length=1)
     influxdb: InfluxConfig | None = None
     replay: ReplayConfig | None = None
+    kubernetes: KubernetesConfig | None = None
 
     @model_validator(mode="after")
     def _references(self) -> "Config":
-        names = [p.name for p in self.pools]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"pools: duplicate pool names: {', '.join(dupes)}")
-        for i, rule in enumerate(self.rules):
-            if rule.pool not in names:
-                raise ValueError(f"rules[{i}].pool: no pool named {rule.pool!r}")
-        for i, replay_rule in enumerate(self.replay.rules if self.replay else []):
-            if replay_rule.pool not in names:
-                raise ValueError(f"replay.rules[{i}].pool: no pool named {replay_rule.pool!r}")
+        problems = reference_problems([p.name for p in self.pools], [r.pool for r in self.rules],
+                                      [r.pool for r in self.replay.rules] if self.replay else [])
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
     @model_validator(mode="after")
     def _credentials(self) -> "Config":
         """Credential names are unique (they are the actor in the event log) and name configured pools."""
-        names = {p.name for p in self.pools}
-        problems: list[str] = []
-        seen: dict[str, str] = {}
-        secrets: dict[str, str] = {}
-        for path, name, entry in self.server.auth.credentials():
-            if name in seen:
-                problems.append(f"{path}.name: duplicate credential name {name!r} (also {seen[name]})")
-            seen.setdefault(name, path)
-            what, secret = (("token", entry.token.get_secret_value()) if isinstance(entry, BearerToken)
-                            else ("username", f"basic:{getattr(entry, 'username', '')}"))
-            if secret in secrets:  # which entry's scopes would apply is then a guess
-                problems.append(f"{path}: the same {what} as {secrets[secret]}")
-            secrets.setdefault(secret, path)
-            problems += [f"{path}.pools: no pool named {pool!r}" for pool in entry.pools or [] if pool not in names]
+        problems = credential_problems(self.server.auth, {p.name for p in self.pools})
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+
+def reference_problems(pools: list[Any], rule_pools: list[Any], replay_pools: list[Any]) -> list[str]:
+    """Every duplicate pool name and every rule naming no configured pool (cross-field: checked on the raw file
+    too, so that check-config reports them beside the field errors)."""
+    names = [n for n in pools if isinstance(n, str)]
+    problems = []
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        problems.append(f"pools: duplicate pool names: {', '.join(dupes)}")
+    for where, refs in (("rules", rule_pools), ("replay.rules", replay_pools)):
+        problems += [f"{where}[{i}].pool: no pool named {pool!r}" for i, pool in enumerate(refs)
+                     if isinstance(pool, str) and pool not in names]
+    return problems
+
+
+def credential_problems(auth: AuthConfig, names: set[str]) -> list[str]:
+    """Duplicate credential names or secrets, and credentials limited to pools that do not exist."""
+    problems: list[str] = []
+    seen: dict[str, str] = {}
+    secrets: dict[str, str] = {}
+    for path, name, entry in auth.credentials():
+        if name in seen:
+            problems.append(f"{path}.name: duplicate credential name {name!r} (also {seen[name]})")
+        seen.setdefault(name, path)
+        what, secret = (("token", entry.token.get_secret_value()) if isinstance(entry, BearerToken)
+                        else ("username", f"basic:{getattr(entry, 'username', '')}"))
+        if secret in secrets:  # which entry's scopes would apply is then a guess
+            problems.append(f"{path}: the same {what} as {secrets[secret]}")
+        secrets.setdefault(secret, path)
+        problems += [f"{path}.pools: no pool named {pool!r}" for pool in entry.pools or [] if pool not in names]
+    return problems

@@ -7,23 +7,29 @@ import socket
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Sequence
 
 from autoscaler.config import Settings
 from autoscaler.events import EventLog
-from autoscaler.inflight import from_scale_outs
-from autoscaler.models import CloudStatus, Decision, Notification, Outcome, PoolFacts, PoolSpec, PoolState, Signal
+from autoscaler.inflight import from_nodes, from_scale_outs
+from autoscaler.models import (Action, CloudStatus, Decision, Notification, Outcome, PoolFacts, PoolSpec, PoolState,
+                               Signal, Source)
+from autoscaler.nodes import Cluster, ClusterError, MarkedNodes, NodeView
 from autoscaler.policy import Plan, backoff_seconds, decide, settled
 from autoscaler.redact import redact_text
 from autoscaler.routing import Router
 from autoscaler.schedules import effective_min
 from autoscaler.store import DedupConfirm, PoolChange, PoolView, QuickState, Store, StoreUnavailable
-from providers import NodePoolProvider, ProviderError, Tracked
+from autoscaler.scale_in import NodeScaleIn, Removal, summary
+from providers import NodePoolProvider, ProviderError, RemovesNamedNodes, Tracked
 
 log = logging.getLogger(__name__)
 
-LEASE_TTL = 120.0  # the default of server.lease_ttl
+LEASE_TTL = 30.0  # the default of server.lease_ttl; a running decision renews it every third of it
+BUSY_RETRY = 5.0  # Retry-After (at most) when the pool is held by another decision of ours
+UNEXPECTED_RETRY = 30.0  # Retry-After for a decision that failed on an unexpected error
 Clock = Callable[[], float]
 
 
@@ -31,7 +37,8 @@ class Engine:
     """Turns notifications and manual requests into decisions, one pool at a time."""
 
     def __init__(self, settings: Settings, store: Store, providers: dict[str, NodePoolProvider],
-                 events: EventLog, clock: Clock = time.time, metrics: Any = None) -> None:
+                 events: EventLog, clock: Clock = time.time, metrics: Any = None, cluster: Cluster | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.settings = settings
         self.store = store
         self.providers = providers
@@ -43,9 +50,7 @@ class Engine:
         self.lease_ttl = settings.config.server.lease_ttl
         self.owner_prefix = f"{socket.gethostname()}:{os.getpid()}"
         self._locks: dict[str, threading.Lock] = {name: threading.Lock() for name in settings.pools}
-        #: The seam for a view of the cluster: (pool, now) -> (nodes in flight, how counted), or None where it cannot
-        #: tell; unset, in flight is counted from the recorded scale-outs (see ``autoscaler.inflight``).
-        self.cluster_in_flight: Callable[[PoolSpec, float], tuple[int, str] | None] | None = None
+        self.nodes = NodeScaleIn(cluster, clock, sleep) if cluster is not None else None
 
     # -- notifications --------------------------------------------------------------------------------
     def handle_notification(self, note: Notification) -> list[Decision]:
@@ -71,6 +76,16 @@ class Engine:
             return self.events.record(decision, signal.source.value, alerts, now)
         claim = uuid.uuid4().hex
         keys = signal.dedup_keys
+        try:
+            return self._handle(signal, spec, keys, claim, now)
+        except StoreUnavailable:
+            raise  # the request is answered 503; a claim left behind lapses after its short pending window
+        except Exception as exc:  # a bug or a library's surprise: this decision fails, the others go on
+            return self._unexpected(signal, spec, keys, claim, exc)
+
+    def _handle(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str, now: float) -> Decision:
+        """The short cut, else claim, lock, lease, decide, act and record."""
+        alerts = list(signal.alerts)
         duplicate = Decision(spec.name, signal.action, Outcome.SKIPPED_DUPLICATE, None, None,
                              f"{signal.reason}: same notification already handled within "
                              f"the {spec.dedup_window:.0f}s dedup window")
@@ -112,19 +127,62 @@ class Engine:
         if state is None:
             return self._busy(signal, spec, keys, claim)
         try:
-            decision, change, view = self._decide_and_act(signal, spec, state)
+            with self._renewing(spec.name, owner):
+                decision, change, view = self._decide_and_act(signal, spec, state, owner)
+            if decision.retry_after is not None:
+                self.store.release_dedup(keys, claim)  # let the sender's retry act
+            confirm = None
+            if keys and decision.retry_after is None and spec.dedup_window > pending:
+                confirm = DedupConfirm(keys, claim, now + spec.dedup_window)  # in finish's transaction
+            recorded = self.events.finish(spec.name, owner, decision, signal.source.value, alerts, self.clock(),
+                                          change, confirm)
+            self._remember_view(view)
+            return recorded
         except BaseException:
-            self.store.release(spec.name, owner)
+            self._release(spec.name, owner)  # finish did not commit: the lease is still ours
             raise
-        if decision.retry_after is not None:
-            self.store.release_dedup(keys, claim)  # let the sender's retry act
-        confirm = None
-        if keys and decision.retry_after is None and spec.dedup_window > pending:
-            confirm = DedupConfirm(keys, claim, now + spec.dedup_window)  # in finish's transaction
-        recorded = self.events.finish(spec.name, owner, decision, signal.source.value, alerts, self.clock(), change,
-                                      confirm)
-        self._remember_view(view)
-        return recorded
+
+    @contextmanager
+    def _renewing(self, pool: str, owner: str) -> Iterator[None]:
+        """Keep the pool's lease while the decision runs (the cloud call may outlast ``lease_ttl``): a small thread
+        bound to this decision extends it every third of the TTL, so only a dead worker's lease ever lapses."""
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(self.lease_ttl / 3):
+                try:
+                    if not self.store.renew(pool, owner, self.clock(), self.lease_ttl):
+                        log.error("lease of pool %s was lost while its decision ran (held past lease_ttl?)", pool)
+                        return
+                except StoreUnavailable:
+                    log.warning("could not renew the lease of pool %s: store unavailable; retrying", pool)
+
+        thread = threading.Thread(target=renew, name=f"lease-{pool}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()  # a renewal racing the release is harmless: it only touches a lease this owner still holds
+
+    def _release(self, pool: str, owner: str) -> None:
+        """Best effort: give the pool's lease back (it expires by itself when the store is away)."""
+        try:
+            self.store.release(pool, owner)
+        except StoreUnavailable:
+            log.warning("lease of pool %s left to expire by itself: store unavailable", pool)
+
+    def _unexpected(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str,
+                    exc: Exception) -> Decision:
+        """An error no code path expects: log it, free the dedup claim (the sender's retry must act, not be
+        ``skipped_duplicate``) and record ``failed`` with a retry, so that the notification's other signals still
+        count and the sender is answered 503. Pool state is left alone: this is not the cloud's failure."""
+        log.exception("unexpected error deciding on pool %s", spec.name)
+        self._forget(keys, claim)
+        decision = Decision(spec.name, signal.action, Outcome.FAILED, None, None,
+                            f"{signal.reason + ': ' if signal.reason else ''}unexpected error ({type(exc).__name__}) "
+                            "while deciding; see the service log. A retry can act", retry_after=UNEXPECTED_RETRY,
+                            details={"code": "internal"})
+        return self.events.record(decision, signal.source.value, list(signal.alerts), self.clock())
 
     def _remember_view(self, view: PoolView | None) -> None:
         """Keep what this decision learned of the cloud as the pool's stored view (best effort)."""
@@ -144,11 +202,14 @@ class Engine:
         return None if plan is None else self._plan_decision(spec, _said_by(signal, plan))
 
     def _busy(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str) -> Decision:
-        """Give up on a pool whose decision stays taken: free the dedup claim, record skipped_busy."""
+        """Give up on a pool whose decision stays taken (our lock or lease, maybe a dead worker's until it lapses):
+        free the dedup claim, record skipped_busy with a Retry-After, so the sender tries again and that try acts."""
         self.store.release_dedup(keys, claim)
         decision = Decision(spec.name, signal.action, Outcome.SKIPPED_BUSY, None,
                             None, f"another decision on pool {spec.name} is still running after "
-                                  f"{self.lock_wait:.0f}s; try again")
+                                  f"{self.lock_wait:g}s (its lease lapses within {self.lease_ttl:g}s if its worker "
+                                  f"died); try again", retry_after=min(self.lease_ttl, BUSY_RETRY),
+                            details={"busy": "lease"})
         return self.events.record(decision, signal.source.value, list(signal.alerts), self.clock())
 
     def _forget(self, keys: tuple[str, ...], claim: str) -> None:
@@ -170,8 +231,14 @@ class Engine:
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
 
-    def _decide_and_act(self, signal: Signal, spec: PoolSpec,
-                        state: PoolState) -> tuple[Decision, PoolChange, PoolView | None]:
+    def names_nodes(self, spec: PoolSpec) -> bool:
+        """Whether this pool's nodes can be removed by name: a cluster is configured, the pool's nodes have a
+        selector and its provider removes named nodes."""
+        return (self.nodes is not None and bool(spec.node_selector)
+                and isinstance(self.providers[spec.name], RemovesNamedNodes))
+
+    def _decide_and_act(self, signal: Signal, spec: PoolSpec, state: PoolState,
+                        owner: str) -> tuple[Decision, PoolChange, PoolView | None]:
         provider = self.providers[spec.name]
         now = self.clock()
         try:
@@ -183,25 +250,97 @@ class Engine:
                             retry_after=retry, details={"code": exc.code}), PoolChange(), None
         window = spec.scale_in.stabilization_window
         recent = self.store.recommendations(spec.name, now - window) if spec.proportional else []
-        facts = self.pool_facts(spec, cloud.current, now)
+        sizing = signal.action is Action.SCALE_OUT or signal.target is not None  # where in flight changes the size
+        views = self._marked_nodes(spec) if sizing else None  # one node list, shared with the sweep below
+        facts = self.pool_facts(spec, cloud.current, now, views)
         plan = decide(signal, spec, state, cloud, now, recent, facts)
         if plan.details.get("recommendation") is not None:
             self.store.add_recommendation(spec.name, now, int(plan.details["recommendation"]), now - window)
         plan = _said_by(signal, plan)
+        by_name = self.names_nodes(spec) and plan.action is Action.SCALE_IN and (
+            spec.victims != "cloud" or (signal.source is Source.MANUAL and bool(signal.nodes)))
+        if plan.outcome is Outcome.SCALED and by_name:
+            decision, change = self._act_nodes(provider, spec, state.failures, plan, now, signal, owner)
+            return decision, change, _view_after(spec, cloud, facts, decision, now)
+        if self.names_nodes(spec):
+            self._sweep(spec, now, views)
         if plan.outcome is not Outcome.SCALED:
             decision, change = self._plan_decision(spec, plan), PoolChange()
         else:
             decision, change = self._act(provider, spec, state.failures, plan, now)
         return decision, change, _view_after(spec, cloud, facts, decision, now)
 
-    def pool_facts(self, spec: PoolSpec, current: int | None, now: float) -> PoolFacts:
-        """Nodes in flight and the floor in force now: what a decision needs besides the cloud's count."""
+    def pool_facts(self, spec: PoolSpec, current: int | None, now: float,
+                   nodes: Sequence[NodeView] | None = None) -> PoolFacts:
+        """Nodes in flight and the floor in force now: what a decision needs besides the cloud's count.
+
+        In flight is counted from the pool's ``nodes`` when the cluster gave them, else from the recorded
+        scale-outs of the last ``provision_time`` (one small query)."""
         floor, floor_how = effective_min(spec, now)
-        counted = self.cluster_in_flight(spec, now) if self.cluster_in_flight is not None else None
+        counted = from_nodes(nodes, current or 0, now, spec.provision_time) if nodes is not None else None
         if counted is None:
             since = now - spec.provision_time
             counted = from_scale_outs(self.store.scale_outs(spec.name, since), current or 0, now, spec.provision_time)
         return PoolFacts(in_flight=counted[0], in_flight_how=counted[1], floor=floor, floor_how=floor_how)
+
+    def _marked_nodes(self, spec: PoolSpec) -> list[NodeView] | None:
+        """The pool's nodes without their pods (one list call), where ``kubernetes:`` is configured, the pool's
+        nodes are selectable and the cluster lists them so; None otherwise or when it cannot be read."""
+        cluster = self.nodes.cluster if self.nodes is not None else None
+        if cluster is None or not spec.node_selector or not isinstance(cluster, MarkedNodes):
+            return None
+        try:
+            return cluster.marked(dict(spec.node_selector))
+        except ClusterError as exc:
+            log.warning("pool=%s in flight from recorded scale-outs: cluster unreadable: %s", spec.name,
+                        redact_text(str(exc)))
+            return None
+
+    def _sweep(self, spec: PoolSpec, since: float, views: Sequence[NodeView] | None = None) -> None:
+        """Best effort: uncordon what a stopped decision left cordoned (the next one retries on failure)."""
+        assert self.nodes is not None
+        try:
+            self.nodes.sweep(spec, since, views)
+        except ClusterError as exc:
+            log.warning("pool=%s stale-cordon sweep: %s", spec.name, redact_text(str(exc)))
+
+    def _act_nodes(self, provider: NodePoolProvider, spec: PoolSpec, failures: int, plan: Plan, now: float,
+                   signal: Signal, owner: str) -> tuple[Decision, PoolChange]:
+        """A scale-in that names its nodes: pick (or take the operator's), cordon, re-check, remove exactly those."""
+        assert self.nodes is not None and isinstance(provider, RemovesNamedNodes)
+        assert plan.from_ is not None and plan.to is not None
+        started = time.monotonic()
+
+        def renew() -> bool:
+            return self.store.acquire(spec.name, owner, self.clock(), self.lease_ttl) is not None
+
+        try:
+            if signal.source is Source.MANUAL and signal.nodes:
+                done = self.nodes.remove_named(spec, provider, plan.from_, signal.nodes, plan.from_ - plan.to,
+                                               signal.force, owner, now, renew)
+            else:
+                done = self.nodes.scale_in(spec, provider, plan.from_, plan.from_ - plan.to, signal.nodes, owner,
+                                           now, renew)
+        except ClusterError as exc:
+            err = ProviderError(f"kubernetes: {redact_text(str(exc))}", retryable=True, code="KubernetesApi")
+            return self._failed(provider, spec, failures, plan, now, err, time.monotonic() - started)
+        return self._removal_decision(provider, spec, failures, plan, now, done, time.monotonic() - started)
+
+    def _removal_decision(self, provider: NodePoolProvider, spec: PoolSpec, failures: int, plan: Plan, now: float,
+                          done: Removal, elapsed: float) -> tuple[Decision, PoolChange]:
+        details = {**plan.details, **done.details()}
+        if done.error is not None:
+            decision, change = self._failed(provider, spec, failures, plan, now, done.error, elapsed)
+            return replace(decision, details={**decision.details, **details}), change
+        if done.outcome is not Outcome.SCALED:  # nothing asked of the cloud: no cooldown, no backoff
+            return Decision(spec.name, plan.action, done.outcome, plan.from_, plan.from_,
+                            f"{plan.reason}; {done.reason}", details=details), PoolChange()
+        self._observe(spec, "ok", elapsed)
+        change = PoolChange(at=now, acted=plan.action, failures=0, backoff_until=None,
+                            tracked_count=done.reached if provider.tracks_count else None)
+        return Decision(spec.name, plan.action, Outcome.SCALED, plan.from_, done.reached,
+                        f"{plan.reason}; {done.reason}" + (f"; kept {summary(done.kept)}" if done.kept else ""),
+                        details=details), change
 
     @staticmethod
     def _plan_decision(spec: PoolSpec, plan: Plan) -> Decision:

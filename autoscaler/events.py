@@ -12,6 +12,7 @@ from typing import Any
 
 from autoscaler.answers import event_json
 from autoscaler.models import Alert, Decision, OperatorOutcome, Source
+from autoscaler.redact import active, redact_text
 from autoscaler.sinks import EventSink
 from autoscaler.store import DedupConfirm, EventRecord, PoolChange, Store
 
@@ -30,6 +31,11 @@ def acting_as(name: str) -> Iterator[None]:
         _ACTOR.reset(token)
 
 
+def _redacted(details: dict[str, Any]) -> dict[str, Any]:
+    redactor = active()
+    return redactor.tree(details) if redactor and details else details
+
+
 class EventLog:
     """Writes events to the store and fans them out to the log, the metrics and the sinks."""
 
@@ -44,9 +50,10 @@ class EventLog:
         actor = _ACTOR.get()
         if actor:
             details["actor"] = actor
+        # redacted before it is stored: the event log, the API, the status page and the sinks all read it from here
         return EventRecord(time=now, pool=d.pool, source=source, action=d.action.value if d.action else None,
-                           outcome=d.outcome.value,
-                           from_=d.from_, to=d.to, reason=d.reason, alerts=[a.ref() for a in alerts], details=details)
+                           outcome=d.outcome.value, from_=d.from_, to=d.to, reason=redact_text(d.reason),
+                           alerts=[a.ref() for a in alerts], details=_redacted(details))
 
     def record(self, d: Decision, source: str, alerts: list[Alert], now: float) -> Decision:
         """Record a decision that changes no pool state."""
@@ -77,7 +84,8 @@ class EventLog:
         """Apply an operator's change to a pool (pause, resume, count correction) and record who made it, in one
         transaction, so the event log is the whole audit trail; return the event id."""
         ev = EventRecord(time=now, pool=pool, source=Source.OPERATOR.value, action=action, outcome=outcome.value,
-                         from_=from_, to=to, reason=reason, alerts=[], details={"actor": actor, **(details or {})})
+                         from_=from_, to=to, reason=redact_text(reason), alerts=[],
+                         details=_redacted({"actor": actor, **(details or {})}))
         event_id = self.store.update_pool(pool, ev, change)
         self._emit(replace(ev, id=event_id), count=False)  # not a decision: no decisions_total sample
         return event_id or 0

@@ -2,7 +2,8 @@
 
 Two ways to count them, depending on what the service can see:
 - with a view of the cluster (``kubernetes:`` configured), the pool's nodes created within ``provision_time``
-  that are not Ready or have no GPU allocatable yet (``from_nodes``);
+  that are not Ready or have no GPU allocatable yet, plus the machines the cloud counts that have not registered
+  as nodes yet (``from_nodes``);
 - without it, the nodes the scale-outs of the last ``provision_time`` added (``from_scale_outs``): the service
   cannot tell a booted node from a booting one, so it assumes each takes the whole ``provision_time``.
 """
@@ -37,9 +38,15 @@ def from_scale_outs(scale_outs: Sequence[tuple[float, int, int]], current: int, 
                    f"(provision_time; the newest {youngest:.0f}s ago)")
 
 
-def from_nodes(nodes: Iterable[NodeLike], now: float, provision_time: float) -> tuple[int, str]:
-    """The pool's nodes created within ``provision_time`` that are not Ready or have no GPU allocatable yet."""
-    booting = [n for n in nodes
-               if now - n.created < provision_time and (not n.ready or n.gpu_allocatable <= 0)]
-    return len(booting), (f"{len(booting)} node(s) of the cluster created in the last {provision_time:.0f}s "
-                          f"not Ready or without GPUs allocatable yet")
+def from_nodes(nodes: Iterable[NodeLike], current: int, now: float, provision_time: float) -> tuple[int, str]:
+    """The pool's nodes created within ``provision_time`` that are not Ready or have no GPU allocatable yet, plus
+    the machines the cloud counts (``current``) that have not registered as nodes yet; at most ``current``.
+
+    A node that stays not Ready past ``provision_time`` is broken, not booting: it no longer counts.
+    """
+    seen = list(nodes)
+    booting = [n for n in seen if now - n.created < provision_time and (not n.ready or n.gpu_allocatable <= 0)]
+    unregistered = max(0, current - len(seen))
+    count = min(current, len(booting) + unregistered) if current > 0 else len(booting)
+    return count, (f"{len(booting)} node(s) of the cluster created in the last {provision_time:.0f}s not Ready or "
+                   f"without GPUs allocatable yet, {unregistered} asked for but not registered yet")

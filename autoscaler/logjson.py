@@ -1,10 +1,45 @@
-"""``LOG_FORMAT=json``: one JSON object per log line, for the app's and gunicorn's loggers alike."""
+"""Log lines that cannot be forged and hold no secret: ``LOG_FORMAT=json`` (one JSON object per line, for the
+app's and gunicorn's loggers alike) and the plain key=value text format.
+
+Text: every interpolated field has its control characters escaped (newline, CR, ESC, NUL, every other C0 and C1
+control, DEL, U+2028/U+2029), so an alert name or a label cannot start a line of its own. JSON: ``json.dumps``
+escapes C0 controls; U+0085, U+2028 and U+2029 (line breaks to some readers) are escaped too. Both apply the
+process's redactor (``autoscaler.redact``) to the finished line.
+"""
 from __future__ import annotations
 
 import json
 import logging
+import re
 from datetime import datetime, timezone
 from typing import Any
+
+from autoscaler.redact import redact_text
+
+TEXT_FORMAT = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_JSON_BREAKS = re.compile("[\x7f-\x9f\u2028\u2029]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape_controls(text: str) -> str:
+    """Control characters as visible escapes (``\\n``, ``\\x1b``, ``\\u2028``)."""
+    return _CONTROL.sub(lambda m: _NAMED.get(m.group(0)) or
+                        (f"\\x{ord(m.group(0)):02x}" if ord(m.group(0)) < 0x100 else f"\\u{ord(m.group(0)):04x}"),
+                        text)
+
+
+class TextFormatter(logging.Formatter):
+    """The key=value text line with every interpolated field escaped and every secret redacted."""
+
+    def __init__(self, fmt: str = TEXT_FORMAT, datefmt: str | None = None) -> None:
+        super().__init__(fmt, datefmt)
+
+    def format(self, record: logging.LogRecord) -> str:
+        safe = logging.makeLogRecord(record.__dict__)
+        safe.msg, safe.args = escape_controls(record.getMessage()), None  # the whole line: no field starts one
+        safe.name = escape_controls(safe.name)
+        return redact_text(super().format(safe))
 
 
 class JsonFormatter(logging.Formatter):
@@ -33,7 +68,8 @@ class JsonFormatter(logging.Formatter):
             out["exc_info"] = self.formatException(record.exc_info)
         if record.stack_info:
             out["stack_info"] = self.formatStack(record.stack_info)
-        return json.dumps(out, default=str, ensure_ascii=False)
+        line = redact_text(json.dumps(out, default=str, ensure_ascii=False))
+        return _JSON_BREAKS.sub(lambda m: f"\\u{ord(m.group(0)):04x}", line)
 
 
 def gunicorn_logconfig(level: str = "INFO") -> dict[str, Any]:

@@ -10,6 +10,12 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 PREFIX = "gpu_autoscaler"
+UNKNOWN_POOL = "_unknown"  # every pool name an alert asked for that the config does not have
+MAX_LABEL = 64  # longest label value kept (pool names are at most 63 characters)
+
+
+def _label(value: str) -> str:
+    return value if len(value) <= MAX_LABEL else value[:MAX_LABEL - 1] + "~"
 
 
 def multiprocess_dir() -> str | None:
@@ -20,7 +26,10 @@ def multiprocess_dir() -> str | None:
 class Metrics:
     """The service's own counters; pool state gauges are read from the store at scrape time."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, pools: Iterable[str] | None = None) -> None:
+        # Label values come only from the config: a pool name read from an alert label that is not configured
+        # counts under UNKNOWN_POOL, so senders cannot grow /metrics without bound.
+        self.pools = frozenset(pools) if pools is not None else None
         self.multiprocess = multiprocess_dir() is not None
         self.registry = registry or CollectorRegistry(auto_describe=True)
         reg = None if self.multiprocess else self.registry
@@ -35,13 +44,22 @@ class Metrics:
                                     ["sink"], registry=reg)
         self.extra: list[Collector] = []
 
+    def pool_label(self, pool: str | None) -> str:
+        """A configured pool's name; ``_unknown`` for any other (an empty name stays empty: no pool at all)."""
+        if not pool:
+            return ""
+        if self.pools is not None and pool not in self.pools:
+            return UNKNOWN_POOL
+        return _label(pool)
+
     def decision(self, pool: str | None, action: str | None, outcome: str) -> None:
-        self.decisions.labels(pool or "", action or "", outcome).inc()
+        self.decisions.labels(self.pool_label(pool), _label(action or ""), _label(outcome)).inc()
 
     def provider_call(self, provider: str, pool: str, result: str, seconds: float) -> None:
-        self.provider_seconds.labels(provider, pool, "ok" if result == "ok" else "error").observe(seconds)
+        self.provider_seconds.labels(_label(provider), self.pool_label(pool),
+                                     "ok" if result == "ok" else "error").observe(seconds)
         if result != "ok":
-            self.provider_errors.labels(provider, result).inc()
+            self.provider_errors.labels(_label(provider), _label(result)).inc()
 
     def add_collector(self, collector: Collector) -> None:
         """A collector evaluated at scrape time (reads shared state, so it is right in every worker)."""

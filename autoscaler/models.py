@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,7 @@ class Outcome(str, enum.Enum):
     UNROUTED = "unrouted"
     UNKNOWN_POOL = "unknown_pool"
     FAILED = "failed"
+    SKIPPED_IN_USE = "skipped_in_use"  # a scale-in found no node it may remove (GPU work, protection)
 
 
 class Action(str, enum.Enum):
@@ -102,6 +104,17 @@ class Notification:
     query: dict[str, str] = field(default_factory=dict)
 
 
+def usable_value(values: list[float]) -> tuple[float | None, str]:
+    """The highest finite value, and "" ; else None and why the sender's values are of no use (NaN, Infinity and
+    numbers too big for a float, which JSON parsers read as infinity, are values no formula can size with)."""
+    finite = [v for v in values if math.isfinite(v)]
+    if finite:
+        return max(finite), ""
+    if values:
+        return None, f"{values[0]!r} is not a finite number"
+    return None, ""
+
+
 @dataclass(frozen=True)
 class Signal:
     """A request to change one pool, from one or more alerts or from an operator."""
@@ -114,12 +127,17 @@ class Signal:
     alerts: tuple[Alert, ...] = ()
     force: bool = False
     reason: str = ""
-    value: float | None = None
+    value: float | None = None  # finite, or None
+    value_problem: str = ""  # why the value the sender gave is none (e.g. ``nan is not a finite number``)
+    nodes: tuple[str, ...] = ()  # nodes named by the alerts (routing.node_label) or by the operator
     floor: bool = False  # raise the pool to its effective min: a limit, so no cooldown applies (backoff does)
 
     @property
     def dedup_keys(self) -> tuple[str, ...]:
-        return tuple(a.dedup_key for a in self.alerts if a.dedup_key)
+        """The alerts' keys for this destination: the same alert routed to another pool or action (a second
+        receiver or notification channel) is another request, not a duplicate."""
+        where = f"{self.pool}|{self.action.value if self.action else '-'}|"
+        return tuple(where + a.dedup_key for a in self.alerts if a.dedup_key)
 
 
 @dataclass(frozen=True)
@@ -160,6 +178,9 @@ class PoolSpec:
     scale_in: DirectionPolicy
     dedup_window: float
     provider_settings: Any = None
+    victims: str = "cloud"  # scale_in.victims: cloud | alerted | idle (node-aware scale-in)
+    drain_timeout: float = 600.0  # scale_in.drain_timeout: how long a forced removal retries refused evictions
+    node_selector: tuple[tuple[str, str], ...] = ()  # the pool's nodes' labels (empty: not known)
     gpus_per_node: int = 1
     provision_time: float = 600.0  # request -> GPUs allocatable; nodes asked for within it are "in flight"
     schedules: tuple[Schedule, ...] = ()
@@ -204,12 +225,43 @@ class PoolState:
 
 
 @dataclass(frozen=True)
+class CloudLimits:
+    """The cloud's own bounds on a pool's size, which the service never widens (EKS minSize/maxSize, GKE's
+    per-zone node count). A target outside them, or not a multiple of ``multiple_of``, is ``skipped_limit``."""
+
+    low: int
+    high: int
+    owner: str  # whose limits, for the reason: "EKS node group gpu-a10"
+    low_name: str = "min"  # the cloud's own name of each bound, e.g. minSize
+    high_name: str = "max"
+    multiple_of: int = 1
+    multiple_why: str = ""  # e.g. "GKE sets the node count per zone and the pool spans 3 zones"
+    fix: str = ""  # how an operator changes the bounds, e.g. an aws eks command
+
+    def refuses(self, target: int) -> str:
+        """Why these bounds refuse ``target`` ("" when they allow it); the service never widens them."""
+        fix = f"; {self.fix}" if self.fix else ""
+        if target > self.high:
+            return (f"target {target} is above the {self.owner}'s {self.high_name} ({self.high}), which the "
+                    f"service never widens{fix}")
+        if target < self.low:
+            return (f"target {target} is below the {self.owner}'s {self.low_name} ({self.low}), which the "
+                    f"service never lowers{fix}")
+        if self.multiple_of > 1 and target % self.multiple_of:
+            why = f" ({self.multiple_why})" if self.multiple_why else ""
+            return (f"target {target} is not a multiple of {self.multiple_of}{why}; use steps and min/max in "
+                    f"multiples of {self.multiple_of}")
+        return ""
+
+
+@dataclass(frozen=True)
 class CloudStatus:
     """What the provider reports of a pool right now."""
 
     current: int | None
     busy: bool = False
     detail: str = ""
+    limits: CloudLimits | None = None  # the cloud's own bounds, when it has any beyond the pool's min/max
 
 
 @dataclass(frozen=True)

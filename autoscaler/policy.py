@@ -147,6 +147,7 @@ def _decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus
         desired, how = (proposal.target, proposal.how) if proposal.target is not None else (
             desired, f"{how}; {proposal.how}")
     target, limited = _limit(spec, action, current, desired)
+    limited = limited or (cloud.limits.refuses(target) if cloud.limits else "")
     if limited:
         return Plan(Outcome.SKIPPED_LIMIT, action, current, current, limited, details=details)
     assert action is not None

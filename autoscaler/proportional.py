@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from autoscaler.models import Action, Mode, Outcome, PoolSpec, Signal
 
+MAX_NODES = 1e9  # the formula's result is capped here before rounding (the pool's max clamps it further)
 EPSILON = 1e-9  # 2 x 70 / 70 must stay 2, not become 3 through float error
 
 
@@ -25,9 +26,9 @@ class Proposal:
     skip: Outcome | None = None
 
 
-def _value_problem(action: Action, value: float | None, current: int) -> str:
+def _value_problem(action: Action, value: float | None, current: int, why: str) -> str:
     if value is None or not math.isfinite(value):
-        return "the alert carried no usable value"
+        return f"the alert's value {why}" if why else "the alert carried no usable value"
     if value < 0:
         return f"the alert's value {value:g} is negative"
     if action is Action.SCALE_OUT and current == 0:
@@ -42,11 +43,11 @@ def _limited(policy_max_step: int | None, current: int, target: int, how: str) -
     return target, how
 
 
-def demand(spec: PoolSpec, value: float | None, current: int, in_flight: int) -> Proposal:
+def demand(spec: PoolSpec, value: float | None, current: int, in_flight: int, why: str = "") -> Proposal:
     """Demand mode: enough nodes for ``value`` GPUs of unmet demand, counting the nodes already in flight."""
     in_flight = max(0, min(in_flight, current))
     base: dict[str, Any] = {"mode": "demand", "value": value, "in_flight": in_flight}
-    problem = _value_problem(Action.SCALE_OUT, value, 1)
+    problem = _value_problem(Action.SCALE_OUT, value, 1, why)
     if problem:
         return Proposal(None, f"demand mode, but {problem}: fixed step instead", {**base, "fallback": "step"})
     assert value is not None
@@ -85,23 +86,23 @@ def propose(signal: Signal, spec: PoolSpec, current: int, recent: Sequence[tuple
         return None
     policy = spec.direction(action)
     if policy.mode == Mode.DEMAND and action is Action.SCALE_OUT:
-        return demand(spec, signal.value, current, in_flight)
+        return demand(spec, signal.value, current, in_flight, signal.value_problem)
     if policy.mode != Mode.PROPORTIONAL:
         return None
     in_flight = max(0, min(in_flight, current))
     ready = current - in_flight
-    if action is Action.SCALE_OUT and ready == 0 and in_flight and _value_problem(action, signal.value, 1) == "":
+    if action is Action.SCALE_OUT and ready == 0 and in_flight and _value_problem(action, signal.value, 1, "") == "":
         return Proposal(None, f"proportional mode: no node is ready yet and {in_flight} in flight; waiting for them",
                         {"mode": "proportional", "value": signal.value, "in_flight": in_flight},
                         Outcome.SKIPPED_LIMIT)
-    problem = _value_problem(action, signal.value, ready)
+    problem = _value_problem(action, signal.value, ready, signal.value_problem)
     if problem:
         return Proposal(None, f"proportional mode, but {problem}: fixed step instead",
                         {"mode": "proportional", "value": signal.value, "fallback": "step"})
     assert signal.value is not None
     value, goal = signal.value, policy.target_utilization
     ratio = value / goal
-    raw = max(0, math.ceil(ready * ratio - EPSILON))
+    raw = max(0, math.ceil(min(ready * ratio, MAX_NODES) - EPSILON))  # a huge value: inf, and no ceil of it
     formula = f"ceil({ready} x {value:g} / {goal:g}) = {raw}"
     if in_flight:
         formula = f"ceil({ready} ready x {value:g} / {goal:g}) = {raw} ({in_flight} in flight)"

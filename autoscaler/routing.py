@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 from autoscaler.config_schema import RoutingConfig, RuleConfig
-from autoscaler.models import Action, Alert, AlertStatus, Decision, Notification, Outcome, PoolSpec, Signal
+from autoscaler.models import (Action, Alert, AlertStatus, Decision, Notification, Outcome, PoolSpec, Signal,
+                               usable_value)
 
 ACTIONS = {a.value: a for a in Action}
 
@@ -103,9 +104,17 @@ class Router:
                 if route.step:
                     steps[key] = max(steps.get(key, 0), route.step)
             groups.setdefault(key, []).append(alert)
-        return [_group(note, kind, pool, action, problem, tuple(alerts), steps.get((kind, pool, action, problem)),
-                       pools)
-                for (kind, pool, action, problem), alerts in groups.items()]
+        out = [_group(note, kind, pool, action, problem, tuple(alerts), steps.get((kind, pool, action, problem)),
+                      pools)
+               for (kind, pool, action, problem), alerts in groups.items()]
+        return [self._named_nodes(item) for item in out]
+
+    def _named_nodes(self, item: Signal | Unacted) -> Signal | Unacted:
+        """A scale-in signal carries the nodes its alerts name (``routing.node_label``), first-seen order."""
+        if not isinstance(item, Signal) or item.action is not Action.SCALE_IN:
+            return item
+        names = [a.labels.get(self.routing.node_label, "").strip() for a in item.alerts]
+        return replace(item, nodes=tuple(dict.fromkeys(n for n in names if n)))
 
 
 def _group(note: Notification, kind: GroupKind, pool: str | None, action: Action | None, problem: str,
@@ -128,9 +137,9 @@ def _group(note: Notification, kind: GroupKind, pool: str | None, action: Action
         return unacted(Outcome.UNKNOWN_POOL, f"{names} asks for pool {pool!r}, which is not configured")
     assert pool is not None and action is not None  # an ACT group is routed to a configured pool
     value_ref = pools[pool].direction(action).value_ref
-    values = [v for v in (a.value_for(value_ref) for a in alerts) if v is not None]
+    value, problem = usable_value([v for v in (a.value_for(value_ref) for a in alerts) if v is not None])
     return Signal(pool=pool, action=action, source=note.source, step=step, alerts=alerts, reason=f"alert {names}",
-                  value=max(values) if values else None)
+                  value=value, value_problem=problem)
 
 
 def parse_step(text: str | None) -> tuple[int | None, str]:

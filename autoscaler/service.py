@@ -8,10 +8,11 @@ from typing import Any, Callable
 from autoscaler.auth import Authenticator
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
-from autoscaler.answers import Cooldown, PoolBody, dump, event_body
+from autoscaler.answers import Cooldown, PoolBody, dump, event_body, node_body
 from autoscaler.events import EventLog
 from autoscaler.metrics import Metrics
 from autoscaler.models import PoolSpec
+from autoscaler.nodes import ClusterError
 from autoscaler.policy import cooldown_remaining
 from autoscaler.redact import redact_text
 from autoscaler.schedules import effective_min
@@ -35,9 +36,10 @@ class Service:
     clock: Callable[[], float]
     sinks: list[Any] = field(default_factory=list)
 
-    def pool_json(self, spec: PoolSpec, with_last_event: bool = True,
+    def pool_json(self, spec: PoolSpec, with_last_event: bool = True, with_nodes: bool = False,
                   views: dict[str, PoolView] | None = None) -> dict[str, Any]:
-        """A pool as the API shows it: configured limits, stored state and the stored cloud view.
+        """A pool as the API shows it: configured limits, stored state and the stored cloud view (and with
+        ``with_nodes``, where a cluster is configured, the pool's nodes: one node list, one pod list per node).
 
         Never calls the cloud: a provider that tracks its count is read from the store (that is all its status
         does); any other shows the view the reconciler (or the last decision) stored, with its age.
@@ -68,6 +70,9 @@ class Service:
             last_event = event_body(ev) if ev else None
         last_scale = max([t for t in (state.last_scale_out_at, state.last_scale_in_at) if t is not None],
                          default=None)
+        extra: dict[str, Any] = self._nodes(spec) if with_nodes else {}
+        if error:
+            extra["error"] = error
         body = PoolBody(
             name=spec.name,
             provider=spec.provider,
@@ -91,14 +96,24 @@ class Service:
             in_flight=view.in_flight if view is not None else None,
             view_read_at=view.read_at if view is not None else None,
             view_age_s=round(max(0.0, now - view.read_at), 1) if view is not None else None,
-            **({"error": error} if error else {}),
+            **extra,
         )
         return dump(body)
 
     def pools_json(self, specs: list[PoolSpec], with_last_event: bool = True) -> list[dict[str, Any]]:
         """Several pools, with one read of the stored views."""
         views = self.store.views()
-        return [self.pool_json(spec, with_last_event, views) for spec in specs]
+        return [self.pool_json(spec, with_last_event, views=views) for spec in specs]
+
+    def _nodes(self, spec: PoolSpec) -> dict[str, Any]:
+        cluster = self.engine.nodes.cluster if self.engine.nodes is not None else None
+        if cluster is None or not spec.node_selector:
+            return {}
+        try:
+            views = cluster.nodes(dict(spec.node_selector))
+        except ClusterError as exc:
+            return {"nodes_error": redact_text(str(exc))}
+        return {"nodes": [node_body(v) for v in sorted(views, key=lambda v: (-v.created, v.name))]}
 
     def pool_rows(self) -> list[dict[str, Any]]:
         """Every pool, for /metrics (no last event, no cloud call)."""

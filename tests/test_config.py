@@ -127,7 +127,8 @@ def test_check_config_cli(tmp_path: Path) -> None:
     assert result.returncode == 1 and "not valid YAML at line" in result.stderr
 
 
-@pytest.mark.parametrize("name", ["contract_example.yaml", "contract_proportional.yaml"])
+@pytest.mark.parametrize("name", ["contract_example.yaml", "contract_proportional.yaml",
+                                  "contract_more_clouds.yaml"])
 def test_contract_examples_are_valid(name: str) -> None:
     env = {"AUTOSCALER_TOKEN": "t", "GRAFANA_HOOK_PASSWORD": "p", "GRAFANA_HMAC_SECRET": "s",
            "ACK_SCALE_OUT_URL": "https://cs.console.aliyun.com/hook/trigger?triggerUrl=YQ==&secret=ab&type=scale_out",

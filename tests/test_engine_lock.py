@@ -52,6 +52,7 @@ def test_second_thread_waits_on_the_lock_then_skips_busy_without_polling_the_lea
         cloud.gate.set()
         holder.join(10)
     assert resp.get_json()["decisions"][0]["outcome"] == "skipped_busy"
+    assert resp.status_code == 503 and resp.headers["Retry-After"]  # our lock: a retry can act
     assert 0.25 <= waited < 5.0, waited
     assert not [s for s in during if s.lstrip().upper().startswith("UPDATE POOLS")], during  # no lease polling
     assert first[0].get_json()["decisions"][0]["outcome"] == "scaled" and cloud.count == 3

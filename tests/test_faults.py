@@ -80,7 +80,7 @@ def test_throttled_then_server_error_then_recovers(tmp_path: Path, cloud: FakeCl
 
 def _gunicorn_config(tmp_path: Path) -> Path:
     cfg = config(f"sqlite:///{tmp_path}/state.db")
-    cfg["server"]["lease_ttl"] = "2s"
+    cfg["server"]["lease_ttl"] = "4s"
     cfg["server"]["lock_wait"] = "200ms"
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -125,15 +125,22 @@ def test_worker_killed_mid_decision(tmp_path: Path, cloud: FakeCloud) -> None:
         assert retry.status_code == 200
         assert retry.json()["decisions"][0]["outcome"] == "skipped_duplicate"
 
-        seen: list[str] = []  # a new alert waits for the dead worker's lease to expire, then acts
+        # A new alert meets the dead worker's lease: 503 + Retry-After (our lease, so Alertmanager must send it
+        # again), until the lease lapses (lease_ttl 4s: it was renewed while the worker lived), then it acts.
+        seen: list[str] = []
+        statuses: list[tuple[int, str | None]] = []
 
         def new_alert_scaled() -> bool:
             answer = requests.post(hook, json=am_payload(am_alert(fingerprint="fp-new")), headers=AUTH, timeout=10)
             seen.append(answer.json()["decisions"][0]["outcome"])
+            statuses.append((answer.status_code, answer.headers.get("Retry-After")))
             return seen[-1] == "scaled"
 
         _wait(new_alert_scaled, timeout=10)
         assert set(seen[:-1]) <= {"skipped_busy"}
+        assert seen[:-1], "the first retry came after the lease had already lapsed"
+        assert all(code == 503 and after and int(after) >= 1 for code, after in statuses[:-1]), statuses
+        assert statuses[-1][0] == 200
         assert [c["target"] for c in cloud.calls] == [3, 4]  # no second action for the killed delivery
         events = requests.get(f"{server.url}/api/v1/events?pool=gpu", headers=AUTH, timeout=5).json()["events"]
         assert len(events) == 1 + len(seen)  # every answered request is one event; the killed one has none

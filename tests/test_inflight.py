@@ -45,7 +45,13 @@ class Node:
                  id="mixed"),
 ])
 def test_in_flight_from_cluster_nodes(nodes: list[Node], count: int) -> None:
-    assert from_nodes(nodes, NOW, 480)[0] == count
+    assert from_nodes(nodes, len(nodes), NOW, 480)[0] == count
+
+
+def test_machines_not_registered_as_nodes_yet_are_in_flight() -> None:
+    nodes = [Node("a", True, 8, NOW - 3600), Node("b", False, 0, NOW - 30)]
+    count, how = from_nodes(nodes, 4, NOW, 480)  # the cloud counts 4: two VMs have no node object yet
+    assert count == 3 and "1 node(s) of the cluster" in how and "2 asked for but not registered yet" in how
 
 
 def _demand_app(tmp_path: Path, clock: FakeClock):  # type: ignore[no-untyped-def]
@@ -79,3 +85,34 @@ def test_pending_alert_firing_while_nodes_boot_scales_out_once(tmp_path: Path) -
     recorded = {e["id"]: e["details"] for e in events(client)}
     assert [recorded[d["event_id"]]["in_flight"] for d in (first, again, more, late)] == [0, 2, 2, 0]
     assert "scale-out(s) in the last 480s" in recorded[again["event_id"]]["in_flight_how"]
+
+
+def test_with_a_cluster_in_flight_counts_booting_and_unregistered_nodes(tmp_path: Path) -> None:
+    from datetime import datetime, timezone
+
+    from tests.fakes.kube import FakeKube
+    from tests.fakes.webhook_receiver import WebhookReceiver
+    from tests.support import config
+    from autoscaler.app import create_app
+
+    def ago(seconds: float) -> str:
+        return datetime.fromtimestamp(NOW - seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    receiver = WebhookReceiver()
+    try:
+        with FakeKube() as kube:
+            labels = {"agentpool": "gpunp"}
+            kube.add_node("gpunp-0", labels, created=ago(86400))
+            kube.add_node("gpunp-1", labels, created=ago(60), ready=False, gpus=0)
+            kube.add_node("gpunp-2", labels, created=ago(30), gpus=0)  # Ready, device plugin not there yet
+            pool = {"name": "gpu", "provider": "webhook", "min": 1, "max": 10, "node_selector": "agentpool=gpunp",
+                    "gpus_per_node": 8, "provision_time": "8m", "scale_out": {"mode": "demand", "cooldown": 0},
+                    "webhook": {"url": receiver.url, "initial_count": 4}}  # the cloud counts 4: one not registered
+            cfg = config(f"sqlite:///{tmp_path}/k.db", pools=[pool], kubernetes={"host": kube.url, "token": kube.token})
+            client = create_app(cfg, clock=FakeClock(NOW), startup_check=False).test_client()
+            decision = post(client, "/webhook/alertmanager", _pending("fp1", 32)).get_json()["decisions"][0]
+            assert (decision["outcome"], decision["from"], decision["to"]) == ("scaled", 4, 5)
+            details = events(client)[0]["details"]
+            assert details["in_flight"] == 3 and "2 node(s) of the cluster" in details["in_flight_how"]
+    finally:
+        receiver.stop()

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from autoscaler.models import Action, CloudStatus, DirectionPolicy, Outcome, PoolSpec, PoolState, Signal, Source
+from autoscaler.models import Action, CloudLimits, CloudStatus, DirectionPolicy, Outcome, PoolSpec, PoolState, Signal, Source
 from autoscaler.policy import backoff_seconds, cooldown_remaining, decide, settled
 
 NOW = 10_000.0
@@ -67,6 +67,36 @@ CASES = [
                  id="target-equals-current"),
     pytest.param(OUT, SPEC, STATE, cloud(None), Outcome.FAILED, None, id="unknown-size"),
 ]
+
+EKS = CloudLimits(low=1, high=4, owner="EKS node group gpu", low_name="minSize", high_name="maxSize")
+GKE = CloudLimits(low=0, high=3000, owner="GKE node pool gpu", multiple_of=3, multiple_why="3 zones")
+
+
+def limited(n: int, limits: CloudLimits) -> CloudStatus:
+    return CloudStatus(current=n, limits=limits)
+
+
+CLOUD_LIMIT_CASES = [
+    pytest.param(OUT, limited(3, EKS), Outcome.SCALED, 4, "", id="inside-node-group-limits"),
+    pytest.param(OUT, limited(4, EKS), Outcome.SKIPPED_LIMIT, 4, "above the EKS node group gpu's maxSize (4)",
+                 id="above-node-group-max-refused-not-widened"),
+    pytest.param(replace(OUT, step=2), limited(3, EKS), Outcome.SKIPPED_LIMIT, 3, "target 5 is above",
+                 id="step-past-node-group-max-refused-not-clamped"),
+    pytest.param(IN, limited(2, replace(EKS, low=2)), Outcome.SKIPPED_LIMIT, 2, "below the EKS node group gpu's "
+                 "minSize (2)", id="below-node-group-min-refused"),
+    pytest.param(replace(OUT, step=3), limited(0, GKE), Outcome.SCALED, 3, "", id="multiple-of-zones"),
+    pytest.param(OUT, limited(0, GKE), Outcome.SKIPPED_LIMIT, 0, "not a multiple of 3 (3 zones)",
+                 id="not-a-multiple-of-zones"),
+    pytest.param(replace(OUT, force=True), limited(4, EKS), Outcome.SKIPPED_LIMIT, 4, "maxSize",
+                 id="force-never-beats-cloud-limits"),
+]
+
+
+@pytest.mark.parametrize("signal,status,outcome,to,reason", CLOUD_LIMIT_CASES)
+def test_cloud_limits(signal: Signal, status: CloudStatus, outcome: Outcome, to: int, reason: str) -> None:
+    plan = decide(signal, SPEC, STATE, status, NOW)
+    assert (plan.outcome, plan.to) == (outcome, to), plan.reason
+    assert reason in plan.reason
 
 
 @pytest.mark.parametrize("signal,spec,state,status,outcome,to", CASES)

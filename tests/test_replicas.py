@@ -153,8 +153,9 @@ def test_different_notifications_at_once_still_scale_once(replicas: list[Service
     bases = [r.url for r in replicas]
     with ThreadPoolExecutor(max_workers=32) as pool:
         answers = list(pool.map(lambda i: post(bases[i % 2], notification(f"{i:016x}")), range(64)))
-    assert [a.status_code for a in answers] == [200] * 64
     outcomes = Counter(d["outcome"] for a in answers for d in a.json()["decisions"])
+    for a in answers:  # a pool held by the other decision past lock_wait is a 503 (a retry can act)
+        assert a.status_code == (503 if a.json()["decisions"][0]["outcome"] == "skipped_busy" else 200), a.text
     assert outcomes["scaled"] == 1, outcomes
     assert set(outcomes) <= {"scaled", "skipped_cooldown", "skipped_busy"}, outcomes
     assert sum(outcomes.values()) == 64

@@ -8,6 +8,7 @@ from typing import Any, NoReturn
 from flask import Flask, Response, abort, current_app, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from autoscaler.api.body import BodyError, read_body
 from autoscaler.auth import AuthError, Principal
 from autoscaler.store import StoreUnavailable
 
@@ -41,7 +42,7 @@ def read_json() -> Any:
     ctype = request.mimetype or ""
     if request.content_type and "json" not in ctype:
         fail(415, f"expected a JSON body (Content-Type: application/json), got {ctype[:60]!r}")
-    raw = request.get_data(cache=True)
+    raw = request_body()
     if not raw.strip():
         fail(400, "empty body: expected a JSON object")
     try:
@@ -54,13 +55,22 @@ def read_json() -> Any:
         fail(400, f"body is not valid JSON: {str(exc)[:120]}")
 
 
+def request_body() -> bytes:
+    """The request body, read once within ``server.max_body_bytes`` and ``server.read_timeout`` (413 / 408)."""
+    server = current_app.extensions["autoscaler"].settings.config.server
+    try:
+        return read_body(server.max_body_bytes, server.read_timeout)
+    except BodyError as exc:
+        messages = {413: "body larger than server.max_body_bytes"}
+        fail(exc.status, messages.get(exc.status, exc.message), {"Connection": "close"})
+
+
 def require_auth(scope: str) -> Principal:
     """The request's credential; 401 unless it carries a valid one, 403 unless that one has ``scope``."""
     auth = current_app.extensions["autoscaler"].auth
     headers = {k: v for k, v in request.headers.items()}
-    body = request.get_data(cache=True) if auth.cfg.grafana_hmac else b""
-    try:
-        who: Principal = auth.authenticate(headers, body)
+    try:  # the body is read only for an HMAC signature, once every check that needs no body has passed
+        who: Principal = auth.authenticate(headers, request_body)
     except AuthError as exc:
         fail(401, str(exc), {"WWW-Authenticate": 'Bearer realm="gpu-pool-autoscaler", Basic realm="gpu-pool-autoscaler"'})
     if not who.may(scope):
@@ -97,4 +107,4 @@ def register_errors(app: Flask) -> None:
         return error_response(500, "internal error; see the service log")
 
 
-__all__ = ["ApiError", "abort", "fail", "read_json", "require_auth", "register_errors", "error_response"]
+__all__ = ["ApiError", "abort", "fail", "read_json", "request_body", "require_auth", "register_errors", "error_response"]

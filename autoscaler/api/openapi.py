@@ -85,13 +85,21 @@ def _webhook(summary: str, body: dict[str, Any]) -> dict[str, Any]:
     }}
 
 
+def _also_put(path: dict[str, Any]) -> dict[str, Any]:
+    """The POST operation offered as PUT too (a Grafana contact point's HTTP method may be set to PUT)."""
+    put = {**path["post"], "summary": path["post"]["summary"] + " (PUT: the same as POST)"}
+    if "operationId" in put:
+        put["operationId"] += "Put"
+    return {**path, "put": put}
+
+
 def _paths(pools: list[str]) -> dict[str, Any]:
     pool = [_pool_param(pools)]
     open_: dict[str, Any] = {"security": []}
     return {
         "/webhook/alertmanager": _webhook("Alertmanager webhook (version 4)", _ref(AlertmanagerPayload)),
-        "/webhook/grafana": _webhook("Grafana unified or legacy webhook",
-                                     {"anyOf": [_ref(GrafanaPayload), _ref(LegacyPayload)]}),
+        "/webhook/grafana": _also_put(_webhook("Grafana unified or legacy webhook",
+                                               {"anyOf": [_ref(GrafanaPayload), _ref(LegacyPayload)]})),
         "/api/v1/pools": {"get": {"summary": "Every pool", "responses": {
             "200": _json(_ref(PoolList), "The pools the credential may read."), **_errors("401", "403", "503")}}},
         "/api/v1/pools/{pool}": {"get": {"summary": "One pool", "parameters": pool, "responses": {

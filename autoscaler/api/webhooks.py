@@ -27,10 +27,14 @@ def _query() -> dict[str, str]:
     return query
 
 
+_RETRYABLE = (Outcome.FAILED, Outcome.SKIPPED_BACKOFF, Outcome.SKIPPED_BUSY)
+
+
 def _answer(note: Notification, decisions: list[Decision]) -> Response:
     resp = jsonify({"received": len(note.alerts), "decisions": [decision_json(d) for d in decisions]})
-    retry = [d.retry_after for d in decisions
-             if d.retry_after is not None and d.outcome in (Outcome.FAILED, Outcome.SKIPPED_BACKOFF)]
+    # A retry can help: a retryable failure, a backoff, or a pool held by another decision of ours (skipped_busy
+    # with a Retry-After; the cloud's own busy state has none and stays 200).
+    retry = [d.retry_after for d in decisions if d.retry_after is not None and d.outcome in _RETRYABLE]
     if retry:
         resp.status_code = 503
         resp.headers["Retry-After"] = str(max(1, int(min(retry) + 0.999)))
@@ -72,7 +76,8 @@ def alertmanager_hook() -> Response:
     return _handle(alertmanager.parse)
 
 
-@bp.post("/grafana")
+@bp.route("/grafana", methods=["POST", "PUT"])
 def grafana_hook() -> Response:
-    """Grafana unified-alerting contact point or legacy webhook notification channel."""
+    """Grafana unified-alerting contact point or legacy webhook notification channel; a contact point's HTTP
+    method may be set to PUT, which means the same as POST."""
     return _handle(grafana.parse)

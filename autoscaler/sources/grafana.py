@@ -1,12 +1,13 @@
 """Grafana webhooks: unified alerting (version 1) and the legacy alert notification (``evalMatches``)."""
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from autoscaler.models import Alert, AlertStatus, Notification, Source
+from autoscaler.models import Alert, AlertStatus, Notification, Source, usable_value
 from autoscaler.sources import PayloadError, Text, parse_number, validation_message, value_from_value_string
 from autoscaler.sources.alertmanager import AlertmanagerAlert, AlertmanagerPayload, to_alert
 
@@ -62,11 +63,16 @@ def is_test(labels: dict[str, str]) -> bool:
 
 def _unified_value(alert: GrafanaAlert) -> float | None:
     """The first query's value (a direction's ``value_ref`` is applied later, by ``Alert.value_for``)."""
-    if alert.values:
-        for v in alert.values.values():
-            if v is not None:
-                return v
+    given = [v for v in (alert.values or {}).values() if v is not None]
+    if given:
+        return next((v for v in given if math.isfinite(v)), given[0])  # non-finite only when none is: no value
     return value_from_value_string(alert.valueString) or parse_number(alert.annotations.get("value"))
+
+
+def _legacy_value(values: list[float]) -> float | None:
+    """The highest finite match; a non-finite one only when there is no other (routing then says it is no value)."""
+    best, _ = usable_value(values)
+    return best if best is not None or not values else values[0]
 
 
 def _unified(body: dict[str, Any], query: dict[str, str], value_ref: str | None) -> Notification:
@@ -103,7 +109,7 @@ def _legacy(body: dict[str, Any], query: dict[str, str]) -> Notification:
         status=status,
         labels=labels,
         annotations={"message": payload.message, "state": state},
-        value=max(values) if values else None,
+        value=_legacy_value(values),
         dedup_key=f"grafana_legacy|{rule}|{state}",
         is_test=test,
     )

@@ -121,6 +121,10 @@ class Store(abc.ABC):
         """Take the pool's lease unless someone else holds an unexpired one; the state just leased, else None."""
 
     @abc.abstractmethod
+    def renew(self, pool: str, owner: str, now: float, ttl: float) -> bool:
+        """Extend a lease ``owner`` still holds to ``now + ttl``; False when it is no longer theirs."""
+
+    @abc.abstractmethod
     def finish(self, pool: str, owner: str, event: EventRecord, change: PoolChange,
                confirm: DedupConfirm | None = None) -> int:
         """In one transaction: apply the change, append the event, release the lease and (with ``confirm``)

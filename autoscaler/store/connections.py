@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import urllib.parse
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,7 @@ class StoreOptions:
     connect_timeout: float = 5.0    # longest a new connection may take to open
     pool_size: int = 2              # connections kept open per process (gunicorn worker)
     max_overflow: int = 3           # extra connections under a burst, closed when returned
+    probe_interval: float = 2.0     # SQLite: how often (at most) to ask whether the file is still writable
 
 
 def normalize_url(url: str) -> URL:
@@ -47,11 +49,51 @@ def _wal(cursor: Any) -> None:
             cursor.execute("PRAGMA journal_mode=WAL")
 
 
+_BROKEN_SQLITE = ("SQLITE_READONLY", "SQLITE_IOERR", "SQLITE_CANTOPEN")
+
+
+def broken_sqlite_connection(exc: BaseException) -> bool:
+    """Whether a SQLite error means the connection itself is of no more use (opened read-only, its file gone or
+    failing): such a connection is dropped from the pool, so that a new one is opened once the file is fine again."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    text = str(exc).lower()
+    return name.startswith(_BROKEN_SQLITE) or "readonly database" in text or "disk i/o error" in text \
+        or "unable to open database file" in text
+
+
+def sqlite_file(url: URL) -> str | None:
+    """The absolute path of a file database (None for ``:memory:`` and ``file:`` URIs)."""
+    database = url.database
+    if not database or database == ":memory:" or database.startswith("file:") or url.query:
+        return None
+    return os.path.abspath(database)
+
+
 def sqlite_engine(url: URL, options: StoreOptions, **kwargs: Any) -> Engine:
-    """One writer at a time: every transaction starts with BEGIN IMMEDIATE and waits up to 30 s for the file lock."""
-    if url.database and url.database != ":memory:":
+    """One writer at a time: every transaction starts with BEGIN IMMEDIATE and waits up to 30 s for the file lock.
+
+    The file is created here, once; every connection then opens it with ``mode=rw``, so a file removed under a
+    running service is an error, never a fresh empty database.
+    """
+    path = sqlite_file(url)
+    if url.database and url.database != ":memory:" and not url.database.startswith("file:"):
         os.makedirs(os.path.dirname(os.path.abspath(url.database)), exist_ok=True)
+    if path is not None and not os.path.exists(path):
+        with open(path, "ab"):  # an empty file is an empty SQLite database
+            pass
     engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, **kwargs)
+
+    if path is not None:
+        @event.listens_for(engine, "do_connect")
+        def _existing_only(_dialect: Any, _record: Any, cargs: list[Any], cparams: dict[str, Any]) -> None:
+            if cargs and os.path.abspath(str(cargs[0])) == path:
+                cargs[0] = f"file:{urllib.parse.quote(path)}?mode=rw"
+                cparams["uri"] = True
+
+    @event.listens_for(engine, "handle_error")
+    def _drop_broken(ctx: Any) -> None:
+        if ctx.original_exception is not None and broken_sqlite_connection(ctx.original_exception):
+            ctx.is_disconnect = True  # invalidate: never handed out again
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_conn: Any, _record: Any) -> None:

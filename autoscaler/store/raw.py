@@ -25,6 +25,7 @@ from sqlalchemy.exc import DBAPIError
 from autoscaler.models import PoolState
 from autoscaler.store import tables
 from autoscaler.store.base import EventRecord
+from autoscaler.store.connections import broken_sqlite_connection
 
 #: The pool row's columns that make a PoolState (everything but the lease), by name.
 STATE_COLUMNS = tuple(c.name for c in tables.pools.c if c.name not in ("lease_owner", "lease_until"))
@@ -163,6 +164,7 @@ class RawConnections:
         except Exception:  # noqa: BLE001 - the connection is unusable either way
             fairy.invalidate()
             return
-        if isinstance(exc, self.engine.dialect.loaded_dbapi.Error) and self.engine.dialect.is_disconnect(
-                exc, fairy.dbapi_connection, cur):
+        if isinstance(exc, self.engine.dialect.loaded_dbapi.Error) and (
+                self.engine.dialect.is_disconnect(exc, fairy.dbapi_connection, cur)
+                or (self.dialect == "sqlite" and broken_sqlite_connection(exc))):
             fairy.invalidate()

@@ -28,7 +28,9 @@ from autoscaler.store.base import (DedupConfirm, EventRecord, PoolChange, PoolVi
 from autoscaler.store.raw import (RawConnections, claim_params, claim_sql, event_record, event_row, hash_key,
                                   pool_state)
 from autoscaler.store.gate import WriterGate
-from autoscaler.store.connections import StoreOptions, after_fork_dispose, make_engine, normalize_url, postgres_engine
+from autoscaler.store.connections import (StoreOptions, after_fork_dispose, make_engine, normalize_url,
+                                          postgres_engine, sqlite_file)
+from autoscaler.store.sqlite_file import SqliteFile
 from autoscaler.store.migrate import upgrade
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,8 @@ class SqlStore(Store):
         self.engine = make_engine(url, self.options)
         database = parsed.database if self.dialect == "sqlite" else None
         self.gate = WriterGate(os.path.abspath(database)) if database and database != ":memory:" else None
+        path = sqlite_file(parsed) if self.dialect == "sqlite" else None
+        self.file = SqliteFile(path, self.options.probe_interval, self.engine.dispose) if path else None
         self._raw = RawConnections(self.engine)
         after_fork_dispose(self.engine)
         if migrate:
@@ -93,8 +97,14 @@ class SqlStore(Store):
         """Close every pooled connection."""
         self.engine.dispose()
 
+    def _guard(self) -> None:
+        """SQLite: StoreUnavailable unless the file opened at start is still at its path, and writable."""
+        if self.file is not None:
+            self.file.check()
+
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
+        self._guard()
         with _unavailable("store unavailable"):
             with self.gate.hold() if self.gate else nullcontext(), self.engine.begin() as conn:
                 yield conn
@@ -138,6 +148,7 @@ class SqlStore(Store):
             return bool(conn.execute(claim_sql(count), params).all())
 
     def quick_state(self, pool: str) -> QuickState | None:
+        self._guard()
         with _unavailable("store unavailable"), self._raw.cursor() as (_, cur):
             read = self._raw.read(cur, pool)
         return QuickState(*read) if read else None
@@ -146,6 +157,7 @@ class SqlStore(Store):
                        event: EventRecord, duplicate: EventRecord) -> tuple[int, bool]:
         # The claim decides between the event and the duplicate in the same transaction as the event is written.
         count, params = claim_params(pool, keys, now, expires_at, claim)
+        self._guard()
         with _unavailable("store unavailable"), self._raw.cursor() as (fairy, cur):
             if self.dialect == "postgresql":  # one statement, one round trip (autocommit)
                 params.update(event_row(event))
@@ -183,6 +195,13 @@ class SqlStore(Store):
             else:
                 row = None
         return self._state(row) if row else None
+
+    def renew(self, pool: str, owner: str, now: float, ttl: float) -> bool:
+        t = tables.pools
+        with self._tx() as conn:
+            result = conn.execute(update(t).where(t.c.name == pool, t.c.lease_owner == owner)
+                                  .values(lease_until=now + ttl))
+        return bool(result.rowcount)
 
     def release(self, pool: str, owner: str) -> None:
         t = tables.pools

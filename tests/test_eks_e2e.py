@@ -1,0 +1,68 @@
+"""End to end on AWS's API: dcgm stand-in -> Prometheus -> Alertmanager -> the service under gunicorn -> boto3 ->
+moto's EKS and Auto Scaling (a process). The service builds its EKS provider from the config alone: boto3's default
+chain finds the (fake) keys in the environment, ``endpoint_url`` points it at moto."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import requests
+
+from tests.cloud_stack import service_config
+from tests.fakes.moto_eks import AWS_ENV, MotoServer, asg_instances, client, create_node_group
+from tests.pipeline_stack import POOL, Stack
+from tests.servers import Service
+from tests.support import AUTH, TOKEN
+
+pytestmark = pytest.mark.slow
+
+
+def _until(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {timeout:g}s")
+        time.sleep(0.2)
+
+
+def test_prometheus_alert_scales_an_eks_node_group_through_gunicorn(pipeline: Stack, tmp_path: Path) -> None:
+    pipeline.reset()
+    with MotoServer(tmp_path) as moto:
+        asg = create_node_group(moto.url, "prod", "gpu-a10", desired=2, min_size=1, max_size=6)
+        eks = client("eks", moto.url)
+
+        def desired() -> int:
+            group = eks.describe_nodegroup(clusterName="prod", nodegroupName="gpu-a10")["nodegroup"]
+            return int(group["scalingConfig"]["desiredSize"])
+
+        pool = {"name": POOL, "provider": "eks", "min": 1, "max": 6,
+                "eks": {"region": "us-east-1", "cluster": "prod", "nodegroup": "gpu-a10", "endpoint_url": moto.url,
+                        "timeout": "2s", "retry_budget": "3s"}}
+        with Service(service_config(tmp_path, [pool], rules=[]), tmp_path, workers=2, env=AWS_ENV) as svc:
+            pipeline.alertmanager.route_to(svc.url + "/webhook/alertmanager", TOKEN)
+            try:
+                changed = time.monotonic()
+                pipeline.dcgm.set_utilization(95)
+                _until(lambda: desired() == 3, 15, "scale-out of the node group to 3")
+                print(f"\nmetric change -> EKS desiredSize 3: {time.monotonic() - changed:.2f}s")
+                assert len(asg_instances(moto.url, asg)) == 3
+
+                changed = time.monotonic()
+                pipeline.dcgm.set_utilization(5)
+                _until(lambda: desired() == 2, 15, "scale-in of the node group to 2")
+                print(f"metric change -> EKS desiredSize 2: {time.monotonic() - changed:.2f}s")
+            finally:
+                pipeline.reset()
+            events = requests.get(f"{svc.url}/api/v1/events", params={"pool": POOL}, headers=AUTH,
+                                  timeout=5).json()["events"]
+            answer = requests.get(f"{svc.url}/api/v1/pools/{POOL}", headers=AUTH, timeout=5).json()
+            log = svc.read_log()
+    summary = [(e["action"], e["outcome"], e["from"], e["to"]) for e in events]
+    assert ("scale_out", "scaled", 2, 3) in summary and ("scale_in", "scaled", 3, 2) in summary, summary
+    assert answer["current"] == 2
+    assert AWS_ENV["AWS_SECRET_ACCESS_KEY"] not in log

@@ -1,0 +1,100 @@
+"""A pool busy because of *our* lease or lock answers 503 + Retry-After (a retry can act); a pool the cloud reports
+busy stays 200 ``skipped_busy``. A running decision renews its lease, so a slow cloud call never lets a second
+decision in beside it."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from autoscaler.app import create_app
+from autoscaler.config import build_settings
+from autoscaler.engine import LEASE_TTL
+from autoscaler.models import CloudStatus
+from providers import Tracked
+from tests.fakes.scripted_cloud import ScriptedCloud
+from tests.support import AUTH, am_alert, am_payload, config
+
+
+class SlowCloud(ScriptedCloud):
+    """A cloud whose scale call takes as long as the test holds it."""
+
+    def __init__(self) -> None:
+        super().__init__(count=2)
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+
+    def scale(self, current: int, target: int, now: float) -> int:
+        self.entered.set()
+        assert self.gate.wait(20), "the test never let the cloud answer"
+        return super().scale(current, target, now)
+
+
+def _replica(db: str, cloud: Any, **server: Any) -> Any:
+    """One app instance on the shared store (another gunicorn worker or replica), on the real clock."""
+    cfg = config(db)
+    cfg["server"].update(server)
+    return create_app(build_settings(cfg, env={}), providers={"gpu": cloud}, startup_check=False)
+
+
+def _send(app: Any, fp: str) -> Any:
+    return app.test_client().post("/webhook/alertmanager", json=am_payload(am_alert(fingerprint=fp)), headers=AUTH)
+
+
+def test_the_default_lease_is_short() -> None:
+    assert LEASE_TTL <= 30
+    assert build_settings(config("sqlite:///x.db"), env={}).config.server.lease_ttl == LEASE_TTL
+
+
+def test_a_slow_decision_keeps_its_lease_and_the_other_replica_answers_503(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path}/state.db"
+    slow = SlowCloud()
+    first = _replica(db, slow, lease_ttl="1s", lock_wait="100ms")
+    other = _replica(db, slow, lease_ttl="1s", lock_wait="100ms")
+    answers: list[Any] = []
+    holder = threading.Thread(target=lambda: answers.append(_send(first, "fp-slow")))
+    holder.start()
+    try:
+        assert slow.entered.wait(10)
+        busy = []
+        deadline = time.monotonic() + 3.0  # three times the lease: without renewal it would have lapsed
+        while time.monotonic() < deadline:
+            busy.append(_send(other, f"fp-{len(busy)}"))
+            time.sleep(0.3)
+    finally:
+        slow.gate.set()
+        holder.join(20)
+    assert len(busy) >= 5
+    for resp in busy:
+        decision = resp.get_json()["decisions"][0]
+        assert (resp.status_code, decision["outcome"]) == (503, "skipped_busy"), decision
+        assert 1 <= int(resp.headers["Retry-After"]) <= 30
+    assert answers[0].status_code == 200 and answers[0].get_json()["decisions"][0]["outcome"] == "scaled"
+    assert slow.calls == [(2, 3)]  # nothing acted beside it
+    retry = _send(other, "fp-0")  # a busy answer released its claim: the retry is decided (here: the cooldown)
+    assert retry.status_code == 200 and retry.get_json()["decisions"][0]["outcome"] == "skipped_cooldown"
+
+
+def test_our_lock_is_503_the_clouds_busy_is_200(tmp_path: Path) -> None:
+    slow = SlowCloud()
+    app = _replica(f"sqlite:///{tmp_path}/state.db", slow, lock_wait="100ms")
+    holder = threading.Thread(target=lambda: _send(app, "fp-a"))
+    holder.start()
+    try:
+        assert slow.entered.wait(10)
+        ours = _send(app, "fp-b")  # another thread of this worker holds the pool's lock
+    finally:
+        slow.gate.set()
+        holder.join(20)
+    assert ours.status_code == 503 and ours.headers["Retry-After"]
+    assert ours.get_json()["decisions"][0]["outcome"] == "skipped_busy"
+
+    class BusyCloud(ScriptedCloud):
+        def status(self, tracked: Tracked, now: float) -> CloudStatus:
+            return CloudStatus(current=self.count, busy=True, detail="Scaling")
+
+    cloudy = _replica(f"sqlite:///{tmp_path}/other.db", BusyCloud())
+    resp = _send(cloudy, "fp-c")
+    assert resp.status_code == 200 and "Retry-After" not in resp.headers
+    assert resp.get_json()["decisions"][0]["outcome"] == "skipped_busy"

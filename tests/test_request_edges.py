@@ -1,0 +1,131 @@
+"""Request edges (issue 15, items 4, 6, 16, 17): a chunked body over the limit is refused whole, credentials that
+need no body are checked before it is read, a body that never comes ends in 408, a non-finite HMAC timestamp is
+refused, and Grafana may PUT."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import io
+import json
+from typing import Any
+
+import pytest
+
+from autoscaler.auth import Authenticator
+from autoscaler.config_schema import AuthConfig
+from tests.support import AUTH, HMAC_SECRET, am_alert, am_payload, events, make_app
+
+LIMIT = 2048
+
+
+class Trickle(io.RawIOBase):
+    """A request body handed out in reads of at most 100 bytes, counting the reads."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.reads = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        self.reads += 1
+        n = min(len(buf), len(self.data), 100)
+        buf[:n], self.data = self.data[:n], self.data[n:]
+        return n
+
+
+def _chunked(client: Any, path: str, raw: bytes, headers: dict[str, str] | None = None) -> Any:
+    stream = Trickle(raw)
+    return _send_chunked(client, path, stream, {**AUTH, **(headers or {})}), stream
+
+
+def _send_chunked(client: Any, path: str, stream: io.RawIOBase, headers: dict[str, str]) -> Any:
+    """As a server that decodes chunked bodies hands them on: no length, ``wsgi.input_terminated``."""
+    return client.post(path, headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked", **headers},
+                       environ_overrides={"wsgi.input": stream, "wsgi.input_terminated": True})
+
+
+def _padded(size: int) -> bytes:
+    """An Alertmanager notification that is valid JSON as a whole and whose first ``LIMIT`` bytes are too."""
+    body = am_payload(am_alert(fingerprint="big", autoscaler_pool="gpu", autoscaler_action="scale_out"))
+    text = json.dumps(body)
+    pad = size - len(text) - len(', "pad": ""')
+    return (text[:-1] + f', "pad": "{"x" * max(pad, 0)}"}}').encode()
+
+
+@pytest.fixture
+def client(tmp_path: Any) -> Any:
+    cfg = {"server": {"max_body_bytes": LIMIT, "auth": {"bearer_tokens": [AUTH["Authorization"].split()[1]],
+                                                        "grafana_hmac": {"secret": HMAC_SECRET}}}}
+    return make_app(f"sqlite:///{tmp_path}/s.db", **cfg).test_client()
+
+
+@pytest.mark.parametrize("size, status", [
+    pytest.param(LIMIT - 10, 200, id="under-the-limit"),
+    pytest.param(LIMIT, 200, id="exactly-the-limit"),
+    pytest.param(LIMIT + 1, 413, id="one-byte-over"),
+    pytest.param(LIMIT * 20, 413, id="far-over"),
+])
+def test_chunked_body_over_the_limit_is_refused_whole(client: Any, size: int, status: int) -> None:
+    raw = _padded(size)
+    assert len(raw) == size
+    resp, _ = _chunked(client, "/webhook/alertmanager", raw)
+    assert resp.status_code == status, resp.get_data(as_text=True)
+    assert [e["outcome"] for e in events(client)] == (["scaled"] if status == 200 else [])
+    if status == 413:
+        assert resp.headers["Connection"] == "close"
+
+
+def test_credentials_that_need_no_body_are_checked_before_it_is_read(client: Any) -> None:
+    for headers in ({"Authorization": "Bearer wrong"}, {"Authorization": ""},
+                    {"X-Grafana-Alerting-Signature": "not-hex"}):
+        stream = Trickle(b"{" * 100000)
+        resp = _send_chunked(client, "/webhook/grafana", stream, headers)
+        assert resp.status_code == 401
+        assert stream.reads == 0  # refused on its headers alone
+
+
+def test_a_body_that_does_not_come_in_time_is_408(tmp_path: Any) -> None:
+    cfg = {"server": {"read_timeout": "1s", "auth": {"bearer_tokens": ["t0ken-abc"]}}}
+    client = make_app(f"sqlite:///{tmp_path}/s.db", **cfg).test_client()
+
+    class Slow(Trickle):
+        def readinto(self, buf: Any) -> int:
+            import time
+
+            time.sleep(0.3)
+            return super().readinto(buf)
+
+    resp = _send_chunked(client, "/webhook/alertmanager", Slow(b" " * 5000), {"Authorization": "Bearer t0ken-abc"})
+    assert resp.status_code == 408
+    assert "read_timeout" in resp.get_json()["error"]
+
+
+@pytest.mark.parametrize("stamp", ["nan", "NaN", "inf", "-inf", "1e999", "-1e999"])
+def test_non_finite_hmac_timestamp_is_refused(stamp: str) -> None:
+    cfg = AuthConfig.model_validate({"grafana_hmac": {"secret": "s3cret", "timestamp_header": "X-Ts"}})
+    auth = Authenticator(cfg, clock=lambda: 1_800_000_000.0)
+    body = b"{}"
+    sig = hmac.new(b"s3cret", stamp.encode() + b":" + body, hashlib.sha256).hexdigest()
+    assert auth.check({"X-Grafana-Alerting-Signature": sig, "X-Ts": stamp}, body) == \
+        "X-Ts is not a Unix timestamp"
+
+
+def _grafana_body() -> dict[str, Any]:
+    return {"receiver": "autoscaler", "status": "firing", "version": "1", "orgId": 1, "groupKey": "g",
+            "alerts": [{"status": "firing", "labels": {"alertname": "GPUUtilizationHigh", "autoscaler_pool": "gpu",
+                                                       "autoscaler_action": "scale_out"},
+                        "annotations": {}, "startsAt": "2026-11-21T10:00:00Z", "endsAt": "0001-01-01T00:00:00Z",
+                        "fingerprint": "put-1"}]}
+
+
+def test_grafana_may_put_with_the_same_meaning(client: Any) -> None:
+    resp = client.put("/webhook/grafana", json=_grafana_body(), headers=AUTH)
+    assert resp.status_code == 200, resp.get_data(as_text=True)
+    assert resp.get_json()["decisions"][0]["outcome"] == "scaled"
+    again = client.post("/webhook/grafana", json=_grafana_body(), headers=AUTH)
+    assert again.get_json()["decisions"][0]["outcome"] == "skipped_duplicate"  # the same alert either way
+    spec = client.get("/openapi.json").get_json()
+    assert {"post", "put"} <= set(spec["paths"]["/webhook/grafana"])
+    assert client.put("/webhook/alertmanager", json={}, headers=AUTH).status_code == 405

@@ -1,0 +1,102 @@
+"""Slow clients against the real app under gunicorn (issue 15, items 4 and 6): a dozen clients that send headers
+and never finish the body do not stop /healthz, and a chunked body over the limit is refused whole."""
+from __future__ import annotations
+
+import copy
+import http.client
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.servers import Service
+from tests.support import AUTH, BASE_CONFIG, HMAC_SECRET, am_alert, am_payload
+
+pytestmark = pytest.mark.slow
+READ_TIMEOUT = 2.0
+THREADS = 4
+
+
+def _config(tmp_path: Path) -> dict[str, Any]:
+    cfg = copy.deepcopy(BASE_CONFIG)
+    cfg["store"] = {"url": f"sqlite:///{tmp_path}/state.db"}
+    cfg["server"]["auth"]["grafana_hmac"] = {"secret": HMAC_SECRET}
+    cfg["server"]["max_body_bytes"] = 4096
+    cfg["server"]["read_timeout"] = f"{READ_TIMEOUT:g}s"
+    return cfg
+
+
+def _stall(port: int, headers: dict[str, str]) -> socket.socket:
+    """Send a request's headers and 10 bytes of a 3,000-byte body (within the limit), then nothing."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    lines = [f"POST /webhook/grafana HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json",
+             "Content-Length: 3000", *(f"{k}: {v}" for k, v in headers.items())]
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + b'{"alerts":')
+    sock.settimeout(READ_TIMEOUT + 5)
+    return sock
+
+
+def _status(sock: socket.socket) -> tuple[int | None, float]:
+    """The status code the server answered on ``sock`` (None when it closed without one) and when."""
+    try:
+        first = sock.recv(200)
+    except OSError:
+        first = b""
+    sock.close()
+    return (int(first.split()[1]) if first.startswith(b"HTTP/") else None), time.monotonic()
+
+
+def _healthz(url: str) -> float:
+    start = time.monotonic()
+    assert requests.get(f"{url}/healthz", timeout=READ_TIMEOUT * 4).status_code == 200
+    return time.monotonic() - start
+
+
+def test_a_dozen_stalled_bodies_do_not_stop_healthz(tmp_path: Path) -> None:
+    with Service(_config(tmp_path), tmp_path, workers=1, env={"GUNICORN_THREADS": str(THREADS)}) as svc:
+        port = int(svc.url.rsplit(":", 1)[1])
+        # without credentials, or with a bearer token that is wrong: refused on the headers, the body never read
+        socks = [_stall(port, {} if i % 2 else {"Authorization": "Bearer wrong"}) for i in range(12)]
+        time.sleep(0.3)
+        assert _healthz(svc.url) < 1.0
+        answers = [_status(s) for s in socks]
+        assert [code for code, _ in answers] == [401] * 12
+        # with an HMAC signature, which needs the body: each waits at most read_timeout, then 408
+        started = time.monotonic()
+        socks = [_stall(port, {"X-Grafana-Alerting-Signature": "ab" * 32}) for _ in range(12)]
+        time.sleep(0.3)
+        waited = _healthz(svc.url)
+        answers = [_status(s) for s in socks]
+        assert [code for code, _ in answers] == [408] * 12
+        rounds = -(-12 // THREADS)
+        assert max(at for _, at in answers) - started < rounds * READ_TIMEOUT + 3
+        assert waited < rounds * READ_TIMEOUT + 2  # served as soon as a thread came free, not never
+        assert _healthz(svc.url) < 1.0
+
+
+def test_chunked_body_over_the_limit_is_refused_whole_under_gunicorn(tmp_path: Path) -> None:
+    with Service(_config(tmp_path), tmp_path, workers=1) as svc:
+        host, port = "127.0.0.1", int(svc.url.rsplit(":", 1)[1])
+        body = json.dumps(am_payload(am_alert(fingerprint="big", autoscaler_pool="gpu",
+                                              autoscaler_action="scale_out")))
+        big = (body[:-1] + ', "pad": "' + "x" * 5000 + '"}').encode()
+
+        def send(raw: bytes) -> tuple[int, Any]:
+            conn = http.client.HTTPConnection(host, port, timeout=10)
+            chunks = (raw[i:i + 1000] for i in range(0, len(raw), 1000))
+            conn.request("POST", "/webhook/alertmanager", body=chunks, encode_chunked=True,
+                         headers={**AUTH, "Content-Type": "application/json"})
+            resp = conn.getresponse()
+            status, data = resp.status, json.loads(resp.read() or b"null")
+            conn.close()
+            return status, data
+
+        assert send(big)[0] == 413
+        events = requests.get(f"{svc.url}/api/v1/events", headers=AUTH, timeout=5).json()["events"]
+        assert events == []  # nothing of the cut body was processed
+        status, data = send(body.encode())
+        assert status == 200 and data["decisions"][0]["outcome"] == "scaled"
