@@ -102,6 +102,9 @@ def build_settings(raw: Any, env: dict[str, str] | None = None) -> Settings:
             schedules=tuple(Schedule(w.cron, w.duration, w.min, w.timezone) for w in pool.schedules),
             **_node_aware(config, index, pool, settings, problems),
         )
+        if pools[pool.name].scale_out.mode is Mode.DEMAND and pool.gpus_per_node is None:
+            problems.append(f"pools[{index}].gpus_per_node: required with scale_out.mode demand "
+                            "(the GPUs one node adds)")
     if problems:
         raise ConfigError(_unique(problems))
     return Settings(config=config, pools=pools)

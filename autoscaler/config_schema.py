@@ -298,7 +298,8 @@ class PoolConfig(BaseModel):
     dedup_window: Duration | None = None
     node_selector: str | None = Field(default=None, min_length=1, description="Label selector of the pool's "
                                       "nodes, e.g. kubernetes.azure.com/agentpool=gpunp (default per provider).")
-    gpus_per_node: int = Field(default=1, ge=1, le=64, description="GPUs one node adds (demand mode divides by it).")
+    gpus_per_node: int | None = Field(default=None, ge=1, le=64, description="GPUs one node adds (demand mode "
+                                      "divides by it and needs it; the replay assumes 8 without it).")
     provision_time: Duration = Field(default=600.0, description="Request to GPUs allocatable; nodes asked for "
                                      "within it and not ready yet are in flight.")
     schedules: list[ScheduleConfig] = Field(default_factory=list)

@@ -181,7 +181,7 @@ class PoolSpec:
     victims: str = "cloud"  # scale_in.victims: cloud | alerted | idle (node-aware scale-in)
     drain_timeout: float = 600.0  # scale_in.drain_timeout: how long a forced removal retries refused evictions
     node_selector: tuple[tuple[str, str], ...] = ()  # the pool's nodes' labels (empty: not known)
-    gpus_per_node: int = 1
+    gpus_per_node: int | None = None  # GPUs one node adds; required by demand mode (the replay assumes 8)
     provision_time: float = 600.0  # request -> GPUs allocatable; nodes asked for within it are "in flight"
     schedules: tuple[Schedule, ...] = ()
 

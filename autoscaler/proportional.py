@@ -51,7 +51,7 @@ def demand(spec: PoolSpec, value: float | None, current: int, in_flight: int, wh
     if problem:
         return Proposal(None, f"demand mode, but {problem}: fixed step instead", {**base, "fallback": "step"})
     assert value is not None
-    per = spec.gpus_per_node
+    per = spec.gpus_per_node or 1  # the config requires it with demand mode
     needed = math.ceil(value / per - EPSILON)
     raw = current - in_flight + needed
     formula = f"{current} - {in_flight} in flight + ceil({value:g} GPUs / {per}) = {raw}"

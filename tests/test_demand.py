@@ -120,13 +120,15 @@ def test_config_keys_reach_the_spec() -> None:
     assert (spec.gpus_per_node, spec.provision_time, spec.scale_out.mode) == (8, 480.0, Mode.DEMAND)
     assert spec.schedules[0].duration == 11 * 3600 and spec.schedules[0].timezone == "Europe/Warsaw"
     default = build_settings(_pool(), env={}).pools["gpu"]
-    assert (default.gpus_per_node, default.provision_time, default.schedules) == (1, 600.0, ())
+    assert (default.gpus_per_node, default.provision_time, default.schedules) == (None, 600.0, ())
 
 
 @pytest.mark.parametrize(("keys", "problem"), [
     pytest.param({"scale_in": {"mode": "demand"}}, "pools[0]: scale_in.mode: `demand` sizes scale-outs only",
                  id="demand-is-scale-out-only"),
     pytest.param({"gpus_per_node": 0}, "pools[0].gpus_per_node", id="gpus-per-node-positive"),
+    pytest.param({"scale_out": {"mode": "demand"}},
+                 "pools[0].gpus_per_node: required with scale_out.mode demand", id="demand-needs-gpus-per-node"),
     pytest.param({"schedules": [{"cron": "0 8 * *", "duration": "1h", "min": 1}]},
                  "pools[0].schedules[0].cron: '0 8 * *' is not a five-field cron expression", id="bad-cron"),
     pytest.param({"schedules": [{"cron": "0 8 * * *", "duration": "1h", "min": 1, "timezone": "Mars/Olympus"}]},
