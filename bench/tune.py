@@ -23,7 +23,8 @@ from bench.traces.make_traces import generate
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = os.path.join(ROOT, "bench", "replay", "proportional.yaml")
 START = parse_time("2025-01-06T00:00:00Z")
-FAMILIES = {"diurnal_inference": (101, (202, 203, 204)), "training_queue": (11, (22, 23, 24))}  # week, test days
+# family: (seed of the week tuned on, seeds of the days it is tried on)
+FAMILIES = {"diurnal_inference": (101, (202, 203, 204, 205, 206)), "training_queue": (11, (22, 23, 24, 25, 26))}
 LIMIT_S = 180.0
 BUDGET = 1.0  # --max-saturated, %
 
@@ -75,7 +76,10 @@ def run(smoke: bool = False, runs: int = 5) -> dict[str, Any]:
             out["families"][family] = {
                 "week_seed": week_seed, "days": days, "tune_s": data["seconds"], "replays": data["replays"],
                 "candidates_scored_in_full": data["candidates"], "ratio_to_limit": round(data["seconds"] / LIMIT_S, 3),
-                "spans": data["spans"], "tuned": data["tuned"], "test_days": test_days}
+                "spans": data["spans"], "tuned": data["tuned"], "test_days": test_days,
+                "mean": {name: {k: round(sum(d[name][k] for d in test_days) / len(test_days), 3)
+                                for k in ("node_hours", "saturated_minutes", "direction_changes", "minutes")}
+                         for name in ("base", "tuned", "foresight")}}
     return out
 
 
@@ -96,4 +100,9 @@ def table(res: dict[str, Any]) -> list[str]:
             for name in ("base", "tuned", "foresight"):
                 s = day[name]
                 rows.append(f"  {day['seed']:<16d}  {name:9s} {_cell(s)}   {s['node_hours'] / best:5.2f}x")
+        for name in ("base", "tuned", "foresight"):
+            s = f["mean"][name]
+            rows.append(f"  {'mean':16s}  {name:9s} {s['node_hours']:7.1f} {s['saturated_minutes']:4.1f} "
+                        f"({100 * s['saturated_minutes'] / 1440:4.2f}%) {s['direction_changes']:5.1f}   "
+                        f"{s['node_hours'] / f['mean']['foresight']['node_hours']:5.2f}x")
     return rows

@@ -16,7 +16,7 @@ from autoscaler.__main__ import main
 from autoscaler.config import build_settings
 from autoscaler.replay.space import Space, apply, describe, duration_text
 from autoscaler.replay.trace import Trace, parse_time
-from autoscaler.replay.tune import Score, _init, choose, evaluate, pareto
+from autoscaler.replay.tune import Budget, Score, _init, choose, evaluate, pareto
 from bench.traces.make_traces import generate
 from tests.pipeline import PROMTOOL, require_binary
 
@@ -96,7 +96,7 @@ def test_tuned_yaml_is_checked_and_replays_as_it_was_scored(tuned: dict[str, Any
 def test_choice_is_the_cheapest_within_budget_and_the_frontier_is_pareto(tuned: dict[str, Any]) -> None:
     data, out = tuned["data"], tuned["out"]
     tune = data["spans"]["tune"]
-    assert data["within_budget"] and tune["tuned"]["saturated_minutes"] <= tune["choice_budget"] < tune["budget"]
+    assert data["choice"] == "every_day" and tune["tuned"]["saturated_minutes"] <= tune["choice_budget"] < tune["budget"]
     assert tune["tuned"]["node_hours"] < tune["base"]["node_hours"]
     with (out / "frontier.csv").open() as fh:
         rows = list(csv.DictReader(fh))
@@ -204,26 +204,32 @@ def test_early_stop_ends_a_candidate_over_budget_or_over_the_best() -> None:
     base = describe(settings, "gpu")
     full = evaluate(base, 0, 1440, None, None)
     assert not full.stopped and full.minutes == 1440 and full.saturated_minutes > 3
+    assert full.worst_day == full.saturated_minutes  # one whole day
     over = evaluate(base, 0, 1440, 3, None)
     assert over.stopped == "saturated" and over.saturated_minutes == 4 and over.minutes < 1440
     costly = evaluate(base, 0, 1440, 10_000, full.node_hours / 2)
     assert costly.stopped == "node_hours" and costly.node_hours > full.node_hours / 2 and costly.minutes < 1440
 
 
-def _score(hours: float, saturated: int, changes: int = 0, stopped: str = "") -> Score:
-    return Score(hours, saturated, changes, 100, stopped)
+def _score(hours: float, saturated: int, changes: int = 0, stopped: str = "", worst: int = 0) -> Score:
+    return Score(hours, saturated, changes, 100, stopped, worst)
 
 
-@pytest.mark.parametrize("scores,budget,want,within", [
-    pytest.param([_score(10, 0), _score(8, 5), _score(6, 50)], 5, 1, True, id="cheapest-within-budget"),
-    pytest.param([_score(8, 5, 9), _score(8, 2, 3)], 5, 1, True, id="tie-on-hours-fewer-direction-changes"),
-    pytest.param([_score(5, 1, stopped="node_hours"), _score(9, 1)], 5, 1, True, id="stopped-never-chosen"),
-    pytest.param([_score(10, 40), _score(20, 30)], 5, 1, False, id="none-within-least-saturated"),
+@pytest.mark.parametrize("scores,budget,want,flag", [
+    pytest.param([_score(10, 0), _score(8, 5), _score(6, 50)], Budget(5), 1, "every_day", id="cheapest-within"),
+    pytest.param([_score(8, 5, 9), _score(8, 2, 3)], Budget(5), 1, "every_day", id="tie-fewer-direction-changes"),
+    pytest.param([_score(5, 1, stopped="node_hours"), _score(9, 1)], Budget(5), 1, "every_day",
+                 id="stopped-never-chosen"),
+    pytest.param([_score(8, 5, worst=4), _score(9, 5, worst=2)], Budget(5, 3), 1, "every_day",
+                 id="a-bad-day-rules-out-the-cheaper"),
+    pytest.param([_score(8, 5, worst=4), _score(9, 5, worst=4)], Budget(5, 3), 0, "span",
+                 id="no-one-holds-every-day-span-budget-then"),
+    pytest.param([_score(10, 40), _score(20, 30)], Budget(5), 1, "over", id="none-within-least-saturated"),
 ])
-def test_choose(scores: list[Score], budget: int, want: int, within: bool) -> None:
+def test_choose(scores: list[Score], budget: Budget, want: int, flag: str) -> None:
     cands = [{"i": i} for i in range(len(scores))]
-    cand, _, ok = choose(list(zip(cands, scores)), budget)
-    assert cand == {"i": want} and ok is within
+    cand, _, got = choose(list(zip(cands, scores)), budget)
+    assert cand == {"i": want} and got == flag
 
 
 def test_pareto_keeps_only_undominated_points() -> None:

@@ -67,9 +67,10 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
             print(f"tune: {text} ({time.monotonic() - started:.0f}s)", file=sys.stderr, flush=True)
 
     space = Space(settings, pool)
-    # The choice keeps a margin under the budget: days differ, and the confirm span must hold the budget too.
-    search = Search(space, train, max_saturated * (1 - margin), candidates=candidates, neighbours=neighbours,
-                    seed=seed)
+    # The choice keeps a margin under the budget over the span, and the budget itself on each whole day of it:
+    # days differ, and the days the search never saw must hold the budget too.
+    search = Search(space, train, max_saturated * (1 - margin), day_pct=max_saturated, candidates=candidates,
+                    neighbours=neighbours, seed=seed)
     executor = make_pool(workers, raw, env, pool, trace)
     try:
         search.run(executor, progress)
@@ -90,7 +91,8 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
     def budget(minutes: int) -> int:
         return int(max_saturated / 100.0 * minutes + 1e-9)
 
-    spans = {"tune": {"minutes": [0, train], "budget": budget(train), "choice_budget": search.budget(train),
+    spans = {"tune": {"minutes": [0, train], "budget": budget(train), "choice_budget": search.budget(train).total,
+                      "choice_budget_per_day": search.budget(train).per_day,
                       "base": asdict(scored[0]),
                       "tuned": asdict(chosen_score)}}
     if train < total:
@@ -98,7 +100,7 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
                             "base": asdict(scored[2]), "tuned": asdict(scored[1])}
     data = {"config": config_path, "trace": trace_path, "pool": pool, "max_saturated_pct": max_saturated,
             "margin": margin,
-            "within_budget": within, "candidates": len(search.results), "replays": search.evaluated + len(jobs),
+            "within_budget": within != "over", "choice": within, "candidates": len(search.results), "replays": search.evaluated + len(jobs),
             "seconds": round(time.monotonic() - started, 1), "workers": workers, "base": base, "tuned": chosen,
             "spans": spans}
     _write(out_dir, raw, pool, data, search, frontier, chosen, chosen_score, scored[0], utilization_expr, env)
@@ -156,17 +158,20 @@ def report(data: dict[str, Any], out_dir: str) -> str:
                 return f"{s[key]:.1f}" if isinstance(s[key], float) else str(s[key])
             rows.append((f"  {text}", cell(span["base"]), cell(span["tuned"])))
         rows.append((f"  budget ({data['max_saturated_pct']:g}%)", f"{span['budget']} min",
-                     f"chosen within {span['choice_budget']} min (margin {data['margin']:g})"
-                     if "choice_budget" in span else ""))
+                     f"chosen within {span['choice_budget']} min (margin {data['margin']:g}), "
+                     f"{span['choice_budget_per_day']} a day" if "choice_budget" in span else ""))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     head = (f"tuned pool {data['pool']} on {data['trace']}: {data['candidates']} candidates scored in full, "
             f"{data['replays']} replays, {data['seconds']:.0f}s on {data['workers']} worker(s)")
     tail = [f"-> {out_dir}: tuned.yaml, frontier.csv ({data['frontier_points']} points), frontier.png, "
             "prometheus-rules.yml, tuning.json"]
-    if not data["within_budget"]:
+    if data["choice"] == "over":
         tail.insert(0, "WARNING: no candidate kept saturated minutes within the budget on the tuning span; "
                        "the least saturated one was chosen")
+    elif data["choice"] == "span":
+        tail.insert(0, "note: no candidate kept the budget on every day of the tuning span; the choice keeps it "
+                       "over the span")
     confirm = data["spans"].get("confirm")
     if confirm and confirm["tuned"]["saturated_minutes"] > confirm["budget"]:
         tail.insert(0, f"WARNING: on the confirm span the tuned settings were saturated "
