@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import tempfile
+import time
 from datetime import datetime, timezone
 from typing import Any
 
@@ -18,6 +20,7 @@ from autoscaler.replay.report import figures
 from autoscaler.replay.sim import replay_pool, simulate
 from autoscaler.replay.trace import Trace, parse_time
 from autoscaler.replay.tune_cli import tune
+from autoscaler.store.memory import MemoryStore
 from bench.traces.make_traces import generate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -54,6 +57,21 @@ def replay_day(config: str, demand: list[float]) -> dict[str, Any]:
     return {k: data[k] for k in ("node_hours", "saturated_minutes", "direction_changes", "minutes")}
 
 
+def store_cost(demand: list[float], runs: int) -> dict[str, Any]:
+    """Seconds (median) of one replay of ``demand`` with the base config on SQLite and on MemoryStore, one core."""
+    settings, trace = load_config(BASE), Trace(START, tuple(demand))
+    out: dict[str, Any] = {}
+    for name, make in (("sqlite", lambda: None), ("memory", MemoryStore)):
+        times = []
+        for _ in range(runs):
+            began = time.perf_counter()
+            simulate(settings, trace, store=make())
+            times.append(time.perf_counter() - began)
+        out[name] = round(statistics.median(times), 3)
+    out["ratio"] = round(out["memory"] / out["sqlite"], 3)
+    return out
+
+
 def run(smoke: bool = False, runs: int = 5) -> dict[str, Any]:
     """Tune each family once (a week; smoke: a day, few candidates) and replay its test days."""
     out: dict[str, Any] = {"limit_s": LIMIT_S, "max_saturated_pct": BUDGET, "families": {}}
@@ -73,7 +91,12 @@ def run(smoke: bool = False, runs: int = 5) -> dict[str, Any]:
                 day = generate(family, days=1, seed=seed)
                 test_days.append({"seed": seed, "base": replay_day(BASE, day), "tuned": replay_day(tuned, day),
                                   "foresight": foresight([round(d, 2) for d in day], spec.min, spec.max)})
+            train = data["spans"]["tune"]["minutes"][1]
+            naive = (data["sampled"] + (6 if smoke else 60)) * train  # every candidate on the whole span
             out["families"][family] = {
+                "store_s": store_cost(week, 1 if smoke else 3),
+                "search_minutes_replayed": data["search_minutes_replayed"], "naive_minutes": naive,
+                "search_ratio_to_naive": round(data["search_minutes_replayed"] / naive, 3),
                 "week_seed": week_seed, "days": days, "tune_s": data["seconds"], "replays": data["replays"],
                 "candidates_scored_in_full": data["candidates"], "ratio_to_limit": round(data["seconds"] / LIMIT_S, 3),
                 "spans": data["spans"], "tuned": data["tuned"], "test_days": test_days,
@@ -94,6 +117,10 @@ def table(res: dict[str, Any]) -> list[str]:
     for family, f in res["families"].items():
         rows.append(f"{family}: tuned {f['days']} day(s) in {f['tune_s']:.1f}s (ratio to {res['limit_s']:.0f}s limit "
                     f"{f['ratio_to_limit']:.2f}), {f['replays']} replays")
+        st = f["store_s"]
+        rows.append(f"  one replay of the trace: SQLite {st['sqlite']:.2f}s, memory {st['memory']:.2f}s (ratio "
+                    f"{st['ratio']:.2f}); search replayed {f['search_minutes_replayed']:,} minutes, "
+                    f"{f['search_ratio_to_naive']:.2f} of every candidate in full ({f['naive_minutes']:,})")
         rows.append("  test day (seed)   run        node-h  sat min (%)  dir.changes   vs foresight")
         for day in f["test_days"]:
             best = day["foresight"]["node_hours"]

@@ -123,6 +123,7 @@ class Search:
     seed: int = 0
     results: list[tuple[Candidate, Score]] = field(default_factory=list)
     evaluated: int = 0
+    minutes_replayed: int = 0  # over every replay, early-stopped ones counted as far as they went
 
     def budget(self, minutes: int) -> Budget:
         per_day = None if self.day_pct is None else int(math.floor(self.day_pct / 100.0 * 1440 + 1e-9))
@@ -189,6 +190,7 @@ class Search:
             for _, score in done:
                 scores.append(score)
                 self.evaluated += 1
+                self.minutes_replayed += score.minutes
                 if score.feasible(budget):
                     best = score.node_hours if best is None else min(best, score.node_hours)
         return scores

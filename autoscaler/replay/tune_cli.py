@@ -100,7 +100,9 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
                             "base": asdict(scored[2]), "tuned": asdict(scored[1])}
     data = {"config": config_path, "trace": trace_path, "pool": pool, "max_saturated_pct": max_saturated,
             "margin": margin,
-            "within_budget": within != "over", "choice": within, "candidates": len(search.results), "replays": search.evaluated + len(jobs),
+            "within_budget": within != "over", "choice": within, "candidates": len(search.results),
+            "sampled": candidates, "replays": search.evaluated + len(jobs),
+            "search_minutes_replayed": search.minutes_replayed,
             "seconds": round(time.monotonic() - started, 1), "workers": workers, "base": base, "tuned": chosen,
             "spans": spans}
     _write(out_dir, raw, pool, data, search, frontier, chosen, chosen_score, scored[0], utilization_expr, env)
