@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaler.durations import rfc3339
 from autoscaler.models import Action, Decision, OperatorOutcome, Outcome, Source
+from autoscaler.nodes import NodeView
 from autoscaler.store import EventRecord
 
 
@@ -64,6 +65,27 @@ class Cooldown(BaseModel):
     scale_in_remaining_s: float
 
 
+class GpuPodBody(BaseModel):
+    """A pod that counts as GPU work on a node."""
+
+    namespace: str
+    name: str
+    resource: str = Field(description="e.g. nvidia.com/gpu, nvidia.com/mig-1g.10gb")
+    count: int
+
+
+class NodeBody(BaseModel):
+    """One of the pool's Kubernetes nodes, as a node-aware scale-in sees it."""
+
+    name: str
+    ready: bool
+    gpu_pods: list[GpuPodBody]
+    protected: str | None = Field(description="Why it must not go (an annotation); null when not protected.")
+    cordoned: bool
+    cordoned_by_us: bool = Field(description="Carries our gpu-autoscaler/cordoned annotation.")
+    removable: bool = Field(description="A scale-in could take it now (no GPU work, not protected).")
+
+
 class PoolBody(BaseModel):
     """A pool: configured limits, stored state and the cloud's view."""
 
@@ -84,6 +106,9 @@ class PoolBody(BaseModel):
     last_scale_at: float | None
     last_event: EventBody | None
     error: str | None = None
+    nodes: list[NodeBody] | None = Field(default=None, description="With `kubernetes:` and a node selector: the "
+                                         "pool's nodes, newest first (GET of one pool and the status page).")
+    nodes_error: str | None = Field(default=None, description="Why the nodes could not be read.")
 
 
 class PoolList(BaseModel):
@@ -103,6 +128,13 @@ class WebhookAnswer(BaseModel):
 
     received: int = Field(description="Alerts in the notification.")
     decisions: list[DecisionBody]
+
+
+def node_body(view: NodeView) -> NodeBody:
+    return NodeBody(name=view.name, ready=view.ready, protected=view.protected, cordoned=view.cordoned,
+                    cordoned_by_us=view.cordoned_by_us is not None, removable=view.busy_reason() is None,
+                    gpu_pods=[GpuPodBody(namespace=p.namespace, name=p.name, resource=p.resource, count=p.count)
+                              for p in view.gpu_pods])
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

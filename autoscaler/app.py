@@ -21,7 +21,9 @@ from autoscaler.redact import Redactor, active, install, redact_tree
 from autoscaler.service import Service
 from autoscaler.retention import Pruner
 from autoscaler.store import Store, StoreOptions, open_store
+from autoscaler.nodes import Cluster
 from providers import NodePoolProvider, ProviderError, build
+from providers import cluster as build_cluster
 
 log = logging.getLogger("autoscaler")
 
@@ -72,7 +74,8 @@ def _check(providers: dict[str, NodePoolProvider]) -> None:
 
 def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None = None, *, clock: Callable[[], float] | None = None,
                providers: dict[str, NodePoolProvider] | None = None, store: Store | None = None,
-               sinks: list[EventSink] | None = None, startup_check: bool = True) -> Flask:
+               sinks: list[EventSink] | None = None, startup_check: bool = True, cluster: Cluster | None = None,
+               sleep: Callable[[float], None] | None = None) -> Flask:
     """Build the app from settings, a parsed config mapping, a config path, or ``AUTOSCALER_CONFIG``."""
     setup_logging()
     if config is None:
@@ -94,7 +97,10 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
     metrics = Metrics(pools=settings.pools)
     sinks = list(sinks or []) + _configured_sinks(settings, metrics)
     events = EventLog(store, sinks, metrics)
-    engine = Engine(settings, store, built, events, clock=clock, metrics=metrics)
+    if cluster is None and settings.config.kubernetes is not None:
+        cluster = build_cluster(settings.config.kubernetes)
+    engine = Engine(settings, store, built, events, clock=clock, metrics=metrics, cluster=cluster,
+                    sleep=sleep or time.sleep)
     service = Service(settings=settings, store=store, providers=built, engine=engine, events=events,
                       auth=Authenticator(settings.config.server.auth, clock, _hmac_nonce_cache(store, clock)),
                       metrics=metrics, clock=clock,

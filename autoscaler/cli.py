@@ -10,7 +10,7 @@ from typing import Any, Callable
 import requests
 
 DEFAULT_URL = "http://127.0.0.1:8080"
-COMMANDS = ("status", "events", "scale", "pause", "resume")
+COMMANDS = ("status", "events", "scale", "pause", "resume", "nodes")
 
 
 class CliError(Exception):
@@ -37,7 +37,12 @@ def register(sub: Any) -> None:
     scale.add_argument("direction", choices=["out", "in"])
     scale.add_argument("--step", type=int, default=None)
     scale.add_argument("--reason", default="")
-    scale.add_argument("--force", action="store_true", help="skip cooldown and backoff (never min/max or pause)")
+    scale.add_argument("--force", action="store_true", help="skip cooldown and backoff (never min/max or pause); "
+                       "with --node: evict the node's GPU pods (PodDisruptionBudgets respected)")
+    scale.add_argument("--node", action="append", default=None, help="scale in: remove this node (repeatable)")
+    nodes = sub.add_parser("nodes", help="a pool's Kubernetes nodes: ready, GPU pods, protected, cordoned")
+    _common(nodes)
+    nodes.add_argument("pool")
     for name in ("pause", "resume"):
         cmd = sub.add_parser(name, help=f"{name} a pool")
         _common(cmd)
@@ -108,6 +113,8 @@ def _scale(args: argparse.Namespace) -> tuple[Any, str]:
         body["reason"] = args.reason
     if args.force:
         body["force"] = True
+    if args.node:
+        body["nodes"] = args.node
     d = _call(args, "POST", f"/api/v1/pools/{args.pool}/scale", body)
     sizes = f" {d['from']} -> {d['to']}" if d.get("from") is not None else ""
     return d, f"{d['pool']}: {d['outcome']}{sizes}: {d['reason']} (event {d['event_id']})"
@@ -119,8 +126,22 @@ def _pause(args: argparse.Namespace) -> tuple[Any, str]:
     return data, _pool_rows([data])
 
 
+def _nodes(args: argparse.Namespace) -> tuple[Any, str]:
+    data = _call(args, "GET", f"/api/v1/pools/{args.pool}")
+    if data.get("nodes_error"):
+        raise CliError(f"pool {args.pool}: {data['nodes_error']}")
+    if data.get("nodes") is None:
+        raise CliError(f"pool {args.pool}: no node view (needs the `kubernetes:` section and a node_selector)")
+    rows = [[n["name"], "yes" if n["ready"] else "no",
+             ", ".join(f"{g['namespace']}/{g['name']} ({g['resource']} {g['count']})" for g in n["gpu_pods"]) or "-",
+             n["protected"] or "-", ("yes (us)" if n["cordoned_by_us"] else "yes") if n["cordoned"] else "no"]
+            for n in data["nodes"]]
+    return data, table(["NODE", "READY", "GPU PODS", "PROTECTED", "CORDONED"], rows)
+
+
 HANDLERS: dict[str, Callable[[argparse.Namespace], tuple[Any, str]]] = {
-    "status": _status, "events": _events, "scale": _scale, "pause": _pause, "resume": _pause}
+    "status": _status, "events": _events, "scale": _scale, "pause": _pause, "resume": _pause,
+    "nodes": _nodes}
 
 
 def run(args: argparse.Namespace) -> int:

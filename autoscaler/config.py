@@ -58,8 +58,13 @@ def _substitute(node: Any, loc: tuple[Any, ...], env: dict[str, str], problems: 
     return _VAR.sub(repl, node)
 
 
+_NODE_KEYS = {"victims", "drain_timeout"}  # scale_in keys that are not the direction's policy
+_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$")
+
+
 def _direction(base: DirectionConfig, override: DirectionConfig) -> DirectionPolicy:
-    merged = {**base.model_dump(exclude_none=True), **override.model_dump(exclude_none=True)}
+    merged = {**base.model_dump(exclude_none=True, exclude=_NODE_KEYS),
+              **override.model_dump(exclude_none=True, exclude=_NODE_KEYS)}
     if "mode" in merged:
         merged["mode"] = Mode(merged["mode"])
     return DirectionPolicy(**merged)
@@ -92,6 +97,7 @@ def build_settings(raw: Any, env: dict[str, str] | None = None) -> Settings:
             scale_in=_direction(config.defaults.scale_in, pool.scale_in),
             dedup_window=pool.dedup_window if pool.dedup_window is not None else config.defaults.dedup_window,
             provider_settings=settings,
+            **_node_aware(config, index, pool, settings, problems),
         )
     if problems:
         raise ConfigError(_unique(problems))
@@ -130,6 +136,55 @@ def _unique(problems: list[str]) -> list[str]:
     """One line per problem, each once, in the order found."""
     lines = [line for problem in problems for line in problem.split("\n") if line]
     return list(dict.fromkeys(lines))
+
+
+def parse_selector(text: str) -> tuple[tuple[str, str], ...]:
+    """``a=b,c=d`` -> ((a, b), (c, d)); ValueError saying what is wrong."""
+    out = []
+    for term in text.split(","):
+        key, eq, value = term.strip().replace("==", "=").partition("=")
+        if not eq or not _LABEL.match(key) or (value and not _LABEL.match(value)):
+            raise ValueError(f"{term.strip()!r} is not label=value (a selector such as "
+                             "kubernetes.azure.com/agentpool=gpunp, terms joined by commas)")
+        out.append((key, value))
+    return tuple(out)
+
+
+def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, problems: list[str]) -> dict[str, Any]:
+    """``victims``, ``drain_timeout`` and ``node_selector`` of one pool, defaults applied, combinations checked."""
+    import providers
+
+    where = f"pools[{index}]"
+    removes = False
+    if settings is not None:
+        removes = isinstance(providers.build(pool.provider, pool.name, settings), providers.RemovesNamedNodes)
+    victims = pool.scale_in.victims or config.defaults.scale_in.victims
+    if victims is None:
+        victims = "idle" if removes and config.kubernetes is not None else "cloud"
+    drain = pool.scale_in.drain_timeout or config.defaults.scale_in.drain_timeout or 600.0
+    text = pool.node_selector
+    factory = providers.factory(pool.provider)
+    if text is None and factory.node_selector is not None and settings is not None:
+        text = factory.node_selector(settings)
+    selector: tuple[tuple[str, str], ...] = ()
+    if pool.node_selector is not None:
+        try:
+            selector = parse_selector(pool.node_selector)
+        except ValueError as exc:
+            problems.append(f"{where}.node_selector: {exc}")
+    elif text:
+        selector = parse_selector(text)
+    if victims != "cloud" and settings is not None:
+        if not removes:
+            problems.append(f"{where}.scale_in.victims: {victims} needs a provider that removes named nodes; "
+                            f"{pool.provider} can't name a node (it only changes the count): use victims: cloud")
+        elif config.kubernetes is None:
+            problems.append(f"{where}.scale_in.victims: {victims} needs the top-level `kubernetes:` section "
+                            "(the service must see the pool's nodes and pods to pick them)")
+        elif text is None:
+            problems.append(f"{where}.node_selector: required with victims: {victims} (provider {pool.provider} "
+                            "has no default), e.g. node_selector: \"nodepool=gpu\"")
+    return {"victims": victims, "drain_timeout": drain, "node_selector": selector}
 
 
 def load_config(path: str, env: dict[str, str] | None = None) -> Settings:

@@ -155,11 +155,23 @@ class DirectionConfig(_Frozen):
     value_ref: str | None = None
 
 
+Victims = Literal["cloud", "alerted", "idle"]
+
+
+class ScaleInConfig(DirectionConfig):
+    """Scale-in settings: a direction's, plus which nodes go (node-aware scale-in)."""
+
+    victims: Victims | None = Field(default=None, description="cloud | alerted | idle (default: idle with "
+                                    "`kubernetes` and a provider that removes named nodes, else cloud).")
+    drain_timeout: Duration | None = Field(default=None, gt=0, description="How long a forced removal retries "
+                                           "evictions a PodDisruptionBudget refuses (default 10m).")
+
+
 class DefaultsConfig(_Frozen):
     """Settings every pool inherits."""
 
     scale_out: DirectionConfig = DirectionConfig(step=1, cooldown=300)
-    scale_in: DirectionConfig = DirectionConfig(step=1, cooldown=900, delay_after_scale_out=600)
+    scale_in: ScaleInConfig = ScaleInConfig(step=1, cooldown=900, delay_after_scale_out=600)
     dedup_window: Duration = 600.0
 
 
@@ -169,6 +181,36 @@ class RoutingConfig(_Frozen):
     pool_label: str = "autoscaler_pool"
     action_label: str = "autoscaler_action"
     step_label: str = "autoscaler_step"
+    node_label: str = Field(default="node", description="Label that names a node in scale-in alerts "
+                            "(dcgm-exporter: Hostname).")
+
+
+class KubernetesConfig(_Frozen):
+    """How the service sees the cluster's nodes and pods (node-aware scale-in). One of ``in_cluster``,
+    ``kubeconfig`` or ``host``: ``host`` (+ ``token``) is for out-of-cluster use without a kubeconfig and tests."""
+
+    in_cluster: bool = False
+    kubeconfig: str | None = Field(default=None, min_length=1)
+    context: str | None = None
+    host: str | None = Field(default=None, pattern=r"^https?://[^\s/?#]+/?$")
+    token: SecretStr | None = None
+    verify_ssl: bool = True
+    ca_cert: str | None = None
+    gpu_resources: list[str] = Field(default_factory=lambda: ["nvidia.com/gpu", "nvidia.com/mig-*"], min_length=1)
+    timeout: Duration = Field(default=5.0, gt=0, description="Read timeout of one API call.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "KubernetesConfig":
+        given = [k for k, on in (("in_cluster", self.in_cluster), ("kubeconfig", self.kubeconfig is not None),
+                                 ("host", self.host is not None)) if on]
+        if len(given) != 1:
+            raise ValueError("give exactly one of `in_cluster: true`, `kubeconfig:` or `host:`"
+                             + (f" (got {', '.join(given)})" if given else ""))
+        if self.context is not None and self.kubeconfig is None:
+            raise ValueError("`context` needs `kubeconfig`")
+        if (self.token is not None or self.ca_cert is not None) and self.host is None:
+            raise ValueError("`token` and `ca_cert` go with `host`")
+        return self
 
 
 class RuleConfig(_Frozen):
@@ -208,8 +250,10 @@ class PoolConfig(BaseModel):
     max: int = Field(ge=0, le=1000)
     dry_run: bool = False
     scale_out: DirectionConfig = DirectionConfig()
-    scale_in: DirectionConfig = DirectionConfig()
+    scale_in: ScaleInConfig = ScaleInConfig()
     dedup_window: Duration | None = None
+    node_selector: str | None = Field(default=None, min_length=1, description="Label selector of the pool's "
+                                      "nodes, e.g. kubernetes.azure.com/agentpool=gpunp (default per provider).")
 
     @field_validator("max")
     @classmethod
@@ -303,6 +347,7 @@ class Config(_Frozen):
     pools: list[PoolConfig] = Field(min_length=1)
     influxdb: InfluxConfig | None = None
     replay: ReplayConfig | None = None
+    kubernetes: KubernetesConfig | None = None
 
     @model_validator(mode="after")
     def _references(self) -> "Config":

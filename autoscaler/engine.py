@@ -13,12 +13,14 @@ from typing import Any, Callable, Iterator
 
 from autoscaler.config import Settings
 from autoscaler.events import EventLog
-from autoscaler.models import Decision, Notification, Outcome, PoolSpec, PoolState, Signal
+from autoscaler.models import Action, Decision, Notification, Outcome, PoolSpec, PoolState, Signal, Source
+from autoscaler.nodes import Cluster, ClusterError
 from autoscaler.policy import Plan, backoff_seconds, decide, settled
 from autoscaler.redact import redact_text
 from autoscaler.routing import Router
 from autoscaler.store import DedupConfirm, PoolChange, QuickState, Store, StoreUnavailable
-from providers import NodePoolProvider, ProviderError, Tracked
+from autoscaler.scale_in import NodeScaleIn, Removal, summary
+from providers import NodePoolProvider, ProviderError, RemovesNamedNodes, Tracked
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +34,8 @@ class Engine:
     """Turns notifications and manual requests into decisions, one pool at a time."""
 
     def __init__(self, settings: Settings, store: Store, providers: dict[str, NodePoolProvider],
-                 events: EventLog, clock: Clock = time.time, metrics: Any = None) -> None:
+                 events: EventLog, clock: Clock = time.time, metrics: Any = None, cluster: Cluster | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.settings = settings
         self.store = store
         self.providers = providers
@@ -44,6 +47,7 @@ class Engine:
         self.lease_ttl = settings.config.server.lease_ttl
         self.owner_prefix = f"{socket.gethostname()}:{os.getpid()}"
         self._locks: dict[str, threading.Lock] = {name: threading.Lock() for name in settings.pools}
+        self.nodes = NodeScaleIn(cluster, clock, sleep) if cluster is not None else None
 
     # -- notifications --------------------------------------------------------------------------------
     def handle_notification(self, note: Notification) -> list[Decision]:
@@ -121,7 +125,7 @@ class Engine:
             return self._busy(signal, spec, keys, claim)
         try:
             with self._renewing(spec.name, owner):
-                decision, change = self._decide_and_act(signal, spec, state)
+                decision, change = self._decide_and_act(signal, spec, state, owner)
             if decision.retry_after is not None:
                 self.store.release_dedup(keys, claim)  # let the sender's retry act
             confirm = None
@@ -213,7 +217,14 @@ class Engine:
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
 
-    def _decide_and_act(self, signal: Signal, spec: PoolSpec, state: PoolState) -> tuple[Decision, PoolChange]:
+    def names_nodes(self, spec: PoolSpec) -> bool:
+        """Whether this pool's nodes can be removed by name: a cluster is configured, the pool's nodes have a
+        selector and its provider removes named nodes."""
+        return (self.nodes is not None and bool(spec.node_selector)
+                and isinstance(self.providers[spec.name], RemovesNamedNodes))
+
+    def _decide_and_act(self, signal: Signal, spec: PoolSpec, state: PoolState,
+                        owner: str) -> tuple[Decision, PoolChange]:
         provider = self.providers[spec.name]
         now = self.clock()
         try:
@@ -229,9 +240,61 @@ class Engine:
         if plan.details.get("recommendation") is not None:
             self.store.add_recommendation(spec.name, now, int(plan.details["recommendation"]), now - window)
         plan = _said_by(signal, plan)
+        by_name = self.names_nodes(spec) and plan.action is Action.SCALE_IN and (
+            spec.victims != "cloud" or (signal.source is Source.MANUAL and bool(signal.nodes)))
+        if plan.outcome is Outcome.SCALED and by_name:
+            return self._act_nodes(provider, spec, state.failures, plan, now, signal, owner)
+        if self.names_nodes(spec):
+            self._sweep(spec, now)
         if plan.outcome is not Outcome.SCALED:
             return self._plan_decision(spec, plan), PoolChange()
         return self._act(provider, spec, state.failures, plan, now)
+
+    def _sweep(self, spec: PoolSpec, since: float) -> None:
+        """Best effort: uncordon what a stopped decision left cordoned (the next one retries on failure)."""
+        assert self.nodes is not None
+        try:
+            self.nodes.sweep(spec, since)
+        except ClusterError as exc:
+            log.warning("pool=%s stale-cordon sweep: %s", spec.name, redact_text(str(exc)))
+
+    def _act_nodes(self, provider: NodePoolProvider, spec: PoolSpec, failures: int, plan: Plan, now: float,
+                   signal: Signal, owner: str) -> tuple[Decision, PoolChange]:
+        """A scale-in that names its nodes: pick (or take the operator's), cordon, re-check, remove exactly those."""
+        assert self.nodes is not None and isinstance(provider, RemovesNamedNodes)
+        assert plan.from_ is not None and plan.to is not None
+        started = time.monotonic()
+
+        def renew() -> bool:
+            return self.store.acquire(spec.name, owner, self.clock(), self.lease_ttl) is not None
+
+        try:
+            if signal.source is Source.MANUAL and signal.nodes:
+                done = self.nodes.remove_named(spec, provider, plan.from_, signal.nodes, plan.from_ - plan.to,
+                                               signal.force, owner, now, renew)
+            else:
+                done = self.nodes.scale_in(spec, provider, plan.from_, plan.from_ - plan.to, signal.nodes, owner,
+                                           now, renew)
+        except ClusterError as exc:
+            err = ProviderError(f"kubernetes: {redact_text(str(exc))}", retryable=True, code="KubernetesApi")
+            return self._failed(provider, spec, failures, plan, now, err, time.monotonic() - started)
+        return self._removal_decision(provider, spec, failures, plan, now, done, time.monotonic() - started)
+
+    def _removal_decision(self, provider: NodePoolProvider, spec: PoolSpec, failures: int, plan: Plan, now: float,
+                          done: Removal, elapsed: float) -> tuple[Decision, PoolChange]:
+        details = {**plan.details, **done.details()}
+        if done.error is not None:
+            decision, change = self._failed(provider, spec, failures, plan, now, done.error, elapsed)
+            return replace(decision, details={**decision.details, **details}), change
+        if done.outcome is not Outcome.SCALED:  # nothing asked of the cloud: no cooldown, no backoff
+            return Decision(spec.name, plan.action, done.outcome, plan.from_, plan.from_,
+                            f"{plan.reason}; {done.reason}", details=details), PoolChange()
+        self._observe(spec, "ok", elapsed)
+        change = PoolChange(at=now, acted=plan.action, failures=0, backoff_until=None,
+                            tracked_count=done.reached if provider.tracks_count else None)
+        return Decision(spec.name, plan.action, Outcome.SCALED, plan.from_, done.reached,
+                        f"{plan.reason}; {done.reason}" + (f"; kept {summary(done.kept)}" if done.kept else ""),
+                        details=details), change
 
     @staticmethod
     def _plan_decision(spec: PoolSpec, plan: Plan) -> Decision:

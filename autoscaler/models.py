@@ -23,6 +23,7 @@ class Outcome(str, enum.Enum):
     UNROUTED = "unrouted"
     UNKNOWN_POOL = "unknown_pool"
     FAILED = "failed"
+    SKIPPED_IN_USE = "skipped_in_use"  # a scale-in found no node it may remove (GPU work, protection)
 
 
 class Action(str, enum.Enum):
@@ -125,6 +126,7 @@ class Signal:
     reason: str = ""
     value: float | None = None  # finite, or None
     value_problem: str = ""  # why the value the sender gave is none (e.g. ``nan is not a finite number``)
+    nodes: tuple[str, ...] = ()  # nodes named by the alerts (routing.node_label) or by the operator
 
     @property
     def dedup_keys(self) -> tuple[str, ...]:
@@ -162,6 +164,9 @@ class PoolSpec:
     scale_in: DirectionPolicy
     dedup_window: float
     provider_settings: Any = None
+    victims: str = "cloud"  # scale_in.victims: cloud | alerted | idle (node-aware scale-in)
+    drain_timeout: float = 600.0  # scale_in.drain_timeout: how long a forced removal retries refused evictions
+    node_selector: tuple[tuple[str, str], ...] = ()  # the pool's nodes' labels (empty: not known)
 
     def direction(self, action: Action) -> DirectionPolicy:
         return self.scale_out if action is Action.SCALE_OUT else self.scale_in

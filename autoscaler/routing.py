@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 from autoscaler.config_schema import RoutingConfig, RuleConfig
@@ -104,9 +104,17 @@ class Router:
                 if route.step:
                     steps[key] = max(steps.get(key, 0), route.step)
             groups.setdefault(key, []).append(alert)
-        return [_group(note, kind, pool, action, problem, tuple(alerts), steps.get((kind, pool, action, problem)),
-                       pools)
-                for (kind, pool, action, problem), alerts in groups.items()]
+        out = [_group(note, kind, pool, action, problem, tuple(alerts), steps.get((kind, pool, action, problem)),
+                      pools)
+               for (kind, pool, action, problem), alerts in groups.items()]
+        return [self._named_nodes(item) for item in out]
+
+    def _named_nodes(self, item: Signal | Unacted) -> Signal | Unacted:
+        """A scale-in signal carries the nodes its alerts name (``routing.node_label``), first-seen order."""
+        if not isinstance(item, Signal) or item.action is not Action.SCALE_IN:
+            return item
+        names = [a.labels.get(self.routing.node_label, "").strip() for a in item.alerts]
+        return replace(item, nodes=tuple(dict.fromkeys(n for n in names if n)))
 
 
 def _group(note: Notification, kind: GroupKind, pool: str | None, action: Action | None, problem: str,

@@ -8,10 +8,11 @@ from typing import Any, Callable
 from autoscaler.auth import Authenticator
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
-from autoscaler.answers import Cooldown, PoolBody, dump, event_body
+from autoscaler.answers import Cooldown, PoolBody, dump, event_body, node_body
 from autoscaler.events import EventLog
 from autoscaler.metrics import Metrics
 from autoscaler.models import PoolSpec
+from autoscaler.nodes import ClusterError
 from autoscaler.policy import cooldown_remaining
 from autoscaler.redact import redact_text
 from autoscaler.store import Store
@@ -34,8 +35,9 @@ class Service:
     clock: Callable[[], float]
     sinks: list[Any] = field(default_factory=list)
 
-    def pool_json(self, spec: PoolSpec, with_last_event: bool = True) -> dict[str, Any]:
-        """A pool as the API shows it: configured limits, stored state and the cloud's view."""
+    def pool_json(self, spec: PoolSpec, with_last_event: bool = True, with_nodes: bool = False) -> dict[str, Any]:
+        """A pool as the API shows it: configured limits, stored state and the cloud's view (and with
+        ``with_nodes``, where a cluster is configured, the pool's nodes: one node list, one pod list per node)."""
         state = self.store.pool(spec.name)
         provider = self.providers[spec.name]
         now = self.clock()
@@ -55,6 +57,9 @@ class Service:
             last_event = event_body(ev) if ev else None
         last_scale = max([t for t in (state.last_scale_out_at, state.last_scale_in_at) if t is not None],
                          default=None)
+        extra: dict[str, Any] = self._nodes(spec) if with_nodes else {}
+        if error:
+            extra["error"] = error
         body = PoolBody(
             name=spec.name,
             provider=spec.provider,
@@ -73,9 +78,19 @@ class Service:
             backoff_remaining_s=round(max(0.0, (state.backoff_until or 0) - now), 1),
             last_scale_at=last_scale,
             last_event=last_event,
-            **({"error": error} if error else {}),
+            **extra,
         )
         return dump(body)
+
+    def _nodes(self, spec: PoolSpec) -> dict[str, Any]:
+        cluster = self.engine.nodes.cluster if self.engine.nodes is not None else None
+        if cluster is None or not spec.node_selector:
+            return {}
+        try:
+            views = cluster.nodes(dict(spec.node_selector))
+        except ClusterError as exc:
+            return {"nodes_error": redact_text(str(exc))}
+        return {"nodes": [node_body(v) for v in sorted(views, key=lambda v: (-v.created, v.name))]}
 
     def pool_rows(self) -> list[dict[str, Any]]:
         """Every pool, for /metrics (no last event)."""

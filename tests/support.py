@@ -82,7 +82,8 @@ def am_payload(*alerts: dict[str, Any], status: str = "firing") -> dict[str, Any
 
 
 OUTCOMES = {"scaled", "dry_run", "skipped_cooldown", "skipped_limit", "skipped_duplicate", "skipped_paused",
-            "skipped_busy", "skipped_backoff", "ignored_resolved", "ignored_test", "unrouted", "unknown_pool", "failed"}
+            "skipped_busy", "skipped_backoff", "ignored_resolved", "ignored_test", "unrouted", "unknown_pool", "failed",
+            "skipped_in_use"}
 
 
 def post(client: FlaskClient, path: str, body: Any, headers: dict[str, str] | None = None) -> Any:

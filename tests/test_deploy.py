@@ -82,7 +82,19 @@ def test_kubernetes_manifests_validate_strictly() -> None:
     out = _run([str(BIN / "kubernetes-validate"), "--strict", "--quiet", *files])
     assert out.returncode == 0, out.stdout + out.stderr
     kinds = {d["kind"] for f in files for d in _docs(Path(f))}
-    assert kinds == {"Deployment", "Service", "ConfigMap", "Secret", "PodDisruptionBudget", "ServiceAccount"}
+    assert kinds == {"Deployment", "Service", "ConfigMap", "Secret", "PodDisruptionBudget", "ServiceAccount",
+                     "ClusterRole", "ClusterRoleBinding"}
+
+
+def test_rbac_grants_what_node_aware_scale_in_calls_and_no_more() -> None:
+    role, binding = _docs(K8S / "rbac.yaml")
+    grants = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    assert grants == {("nodes", "get"), ("nodes", "list"), ("nodes", "patch"), ("pods", "list"),
+                      ("pods/eviction", "create")}  # never delete
+    sa = _docs(K8S / "serviceaccount.yaml")[0]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                    "namespace": sa["metadata"]["namespace"]}]
 
 
 def test_deployment_is_hardened_and_wired() -> None:

@@ -1,7 +1,7 @@
 """The manual API: pools, scale, pause/resume, count, events."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
@@ -16,6 +16,7 @@ from autoscaler.store import PoolChange
 from autoscaler.sources import validation_message
 
 bp = Blueprint("pools", __name__, url_prefix="/api/v1")
+NODE_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"  # a Kubernetes node name (DNS subdomain)
 
 
 class ScaleRequest(BaseModel):
@@ -29,6 +30,8 @@ class ScaleRequest(BaseModel):
     reason: str = Field(default="", max_length=500)
     force: StrictBool = False
     value: float | None = None
+    nodes: list[Annotated[str, Field(pattern=NODE_NAME, max_length=253)]] | None = Field(
+        default=None, min_length=1, max_length=1000, description="scale_in: remove exactly these nodes.")
 
     @model_validator(mode="after")
     def _one_kind(self) -> "ScaleRequest":
@@ -36,6 +39,8 @@ class ScaleRequest(BaseModel):
             raise ValueError("give either `action` (scale_out|scale_in, with optional `step`) or `target`")
         if self.target is not None and self.step is not None:
             raise ValueError("`step` goes with `action`, not with `target`")
+        if self.nodes is not None and (self.action is not Action.SCALE_IN or self.step is not None):
+            raise ValueError("`nodes` goes with `action: scale_in` and no `step` (the step is how many are named)")
         return self
 
 
@@ -112,7 +117,7 @@ def list_pools() -> Response:
 
 @bp.get("/pools/<pool>")
 def get_pool(pool: str) -> Response:
-    return jsonify(_svc().pool_json(_spec(pool)))
+    return jsonify(_svc().pool_json(_spec(pool), with_nodes=True))
 
 
 @bp.post("/pools/<pool>/scale")
@@ -122,9 +127,14 @@ def scale(pool: str) -> Response:
     who = _on_behalf_of()
     reason = (f"manual request by {principal().name}" + (f" (on behalf of {who})" if who else "")
               + (f": {req.reason}" if req.reason else ""))
+    nodes = tuple(dict.fromkeys(req.nodes or ()))
+    if nodes and not _svc().engine.names_nodes(spec):
+        fail(409, f"pool {spec.name} cannot remove named nodes: that needs the `kubernetes:` section, the pool's "
+                  f"node_selector and a provider that removes named nodes (aks, ack, webhook; not {spec.provider})")
     value, problem = usable_value([] if req.value is None else [req.value])
-    signal = Signal(pool=spec.name, action=req.action, source=Source.MANUAL, step=req.step, target=req.target,
-                    force=req.force, reason=reason, value=value, value_problem=problem)
+    signal = Signal(pool=spec.name, action=req.action, source=Source.MANUAL, step=len(nodes) or req.step,
+                    target=req.target, force=req.force, reason=reason, value=value, value_problem=problem,
+                    nodes=nodes)
     with acting_as(principal().name):
         decision = _svc().engine.handle(signal)
     return jsonify(decision_json(decision))

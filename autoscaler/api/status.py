@@ -40,7 +40,7 @@ def chart(events: list[dict[str, Any]], low: int, high: int, now: float) -> dict
 
 
 def _pool_view(svc: Service, spec: Any, now: float) -> dict[str, Any]:
-    pool = svc.pool_json(spec)
+    pool = svc.pool_json(spec, with_nodes=True)
     rows = svc.store.events(spec.name, CHART_POINTS)
     evs = [{**event_json(r), "_t": r.time} for r in reversed(rows)]
     pool["chart"] = chart(evs, spec.min, spec.max, now)

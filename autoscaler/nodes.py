@@ -1,0 +1,264 @@
+"""What the service sees of a pool's Kubernetes nodes, and which of them may go (pure: stdlib and models only).
+
+The cluster itself (list, cordon, evict) is behind :class:`Cluster`; ``providers/kube.py`` implements it with the
+official client, the replay with an in-memory one. This module turns the API's plain JSON (camelCase keys, as
+the API server sends them) into :class:`NodeView` facts and picks victims from them, so every rule here is
+table-tested without a cluster.
+"""
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+
+#: The annotation the service puts on a node it cordons: ``<owner>@<rfc3339 time>``.
+CORDON_ANNOTATION = "gpu-autoscaler/cordoned"
+#: Appended to the owner once the cloud was asked to remove the node (the sweep then leaves it to the cloud).
+REMOVING = "/removing"
+DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-*")
+VICTIMS = ("cloud", "alerted", "idle")
+
+#: Node annotations that keep a node, with the value that means "keep".
+NODE_PROTECTION = {
+    "cluster-autoscaler.kubernetes.io/scale-down-disabled": "true",
+    "karpenter.sh/do-not-disrupt": "true",
+}
+#: Pod annotations that keep the pod's node, with the value that means "keep".
+POD_PROTECTION = {
+    "karpenter.sh/do-not-disrupt": "true",
+    "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+}
+_FINISHED = ("Succeeded", "Failed")
+_MIRROR = "kubernetes.io/config.mirror"
+
+
+@dataclass(frozen=True)
+class GpuPod:
+    """A pod that counts as GPU work on a node."""
+
+    namespace: str
+    name: str
+    resource: str  # e.g. "nvidia.com/gpu", "nvidia.com/mig-1g.10gb"
+    count: int
+
+    def describe(self) -> str:
+        return f"{self.namespace}/{self.name} ({self.resource} {self.count})"
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One node of a pool as the scale-in sees it."""
+
+    name: str
+    ready: bool
+    created: float  # epoch seconds (creationTimestamp)
+    cordoned: bool  # spec.unschedulable
+    gpu_pods: tuple[GpuPod, ...]
+    protected: str | None  # why it must not go (annotation), None if not protected
+    cordoned_by_us: float | None  # time in our cordon annotation, None if we did not cordon it
+    provider_id: str  # spec.providerID ("" if unknown)
+    gpu_allocatable: int  # 0 while the device plugin has not reported yet
+    cordon_owner: str = ""  # who put our cordon annotation ("" if none); ends in REMOVING once removal was asked
+
+    def busy_reason(self) -> str | None:
+        """Why this node must stay (protection first, then GPU work), None when it may go."""
+        if self.protected:
+            return self.protected
+        if self.gpu_pods:
+            more = len(self.gpu_pods) - 1
+            extra = f" and {more} more GPU pod{'s' if more > 1 else ''}" if more else ""
+            return f"runs GPU pod {self.gpu_pods[0].describe()}{extra}"
+        return None
+
+
+class ClusterError(Exception):
+    """The API server could not be read or refused a change; the message never holds a credential."""
+
+
+class Cluster(Protocol):
+    """What the scale-in needs of a cluster. Calls may block on the API server for a few seconds."""
+
+    def nodes(self, selector: Mapping[str, str]) -> list[NodeView]:
+        """The nodes matching the label selector, each with its pods (one list call + one pod list per node)."""
+
+    def node(self, name: str) -> NodeView | None:
+        """Re-read one node and its pods; None when it no longer exists."""
+
+    def cordon(self, name: str, owner: str, now: float) -> None:
+        """Mark the node unschedulable and put our annotation (owner, time) on it."""
+
+    def uncordon(self, name: str) -> None:
+        """Make the node schedulable again and drop our annotation."""
+
+    def evict(self, namespace: str, pod: str) -> str | None:
+        """Ask the Eviction API to evict the pod: None when accepted, the refusal (a PDB's 429) otherwise."""
+
+
+@runtime_checkable
+class MarkedNodes(Protocol):
+    """Optional: a cluster that can list a pool's nodes without their pods (one call), for the stale-cordon sweep."""
+
+    def marked(self, selector: Mapping[str, str]) -> list[NodeView]:
+        """The nodes matching the selector, ``gpu_pods`` empty and ``protected`` from node annotations only."""
+
+
+# ---- pods -------------------------------------------------------------------------------------------------------
+
+def _quantity(value: Any) -> int:
+    """An extended resource's quantity as a whole number (GPUs are never fractional; "2" -> 2)."""
+    try:
+        return max(int(float(str(value))), 0)
+    except ValueError:
+        return 1
+
+
+def _matches(resource: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(resource, p) for p in patterns)
+
+
+def _container_gpus(container: Mapping[str, Any], patterns: Sequence[str]) -> dict[str, int]:
+    """GPU resources one container asks for: its request, or its limit when it sets only a limit."""
+    res = container.get("resources") or {}
+    requests, limits = res.get("requests") or {}, res.get("limits") or {}
+    out: dict[str, int] = {}
+    for name in {*requests, *limits}:
+        if _matches(name, patterns):
+            count = _quantity(requests[name] if name in requests else limits[name])
+            if count:
+                out[name] = count
+    return out
+
+
+def is_work(pod: Mapping[str, Any]) -> bool:
+    """A pod that would stop if its node went: not a DaemonSet's, not a mirror pod, not finished."""
+    meta = pod.get("metadata") or {}
+    if any(ref.get("kind") == "DaemonSet" for ref in meta.get("ownerReferences") or ()):
+        return False
+    if _MIRROR in (meta.get("annotations") or {}):
+        return False
+    return (pod.get("status") or {}).get("phase") not in _FINISHED
+
+
+def gpu_pod(pod: Mapping[str, Any], patterns: Sequence[str] = DEFAULT_GPU_RESOURCES) -> GpuPod | None:
+    """The pod as GPU work, or None. Init containers count too (they hold the GPU while they run)."""
+    if not is_work(pod):
+        return None
+    spec = pod.get("spec") or {}
+    totals: dict[str, int] = {}
+    for c in spec.get("containers") or ():
+        for name, n in _container_gpus(c, patterns).items():
+            totals[name] = totals.get(name, 0) + n
+    for c in spec.get("initContainers") or ():
+        for name, n in _container_gpus(c, patterns).items():
+            totals[name] = max(totals.get(name, 0), n)
+    if not totals:
+        return None
+    resource = max(sorted(totals), key=lambda r: totals[r])
+    meta = pod.get("metadata") or {}
+    return GpuPod(meta.get("namespace", ""), meta.get("name", ""), resource, totals[resource])
+
+
+def pod_protection(pod: Mapping[str, Any]) -> str | None:
+    """Why this pod keeps its node (an annotation), or None."""
+    if not is_work(pod):
+        return None
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    for key, keep in POD_PROTECTION.items():
+        if str(annotations.get(key, "")).lower() == keep:
+            return f"runs pod {meta.get('namespace', '')}/{meta.get('name', '')} annotated {key}={keep}"
+    return None
+
+
+# ---- nodes ------------------------------------------------------------------------------------------------------
+
+def parse_time(text: str | None) -> float | None:
+    """RFC 3339 to epoch seconds (None for nothing or garbage)."""
+    if not text:
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp()
+
+
+def format_time(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def cordon_mark(owner: str, now: float) -> str:
+    """The value of our cordon annotation."""
+    return f"{owner}@{format_time(now)}"
+
+
+def node_protection(node: Mapping[str, Any]) -> str | None:
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    for key, keep in NODE_PROTECTION.items():
+        if str(annotations.get(key, "")).lower() == keep:
+            return f"node annotated {key}={keep}"
+    return None
+
+
+def node_view(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
+              patterns: Sequence[str] = DEFAULT_GPU_RESOURCES) -> NodeView:
+    """A node and the pods bound to it, as the API server sends them, turned into facts."""
+    meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
+    pods = list(pods)
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+    mark = str((meta.get("annotations") or {}).get(CORDON_ANNOTATION) or "")
+    owner, _, when = mark.rpartition("@")
+    ours = parse_time(when) if mark else None
+    protected = node_protection(node) or next((r for r in map(pod_protection, pods) if r), None)
+    allocatable = status.get("allocatable") or {}
+    return NodeView(
+        name=meta.get("name", ""),
+        ready=ready,
+        created=parse_time(meta.get("creationTimestamp")) or 0.0,
+        cordoned=bool(spec.get("unschedulable")),
+        gpu_pods=tuple(p for p in (gpu_pod(x, patterns) for x in pods) if p),
+        protected=protected,
+        cordoned_by_us=ours if ours is not None else (0.0 if mark else None),
+        provider_id=spec.get("providerID", "") or "",
+        gpu_allocatable=sum(_quantity(v) for k, v in allocatable.items() if _matches(k, patterns)),
+        cordon_owner=owner if mark else "",
+    )
+
+
+# ---- victims ----------------------------------------------------------------------------------------------------
+
+def kept_reason(node: NodeView, why: str) -> str:
+    return f"kept {node.name}: {why}"
+
+
+def pick_victims(nodes: Sequence[NodeView], remove: int, alerted: Collection[str], victims: str,
+                 floor: int) -> tuple[list[NodeView], list[tuple[NodeView, str]]]:
+    """The nodes to remove, in order, and the nodes kept with an SRE-readable reason.
+
+    Alert-named nodes first, then the newest. Only nodes without GPU work or protection go; at most ``remove``
+    of them, and never so many that fewer than ``floor`` nodes are left. ``alerted`` takes only alert-named
+    nodes (still idle and unprotected: only a forced manual removal takes a busy node).
+    """
+    if victims not in ("alerted", "idle"):
+        raise ValueError(f"victims {victims!r}: the cloud picks, not the service")
+    named = set(alerted)
+    order = sorted(nodes, key=lambda n: (n.name not in named, -n.created, n.name))
+    if victims == "alerted":
+        order = [n for n in order if n.name in named]
+    room = max(min(remove, len(nodes) - floor), 0)
+    chosen: list[NodeView] = []
+    kept: list[tuple[NodeView, str]] = []
+    held = 0  # idle nodes the floor keeps
+    for node in order:
+        why = node.busy_reason()
+        if why:
+            kept.append((node, kept_reason(node, why)))
+        elif len(chosen) < room:
+            chosen.append(node)
+        elif len(chosen) + held < remove:
+            held += 1
+            kept.append((node, kept_reason(node, f"the pool keeps at least {floor} nodes")))
+    return chosen, kept

@@ -1,0 +1,141 @@
+"""The cluster as the node-aware scale-in sees it, through the official ``kubernetes`` client.
+
+The client is imported inside functions, so it loads only when the config has a ``kubernetes:`` section. Reads
+ask for raw JSON (``_preload_content=False``) and hand plain dicts to :mod:`autoscaler.nodes`, which decides what
+they mean. A pool's read is one node list by label selector, then one pod list per node by field selector (run a
+few at a time); a re-read is one node GET and one pod list.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Mapping
+
+from autoscaler.config_schema import KubernetesConfig
+from autoscaler.nodes import CORDON_ANNOTATION, ClusterError, NodeView, cordon_mark, node_view
+
+log = logging.getLogger(__name__)
+
+_MERGE = "application/merge-patch+json"  # the client would send a dict body as json-patch, which the server refuses
+_NOT_FINISHED = "status.phase!=Succeeded,status.phase!=Failed"
+_PARALLEL = 8  # pod lists in flight at once
+
+
+class KubeCluster:
+    """:class:`autoscaler.nodes.Cluster` over the Kubernetes API."""
+
+    def __init__(self, settings: KubernetesConfig) -> None:
+        self.settings = settings
+        self.patterns = tuple(settings.gpu_resources)
+        self._core: Any = None
+
+    # ---- the client ------------------------------------------------------------------------------------------
+    def _api(self) -> Any:
+        if self._core is None:
+            from kubernetes import client, config
+
+            s = self.settings
+            conf = client.Configuration()
+            if s.in_cluster:
+                config.load_incluster_config(client_configuration=conf)
+            elif s.kubeconfig:
+                config.load_kube_config(config_file=s.kubeconfig, context=s.context, client_configuration=conf)
+            else:
+                conf.host = (s.host or "").rstrip("/")
+                if s.token is not None:
+                    conf.api_key = {"BearerToken": s.token.get_secret_value()}
+                    conf.api_key_prefix = {"BearerToken": "Bearer"}
+                conf.verify_ssl = s.verify_ssl
+                conf.ssl_ca_cert = s.ca_cert
+            conf.connection_pool_maxsize = max(conf.connection_pool_maxsize or 0, _PARALLEL)
+            self._core = client.CoreV1Api(client.ApiClient(conf))
+        return self._core
+
+    def _call(self, what: str, fn: Any, *args: Any, raw: bool = False, **kwargs: Any) -> Any:
+        """One API call with the configured timeout; ClusterError with the server's own words on failure."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        kwargs["_request_timeout"] = (min(self.settings.timeout, 3.0), self.settings.timeout)
+        if raw:
+            kwargs["_preload_content"] = False
+        try:
+            result = fn(*args, **kwargs)
+        except ApiException as exc:
+            raise ClusterError(f"{what}: {exc.status} {_message(exc)}") from None
+        except (HTTPError, OSError) as exc:
+            raise ClusterError(f"{what}: API server unreachable ({type(exc).__name__})") from None
+        return json.loads(result.data) if raw else result
+
+    # ---- reads -----------------------------------------------------------------------------------------------
+    def _pods(self, node: str) -> list[dict[str, Any]]:
+        answer = self._call(f"listing pods on {node}", self._api().list_pod_for_all_namespaces, raw=True,
+                            field_selector=f"spec.nodeName={node},{_NOT_FINISHED}")
+        return list(answer.get("items") or [])
+
+    def nodes(self, selector: Mapping[str, str]) -> list[NodeView]:
+        labels = ",".join(f"{k}={v}" if v else k for k, v in selector.items())
+        answer = self._call(f"listing nodes {labels}", self._api().list_node, raw=True, label_selector=labels)
+        items = list(answer.get("items") or [])
+        names = [n["metadata"]["name"] for n in items]
+        with ThreadPoolExecutor(max_workers=min(_PARALLEL, max(len(items), 1))) as pool:
+            pods = list(pool.map(self._pods, names))
+        return [node_view(n, p, self.patterns) for n, p in zip(items, pods)]
+
+    def marked(self, selector: Mapping[str, str]) -> list[NodeView]:
+        """The pool's nodes without their pods: one call, for the stale-cordon sweep."""
+        labels = ",".join(f"{k}={v}" if v else k for k, v in selector.items())
+        answer = self._call(f"listing nodes {labels}", self._api().list_node, raw=True, label_selector=labels)
+        return [node_view(n, (), self.patterns) for n in answer.get("items") or []]
+
+    def node(self, name: str) -> NodeView | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            raw = self._api().read_node(name, _preload_content=False,
+                                        _request_timeout=(min(self.settings.timeout, 3.0), self.settings.timeout))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise ClusterError(f"reading node {name}: {exc.status} {_message(exc)}") from None
+        return node_view(json.loads(raw.data), self._pods(name), self.patterns)
+
+    # ---- changes ---------------------------------------------------------------------------------------------
+    def cordon(self, name: str, owner: str, now: float) -> None:
+        body = {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDON_ANNOTATION: cordon_mark(owner, now)}}}
+        self._call(f"cordoning {name}", self._api().patch_node, name, body, _content_type=_MERGE)
+
+    def uncordon(self, name: str) -> None:
+        body = {"spec": {"unschedulable": None}, "metadata": {"annotations": {CORDON_ANNOTATION: None}}}
+        self._call(f"uncordoning {name}", self._api().patch_node, name, body, _content_type=_MERGE)
+
+    def evict(self, namespace: str, pod: str) -> str | None:
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod, namespace=namespace))
+        try:
+            self._api().create_namespaced_pod_eviction(pod, namespace, body, _request_timeout=(
+                min(self.settings.timeout, 3.0), self.settings.timeout))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None  # already gone
+            if exc.status == 429:
+                return _message(exc)
+            raise ClusterError(f"evicting {namespace}/{pod}: {exc.status} {_message(exc)}") from None
+        return None
+
+
+def _message(exc: Any) -> str:
+    """The ``message`` of the API server's Status body, else its reason phrase (never headers)."""
+    try:
+        text = json.loads(exc.body or "{}").get("message")
+    except (ValueError, AttributeError):
+        text = None
+    return str(text or exc.reason or "error")[:300]
+
+
+def build_cluster(settings: KubernetesConfig) -> KubeCluster:
+    """The cluster client for the config's ``kubernetes:`` section (nothing is contacted yet)."""
+    return KubeCluster(settings)

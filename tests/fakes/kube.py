@@ -1,0 +1,188 @@
+"""A small fake Kubernetes API server that the real ``kubernetes`` client talks to over HTTP.
+
+It serves what the node-aware scale-in uses: list/get/patch nodes (``labelSelector``), list pods
+(``fieldSelector`` on ``spec.nodeName``, ``status.phase``, ``metadata.*``), and the Eviction subresource, which
+answers 429 for a pod a PodDisruptionBudget protects. It checks the bearer token, answers errors as ``Status``
+objects, counts calls per verb and resource, and has hooks to land a pod while a node is being cordoned.
+"""
+from __future__ import annotations
+
+import copy
+import re
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tests.fakes.httpbase import FakeHttpServer, Reply, Request
+
+_NODE = re.compile(r"^/api/v1/nodes(?:/(?P<name>[^/]+))?$")
+_PODS = re.compile(r"^/api/v1(?:/namespaces/(?P<ns>[^/]+))?/pods$")
+_EVICT = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/eviction$")
+MERGE_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+
+
+def status(code: int, reason: str, message: str) -> Reply:
+    return Reply(code, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                        "message": message, "reason": reason, "code": code})
+
+
+def merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """RFC 7386 JSON merge patch, in place (None deletes)."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def _selector(text: str | None) -> list[tuple[str, str, str | None]]:
+    """``a=b,c!=d,e`` -> [(key, op, value)]; op one of =, !=, exists."""
+    out: list[tuple[str, str, str | None]] = []
+    for term in filter(None, (text or "").split(",")):
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            out.append((k.strip(), "!=", v.strip()))
+        elif "=" in term:
+            k, v = term.replace("==", "=").split("=", 1)
+            out.append((k.strip(), "=", v.strip()))
+        else:
+            out.append((term.strip(), "exists", None))
+    return out
+
+
+def _matches(values: dict[str, Any], terms: list[tuple[str, str, str | None]]) -> bool:
+    for key, op, want in terms:
+        have = values.get(key)
+        if op == "exists" and have is None:
+            return False
+        if op == "=" and have != want:
+            return False
+        if op == "!=" and have == want:
+            return False
+    return True
+
+
+def _pod_fields(pod: dict[str, Any]) -> dict[str, Any]:
+    return {"spec.nodeName": pod["spec"].get("nodeName", ""), "status.phase": pod["status"].get("phase", ""),
+            "metadata.name": pod["metadata"]["name"], "metadata.namespace": pod["metadata"]["namespace"]}
+
+
+@dataclass
+class FakeKube(FakeHttpServer):
+    """The fake API server; use as a context manager, then ``url`` is the client's ``host``."""
+
+    name = "fake-kube"
+
+    token: str = "kube-test-token"
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    #: pods a PDB protects: how many more evictions to refuse with 429 (a large number: always)
+    pdb: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: called with the node's name when a PATCH makes it unschedulable, before it is applied (land a pod here)
+    on_cordon: Callable[[str], None] | None = None
+    calls: Counter[str] = field(default_factory=Counter)  # "GET nodes", "LIST pods", "PATCH nodes", ...
+    log: list[tuple[str, str]] = field(default_factory=list)  # (method, path) of every request
+
+    def __post_init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+        self._rv = 1
+
+    # ---- the cluster's state, for tests ---------------------------------------------------------------------
+    def add_node(self, name: str, labels: dict[str, str], *, created: str = "2026-11-20T10:00:00Z",
+                 provider_id: str = "", ready: bool = True, gpus: int = 8,
+                 annotations: dict[str, str] | None = None) -> None:
+        self.nodes[name] = {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": dict(labels), "annotations": dict(annotations or {}),
+                         "creationTimestamp": created, "resourceVersion": "1", "uid": f"uid-{name}"},
+            "spec": {"providerID": provider_id},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                       "allocatable": {"cpu": "96", "nvidia.com/gpu": str(gpus)}},
+        }
+
+    def add_pod(self, name: str, node: str, *, namespace: str = "ml", gpus: int = 0, resource: str = "nvidia.com/gpu",
+                phase: str = "Running", owner: str = "Job", annotations: dict[str, str] | None = None) -> None:
+        limits = {resource: str(gpus)} if gpus else {}
+        self.pods[(namespace, name)] = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations or {}),
+                         "ownerReferences": [{"kind": owner, "name": f"{name}-owner", "apiVersion": "v1",
+                                              "uid": f"uid-{name}-owner"}],
+                         "creationTimestamp": "2026-11-20T10:00:00Z", "uid": f"uid-{namespace}-{name}"},
+            "spec": {"nodeName": node, "containers": [
+                {"name": "main", "image": "train:1", "resources": {"limits": limits, "requests": {"cpu": "1"}}}]},
+            "status": {"phase": phase},
+        }
+
+    def node_pods(self, node: str) -> list[str]:
+        return sorted(f"{ns}/{n}" for (ns, n), p in self.pods.items() if p["spec"].get("nodeName") == node)
+
+    # ---- the API ---------------------------------------------------------------------------------------------
+    def handle(self, request: Request) -> Reply:
+        self.log.append((request.method, request.path))
+        if request.headers.get("Authorization") != f"Bearer {self.token}":
+            return status(401, "Unauthorized", "Unauthorized")
+        with self.lock:
+            if m := _NODE.match(request.path):
+                return self._nodes(request, m.group("name"))
+            if m := _PODS.match(request.path):
+                self.calls["LIST pods"] += 1
+                return self._list_pods(request, m.group("ns"))
+            if (m := _EVICT.match(request.path)) and request.method == "POST":
+                self.calls["CREATE eviction"] += 1
+                return self._evict(m.group("ns"), m.group("name"))
+        return status(404, "NotFound", f"the server could not find the requested resource ({request.path})")
+
+    def _nodes(self, request: Request, name: str | None) -> Reply:
+        if name is None:
+            self.calls["LIST nodes"] += 1
+            terms = _selector(request.param("labelSelector"))
+            items = [copy.deepcopy(n) for n in self.nodes.values() if _matches(n["metadata"]["labels"], terms)]
+            return Reply(200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": str(self._rv)},
+                               "items": items})
+        node = self.nodes.get(name)
+        if node is None:
+            self.calls[f"{request.method} nodes"] += 1
+            return status(404, "NotFound", f'nodes "{name}" not found')
+        if request.method == "GET":
+            self.calls["GET nodes"] += 1
+            return Reply(200, copy.deepcopy(node))
+        if request.method != "PATCH":
+            return status(405, "MethodNotAllowed", "the server does not allow this method")
+        self.calls["PATCH nodes"] += 1
+        if request.headers.get("Content-Type", "").split(";")[0] not in MERGE_TYPES:
+            return status(415, "UnsupportedMediaType", "the body of the request was in an unknown format")
+        patch = request.json()
+        if not isinstance(patch, dict):
+            return status(400, "BadRequest", "the body of the request was not a JSON object")
+        if (patch.get("spec") or {}).get("unschedulable") and self.on_cordon:
+            self.lock.release()  # the hook adds pods through the public helpers
+            try:
+                self.on_cordon(name)
+            finally:
+                self.lock.acquire()
+        merge(node, patch)
+        self._rv += 1
+        node["metadata"]["resourceVersion"] = str(self._rv)
+        return Reply(200, copy.deepcopy(node))
+
+    def _list_pods(self, request: Request, namespace: str | None) -> Reply:
+        terms = _selector(request.param("fieldSelector"))
+        items = [copy.deepcopy(p) for p in self.pods.values()
+                 if (namespace is None or p["metadata"]["namespace"] == namespace) and _matches(_pod_fields(p), terms)]
+        return Reply(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": str(self._rv)},
+                           "items": items})
+
+    def _evict(self, namespace: str, name: str) -> Reply:
+        key = (namespace, name)
+        if key not in self.pods:
+            return status(404, "NotFound", f'pods "{name}" not found')
+        if self.pdb.get(key, 0) > 0:
+            self.pdb[key] -= 1
+            return status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.")
+        del self.pods[key]  # the kubelet stops it at once here: no grace period in the fake
+        return Reply(201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})

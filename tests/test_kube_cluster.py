@@ -1,0 +1,86 @@
+"""providers/kube.py: the real kubernetes client against the fake API server."""
+from __future__ import annotations
+
+from typing import Iterator
+
+import pytest
+
+from autoscaler.config_schema import KubernetesConfig
+from autoscaler.nodes import CORDON_ANNOTATION, ClusterError, GpuPod
+from providers.kube import KubeCluster
+from tests.fakes.kube import FakeKube
+
+POOL = {"kubernetes.azure.com/agentpool": "gpunp"}
+
+
+@pytest.fixture()
+def kube() -> Iterator[FakeKube]:
+    with FakeKube() as fake:
+        fake.add_node("aks-gpunp-1-vmss000000", POOL, created="2026-11-20T10:00:00Z", provider_id="azure:///vm/0")
+        fake.add_node("aks-gpunp-1-vmss000001", POOL, created="2026-11-21T10:00:00Z")
+        fake.add_node("aks-cpu-1-vmss000000", {"kubernetes.azure.com/agentpool": "cpu"})
+        fake.add_pod("train-7", "aks-gpunp-1-vmss000000", gpus=8)
+        fake.add_pod("done", "aks-gpunp-1-vmss000001", gpus=8, phase="Succeeded")
+        fake.add_pod("dcgm-x", "aks-gpunp-1-vmss000001", gpus=1, owner="DaemonSet", namespace="gpu-operator")
+        yield fake
+
+
+def cluster(fake: FakeKube, token: str | None = None) -> KubeCluster:
+    return KubeCluster(KubernetesConfig(host=fake.url, token=token or fake.token, verify_ssl=False))
+
+
+def test_nodes_by_label_with_their_gpu_pods(kube: FakeKube) -> None:
+    views = {v.name: v for v in cluster(kube).nodes(POOL)}
+    assert sorted(views) == ["aks-gpunp-1-vmss000000", "aks-gpunp-1-vmss000001"]
+    busy, idle = views["aks-gpunp-1-vmss000000"], views["aks-gpunp-1-vmss000001"]
+    assert busy.gpu_pods == (GpuPod("ml", "train-7", "nvidia.com/gpu", 8),) and busy.provider_id == "azure:///vm/0"
+    assert idle.gpu_pods == () and idle.ready and idle.gpu_allocatable == 8
+    # one node list, one pod list per node, each by selector
+    assert kube.calls == {"LIST nodes": 1, "LIST pods": 2}
+
+
+def test_cordon_and_uncordon_with_our_annotation(kube: FakeKube) -> None:
+    c = cluster(kube)
+    c.cordon("aks-gpunp-1-vmss000001", "worker-1", 1_795_168_800.0)
+    raw = kube.nodes["aks-gpunp-1-vmss000001"]
+    assert raw["spec"]["unschedulable"] is True
+    assert raw["metadata"]["annotations"][CORDON_ANNOTATION] == "worker-1@2026-11-20T10:00:00Z"
+    view = c.node("aks-gpunp-1-vmss000001")
+    assert view is not None and view.cordoned and view.cordoned_by_us == 1_795_168_800.0
+    c.uncordon("aks-gpunp-1-vmss000001")
+    assert "unschedulable" not in raw["spec"] and CORDON_ANNOTATION not in raw["metadata"]["annotations"]
+
+
+def test_pod_landing_during_cordon_is_seen_on_reread(kube: FakeKube) -> None:
+    kube.on_cordon = lambda name: kube.add_pod("late", name, gpus=1, resource="nvidia.com/mig-1g.10gb")
+    c = cluster(kube)
+    c.cordon("aks-gpunp-1-vmss000001", "w", 0.0)
+    view = c.node("aks-gpunp-1-vmss000001")
+    assert view is not None and [p.name for p in view.gpu_pods] == ["late"]
+
+
+def test_gone_node_reads_none(kube: FakeKube) -> None:
+    assert cluster(kube).node("nope") is None
+
+
+def test_eviction_pdb_refusal_then_accepted(kube: FakeKube) -> None:
+    kube.pdb[("ml", "train-7")] = 1
+    c = cluster(kube)
+    assert c.evict("ml", "train-7") == "Cannot evict pod as it would violate the pod's disruption budget."
+    assert c.evict("ml", "train-7") is None
+    assert ("ml", "train-7") not in kube.pods
+    assert c.evict("ml", "train-7") is None  # already gone
+
+
+def test_bad_token_is_a_cluster_error_without_the_token(kube: FakeKube) -> None:
+    with pytest.raises(ClusterError) as err:
+        cluster(kube, token="wrong-secret-token").nodes(POOL)
+    assert "401" in str(err.value) and "wrong-secret-token" not in str(err.value)
+
+
+def test_unreachable_server() -> None:
+    with FakeKube() as fake:
+        url = fake.url
+    c = KubeCluster(KubernetesConfig(host=url, token="t", timeout=0.5))
+    with pytest.raises(ClusterError, match="unreachable"):
+        c.nodes(POOL)
