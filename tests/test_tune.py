@@ -22,7 +22,7 @@ from tests.pipeline import PROMTOOL, require_binary
 
 T0 = parse_time("2025-01-06T00:00:00Z")
 BASE = """\
-# a comment the header replaces
+# the base file's own comment, kept in tuned.yaml
 server:
   auth: {bearer_tokens: ["${TUNE_TOKEN:-dev-token}"]}
 defaults:
@@ -74,6 +74,7 @@ def test_tuned_yaml_is_checked_and_replays_as_it_was_scored(tuned: dict[str, Any
     text = (out / "tuned.yaml").read_text()
     assert text.startswith("# Tuned by `python -m autoscaler replay --tune`") and "history.csv" in text
     assert "${TUNE_TOKEN:-dev-token}" in text  # the base file's references, not their values
+    assert "# the base file's own comment, kept in tuned.yaml" in text and data["comments_kept"]
     assert main(["check-config", str(out / "tuned.yaml")]) == 0
     raw = yaml.safe_load(text)
     pool = raw["pools"][0]
@@ -243,3 +244,60 @@ def test_pareto_keeps_only_undominated_points() -> None:
     pytest.param(3600, "1h", id="hours"), pytest.param(5400, "90m", id="minutes-over-an-hour")])
 def test_duration_text(seconds: float, text: str) -> None:
     assert duration_text(seconds) == text
+
+
+BLOCK = """\
+server:
+  auth: {disabled: true}
+pools:
+  # the training pool
+  - name: gpu
+    provider: simulated
+    max: 8
+    scale_out:
+      mode: step   # fixed steps
+      step: 1
+    simulated: {initial_count: 1}
+  - {name: other, provider: simulated, max: 2}
+replay:
+  rules:
+    - alert: High
+      above: 80     # keep me
+      pool: gpu
+      action: scale_out
+    - {alert: Low, below: 30, pool: gpu, action: scale_in}
+# the end
+"""
+
+
+@pytest.mark.parametrize("text,pool,candidate", [
+    pytest.param(BLOCK, "gpu", {"scale_out.mode": "proportional", "scale_out.target_utilization": 60,
+                                "scale_out.max_step": 4, "scale_out.tolerance": 0.1, "scale_out.cooldown": 120},
+                 id="block-direction-rewritten-in-block-style"),
+    pytest.param(BLOCK, "gpu", {"scale_in.mode": "step", "scale_in.step": 2, "scale_in.cooldown": 600,
+                                "scale_in.delay_after_scale_out": 0}, id="missing-direction-added-after-name"),
+    pytest.param(BLOCK, "other", {"scale_in.mode": "step", "scale_in.step": 1, "scale_in.cooldown": 60,
+                                  "scale_in.delay_after_scale_out": 300}, id="missing-direction-in-a-flow-pool"),
+    pytest.param(BLOCK, "gpu", {"rules.0.above": 90, "rules.0.for": 120, "rules.1.below": 20, "rules.1.for": 600},
+                 id="block-and-flow-rules"),
+    pytest.param(BASE, "gpu", {"scale_out.mode": "step", "scale_out.step": 2, "scale_out.cooldown": 60,
+                               "rules.1.below": 20}, id="flow-direction-keeps-value-ref"),
+])
+def test_edit_keeps_comments_and_gives_the_tuned_config(text: str, pool: str, candidate: dict[str, Any]) -> None:
+    from autoscaler.replay.yaml_edit import edit
+
+    tuned = apply(yaml.safe_load(text), pool, candidate)
+    directions = sorted({k.split(".")[0] for k in candidate if not k.startswith("rules.")})
+    rules = sorted({int(k.split(".")[1]) for k in candidate if k.startswith("rules.")})
+    out = edit(text, tuned, pool, directions, rules)
+    assert out is not None and yaml.safe_load(out) == tuned
+    kept = [line for line in text.splitlines() if line.lstrip().startswith("#")]
+    assert all(line in out.splitlines() for line in kept)
+
+
+def test_edit_gives_up_on_text_it_cannot_edit() -> None:
+    from autoscaler.replay.yaml_edit import edit
+
+    tuned = apply(yaml.safe_load(BLOCK), "gpu", {"rules.0.above": 90})
+    assert edit("pools: [", tuned, "gpu", [], [0]) is None
+    assert edit(BLOCK, tuned, "nope", [], [0]) is None

@@ -17,7 +17,7 @@ import yaml
 
 from autoscaler.config import ConfigError, build_settings
 from autoscaler.replay.sim import replay_pool
-from autoscaler.replay.space import Candidate, Space, describe, settings_text, show
+from autoscaler.replay.space import Candidate, Space, apply, describe, settings_text, show
 from autoscaler.replay.trace import ReplayError, load_trace
 from autoscaler.replay.tune import Score, Search, choose, make_pool, pareto, _evaluate_task
 from autoscaler.replay import tune_files
@@ -120,13 +120,19 @@ def _about(data: dict[str, Any]) -> list[str]:
 def _write(out_dir: str, raw: dict[str, Any], pool: str, data: dict[str, Any], search: Search,
            frontier: list[tuple[Candidate, Score]], chosen: Candidate, chosen_score: Score, base_score: Score,
            utilization_expr: str, env: dict[str, str]) -> None:
-    from autoscaler.replay.space import apply
-
     tune_files.ensure_dir(out_dir)
-    tuned_raw = apply(raw, pool, chosen)
+    base = data["base"]
+    changed = {k.rsplit(".", 1)[0] if k.startswith("rules.") else k.split(".")[0]
+               for k in {*base, *chosen} if base.get(k) != chosen.get(k)}
+    # Only what changed is written: an unchanged direction or rule keeps the base file's own text.
+    tuned_raw = apply(raw, pool, {k: v for k, v in chosen.items()
+                                  if (k.rsplit(".", 1)[0] if k.startswith("rules.") else k.split(".")[0]) in changed})
     tuned_settings = build_settings(tuned_raw, env=env)
     about = _about(data)
-    tune_files.write_tuned(os.path.join(out_dir, "tuned.yaml"), tuned_raw, data["base"], chosen, about)
+    with open(data["config"], encoding="utf-8") as fh:
+        base_text = fh.read()
+    data["comments_kept"] = tune_files.write_tuned(os.path.join(out_dir, "tuned.yaml"), base_text, tuned_raw, pool,
+                                                   base, chosen, about)
     tune_files.write_frontier(os.path.join(out_dir, "frontier.csv"), frontier)
     budget = data["spans"]["tune"]["choice_budget"]
     title = (f"pool {pool}: {len(search.results)} candidates on minutes {data['spans']['tune']['minutes'][0]}-"
