@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import resource
 import statistics
 import tempfile
 import time
@@ -57,6 +58,12 @@ def replay_day(config: str, demand: list[float]) -> dict[str, Any]:
     return {k: data[k] for k in ("node_hours", "saturated_minutes", "direction_changes", "minutes")}
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU of this process and of its finished children (the tuner's worker processes)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def store_cost(demand: list[float], runs: int) -> dict[str, Any]:
     """Seconds (median) of one replay of ``demand`` with the base config on SQLite and on MemoryStore, one core."""
     settings, trace = load_config(BASE), Trace(START, tuple(demand))
@@ -83,8 +90,11 @@ def run(smoke: bool = False, runs: int = 5) -> dict[str, Any]:
             week = [round(d, 2) for d in generate(family, days=days, seed=week_seed)]
             path = os.path.join(tmp, f"{family}-week.csv")
             write_trace(path, week)
+            load = os.getloadavg()[0]
+            cpu = _cpu_seconds()
             data = tune(BASE, path, os.path.join(tmp, family), BUDGET, candidates=27 if smoke else 405,
                         neighbours=6 if smoke else 60, workers=2, quiet=True)
+            cpu = _cpu_seconds() - cpu
             tuned = os.path.join(tmp, family, "tuned.yaml")
             test_days = []
             for seed in day_seeds[:1] if smoke else day_seeds:
@@ -98,6 +108,8 @@ def run(smoke: bool = False, runs: int = 5) -> dict[str, Any]:
                 "search_minutes_replayed": data["search_minutes_replayed"], "naive_minutes": naive,
                 "search_ratio_to_naive": round(data["search_minutes_replayed"] / naive, 3),
                 "week_seed": week_seed, "days": days, "tune_s": data["seconds"], "replays": data["replays"],
+                "tune_cpu_s": round(cpu, 1), "tune_cpu_s_per_core": round(cpu / 2, 1),
+                "loadavg_before": round(load, 2),
                 "candidates_scored_in_full": data["candidates"], "ratio_to_limit": round(data["seconds"] / LIMIT_S, 3),
                 "spans": data["spans"], "tuned": data["tuned"], "test_days": test_days,
                 "mean": {name: {k: round(sum(d[name][k] for d in test_days) / len(test_days), 3)
@@ -116,7 +128,8 @@ def table(res: dict[str, Any]) -> list[str]:
     rows = []
     for family, f in res["families"].items():
         rows.append(f"{family}: tuned {f['days']} day(s) in {f['tune_s']:.1f}s (ratio to {res['limit_s']:.0f}s limit "
-                    f"{f['ratio_to_limit']:.2f}), {f['replays']} replays")
+                    f"{f['ratio_to_limit']:.2f}; load {f['loadavg_before']:.1f} before), {f['tune_cpu_s']:.0f} CPU-s "
+                    f"({f['tune_cpu_s_per_core']:.0f}s a core), {f['replays']} replays")
         st = f["store_s"]
         rows.append(f"  one replay of the trace: SQLite {st['sqlite']:.2f}s, memory {st['memory']:.2f}s (ratio "
                     f"{st['ratio']:.2f}); search replayed {f['search_minutes_replayed']:,} minutes, "

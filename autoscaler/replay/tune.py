@@ -14,7 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from autoscaler.config import ConfigError, build_settings
+from autoscaler.config import build_settings
 from autoscaler.replay.report import figures
 from autoscaler.replay.sim import Minute, simulate
 from autoscaler.replay.space import Candidate, Space, apply
@@ -100,7 +100,7 @@ def evaluate(candidate: Candidate, begin: int, end: int, budget: int | None, bou
                  stop.why if stop and run.stopped else "", worst)
 
 
-def _evaluate_task(task: tuple[int, Candidate, int, int, int | None, float | None]) -> tuple[int, Score]:
+def evaluate_task(task: tuple[int, Candidate, int, int, int | None, float | None]) -> tuple[int, Score]:
     index, candidate, begin, end, budget, bound = task
     return index, evaluate(candidate, begin, end, budget, bound)
 
@@ -186,7 +186,7 @@ class Search:
         for first in range(0, len(cands), WAVE):
             tasks = [(i, cands[i], 0, minutes, budget.total if early else None, best if early else None)
                      for i in range(first, min(first + WAVE, len(cands)))]
-            done = pool.map(_evaluate_task, tasks) if pool is not None else map(_evaluate_task, tasks)
+            done = pool.map(evaluate_task, tasks) if pool is not None else map(evaluate_task, tasks)
             for _, score in done:
                 scores.append(score)
                 self.evaluated += 1
@@ -223,11 +223,6 @@ def choose(results: list[tuple[Candidate, Score]], budget: Budget) -> tuple[Cand
     return cand, score, "over"
 
 
-def check_candidate(raw: dict[str, Any], pool: str, candidate: Candidate, env: dict[str, str]) -> None:
-    """Raise ConfigError when the candidate's config would not load (never expected: the grids are valid)."""
-    build_settings(apply(raw, pool, candidate), env=env)
-
-
 def make_pool(workers: int, raw: dict[str, Any], env: dict[str, str], pool: str,
               trace: Trace) -> ProcessPoolExecutor | None:
     """The worker processes (None: evaluate in this process), each given the config and the trace once."""
@@ -242,5 +237,5 @@ def default_workers() -> int:
     return max(1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
-__all__ = ["Budget", "ConfigError", "Score", "Search", "check_candidate", "choose", "default_workers", "evaluate",
-           "make_pool", "pareto"]
+__all__ = ["Budget", "Score", "Search", "choose", "default_workers", "evaluate", "evaluate_task", "make_pool",
+           "pareto"]

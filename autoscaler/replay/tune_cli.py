@@ -17,9 +17,9 @@ import yaml
 
 from autoscaler.config import ConfigError, build_settings
 from autoscaler.replay.sim import replay_pool
-from autoscaler.replay.space import Candidate, Space, apply, describe, settings_text, show
+from autoscaler.replay.space import Candidate, Space, apply, describe, show
 from autoscaler.replay.trace import ReplayError, load_trace
-from autoscaler.replay.tune import Score, Search, choose, make_pool, pareto, _evaluate_task
+from autoscaler.replay.tune import Score, Search, choose, make_pool, pareto, evaluate_task
 from autoscaler.replay import tune_files
 
 DEFAULT_HOLDOUT = 2 / 7
@@ -81,9 +81,9 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
             jobs += [(1, chosen, train, total, None, None), (2, base, train, total, None, None)]
         progress("scoring the base config and confirming on the rest of the history")
         if executor is not None:
-            scored = dict(executor.map(_evaluate_task, jobs))
+            scored = dict(executor.map(evaluate_task, jobs))
         else:
-            scored = dict(_evaluate_task(job) for job in jobs)
+            scored = dict(evaluate_task(job) for job in jobs)
     finally:
         if executor is not None:
             executor.shutdown()
@@ -211,4 +211,4 @@ def run(args: Any) -> int:
     return 0
 
 
-__all__ = ["parse_percent", "report", "run", "settings_text", "tune"]
+__all__ = ["parse_percent", "report", "run", "tune"]
