@@ -86,7 +86,7 @@ def run(smoke: bool = False, runs: int = 5) -> dict[str, Any]:
     spec = settings.pools[replay_pool(settings)]
     with tempfile.TemporaryDirectory() as tmp:
         for family, (week_seed, day_seeds) in FAMILIES.items():
-            days = 1 if smoke else 7
+            days = 2 if smoke else 7  # smoke: two days, so that halving still has a shorter rung
             week = [round(d, 2) for d in generate(family, days=days, seed=week_seed)]
             path = os.path.join(tmp, f"{family}-week.csv")
             write_trace(path, week)
