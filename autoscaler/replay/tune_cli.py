@@ -155,7 +155,8 @@ def report(data: dict[str, Any], out_dir: str) -> str:
     rows += [(k, show(k, base.get(k)), show(k, tuned.get(k))) for k in dict.fromkeys([*base, *tuned])]
     for name, span in data["spans"].items():
         first, last = span["minutes"]
-        days = f"days {first / 1440:.3g}-{last / 1440:.3g}" if last - first >= 1440 else f"minutes {first}-{last}"
+        whole = first % 1440 == 0 and last % 1440 == 0
+        days = f"days {first // 1440 + 1}-{last // 1440}" if whole else f"minutes {first}-{last}"
         label = "tuning span" if name == "tune" else "confirm span (never seen by the search)"
         rows.append((f"{label}, {days}", "", ""))
         for key, text in (("node_hours", "node-hours"), ("saturated_minutes", "saturated minutes"),
