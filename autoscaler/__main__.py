@@ -31,11 +31,47 @@ def main(argv: list[str] | None = None) -> int:
     rep = sub.add_parser("replay", help="replay a demand trace through the real decision code (what-if)")
     rep.add_argument("--config", required=True, help="config file with a `replay:` section")
     rep.add_argument("--trace", required=True, help="CSV with the header timestamp,demand, one row a minute")
-    rep.add_argument("--out", required=True, help="directory for timeline.csv, summary.json, replay.png")
+    rep.add_argument("--out", required=True, help="directory for timeline.csv, summary.json, replay.png "
+                     "(with --tune: tuned.yaml, frontier.csv, frontier.png, prometheus-rules.yml, tuning.json)")
+    tuning = rep.add_argument_group("tuning on history (--tune)")
+    tuning.add_argument("--tune", action="store_true", help="search the pool's scaling settings and the replay "
+                        "rules on the trace and write the best config")
+    tuning.add_argument("--max-saturated", default="1%", help="budget of saturated minutes, a %% of the minutes "
+                        "(default 1%%)")
+    tuning.add_argument("--candidates", type=int, default=405, help="settings sampled at first (default 405)")
+    tuning.add_argument("--workers", type=int, default=None, help="processes (default 2, fewer on one core)")
+    tuning.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
+    tuning.add_argument("--holdout", type=float, default=2 / 7, help="share of the trace, at its end, kept from "
+                        "the search to confirm the choice on (default 2/7: days 6-7 of a week; 0: none)")
+    tuning.add_argument("--margin", type=float, default=0.25, help="the choice keeps saturated minutes within "
+                        "(1 - margin) x the budget on the tuning span, room for days that differ (default 0.25)")
+    tuning.add_argument("--utilization-expr", default=None, help="PromQL of a pool's average GPU utilisation for "
+                        "prometheus-rules.yml ({pool} and {pool_label} filled in; default dcgm-exporter's "
+                        "DCGM_FI_DEV_GPU_UTIL averaged by the pool label)")
+    hist = sub.add_parser("trace", help="write a history trace (timestamp,demand) from Prometheus")
+    hist.add_argument("--prometheus", required=True, help="Prometheus base URL, e.g. http://prometheus:9090")
+    hist.add_argument("--used", required=True, help="PromQL: GPUs in use in the pool (one series)")
+    hist.add_argument("--pending", default=None, help="PromQL: GPUs requested by pods still pending (one series)")
+    hist.add_argument("--gpus-per-node", required=True, type=float, help="GPUs of one node of the pool")
+    hist.add_argument("--since", default="7d", help="how far back (default 7d)")
+    hist.add_argument("--until", default=None, help="end, RFC 3339 UTC (default now)")
+    hist.add_argument("--chunk", default="1d", help="time per range query (default 1d; at most 11,000 minutes)")
+    hist.add_argument("--out", required=True, help="the trace CSV to write")
     cli.register(sub)
     args = parser.parse_args(argv)
     if args.command == "check-config":
         return check_config(args.file)
+    if args.command == "trace":
+        from autoscaler.replay import history
+
+        return history.run(args)
+    if args.command == "replay" and args.tune:
+        from autoscaler.replay import tune_cli, tune_files
+        from autoscaler.replay.tune import default_workers
+
+        args.workers = args.workers or default_workers()
+        args.utilization_expr = args.utilization_expr or tune_files.UTILIZATION_EXPR
+        return tune_cli.run(args)
     if args.command == "replay":
         from autoscaler.replay import replay
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from bench.common import loadavg, machine, write_result
 
-BENCHMARKS = ("intake", "storm", "reaction", "footprint")
+BENCHMARKS = ("intake", "storm", "reaction", "footprint", "tune")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@ from typing import Any
 
 from autoscaler.config import ConfigError, load_config
 from autoscaler.replay.report import summary, write_all
-from autoscaler.replay.sim import fixed_step, replay_pool, simulate, static_peak
+from autoscaler.replay.sim import fixed_step, replay_pool, simulate, static_peak, victims_of
 from autoscaler.replay.trace import ReplayError, load_trace
 
 __all__ = ["ReplayError", "replay", "run_replay"]
@@ -19,11 +19,14 @@ def run_replay(config_path: str, trace_path: str, out_dir: str) -> dict[str, Any
     pool = replay_pool(settings)
     trace = load_trace(trace_path)
     run = simulate(settings, trace)
-    data = summary(run, static_peak(trace), simulate(fixed_step(settings), trace, use_steps=False))
+    victims = victims_of(settings, pool)
+    cloud = run if victims == "cloud" else simulate(settings, trace, victims="cloud")
+    data = summary(run, static_peak(trace), simulate(fixed_step(settings), trace, use_steps=False), cloud, victims)
     spec = settings.pools[pool]
     title = (f"{pool}: scale_out {spec.scale_out.mode.value}, scale_in {spec.scale_in.mode.value} | "
              f"{data['node_hours']:.1f} node-h (static peak {data['baselines']['static_peak']['node_hours']:.1f}),"
-             f" saturated {data['saturated_minutes']} of {data['minutes']} min")
+             f" saturated {data['saturated_minutes']} of {data['minutes']} min, interrupted "
+             f"{data['interrupted_node_minutes']:.1f} node-min (victims {victims})")
     write_all(out_dir, run, data, title)
     return data
 
@@ -48,5 +51,7 @@ def replay(config_path: str, trace_path: str, out_dir: str) -> int:
     print(f"replayed {data['minutes']} min in {time.monotonic() - started:.1f}s -> {out_dir}: "
           f"{data['node_hours']:.1f} node-h (static peak {static['node_hours']:.1f}, fixed step "
           f"{step['node_hours']:.1f}), saturated {data['saturated_minutes']} min (fixed step "
-          f"{step['saturated_minutes']}), {data['scale_actions']} scale actions")
+          f"{step['saturated_minutes']}), {data['scale_actions']} scale actions, interrupted work "
+          f"{data['interrupted_node_minutes']:.1f} node-min with victims {data['victims']} "
+          f"(cloud picking the newest: {data['interrupted_node_minutes_by_victims']['cloud']:.1f})")
     return 0

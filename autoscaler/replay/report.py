@@ -30,13 +30,25 @@ def figures(run: Run) -> dict[str, Any]:
         "saturated_pct": round(100.0 * saturated / len(minutes), 3) if minutes else 0.0,
         "peak_ready": max((m.ready for m in minutes), default=0),
         "outcomes": dict(sorted(Counter(d.outcome.value for _, d in run.decisions).items())),
+        "interrupted_node_minutes": run.interrupted_node_minutes,
+        "interrupted_pods": run.interrupted_pods,
     }
 
 
-def summary(run: Run, static: Run, step: Run) -> dict[str, Any]:
-    """summary.json: the run's figures and the two baselines', plus savings against static provisioning."""
+def summary(run: Run, static: Run, step: Run, cloud: Run | None = None, victims: str = "cloud") -> dict[str, Any]:
+    """summary.json: the run's figures and the baselines', plus savings against static provisioning.
+
+    ``cloud`` is the same config with ``victims: cloud`` (a count scale-in, the cloud removing the newest node),
+    whose interrupted work is set beside the pool's own ``victims`` setting's.
+    """
     out = figures(run)
+    out["victims"] = victims
     out["baselines"] = {"static_peak": figures(static), "fixed_step": figures(step)}
+    if cloud is not None:
+        out["baselines"]["cloud_newest"] = figures(cloud)
+    out["interrupted_node_minutes_by_victims"] = {
+        victims: out["interrupted_node_minutes"],
+        "cloud": out["baselines"].get("cloud_newest", out)["interrupted_node_minutes"]}
     peak_hours = out["baselines"]["static_peak"]["node_hours"]
     out["node_hours_saved_vs_static_peak_pct"] = (
         round(100.0 * (1 - out["node_hours"] / peak_hours), 2) if peak_hours else 0.0)

@@ -4,49 +4,21 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
 from autoscaler.events import EventLog
-from autoscaler.models import Decision, Mode, Outcome
+from autoscaler.models import Decision, Mode
 from autoscaler.replay.alerts import AlertEmulator
+from autoscaler.replay.cluster import DEFAULT_GPUS_PER_NODE, ReplayCluster
 from autoscaler.replay.trace import STEP, ReplayError, Trace
 from autoscaler.sources import alertmanager
-from autoscaler.store import SqlStore
+from autoscaler.store import SqlStore, Store
 from providers import build
-from providers.simulated import SimulatedSettings
+from providers.simulated import SimulatedProvider, SimulatedSettings
 
 SAMPLE, EVALUATE, FLUSH = 0, 1, 2  # order of events at the same instant
-
-
-@dataclass
-class Nodes:
-    """The pool as the cloud has it: nodes requested at t are ready at t + provision_seconds."""
-
-    ready: int
-    provision_seconds: float
-    pending: list[float] = field(default_factory=list)  # ready times, ascending
-
-    @property
-    def requested(self) -> int:
-        return self.ready + len(self.pending)
-
-    def advance(self, now: float) -> None:
-        """Bring up every node whose provisioning is over."""
-        while self.pending and self.pending[0] <= now:
-            self.pending.pop(0)
-            self.ready += 1
-
-    def resize(self, to: int, now: float) -> None:
-        """Ask for ``to`` nodes: new ones start provisioning, removals take pending nodes first."""
-        if to > self.requested:
-            self.pending.extend([now + self.provision_seconds] * (to - self.requested))
-            self.pending.sort()
-        while self.requested > to and self.pending:
-            self.pending.pop()
-        self.ready = min(self.ready, to)
-        self.advance(now)
 
 
 def utilization(demand: float, ready: int) -> float:
@@ -75,6 +47,13 @@ class Run:
     minutes: list[Minute]
     decisions: list[tuple[float, Decision]]
     notifications: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    interrupted_node_minutes: float = 0.0  # GPU work running on nodes when they were removed (see cluster.py)
+    interrupted_pods: int = 0
+    stopped: bool = False  # the ``stop`` hook ended it before the trace did
+
+
+#: Called with each new minute of a replay; True stops the replay there (the tuner drops a hopeless candidate).
+StopHook = Callable[[Minute], bool]
 
 
 def replay_pool(settings: Settings) -> str:
@@ -103,19 +82,47 @@ def fixed_step(settings: Settings) -> Settings:
     return Settings(config=settings.config, pools=pools)
 
 
-def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url: str = "sqlite://") -> Run:
-    """Replay the trace; the engine is the service's own, with an in-memory store and a virtual clock."""
+def victims_of(settings: Settings, pool: str) -> str:
+    """The pool's ``scale_in.victims``: cloud, alerted or idle."""
+    return settings.pools[pool].victims
+
+
+def with_victims(settings: Settings, pool: str, victims: str) -> Settings:
+    """The same config with the pool's ``scale_in.victims`` set; a pool without ``node_selector`` gets one (the
+    replay's cluster holds this pool's nodes only, so any selector selects them)."""
+    spec = settings.pools[pool]
+    selector = spec.node_selector or (("gpu-autoscaler/replay-pool", pool),)
+    pools = {**settings.pools, pool: replace(spec, victims=victims, node_selector=selector)}
+    return Settings(config=settings.config, pools=pools)
+
+
+def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url: str = "sqlite://",
+             victims: str | None = None, store: Store | None = None, stop: StopHook | None = None) -> Run:
+    """Replay the trace; the engine is the service's own, with an in-memory store and a virtual clock.
+
+    ``victims`` overrides the pool's ``scale_in.victims`` (``cloud``: a count scale-in, the newest node goes).
+    ``store``: a fresh store to use instead of SQLite at ``store_url`` (the tuner's MemoryStore); ``stop``: see
+    StopHook.
+    """
     pool = replay_pool(settings)
+    if victims is not None and victims != victims_of(settings, pool):
+        settings = with_victims(settings, pool, victims)
     cfg = settings.config.replay
     assert cfg is not None
     sim: SimulatedSettings = settings.pools[pool].provider_settings
     now = trace.start
-    store = SqlStore(store_url)
+    own_store = store is None
+    store = SqlStore(store_url) if store is None else store
     store.ensure_pools(list(settings.pools))
-    providers = {name: build(spec.provider, name, spec.provider_settings) for name, spec in settings.pools.items()}
-    engine = Engine(settings, store, providers, EventLog(store), clock=lambda: now)
+    providers = {name: build(s.provider, name, s.provider_settings) for name, s in settings.pools.items()}
+    provider = providers[pool]
+    assert isinstance(provider, SimulatedProvider)
+    nodes = ReplayCluster(provider.node_names(), gpus_per_node(settings, pool), sim.provision_seconds, now)
+    # The engine's own node-aware scale-in (pick, cordon, re-check, remove by name) runs against the replay's
+    # cluster; a forced drain's retries would sleep, the replay never forces one.
+    engine = Engine(settings, store, providers, EventLog(store), clock=lambda: now, cluster=nodes,
+                    sleep=lambda _: None)
     emulator = AlertEmulator(cfg, settings.config.routing, use_steps=use_steps)
-    nodes = Nodes(ready=sim.initial_count, provision_seconds=sim.provision_seconds)
     queue: list[tuple[float, int, int]] = [(trace.start + STEP * i, SAMPLE, i) for i in range(len(trace.demand))]
     queue.append((trace.start, EVALUATE, 0))
     heapq.heapify(queue)
@@ -123,20 +130,26 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     decisions: list[tuple[float, Decision]] = []
     notifications: list[tuple[float, dict[str, Any]]] = []
     outcomes: list[str] = []
+    stopped = False
     bound = len(trace.demand) * (4 + int(STEP / cfg.evaluation_interval)) + 10 * len(cfg.rules) + 100
     for _ in range(bound * 4):
         if not queue:
             break
         now, kind, index = heapq.heappop(queue)
-        nodes.advance(now)
+        nodes.place(now)
         if kind == SAMPLE:
-            if minutes:
+            if minutes and outcomes:
                 minutes[-1] = replace(minutes[-1], outcomes=tuple(outcomes))
             outcomes = []
             demand = trace.demand[index]
-            minutes.append(Minute(now, demand, nodes.ready, nodes.requested, utilization(demand, nodes.ready), ()))
+            nodes.set_demand(demand, now)
+            ready = nodes.ready(now)
+            minutes.append(Minute(now, demand, ready, nodes.requested, utilization(demand, ready), ()))
+            if stop is not None and stop(minutes[-1]):
+                stopped = True
+                break
         elif kind == EVALUATE:
-            for item in emulator.evaluate(now, utilization(trace.at(now), nodes.ready)):
+            for item in emulator.evaluate(now, utilization(trace.at(now), nodes.ready(now))):
                 heapq.heappush(queue, (item[0], FLUSH, item[1]))
             nxt = now + cfg.evaluation_interval
             if nxt < trace.end:
@@ -150,14 +163,21 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
                 for decision in engine.handle_notification(alertmanager.parse(body, {})):
                     decisions.append((now, decision))
                     outcomes.append(decision.outcome.value)
-                    if decision.outcome is Outcome.SCALED and decision.pool == pool and decision.to is not None:
-                        nodes.resize(decision.to, now)
+                nodes.follow(provider.node_names(), now)
     else:
         raise ReplayError("replay did not finish: too many events (is evaluation_interval tiny?)")
     if minutes:
         minutes[-1] = replace(minutes[-1], outcomes=tuple(outcomes))
-    store.engine.dispose()
-    return Run(minutes, decisions, notifications)
+    if own_store and isinstance(store, SqlStore):
+        store.engine.dispose()
+    return Run(minutes, decisions, notifications, round(nodes.interrupted_node_minutes, 4), nodes.interrupted_pods,
+               stopped)
+
+
+def gpus_per_node(settings: Settings, pool: str) -> int:
+    """GPUs of one node of the pool: ``pools[].gpus_per_node`` where the config has it, else 8."""
+    value = getattr(settings.pools[pool], "gpus_per_node", None)
+    return int(value) if value else DEFAULT_GPUS_PER_NODE
 
 
 def static_peak(trace: Trace) -> Run:

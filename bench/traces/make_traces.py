@@ -1,13 +1,17 @@
-"""Generate the two sample demand traces (seeded, so every run writes the same files).
+"""Generate the sample demand traces (seeded, so every run writes the same files).
 
 python bench/traces/make_traces.py  ->  bench/traces/diurnal_inference.csv, bench/traces/training_queue.csv
-Demand is in GPU nodes' worth of work, one row a minute for one day.
+python bench/traces/make_traces.py --family training_queue --days 7 --seed 11 --out week.csv   (any length, any seed)
+Demand is in GPU nodes' worth of work, one row a minute. A trace of N days is N days of the family drawn one after
+the other from one seeded generator, so the one-day files are the first day of the longer traces of the same seed.
 """
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import random
+import sys
 from datetime import datetime, timedelta, timezone
 
 START = datetime(2025, 1, 6, tzinfo=timezone.utc)
@@ -50,20 +54,47 @@ def training_queue(rng: random.Random) -> list[float]:
     return [max(0.2, d) for d in demand]
 
 
-def write(name: str, demand: list[float]) -> None:
-    """One CSV with the header timestamp,demand."""
+FAMILIES = {"diurnal_inference": diurnal_inference, "training_queue": training_queue}
+SEEDS = {"diurnal_inference": 20250106, "training_queue": 7}  # the seeds of the committed one-day files
+
+
+def generate(family: str, days: int = 1, seed: int | None = None) -> list[float]:
+    """``days`` days of ``family`` from one generator seeded with ``seed`` (default: the committed file's)."""
+    rng = random.Random(SEEDS[family] if seed is None else seed)
+    out: list[float] = []
+    for _ in range(days):
+        out += FAMILIES[family](rng)
+    return out
+
+
+def write(name: str, demand: list[float], start: datetime = START) -> None:
+    """One CSV with the header timestamp,demand (``name`` relative to this folder, or a path)."""
     path = os.path.join(HERE, name)
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("timestamp,demand\n")
         for i, d in enumerate(demand):
-            fh.write(f"{(START + timedelta(minutes=i)).strftime('%Y-%m-%dT%H:%M:%SZ')},{d:.2f}\n")
+            fh.write(f"{(start + timedelta(minutes=i)).strftime('%Y-%m-%dT%H:%M:%SZ')},{d:.2f}\n")
     print(f"{path}: {len(demand)} rows, peak {max(demand):.2f}, mean {sum(demand) / len(demand):.2f}")
 
 
-def main() -> None:
-    write("diurnal_inference.csv", diurnal_inference(random.Random(20250106)))
-    write("training_queue.csv", training_queue(random.Random(7)))
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--family", choices=sorted(FAMILIES), help="one family (default: both committed files)")
+    parser.add_argument("--days", type=int, default=1, help="length in days (default 1)")
+    parser.add_argument("--seed", type=int, default=None, help="generator seed (default: the committed file's)")
+    parser.add_argument("--start", default=START.strftime("%Y-%m-%d"), help="first day, UTC (default 2025-01-06)")
+    parser.add_argument("--out", default=None, help="output CSV (default bench/traces/<family>.csv)")
+    args = parser.parse_args(argv)
+    if args.days < 1:
+        parser.error("--days must be at least 1")
+    if args.out and not args.family:
+        parser.error("--out needs --family (one file per family)")
+    start = datetime.strptime(args.start, "%Y-%m-%d").replace(tzinfo=timezone.utc)
+    for family in [args.family] if args.family else sorted(FAMILIES):
+        out = args.out or f"{family}.csv"
+        write(out, generate(family, args.days, args.seed), start)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""The replay's cluster: the pool's named nodes, GPU work placed on them as kube-scheduler spreads it, and the work a
+removal cuts.
+
+The work model (see docs/replay.md, "Interrupted work"): a trace minute's demand ``d`` (nodes' worth of work) is
+``round(d × gpus_per_node)`` pods of one GPU each. When demand rises, new pods arrive; when it falls, the pods that
+arrived first finish first (a queue of jobs of similar length, first in, first done). A pod runs on a ready,
+uncordoned node: each goes to the node with the most free GPUs (kube-scheduler's default LeastAllocated score;
+ties to the older node, where the scheduler would pick at random). A pod that finds no free GPU waits, in arrival
+order. A node removed with pods on it cuts them: the GPU time they had run is lost (``interrupted_node_minutes``)
+and they wait to run again from the start.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from autoscaler.nodes import GpuPod, NodeView
+
+RESOURCE = "nvidia.com/gpu"
+NAMESPACE = "replay"
+DEFAULT_GPUS_PER_NODE = 8
+
+
+@dataclass
+class _Node:
+    name: str
+    created: float
+    ready_at: float
+    cordon: tuple[str, float] | None = None  # (owner, time) of our cordon
+    pods: dict[int, float] = field(default_factory=dict)  # pod serial -> when it started here
+
+
+class ReplayCluster:
+    """An in-memory :class:`autoscaler.nodes.Cluster` that follows the simulated provider's node names."""
+
+    def __init__(self, names: Sequence[str], gpus_per_node: int, provision_seconds: float, start: float) -> None:
+        self.gpus_per_node = gpus_per_node
+        self.provision_seconds = provision_seconds
+        self.now = start
+        self._nodes: dict[str, _Node] = {
+            name: _Node(name, start - len(names) + i, start) for i, name in enumerate(names)}
+        self._arrived: list[int] = []  # pods in the system (running or waiting), by arrival
+        self._where: dict[int, str | None] = {}  # pod -> its node, None while waiting
+        self._serial = 0
+        self.interrupted_node_minutes = 0.0
+        self.interrupted_pods = 0
+
+    # -- what the replay drives -----------------------------------------------------------------------------------
+    def follow(self, names: Sequence[str], now: float) -> None:
+        """Match the provider's nodes: new names start provisioning, nodes gone take their pods with them."""
+        self.now = now
+        current = set(names)
+        for name in [n for n in self._nodes if n not in current]:
+            self._remove(name, now)
+        for i, name in enumerate(n for n in names if n not in self._nodes):
+            self._nodes[name] = _Node(name, now + i * 1e-3, now + self.provision_seconds)
+        self.place(now)
+
+    def set_demand(self, demand: float, now: float) -> None:
+        """The minute's demand in nodes of work: pods arrive, or the first arrived finish."""
+        self.now = now
+        want = max(round(demand * self.gpus_per_node), 0)
+        while len(self._arrived) < want:
+            self._serial += 1
+            self._arrived.append(self._serial)
+            self._where[self._serial] = None
+        while len(self._arrived) > want:
+            pod = self._arrived.pop(0)
+            node = self._where.pop(pod)
+            if node is not None:
+                del self._nodes[node].pods[pod]
+        self.place(now)
+
+    def place(self, now: float) -> None:
+        """Bind waiting pods, first arrived first, each to the schedulable node with the most free GPUs."""
+        self.now = now
+        free = {n.name: self.gpus_per_node - len(n.pods) for n in self._nodes.values()
+                if n.ready_at <= now and n.cordon is None}
+        for pod in self._arrived:
+            if self._where[pod] is not None:
+                continue
+            best = max(free, key=lambda name: free[name], default=None)  # first of equals: the oldest node
+            if best is None or free[best] <= 0:
+                return
+            free[best] -= 1
+            self._where[pod] = best
+            self._nodes[best].pods[pod] = now
+
+    def ready(self, now: float) -> int:
+        return sum(1 for n in self._nodes.values() if n.ready_at <= now)
+
+    @property
+    def requested(self) -> int:
+        return len(self._nodes)
+
+    def _cut(self, pod: int, node: _Node, now: float) -> None:
+        """The pod stops on ``node``: the GPU time it ran there is lost, and it waits to run again."""
+        started = node.pods.pop(pod)
+        self.interrupted_node_minutes += (now - started) / 60.0 / self.gpus_per_node
+        self.interrupted_pods += 1
+        self._where[pod] = None
+
+    def _remove(self, name: str, now: float) -> None:
+        node = self._nodes.pop(name)
+        for pod in list(node.pods):
+            self._cut(pod, node, now)
+
+    # -- the Cluster protocol (what the engine's node-aware scale-in calls) ---------------------------------------
+    def nodes(self, selector: Mapping[str, str]) -> list[NodeView]:
+        """Every node of the pool (the replay has one pool, so the selector selects them all)."""
+        return [self._view(n) for n in self._nodes.values()]
+
+    def node(self, name: str) -> NodeView | None:
+        found = self._nodes.get(name)
+        return None if found is None else self._view(found)
+
+    def cordon(self, name: str, owner: str, now: float) -> None:
+        if name in self._nodes:
+            self._nodes[name].cordon = (owner, now)
+
+    def uncordon(self, name: str) -> None:
+        if name in self._nodes:
+            self._nodes[name].cordon = None
+            self.place(self.now)
+
+    def evict(self, namespace: str, pod: str) -> str | None:
+        """Evictions are always accepted (no PodDisruptionBudgets here); the pod's work so far is lost."""
+        serial = int(pod.rpartition("-")[2]) if namespace == NAMESPACE and pod.startswith("work-") else 0
+        node = self._where.get(serial)
+        if node is not None:
+            self._cut(serial, self._nodes[node], self.now)
+        return None
+
+    def _view(self, node: _Node) -> NodeView:
+        ready = node.ready_at <= self.now
+        pods = tuple(GpuPod(NAMESPACE, f"work-{serial}", RESOURCE, 1) for serial in node.pods)
+        return NodeView(name=node.name, ready=ready, created=node.created, cordoned=node.cordon is not None,
+                        gpu_pods=pods, protected=None,
+                        cordoned_by_us=None if node.cordon is None else node.cordon[1], provider_id="",
+                        gpu_allocatable=self.gpus_per_node if ready else 0,
+                        cordon_owner="" if node.cordon is None else node.cordon[0])

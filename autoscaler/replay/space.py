@@ -1,0 +1,182 @@
+"""What the tuner searches: the pool's scale-out/scale-in settings and the replay rules' thresholds and ``for``.
+
+A candidate is a flat mapping from a setting's name (``scale_out.cooldown``, ``rules.1.below``) to its value
+(durations in seconds). ``apply`` writes one into the config as the user wrote it (``${VAR}`` kept), so a candidate
+runs through the same ``build_settings`` as the service, and the chosen one becomes ``tuned.yaml`` as it is. The
+base config's Alertmanager timing, limits, provider and everything else stay as they are.
+"""
+from __future__ import annotations
+
+import copy
+import random
+import typing
+from typing import Any
+
+from autoscaler.config import Settings
+from autoscaler.config_schema import DirectionConfig
+from autoscaler.models import Action, DirectionPolicy
+
+Candidate = dict[str, Any]
+
+#: Every direction key the tuner sets; the rest of a pool's direction (value_ref, victims, ...) is kept.
+TUNED_KEYS = ("mode", "step", "target_utilization", "max_step", "tolerance", "cooldown", "delay_after_scale_out",
+              "stabilization_window")
+GRID: dict[str, dict[str, tuple[Any, ...]]] = {
+    "scale_out": {"step": (1, 2, 3, 4, 6), "target_utilization": (40, 50, 60, 70, 80, 90),
+                  "max_step": (2, 4, 8, 16), "tolerance": (0.0, 0.05, 0.1, 0.2), "cooldown": (60, 120, 180, 300, 600)},
+    "scale_in": {"step": (1, 2, 3), "target_utilization": (40, 50, 60, 70, 80, 90), "max_step": (1, 2, 4, 8),
+                 "tolerance": (0.0, 0.05, 0.1, 0.2), "cooldown": (120, 300, 600, 900, 1800),
+                 "delay_after_scale_out": (0, 300, 600, 1200, 1800), "stabilization_window": (60, 300, 600, 1200)},
+}
+MODE_KEYS = {
+    "step": ("step", "cooldown"),
+    "proportional": ("target_utilization", "max_step", "tolerance", "cooldown"),
+}
+SCALE_IN_ONLY = {"step": ("delay_after_scale_out",),
+                 "proportional": ("delay_after_scale_out", "stabilization_window")}
+ABOVE = (50, 60, 70, 75, 80, 85, 90, 95)
+BELOW = (10, 20, 30, 40, 50, 60, 70)
+FOR = {Action.SCALE_OUT: (0, 30, 60, 120, 180, 300), Action.SCALE_IN: (60, 120, 300, 600, 900, 1800)}
+
+
+def modes() -> tuple[str, ...]:
+    """The modes the config schema offers that the tuner knows how to search."""
+    offered: set[str] = set()
+    for arg in typing.get_args(DirectionConfig.model_fields["mode"].annotation):
+        offered.update(typing.get_args(arg))
+    return tuple(m for m in MODE_KEYS if m in offered)
+
+
+class Space:
+    """The knobs of one config's replay pool and rules, their grids, and how to sample and mutate candidates."""
+
+    def __init__(self, settings: Settings, pool: str) -> None:
+        assert settings.config.replay is not None
+        self.pool = pool
+        self.modes = modes()
+        self.rules: dict[str, tuple[Any, ...]] = {}
+        for i, rule in enumerate(settings.config.replay.rules):
+            if rule.above is not None:
+                self.rules[f"rules.{i}.above"] = ABOVE
+            elif rule.below is not None:
+                self.rules[f"rules.{i}.below"] = BELOW
+            self.rules[f"rules.{i}.for"] = FOR[rule.action]
+
+    def grid(self, key: str) -> tuple[Any, ...]:
+        """The values one knob takes."""
+        if key in self.rules:
+            return self.rules[key]
+        direction, name = key.split(".", 1)
+        return self.modes if name == "mode" else GRID[direction][name]
+
+    @staticmethod
+    def direction_keys(direction: str, mode: str) -> tuple[str, ...]:
+        extra = SCALE_IN_ONLY[mode] if direction == "scale_in" else ()
+        return ("mode", *MODE_KEYS[mode], *extra)
+
+    def _direction(self, rng: random.Random, direction: str, mode: str) -> Candidate:
+        return {f"{direction}.{k}": mode if k == "mode" else rng.choice(GRID[direction][k])
+                for k in self.direction_keys(direction, mode)}
+
+    def sample(self, rng: random.Random) -> Candidate:
+        """One candidate drawn uniformly, knob by knob."""
+        out: Candidate = {}
+        for direction in ("scale_out", "scale_in"):
+            out.update(self._direction(rng, direction, rng.choice(self.modes)))
+        out.update({k: rng.choice(grid) for k, grid in self.rules.items()})
+        return ordered(out)
+
+    def mutate(self, rng: random.Random, candidate: Candidate) -> Candidate:
+        """A neighbour: one knob moved one step along its grid (a mode switch redraws that direction)."""
+        key = rng.choice(sorted(candidate))
+        out = dict(candidate)
+        if key.endswith(".mode"):
+            direction = key.split(".")[0]
+            others = [m for m in self.modes if m != candidate[key]] or [candidate[key]]
+            for k in list(out):
+                if k.startswith(direction + "."):
+                    del out[k]
+            out.update(self._direction(rng, direction, rng.choice(others)))
+            return ordered(out)
+        grid = self.grid(key)
+        at = grid.index(candidate[key]) if candidate[key] in grid else 0
+        out[key] = grid[max(0, min(len(grid) - 1, at + rng.choice((-1, 1))))]
+        return out
+
+
+def ordered(candidate: Candidate) -> Candidate:
+    """The candidate's knobs in one fixed order: scale-out, scale-in (each as TUNED_KEYS), then the rules."""
+    def key(name: str) -> tuple[int, int, str]:
+        head, rest = name.split(".", 1)
+        if head == "rules":
+            return 2, int(rest.split(".")[0]), rest
+        return (0 if head == "scale_out" else 1), TUNED_KEYS.index(rest), ""
+    return {k: candidate[k] for k in sorted(candidate, key=key)}
+
+
+def describe(settings: Settings, pool: str) -> Candidate:
+    """The base config's values of every knob the tuner sets (defaults applied), in the candidates' form."""
+    spec = settings.pools[pool]
+    out: Candidate = {}
+    for direction, policy in (("scale_out", spec.scale_out), ("scale_in", spec.scale_in)):
+        mode = policy.mode.value
+        keys = Space.direction_keys(direction, mode) if mode in MODE_KEYS else ("mode", "cooldown")
+        out.update({f"{direction}.{k}": _policy_value(policy, k) for k in keys})
+    assert settings.config.replay is not None
+    for i, rule in enumerate(settings.config.replay.rules):
+        if rule.above is not None:
+            out[f"rules.{i}.above"] = rule.above
+        elif rule.below is not None:
+            out[f"rules.{i}.below"] = rule.below
+        out[f"rules.{i}.for"] = rule.for_
+    return ordered(out)
+
+
+def _policy_value(policy: DirectionPolicy, key: str) -> Any:
+    value = getattr(policy, key)
+    return value.value if key == "mode" else value
+
+
+def apply(raw: dict[str, Any], pool: str, candidate: Candidate) -> dict[str, Any]:
+    """A copy of the raw config with the candidate's values written into the pool and the replay rules."""
+    out = copy.deepcopy(raw)
+    spec = next(p for p in out["pools"] if p.get("name") == pool)
+    for direction in ("scale_out", "scale_in"):
+        chosen = {k.split(".", 1)[1]: v for k, v in candidate.items() if k.startswith(direction + ".")}
+        if not chosen:
+            continue
+        kept = {k: v for k, v in (spec.get(direction) or {}).items() if k not in TUNED_KEYS}
+        spec[direction] = {**kept, **{k: duration_text(v) if _is_duration(k) else v for k, v in chosen.items()}}
+    for key, value in candidate.items():
+        if key.startswith("rules."):
+            _, index, name = key.split(".")
+            out["replay"]["rules"][int(index)][name] = duration_text(value) if name == "for" else value
+    return out
+
+
+def _is_duration(key: str) -> bool:
+    return key in ("cooldown", "delay_after_scale_out", "stabilization_window")
+
+
+def duration_text(seconds: float) -> str:
+    """Seconds as the shortest exact duration text (``90s``, ``5m``, ``1h``), valid for us and for Prometheus."""
+    whole = int(round(seconds))
+    for unit, size in (("h", 3600), ("m", 60)):
+        if whole and whole % size == 0:
+            return f"{whole // size}{unit}"
+    return f"{whole}s"
+
+
+def settings_text(candidate: Candidate) -> str:
+    """One line: ``key=value`` pairs separated by spaces (durations as text), for frontier.csv and the report."""
+    return " ".join(f"{k}={show(k, v)}" for k, v in candidate.items())
+
+
+def show(key: str, value: Any) -> str:
+    """A knob's value as a person reads it."""
+    if value is None:
+        return "-"
+    name = key.rsplit(".", 1)[-1]
+    if _is_duration(name) or name == "for":
+        return duration_text(float(value))
+    return f"{value:g}" if isinstance(value, float) else str(value)

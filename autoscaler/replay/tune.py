@@ -1,0 +1,224 @@
+"""Tune on history: search the settings on the first part of a trace, confirm on the rest, hand over the best.
+
+Why it is fast enough (BENCHMARKS.md "tuning on history"): every candidate runs the service's own engine, but on
+``MemoryStore`` (about 3x cheaper than SQLite, the same events); successive halving evaluates many candidates on a
+short prefix and only the best third on a longer one; a candidate stops as soon as its saturated minutes exceed the
+budget or its node-hours exceed the best feasible candidate's; candidates run in a process pool.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from autoscaler.config import ConfigError, build_settings
+from autoscaler.replay.report import figures
+from autoscaler.replay.sim import Minute, simulate
+from autoscaler.replay.space import Candidate, Space, apply
+from autoscaler.replay.trace import STEP, Trace
+from autoscaler.store.memory import MemoryStore
+
+Progress = Callable[[str], None]
+WAVE = 12  # candidates scored between two updates of the early-stop bound
+
+
+@dataclass(frozen=True)
+class Score:
+    """One candidate's figures on one span of the trace (``stopped``: why it ended early, else empty)."""
+
+    node_hours: float
+    saturated_minutes: int
+    direction_changes: int
+    minutes: int
+    stopped: str = ""
+
+    def feasible(self, budget: int) -> bool:
+        return not self.stopped and self.saturated_minutes <= budget
+
+    def rank(self, budget: int) -> tuple[float, ...]:
+        """Feasible by node-hours, then those stopped for cost, then the rest by how saturated they were."""
+        if self.feasible(budget):
+            return (0, self.node_hours, self.direction_changes)
+        if self.stopped == "node_hours":
+            return (1, self.node_hours / max(self.minutes, 1))
+        return (2, -self.minutes, self.saturated_minutes)
+
+
+@dataclass
+class _Stop:
+    """The early-stop hook: saturated minutes over the budget, or node-hours over the best feasible so far."""
+
+    budget: int
+    bound: float | None
+    saturated: int = 0
+    ready_minutes: int = 0
+    why: str = ""
+
+    def __call__(self, minute: Minute) -> bool:
+        self.saturated += minute.demand > minute.ready + 1e-9
+        self.ready_minutes += minute.ready
+        if self.saturated > self.budget:
+            self.why = "saturated"
+        elif self.bound is not None and self.ready_minutes / 60.0 > self.bound + 1e-9:
+            self.why = "node_hours"
+        return bool(self.why)
+
+
+# -- one evaluation (in a worker process) ---------------------------------------------------------------
+_WORK: dict[str, Any] = {}
+
+
+def _init(raw: dict[str, Any], env: dict[str, str], pool: str, trace: Trace) -> None:
+    _WORK.update(raw=raw, env=env, pool=pool, trace=trace)
+
+
+def evaluate(candidate: Candidate, begin: int, end: int, budget: int | None, bound: float | None) -> Score:
+    """Replay minutes [begin, end) of the trace with the candidate (``budget``/``bound``: stop early; None: never)."""
+    raw = apply(_WORK["raw"], _WORK["pool"], candidate)
+    settings = build_settings(raw, env=_WORK["env"])
+    trace: Trace = _WORK["trace"]
+    span = Trace(trace.start + STEP * begin, trace.demand[begin:end])
+    stop = _Stop(budget, bound) if budget is not None else None
+    run = simulate(settings, span, store=MemoryStore(), stop=stop)
+    data = figures(run)
+    return Score(data["node_hours"], data["saturated_minutes"], data["direction_changes"], data["minutes"],
+                 stop.why if stop and run.stopped else "")
+
+
+def _evaluate_task(task: tuple[int, Candidate, int, int, int | None, float | None]) -> tuple[int, Score]:
+    index, candidate, begin, end, budget, bound = task
+    return index, evaluate(candidate, begin, end, budget, bound)
+
+
+# -- the search ---------------------------------------------------------------------------------------
+@dataclass
+class Search:
+    """Successive halving over sampled candidates on growing prefixes of the tuning span, then neighbours of the
+    best on the whole span. ``results`` holds every candidate scored on the whole tuning span without early stop
+    (the frontier is drawn from them)."""
+
+    space: Space
+    train_minutes: int
+    budget_pct: float  # the budget the choice must keep, a % of minutes (the margin already taken off)
+    candidates: int = 405
+    eta: int = 3
+    neighbours: int = 60
+    seed: int = 0
+    results: list[tuple[Candidate, Score]] = field(default_factory=list)
+    evaluated: int = 0
+
+    def budget(self, minutes: int) -> int:
+        return int(math.floor(self.budget_pct / 100.0 * minutes + 1e-9))
+
+    def rungs(self) -> list[int]:
+        """Prefix lengths in minutes: the whole span, and spans eta, eta^2 ... times shorter, the shortest a day."""
+        lengths = [self.train_minutes]
+        count = self.candidates
+        shortest = min(1440, self.train_minutes)
+        while count // self.eta >= 3 * self.eta and lengths[-1] > shortest:
+            lengths.append(max(shortest, lengths[-1] // self.eta))
+            count //= self.eta
+        return lengths[::-1]
+
+    def run(self, pool: ProcessPoolExecutor | None, progress: Progress) -> None:
+        rng = random.Random(self.seed)
+        seen: set[str] = set()
+        alive: list[Candidate] = []
+        while len(alive) < self.candidates and len(seen) < self.candidates * 20:
+            cand = self.space.sample(rng)
+            if _key(cand) not in seen:
+                seen.add(_key(cand))
+                alive.append(cand)
+        rungs = self.rungs()
+        for depth, minutes in enumerate(rungs):
+            final = depth == len(rungs) - 1
+            progress(f"rung {depth + 1}/{len(rungs)}: {len(alive)} candidates on {minutes / 1440:.1f} days")
+            scores = self._score(pool, alive, minutes, early=not final)
+            ranked = sorted(zip(alive, scores), key=lambda cs: cs[1].rank(self.budget(minutes)))
+            if final:
+                self.results += ranked
+            else:
+                alive = [c for c, _ in ranked[:max(1, len(ranked) // self.eta)]]
+        best = [c for c, s in sorted(self.results, key=lambda cs: cs[1].rank(self.budget(self.train_minutes)))[:6]]
+        near: list[Candidate] = []
+        for i in range(self.neighbours * 20):
+            if len(near) >= self.neighbours:
+                break
+            cand = self.space.mutate(rng, best[i % len(best)])
+            if _key(cand) not in seen:
+                seen.add(_key(cand))
+                near.append(cand)
+        if near:
+            progress(f"neighbours: {len(near)} candidates near the best on {self.train_minutes / 1440:.1f} days")
+            self.results += list(zip(near, self._score(pool, near, self.train_minutes, early=False)))
+
+    def _score(self, pool: ProcessPoolExecutor | None, cands: list[Candidate], minutes: int,
+               early: bool) -> list[Score]:
+        """Score every candidate on the first ``minutes``; with ``early``, each stops once it cannot be the best.
+
+        Candidates go in waves of WAVE; the bound (best feasible node-hours) tightens between waves only, so the
+        results do not depend on the number of processes or on which finished first."""
+        budget = self.budget(minutes)
+        scores: list[Score] = []
+        best: float | None = None
+        for first in range(0, len(cands), WAVE):
+            tasks = [(i, cands[i], 0, minutes, budget if early else None, best if early else None)
+                     for i in range(first, min(first + WAVE, len(cands)))]
+            done = pool.map(_evaluate_task, tasks) if pool is not None else map(_evaluate_task, tasks)
+            for _, score in done:
+                scores.append(score)
+                self.evaluated += 1
+                if score.feasible(budget):
+                    best = score.node_hours if best is None else min(best, score.node_hours)
+        return scores
+
+
+def _key(candidate: Candidate) -> str:
+    return repr(sorted(candidate.items()))
+
+
+def pareto(results: list[tuple[Candidate, Score]]) -> list[tuple[Candidate, Score]]:
+    """The points no other beats on both node-hours and saturated minutes (fewer direction changes break ties)."""
+    ordered = sorted(results, key=lambda cs: (cs[1].node_hours, cs[1].saturated_minutes, cs[1].direction_changes))
+    out: list[tuple[Candidate, Score]] = []
+    for cand, score in ordered:
+        if not out or score.saturated_minutes < out[-1][1].saturated_minutes:
+            out.append((cand, score))
+    return out
+
+
+def choose(results: list[tuple[Candidate, Score]], budget: int) -> tuple[Candidate, Score, bool]:
+    """The fewest node-hours within the budget (then fewest direction changes); with none within it, the least
+    saturated. The flag says whether the choice is within the budget."""
+    feasible = [cs for cs in results if cs[1].feasible(budget)]
+    if feasible:
+        cand, score = min(feasible, key=lambda cs: (cs[1].node_hours, cs[1].direction_changes))
+        return cand, score, True
+    cand, score = min(results, key=lambda cs: (cs[1].saturated_minutes, cs[1].node_hours))
+    return cand, score, False
+
+
+def check_candidate(raw: dict[str, Any], pool: str, candidate: Candidate, env: dict[str, str]) -> None:
+    """Raise ConfigError when the candidate's config would not load (never expected: the grids are valid)."""
+    build_settings(apply(raw, pool, candidate), env=env)
+
+
+def make_pool(workers: int, raw: dict[str, Any], env: dict[str, str], pool: str,
+              trace: Trace) -> ProcessPoolExecutor | None:
+    """The worker processes (None: evaluate in this process), each given the config and the trace once."""
+    _init(raw, env, pool, trace)
+    if workers <= 1:
+        return None
+    return ProcessPoolExecutor(max_workers=workers, initializer=_init, initargs=(raw, env, pool, trace))
+
+
+def default_workers() -> int:
+    """Two processes, or fewer on a machine with one core."""
+    return max(1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
+__all__ = ["ConfigError", "Score", "Search", "check_candidate", "choose", "default_workers", "evaluate",
+           "make_pool", "pareto"]

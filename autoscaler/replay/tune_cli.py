@@ -1,0 +1,201 @@
+"""``python -m autoscaler replay --tune --config BASE.yaml --trace HISTORY.csv --max-saturated 1% --out DIR``.
+
+No overfitting: the search sees only the first part of the history (by default the first 5/7: days 1-5 of a week);
+the chosen settings and the base config are then replayed on the rest, which the search never saw, and both
+spans are reported (stdout and tuning.json).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict
+from typing import Any
+
+import yaml
+
+from autoscaler.config import ConfigError, build_settings
+from autoscaler.replay.sim import replay_pool
+from autoscaler.replay.space import Candidate, Space, describe, settings_text, show
+from autoscaler.replay.trace import ReplayError, load_trace
+from autoscaler.replay.tune import Score, Search, choose, make_pool, pareto, _evaluate_task
+from autoscaler.replay import tune_files
+
+DEFAULT_HOLDOUT = 2 / 7
+DEFAULT_MARGIN = 0.25
+
+
+def parse_percent(text: str) -> float:
+    """``1%``, ``1`` or ``0.5%`` -> percent of minutes; ValueError otherwise."""
+    value = float(text.strip().rstrip("%"))
+    if not 0 <= value <= 100:
+        raise ValueError("must be between 0% and 100%")
+    return value
+
+
+def _load(config_path: str) -> tuple[dict[str, Any], Any]:
+    try:
+        with open(config_path, encoding="utf-8") as fh:
+            raw = yaml.safe_load(fh)
+    except OSError as exc:
+        raise ConfigError([f"cannot read: {exc.strerror}"]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"not valid YAML: {exc}"]) from None
+    return raw, build_settings(raw, env=dict(os.environ))
+
+
+def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, *, candidates: int = 405,
+         workers: int = 2, seed: int = 0, holdout: float = DEFAULT_HOLDOUT, margin: float = DEFAULT_MARGIN,
+         neighbours: int = 60,
+         utilization_expr: str = tune_files.UTILIZATION_EXPR, quiet: bool = False) -> dict[str, Any]:
+    """Search, confirm and write DIR's files; returns what tuning.json holds. ConfigError / ReplayError on bad
+    input."""
+    started = time.monotonic()
+    raw, settings = _load(config_path)
+    pool = replay_pool(settings)
+    trace = load_trace(trace_path)
+    total = len(trace.demand)
+    train = total if holdout <= 0 else int(round(total * (1 - holdout)))
+    if train < 60 or (holdout > 0 and total - train < 60):
+        raise ReplayError(f"{trace_path}: {total} minutes is too short to tune on and confirm (at least an hour "
+                          "each); give a longer trace or --holdout 0")
+    env = dict(os.environ)
+
+    def progress(text: str) -> None:
+        if not quiet:
+            print(f"tune: {text} ({time.monotonic() - started:.0f}s)", file=sys.stderr, flush=True)
+
+    space = Space(settings, pool)
+    # The choice keeps a margin under the budget: days differ, and the confirm span must hold the budget too.
+    search = Search(space, train, max_saturated * (1 - margin), candidates=candidates, neighbours=neighbours,
+                    seed=seed)
+    executor = make_pool(workers, raw, env, pool, trace)
+    try:
+        search.run(executor, progress)
+        chosen, chosen_score, within = choose(search.results, search.budget(train))
+        base = describe(settings, pool)
+        jobs = [(0, base, 0, train, None, None)]
+        if train < total:
+            jobs += [(1, chosen, train, total, None, None), (2, base, train, total, None, None)]
+        progress("scoring the base config and confirming on the rest of the history")
+        if executor is not None:
+            scored = dict(executor.map(_evaluate_task, jobs))
+        else:
+            scored = dict(_evaluate_task(job) for job in jobs)
+    finally:
+        if executor is not None:
+            executor.shutdown()
+    frontier = pareto(search.results)
+    def budget(minutes: int) -> int:
+        return int(max_saturated / 100.0 * minutes + 1e-9)
+
+    spans = {"tune": {"minutes": [0, train], "budget": budget(train), "choice_budget": search.budget(train),
+                      "base": asdict(scored[0]),
+                      "tuned": asdict(chosen_score)}}
+    if train < total:
+        spans["confirm"] = {"minutes": [train, total], "budget": budget(total - train),
+                            "base": asdict(scored[2]), "tuned": asdict(scored[1])}
+    data = {"config": config_path, "trace": trace_path, "pool": pool, "max_saturated_pct": max_saturated,
+            "margin": margin,
+            "within_budget": within, "candidates": len(search.results), "replays": search.evaluated + len(jobs),
+            "seconds": round(time.monotonic() - started, 1), "workers": workers, "base": base, "tuned": chosen,
+            "spans": spans}
+    _write(out_dir, raw, pool, data, search, frontier, chosen, chosen_score, scored[0], utilization_expr, env)
+    data["seconds"] = round(time.monotonic() - started, 1)
+    return data
+
+
+def _about(data: dict[str, Any]) -> list[str]:
+    span = data["spans"]["tune"]["minutes"]
+    total = data["spans"].get("confirm", data["spans"]["tune"])["minutes"][1]
+    return [f"trace: {data['trace']} (tuned on minutes {span[0]}-{span[1]} of {total}); base config: {data['config']}",
+            f"budget: saturated minutes <= {data['max_saturated_pct']:g}% of the minutes; pool: {data['pool']}"]
+
+
+def _write(out_dir: str, raw: dict[str, Any], pool: str, data: dict[str, Any], search: Search,
+           frontier: list[tuple[Candidate, Score]], chosen: Candidate, chosen_score: Score, base_score: Score,
+           utilization_expr: str, env: dict[str, str]) -> None:
+    from autoscaler.replay.space import apply
+
+    tune_files.ensure_dir(out_dir)
+    tuned_raw = apply(raw, pool, chosen)
+    tuned_settings = build_settings(tuned_raw, env=env)
+    about = _about(data)
+    tune_files.write_tuned(os.path.join(out_dir, "tuned.yaml"), tuned_raw, data["base"], chosen, about)
+    tune_files.write_frontier(os.path.join(out_dir, "frontier.csv"), frontier)
+    budget = data["spans"]["tune"]["choice_budget"]
+    title = (f"pool {pool}: {len(search.results)} candidates on minutes {data['spans']['tune']['minutes'][0]}-"
+             f"{data['spans']['tune']['minutes'][1]} of {os.path.basename(data['trace'])}")
+    tune_files.write_plot(os.path.join(out_dir, "frontier.png"), search.results, frontier, chosen_score, base_score,
+                          budget, title)
+    assert tuned_settings.config.replay is not None
+    rules = tune_files.prometheus_rules(tuned_settings.config.replay, tuned_settings.config.routing, utilization_expr)
+    tune_files.write_rules(os.path.join(out_dir, "prometheus-rules.yml"), rules, about)
+    data["frontier_points"] = len(frontier)
+    with open(os.path.join(out_dir, "tuning.json"), "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, default=str)
+        fh.write("\n")
+
+
+def report(data: dict[str, Any], out_dir: str) -> str:
+    """Chosen and base side by side: the settings, then each span's figures."""
+    base, tuned = data["base"], data["tuned"]
+    rows = [("setting", "base", "tuned")]
+    rows += [(k, show(k, base.get(k)), show(k, tuned.get(k))) for k in dict.fromkeys([*base, *tuned])]
+    for name, span in data["spans"].items():
+        first, last = span["minutes"]
+        days = f"days {first / 1440:.3g}-{last / 1440:.3g}" if last - first >= 1440 else f"minutes {first}-{last}"
+        label = "tuning span" if name == "tune" else "confirm span (never seen by the search)"
+        rows.append((f"{label}, {days}", "", ""))
+        for key, text in (("node_hours", "node-hours"), ("saturated_minutes", "saturated minutes"),
+                          ("direction_changes", "direction changes")):
+            def cell(s: dict[str, Any], key: str = key) -> str:
+                if key == "saturated_minutes":
+                    return f"{s[key]} ({100 * s[key] / max(s['minutes'], 1):.2f}%)"
+                return f"{s[key]:.1f}" if isinstance(s[key], float) else str(s[key])
+            rows.append((f"  {text}", cell(span["base"]), cell(span["tuned"])))
+        rows.append((f"  budget ({data['max_saturated_pct']:g}%)", f"{span['budget']} min",
+                     f"chosen within {span['choice_budget']} min (margin {data['margin']:g})"
+                     if "choice_budget" in span else ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    head = (f"tuned pool {data['pool']} on {data['trace']}: {data['candidates']} candidates scored in full, "
+            f"{data['replays']} replays, {data['seconds']:.0f}s on {data['workers']} worker(s)")
+    tail = [f"-> {out_dir}: tuned.yaml, frontier.csv ({data['frontier_points']} points), frontier.png, "
+            "prometheus-rules.yml, tuning.json"]
+    if not data["within_budget"]:
+        tail.insert(0, "WARNING: no candidate kept saturated minutes within the budget on the tuning span; "
+                       "the least saturated one was chosen")
+    confirm = data["spans"].get("confirm")
+    if confirm and confirm["tuned"]["saturated_minutes"] > confirm["budget"]:
+        tail.insert(0, f"WARNING: on the confirm span the tuned settings were saturated "
+                       f"{confirm['tuned']['saturated_minutes']} min, over the budget of {confirm['budget']}")
+    return "\n".join([head, *lines, *tail])
+
+
+def run(args: Any) -> int:
+    """The CLI: exit 0 with the side-by-side report, 1 with each problem on its own line."""
+    try:
+        pct = parse_percent(args.max_saturated)
+    except ValueError as exc:
+        print(f"--max-saturated {args.max_saturated!r}: {exc} (write it like 1%)", file=sys.stderr)
+        return 1
+    try:
+        data = tune(args.config, args.trace, args.out, pct, candidates=args.candidates, workers=args.workers,
+                    seed=args.seed, holdout=args.holdout, margin=args.margin, utilization_expr=args.utilization_expr)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"{args.config}: {problem}", file=sys.stderr)
+        return 1
+    except ReplayError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"{args.out}: cannot write: {exc.strerror}", file=sys.stderr)
+        return 1
+    print(report(data, args.out))
+    return 0
+
+
+__all__ = ["parse_percent", "report", "run", "settings_text", "tune"]

@@ -1,0 +1,106 @@
+"""What ``replay --tune`` writes: tuned.yaml, frontier.csv, frontier.png and prometheus-rules.yml."""
+from __future__ import annotations
+
+import csv
+import os
+from datetime import datetime, timezone
+from typing import Any
+
+import yaml
+
+from autoscaler.config_schema import ReplayConfig, RoutingConfig
+from autoscaler.replay.space import Candidate, duration_text, settings_text, show
+from autoscaler.replay.tune import Score
+
+#: Average GPU utilisation (0-100) of one pool's GPUs, from dcgm-exporter; ``{pool}``/``{pool_label}`` filled in.
+UTILIZATION_EXPR = 'avg by ({pool_label}) (DCGM_FI_DEV_GPU_UTIL{{pool_label}="{pool}"})'
+FRONTIER_HEADER = ["node_hours", "saturated_minutes", "direction_changes", "settings"]
+
+
+def write_tuned(path: str, raw: dict[str, Any], base: Candidate, chosen: Candidate, about: list[str]) -> None:
+    """The base config with the chosen values, under a header that says what was tuned, on what, and from what.
+
+    The body is the base file re-serialised (``${VAR}`` references kept as written; comments are not kept, which
+    is why the header lists every value the tuner changed)."""
+    changed = [f"#   {k}: {show(k, base.get(k))} -> {show(k, v)}" for k, v in chosen.items() if base.get(k) != v]
+    header = ["# Tuned by `python -m autoscaler replay --tune` on " +
+              datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), *[f"# {line}" for line in about],
+              "# Changed from the base config (base -> tuned):", *(changed or ["#   nothing: the base config won"]),
+              "# Everything else is the base config's (limits, provider, Alertmanager timing, store, auth).", ""]
+    body = yaml.safe_dump(raw, sort_keys=False, default_flow_style=False, allow_unicode=True, width=120)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(header) + "\n" + body)
+
+
+def write_frontier(path: str, frontier: list[tuple[Candidate, Score]]) -> None:
+    """frontier.csv: one row per Pareto-optimal setting, fewest node-hours first."""
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(FRONTIER_HEADER)
+        for cand, score in frontier:
+            writer.writerow([f"{score.node_hours:.2f}", score.saturated_minutes, score.direction_changes,
+                             settings_text(cand)])
+
+
+def write_plot(path: str, results: list[tuple[Candidate, Score]], frontier: list[tuple[Candidate, Score]],
+               chosen: Score, base: Score, budget: int, title: str) -> None:
+    """frontier.png: node-hours against saturated minutes of every fully scored candidate, the frontier, the
+    budget, the chosen point and the base config's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 6))
+    ax.scatter([s.saturated_minutes for _, s in results], [s.node_hours for _, s in results], s=10,
+               color="lightgray", label=f"candidates ({len(results)})")
+    ax.step([s.saturated_minutes for _, s in frontier], [s.node_hours for _, s in frontier], where="post",
+            color="tab:blue", marker="o", ms=4, lw=1.2, label="frontier (Pareto-optimal)")
+    ax.axvline(budget, color="tab:red", ls="--", lw=1, label=f"choice budget: {budget} saturated min")
+    ax.scatter([base.saturated_minutes], [base.node_hours], marker="X", s=120, color="black", zorder=4,
+               label=f"base config ({base.node_hours:.0f} node-h, {base.saturated_minutes} min)")
+    ax.scatter([chosen.saturated_minutes], [chosen.node_hours], marker="*", s=260, color="tab:orange", zorder=5,
+               edgecolor="black", label=f"chosen ({chosen.node_hours:.0f} node-h, {chosen.saturated_minutes} min)")
+    ax.set_xscale("symlog", linthresh=10)
+    ax.set_xlabel("saturated minutes (demand above ready nodes)")
+    ax.set_ylabel("node-hours")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def prometheus_rules(replay: ReplayConfig, routing: RoutingConfig, utilization_expr: str) -> dict[str, Any]:
+    """Alerting rules for Prometheus with the chosen thresholds and ``for``, carrying our routing labels."""
+    rules = []
+    expr = utilization_expr.replace("{pool_label}", routing.pool_label)
+    for rule in replay.rules:
+        op, threshold = (">", rule.above) if rule.above is not None else ("<", rule.below)
+        labels = {**rule.labels, routing.pool_label: rule.pool, routing.action_label: rule.action.value}
+        if rule.step:
+            labels[routing.step_label] = str(rule.step)
+        word = "above" if op == ">" else "below"
+        rules.append({
+            "alert": rule.alert,
+            "expr": f"{expr.replace('{pool}', rule.pool)} {op} {threshold:g}",
+            "for": duration_text(rule.for_),
+            "labels": labels,
+            "annotations": {"summary": f"Average GPU utilisation of pool {rule.pool} is {word} {threshold:g}%",
+                            "value": "{{ $value }}"},
+        })
+    return {"groups": [{"name": "gpu-autoscaler-tuned", "rules": rules}]}
+
+
+def write_rules(path: str, rules: dict[str, Any], about: list[str]) -> None:
+    """prometheus-rules.yml, with a header saying where the thresholds came from."""
+    header = "".join(f"# {line}\n" for line in
+                     ["Alert rules tuned by `python -m autoscaler replay --tune`.", *about,
+                      "Load it in Prometheus (rule_files) in place of the rules it replaces."])
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(header + yaml.safe_dump(rules, sort_keys=False, width=200))
+
+
+def ensure_dir(path: str) -> None:
+    os.makedirs(path, exist_ok=True)

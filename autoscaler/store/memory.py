@@ -1,0 +1,195 @@
+"""The store in one process's memory: for replays and the tuner, never for the service.
+
+Why it exists (measured, BENCHMARKS.md "tuning on history"): a replay spends most of its time in SQLite
+transactions, and the tuner runs thousands of replays. This store keeps the same rows as ``SqlStore`` (the pool row
+by column name, derived from ``tables``), with the same semantics method by method, so the engine, the policy and
+the event log are the service's own and a replay decides exactly as on SQLite (tests/test_store_memory.py runs the
+same trace through both and compares every event). One lock makes each method one atomic step, like a transaction.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import replace
+
+from autoscaler.models import PoolState
+from autoscaler.store import tables
+from autoscaler.store.base import DedupConfirm, EventRecord, PoolChange, QuickState, Store
+from autoscaler.store.raw import hash_key, pool_state
+
+_DEFAULT_ROW = {c.name: None for c in tables.pools.c} | {"paused": False, "pause_reason": "", "failures": 0}
+
+
+class MemoryStore(Store):
+    """Every method holds one lock for its whole work: the in-memory counterpart of one short transaction."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pools: dict[str, dict[str, object]] = {}
+        self._events: dict[int, EventRecord] = {}
+        self._dedup: dict[str, tuple[str, float, str]] = {}  # hashed key -> (pool, expires_at, claim)
+        self._recommendations: dict[str, list[tuple[float, int]]] = {}
+        self._ids = itertools.count(1)
+
+    # -- helpers (the lock is held) --------------------------------------------------------------------
+    def _append(self, event: EventRecord) -> int:
+        event_id = next(self._ids)
+        self._events[event_id] = replace(event, id=event_id, alerts=list(event.alerts), details=dict(event.details))
+        return event_id
+
+    def _claim(self, pool: str, keys: tuple[str, ...], now: float, expires_at: float, claim: str) -> int:
+        """How many of the distinct keys this claim took (new, or expired at ``now``)."""
+        taken = 0
+        for key in sorted({hash_key(k) for k in keys}):
+            held = self._dedup.get(key)
+            if held is None or held[1] <= now:
+                self._dedup[key] = (pool, expires_at, claim)
+                taken += 1
+        return taken
+
+    def _state(self, name: str) -> PoolState:
+        row = self._pools.get(name)
+        return pool_state(row) if row is not None else PoolState(name=name)
+
+    # -- the Store interface ---------------------------------------------------------------------------
+    def ensure_pools(self, names: list[str]) -> None:
+        with self._lock:
+            for name in names:
+                self._pools.setdefault(name, dict(_DEFAULT_ROW, name=name))
+
+    def pool(self, name: str) -> PoolState:
+        with self._lock:
+            return self._state(name)
+
+    def pools(self) -> dict[str, PoolState]:
+        with self._lock:
+            return {name: pool_state(row) for name, row in self._pools.items()}
+
+    def claim_dedup(self, pool: str, keys: tuple[str, ...], now: float, window: float, claim: str) -> bool:
+        if not keys:
+            return True
+        with self._lock:
+            return self._claim(pool, keys, now, now + window, claim) > 0
+
+    def release_dedup(self, keys: tuple[str, ...], claim: str) -> None:
+        with self._lock:
+            for key in {hash_key(k) for k in keys}:
+                held = self._dedup.get(key)
+                if held is not None and held[2] == claim:
+                    del self._dedup[key]
+
+    def acquire(self, pool: str, owner: str, now: float, ttl: float) -> PoolState | None:
+        with self._lock:
+            row = self._pools.get(pool)
+            if row is None:
+                return None
+            until = row["lease_until"]
+            if row["lease_owner"] is None or row["lease_owner"] == owner or (
+                    isinstance(until, float | int) and until < now):
+                row.update(lease_owner=owner, lease_until=now + ttl)
+                return pool_state(row)
+            return None
+
+    def renew(self, pool: str, owner: str, now: float, ttl: float) -> bool:
+        with self._lock:
+            row = self._pools.get(pool)
+            if row is None or row["lease_owner"] != owner:
+                return False
+            row["lease_until"] = now + ttl
+            return True
+
+    def finish(self, pool: str, owner: str, event: EventRecord, change: PoolChange,
+               confirm: DedupConfirm | None = None) -> int:
+        with self._lock:
+            event_id = self._append(event)
+            row = self._pools.get(pool)
+            if row is not None:
+                row.update(change.columns(), last_event_id=event_id, lease_owner=None, lease_until=None)
+            if confirm is not None:
+                for key in {hash_key(k) for k in confirm.keys}:
+                    held = self._dedup.get(key)
+                    if held is not None and held[2] == confirm.claim:
+                        self._dedup[key] = (held[0], confirm.expires_at, held[2])
+            return event_id
+
+    def quick_state(self, pool: str) -> QuickState | None:
+        with self._lock:
+            row = self._pools.get(pool)
+            if row is None:
+                return None
+            last = self._events.get(row["last_event_id"]) if isinstance(row["last_event_id"], int) else None
+            return QuickState(pool_state(row), last.to if last is not None else None)
+
+    def record_settled(self, pool: str, keys: tuple[str, ...], claim: str, now: float, expires_at: float,
+                       event: EventRecord, duplicate: EventRecord) -> tuple[int, bool]:
+        with self._lock:
+            claimed = self._claim(pool, keys, now, expires_at, claim) if keys else 1
+            event_id = self._append(event if claimed else duplicate)
+            if claimed and pool in self._pools:
+                self._pools[pool]["last_event_id"] = event_id
+            return event_id, not claimed
+
+    def release(self, pool: str, owner: str) -> None:
+        with self._lock:
+            row = self._pools.get(pool)
+            if row is not None and row["lease_owner"] == owner:
+                row.update(lease_owner=None, lease_until=None)
+
+    def record(self, event: EventRecord) -> int:
+        with self._lock:
+            return self._append(event)
+
+    def update_pool(self, pool: str, event: EventRecord | None, change: PoolChange) -> int | None:
+        with self._lock:
+            event_id = self._append(event) if event else None
+            values = change.columns()
+            if event_id is not None:
+                values["last_event_id"] = event_id
+            row = self._pools.get(pool)
+            if row is not None:
+                row.update(values)
+            return event_id
+
+    def events(self, pool: str | None, limit: int, before_id: int | None = None) -> list[EventRecord]:
+        with self._lock:
+            out = []
+            for event_id in sorted(self._events, reverse=True):
+                event = self._events[event_id]
+                if (pool is None or event.pool == pool) and (before_id is None or event_id < before_id):
+                    out.append(replace(event, alerts=list(event.alerts), details=dict(event.details)))
+                    if len(out) >= limit:
+                        break
+            return out
+
+    def event(self, event_id: int) -> EventRecord | None:
+        with self._lock:
+            return self._events.get(event_id)
+
+    def recommendations(self, pool: str, since: float) -> list[tuple[float, int]]:
+        with self._lock:
+            return sorted((r for r in self._recommendations.get(pool, []) if r[0] >= since), key=lambda r: r[0])
+
+    def add_recommendation(self, pool: str, time: float, desired: int, forget_before: float) -> None:
+        with self._lock:
+            kept = [r for r in self._recommendations.get(pool, []) if r[0] >= forget_before]
+            kept.append((time, desired))
+            self._recommendations[pool] = kept
+
+    def ping(self) -> None:
+        """Memory always answers."""
+
+    def prune(self, older_than: float | None, now: float, batch: int = 500) -> int:
+        with self._lock:
+            removed = 0
+            if older_than is not None:
+                old = sorted(i for i, e in self._events.items() if e.time < older_than)[:batch]
+                for event_id in old:
+                    del self._events[event_id]
+                removed += len(old)
+            expired = sorted(k for k, held in self._dedup.items() if held[1] <= now)[:batch]
+            for key in expired:
+                del self._dedup[key]
+            return removed + len(expired)
+
+    def close(self) -> None:
+        """Nothing to close; here so that callers can treat every store alike."""

@@ -1,0 +1,135 @@
+"""The replay's named nodes and GPU work: least-allocated placement, first-arrived-first-done, and the work a
+removal cuts (``interrupted_node_minutes``), for ``victims: idle`` and for the cloud picking the newest node."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoscaler.config import build_settings, load_config
+from autoscaler.models import Outcome
+from autoscaler.nodes import pick_victims
+from autoscaler.replay.cluster import ReplayCluster
+from autoscaler.replay.report import figures, summary
+from autoscaler.replay.sim import simulate, static_peak
+from autoscaler.replay.trace import Trace, load_trace, parse_time
+
+T0 = parse_time("2025-01-06T00:00:00Z")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pods_per_node(cluster: ReplayCluster) -> dict[str, int]:
+    return {n.name: len(n.gpu_pods) for n in cluster.nodes({})}
+
+
+def test_work_spreads_to_the_node_with_the_most_free_gpus() -> None:
+    cluster = ReplayCluster(["a", "b"], gpus_per_node=8, provision_seconds=300, start=T0)
+    cluster.set_demand(1.5, T0)  # 12 one-GPU pods
+    assert pods_per_node(cluster) == {"a": 6, "b": 6}  # spread, not packed 8 + 4
+    cluster.follow(["a", "b", "c"], T0)
+    cluster.set_demand(2.0, T0 + 60)  # 4 more pods, c is not ready: a and b take them
+    assert pods_per_node(cluster) == {"a": 8, "b": 8, "c": 0}
+    cluster.set_demand(2.5, T0 + 120)  # 4 more: no free GPU anywhere ready, they wait
+    assert sum(pods_per_node(cluster).values()) == 16
+    cluster.place(T0 + 300)  # c is ready: the waiting pods go there
+    assert pods_per_node(cluster) == {"a": 8, "b": 8, "c": 4}
+
+
+def test_first_arrived_finish_first_and_cordoned_nodes_take_nothing() -> None:
+    cluster = ReplayCluster(["a", "b"], gpus_per_node=4, provision_seconds=0, start=T0)
+    cluster.set_demand(1.0, T0)  # pods 1..4: a gets 1 and 3, b gets 2 and 4 (ties go to the older node)
+    cluster.set_demand(0.5, T0 + 60)  # pods 1 and 2 finish
+    assert {n.name: [p.name for p in n.gpu_pods] for n in cluster.nodes({})} == {
+        "a": ["work-3"], "b": ["work-4"]}
+    cluster.cordon("a", "replay", T0 + 60)
+    cluster.set_demand(1.0, T0 + 120)
+    assert pods_per_node(cluster) == {"a": 1, "b": 3}
+    assert cluster.node("a") is not None and cluster.node("a").cordoned  # type: ignore[union-attr]
+
+
+def test_a_removed_node_cuts_its_work_which_runs_again_elsewhere() -> None:
+    cluster = ReplayCluster(["a", "b"], gpus_per_node=8, provision_seconds=0, start=T0)
+    cluster.set_demand(0.5, T0)  # 4 pods, 2 on each node, started at T0
+    cluster.follow(["a"], T0 + 30 * 60)
+    # 2 pods x 30 min x 1 GPU of an 8-GPU node = 7.5 node-minutes of work lost
+    assert (cluster.interrupted_node_minutes, cluster.interrupted_pods) == (7.5, 2)
+    assert pods_per_node(cluster) == {"a": 4}
+    cluster.follow([], T0 + 40 * 60)  # the two that restarted on a had run 10 min, the other two 40
+    assert cluster.interrupted_node_minutes == 7.5 + (2 * 40 + 2 * 10) / 8
+
+
+def test_idle_victims_skip_busy_nodes_through_pick_victims() -> None:
+    cluster = ReplayCluster(["a", "b", "c"], gpus_per_node=8, provision_seconds=0, start=T0)
+    cluster.set_demand(0.125, T0)  # one pod, on a
+    chosen, kept = pick_victims(cluster.nodes({}), 2, (), "idle", 1)
+    assert [n.name for n in chosen] == ["c", "b"]
+    assert [(n.name, why) for n, why in kept] == [("a", "kept a: runs GPU pod replay/work-1 (nvidia.com/gpu 1)")]
+
+
+def config(victims_run: str | None = None) -> dict[str, Any]:
+    """Two nodes, min 1, 8 GPUs each; scale-in on utilisation below 30% for 10 min, step 1."""
+    return {
+        "server": {"auth": {"disabled": True}},
+        "defaults": {"dedup_window": "1m"},
+        "pools": [{"name": "gpu", "provider": "simulated", "min": 1, "max": 4,
+                   "scale_out": {"step": 1, "cooldown": "3m"},
+                   "scale_in": {"step": 1, "cooldown": "10m", "delay_after_scale_out": "10m"},
+                   "simulated": {"nodes": ["gpu-old", "gpu-new"], "provision_seconds": 300}}],
+        "replay": {"evaluation_interval": "30s", "group_wait": "30s", "group_interval": "1m",
+                   "repeat_interval": "5m",
+                   "rules": [{"alert": "GPULow", "below": 30, "for": "10m", "pool": "gpu", "action": "scale_in"}]},
+    }
+
+
+# 12 pods for 10 min (6 on each node), then 4 (the first 8 finish: pods 9-12 stay, 2 on each node) for 50 min.
+# 25% < 30% from minute 10: firing at 1200 s, notified at 1230 s: the scale-in from 2 nodes to 1.
+BUSY_BOTH = [1.5] * 10 + [0.5] * 50
+# The same, then 1 pod (pod 12, on the newest node) from minute 10: the oldest node is idle.
+BUSY_NEWEST = [1.5] * 10 + [0.125] * 50
+
+
+SCALED, IN_USE = Outcome.SCALED, Outcome.SKIPPED_IN_USE
+
+
+@pytest.mark.parametrize("demand,victims,outcome,left,interrupted,pods", [
+    # the cloud removes the newest node with pods 10 and 12 on it, running since T0: 2 x 20.5 min / 8
+    pytest.param(BUSY_BOTH, "cloud", SCALED, ["gpu-old"], 2 * 20.5 / 8, 2, id="cloud-cuts-the-newest-nodes-work"),
+    pytest.param(BUSY_BOTH, "idle", IN_USE, ["gpu-old", "gpu-new"], 0.0, 0, id="idle-keeps-both-busy-nodes"),
+    pytest.param(BUSY_NEWEST, "cloud", SCALED, ["gpu-old"], 1 * 20.5 / 8, 1, id="cloud-cuts-the-last-pod"),
+    pytest.param(BUSY_NEWEST, "idle", SCALED, ["gpu-new"], 0.0, 0, id="idle-removes-the-idle-older-node"),
+])
+def test_interrupted_work_computed_by_hand(demand: list[float], victims: str, outcome: Outcome, left: list[str],
+                                           interrupted: float, pods: int) -> None:
+    run = simulate(build_settings(config(), env={}), Trace(T0, tuple(demand)), victims=victims)
+    (when, decision), *_ = run.decisions
+    assert (when - T0, decision.outcome, decision.action) == (1230.0, outcome, "scale_in")
+    assert run.minutes[-1].ready == len(left)
+    if victims == "idle":  # the engine's node-aware scale-in said which nodes went and why the others stayed
+        assert decision.details["nodes"] == [n for n in ("gpu-old", "gpu-new") if n not in left]
+        kept = {k["node"]: k["reason"] for k in decision.details["kept"]}
+        assert set(kept) == set(left) and all(r.startswith("runs GPU pod replay/work-") for r in kept.values())
+    assert (run.interrupted_node_minutes, run.interrupted_pods) == (interrupted, pods)
+    assert figures(run)["interrupted_node_minutes"] == interrupted
+
+
+def test_summary_sets_the_pools_victims_beside_the_clouds() -> None:
+    settings = build_settings(config(), env={})
+    trace = Trace(T0, tuple(BUSY_BOTH))
+    idle, cloud = simulate(settings, trace, victims="idle"), simulate(settings, trace, victims="cloud")
+    data = summary(idle, static_peak(trace), cloud, cloud, "idle")
+    assert data["interrupted_node_minutes_by_victims"] == {"idle": 0.0, "cloud": 2 * 20.5 / 8}
+    assert data["baselines"]["cloud_newest"]["interrupted_node_minutes"] == 2 * 20.5 / 8
+    assert data["baselines"]["static_peak"]["interrupted_node_minutes"] == 0.0
+
+
+@pytest.mark.parametrize("config_name", ["step", "proportional"])
+@pytest.mark.parametrize("trace_name", ["diurnal_inference", "training_queue"])
+def test_sample_traces_idle_interrupts_nothing_cloud_does(config_name: str, trace_name: str) -> None:
+    settings = load_config(str(ROOT / f"bench/replay/{config_name}.yaml"), env={})
+    trace = load_trace(str(ROOT / f"bench/traces/{trace_name}.csv"))
+    idle = simulate(settings, trace, victims="idle")
+    cloud = simulate(settings, trace, victims="cloud")
+    assert idle.interrupted_node_minutes == 0.0 and idle.interrupted_pods == 0
+    assert cloud.interrupted_node_minutes > 0 and cloud.interrupted_pods > 0
+    assert figures(cloud)["node_hours"] < figures(idle)["node_hours"]  # spread work keeps busy nodes

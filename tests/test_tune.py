@@ -1,0 +1,239 @@
+"""Tuning on history: `replay --tune` searches, confirms on the unseen rest, and hands over a config that runs as is."""
+from __future__ import annotations
+
+import csv
+import json
+import random
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from autoscaler.__main__ import main
+from autoscaler.config import build_settings
+from autoscaler.replay.space import Space, apply, describe, duration_text
+from autoscaler.replay.trace import Trace, parse_time
+from autoscaler.replay.tune import Score, _init, choose, evaluate, pareto
+from bench.traces.make_traces import generate
+from tests.pipeline import PROMTOOL, require_binary
+
+T0 = parse_time("2025-01-06T00:00:00Z")
+BASE = """\
+# a comment the header replaces
+server:
+  auth: {bearer_tokens: ["${TUNE_TOKEN:-dev-token}"]}
+defaults:
+  dedup_window: 1m
+pools:
+  - name: gpu
+    provider: simulated
+    min: 1
+    max: 32
+    scale_out: {mode: proportional, target_utilization: 40, max_step: 4, cooldown: 3m, value_ref: B}
+    scale_in: {mode: step, step: 1, cooldown: 10m, delay_after_scale_out: 10m}
+    simulated: {initial_count: 3, provision_seconds: 300}
+replay:
+  evaluation_interval: 30s
+  group_wait: 30s
+  group_interval: 1m
+  repeat_interval: 5m
+  rules:
+    - {alert: GPUUtilizationHigh, above: 80, for: 1m, pool: gpu, action: scale_out, labels: {team: ml}}
+    - {alert: GPUUtilizationLow, below: 40, for: 5m, pool: gpu, action: scale_in}
+"""
+
+
+def _write_trace(path: Path, demand: list[float]) -> Path:
+    with path.open("w", encoding="utf-8") as fh:
+        fh.write("timestamp,demand\n")
+        for i, d in enumerate(demand):
+            fh.write(f"{datetime.fromtimestamp(T0 + 60 * i, timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')},{d:.2f}\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One small tuning run through the CLI: 2 days of the inference family, the search on the first 1.5."""
+    tmp = tmp_path_factory.mktemp("tune")
+    (tmp / "base.yaml").write_text(BASE)
+    demand = generate("diurnal_inference", days=2, seed=5)
+    trace = _write_trace(tmp / "history.csv", demand)
+    out = tmp / "out"
+    code = main(["replay", "--tune", "--config", str(tmp / "base.yaml"), "--trace", str(trace), "--max-saturated",
+                 "2%", "--out", str(out), "--candidates", "36", "--holdout", "0.25", "--workers", "2"])
+    assert code == 0
+    return {"dir": tmp, "out": out, "demand": demand, "data": json.loads((out / "tuning.json").read_text())}
+
+
+def test_tuned_yaml_is_checked_and_replays_as_it_was_scored(tuned: dict[str, Any],
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    out, data = tuned["out"], tuned["data"]
+    text = (out / "tuned.yaml").read_text()
+    assert text.startswith("# Tuned by `python -m autoscaler replay --tune`") and "history.csv" in text
+    assert "${TUNE_TOKEN:-dev-token}" in text  # the base file's references, not their values
+    assert main(["check-config", str(out / "tuned.yaml")]) == 0
+    raw = yaml.safe_load(text)
+    pool = raw["pools"][0]
+    assert pool["min"] == 1 and pool["max"] == 32 and pool["simulated"]["provision_seconds"] == 300
+    assert raw["replay"]["group_wait"] == "30s" and raw["replay"]["repeat_interval"] == "5m"
+    assert raw["replay"]["rules"][0]["labels"] == {"team": "ml"}
+    # The tuning span alone, replayed by `replay --config tuned.yaml` (SQLite, the service's store), gives the
+    # figures the search scored on the in-memory store.
+    train = data["spans"]["tune"]["minutes"][1]
+    span = _write_trace(tuned["dir"] / "span.csv", tuned["demand"][:train])
+    capsys.readouterr()
+    assert main(["replay", "--config", str(out / "tuned.yaml"), "--trace", str(span), "--out",
+                 str(tuned["dir"] / "replayed")]) == 0
+    summary = json.loads((tuned["dir"] / "replayed" / "summary.json").read_text())
+    scored = data["spans"]["tune"]["tuned"]
+    assert (summary["node_hours"], summary["saturated_minutes"], summary["direction_changes"]) == pytest.approx(
+        (scored["node_hours"], scored["saturated_minutes"], scored["direction_changes"]))
+
+
+def test_choice_is_the_cheapest_within_budget_and_the_frontier_is_pareto(tuned: dict[str, Any]) -> None:
+    data, out = tuned["data"], tuned["out"]
+    tune = data["spans"]["tune"]
+    assert data["within_budget"] and tune["tuned"]["saturated_minutes"] <= tune["choice_budget"] < tune["budget"]
+    assert tune["tuned"]["node_hours"] < tune["base"]["node_hours"]
+    with (out / "frontier.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == ["node_hours", "saturated_minutes", "direction_changes", "settings"]
+    hours = [float(r["node_hours"]) for r in rows]
+    saturated = [int(r["saturated_minutes"]) for r in rows]
+    assert hours == sorted(hours) and all(a > b for a, b in zip(saturated, saturated[1:]))
+    within = [h for h, s in zip(hours, saturated) if s <= tune["choice_budget"]]
+    assert tune["tuned"]["node_hours"] == pytest.approx(min(within), abs=0.01)
+    assert "scale_out.mode=" in rows[0]["settings"] and "rules.1.for=" in rows[0]["settings"]
+    assert (out / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_confirm_span_is_reported_and_unseen_by_the_search(tuned: dict[str, Any], tmp_path: Path) -> None:
+    data = tuned["data"]
+    total = len(tuned["demand"])
+    assert data["spans"]["confirm"]["minutes"] == [data["spans"]["tune"]["minutes"][1], total]
+    # The same first 1.5 days and a different last half day: the same search, the same choice, another confirm.
+    other = tuned["demand"][:data["spans"]["tune"]["minutes"][1]] + [d * 1.5 for d in generate(
+        "diurnal_inference", days=1, seed=99)][:total - data["spans"]["tune"]["minutes"][1]]
+    trace = _write_trace(tmp_path / "other.csv", other)
+    assert main(["replay", "--tune", "--config", str(tuned["dir"] / "base.yaml"), "--trace", str(trace),
+                 "--max-saturated", "2%", "--out", str(tmp_path / "out"), "--candidates", "36", "--holdout", "0.25",
+                 "--workers", "1"]) == 0
+    again = json.loads((tmp_path / "out" / "tuning.json").read_text())
+    assert again["tuned"] == data["tuned"] and again["spans"]["tune"] == data["spans"]["tune"]
+    assert again["spans"]["confirm"]["tuned"] != data["spans"]["confirm"]["tuned"]
+    assert (tmp_path / "out" / "frontier.csv").read_text() == (tuned["out"] / "frontier.csv").read_text()
+
+
+def test_prometheus_rules_carry_the_chosen_thresholds_and_pass_promtool(tuned: dict[str, Any]) -> None:
+    out = tuned["out"]
+    tuned_cfg = yaml.safe_load((out / "tuned.yaml").read_text())["replay"]["rules"]
+    rules = yaml.safe_load((out / "prometheus-rules.yml").read_text())["groups"][0]["rules"]
+    high, low = rules
+    assert high["expr"] == ('avg by (autoscaler_pool) (DCGM_FI_DEV_GPU_UTIL{autoscaler_pool="gpu"}) > '
+                            f"{tuned_cfg[0]['above']:g}")
+    assert low["expr"].endswith(f"< {tuned_cfg[1]['below']:g}") and low["for"] == tuned_cfg[1]["for"]
+    assert high["labels"] == {"team": "ml", "autoscaler_pool": "gpu", "autoscaler_action": "scale_out"}
+    assert low["labels"]["autoscaler_action"] == "scale_in"
+    promtool = require_binary(*PROMTOOL)
+    checked = subprocess.run([promtool, "check", "rules", str(out / "prometheus-rules.yml")], capture_output=True,
+                             text=True, timeout=60)
+    assert checked.returncode == 0 and "SUCCESS: 2 rules found" in checked.stdout, checked.stdout + checked.stderr
+
+
+def test_report_prints_base_and_tuned_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "base.yaml").write_text(BASE)
+    trace = _write_trace(tmp_path / "t.csv", generate("training_queue", days=1, seed=4)[:720])
+    assert main(["replay", "--tune", "--config", str(tmp_path / "base.yaml"), "--trace", str(trace),
+                 "--max-saturated", "5%", "--out", str(tmp_path / "o"), "--candidates", "9", "--holdout", "0",
+                 "--workers", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "setting" in text and "base" in text and "tuned" in text
+    assert "scale_out.cooldown" in text and "3m" in text and "rules.0.above" in text and "node-hours" in text
+    assert "confirm span" not in text  # --holdout 0: tuned on everything
+
+
+@pytest.mark.parametrize("argv,message", [
+    pytest.param(["--max-saturated", "lots"], "--max-saturated 'lots'", id="budget-not-a-number"),
+    pytest.param(["--max-saturated", "150%"], "between 0% and 100%", id="budget-over-100"),
+])
+def test_bad_budget_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
+                            message: str) -> None:
+    (tmp_path / "base.yaml").write_text(BASE)
+    code = main(["replay", "--tune", "--config", str(tmp_path / "base.yaml"), "--trace", "x.csv", "--out",
+                 str(tmp_path / "o"), *argv])
+    assert code == 1 and message in capsys.readouterr().err
+
+
+def test_too_short_trace_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "base.yaml").write_text(BASE)
+    trace = _write_trace(tmp_path / "t.csv", [1.0] * 90)
+    assert main(["replay", "--tune", "--config", str(tmp_path / "base.yaml"), "--trace", str(trace), "--out",
+                 str(tmp_path / "o")]) == 1
+    assert "too short to tune on and confirm" in capsys.readouterr().err
+
+
+def _settings() -> Any:
+    return build_settings(yaml.safe_load(BASE), env={})
+
+
+def test_base_values_written_back_change_nothing() -> None:
+    raw = yaml.safe_load(BASE)
+    settings = _settings()
+    again = build_settings(apply(raw, "gpu", describe(settings, "gpu")), env={})
+    assert again.pools == settings.pools and again.config.replay == settings.config.replay
+    assert apply(raw, "gpu", describe(settings, "gpu"))["pools"][0]["scale_out"]["value_ref"] == "B"
+
+
+def test_every_sampled_or_mutated_candidate_is_a_valid_config() -> None:
+    raw, settings = yaml.safe_load(BASE), _settings()
+    space, rng = Space(settings, "gpu"), random.Random(1)
+    for _ in range(150):
+        cand = space.sample(rng)
+        for c in (cand, space.mutate(rng, cand)):
+            built = build_settings(apply(raw, "gpu", c), env={})
+            assert built.pools["gpu"].scale_out.mode.value == c["scale_out.mode"]
+
+
+def test_early_stop_ends_a_candidate_over_budget_or_over_the_best() -> None:
+    settings = _settings()
+    demand = tuple(generate("training_queue", days=1, seed=4))
+    _init(yaml.safe_load(BASE), {}, "gpu", Trace(T0, demand))
+    base = describe(settings, "gpu")
+    full = evaluate(base, 0, 1440, None, None)
+    assert not full.stopped and full.minutes == 1440 and full.saturated_minutes > 3
+    over = evaluate(base, 0, 1440, 3, None)
+    assert over.stopped == "saturated" and over.saturated_minutes == 4 and over.minutes < 1440
+    costly = evaluate(base, 0, 1440, 10_000, full.node_hours / 2)
+    assert costly.stopped == "node_hours" and costly.node_hours > full.node_hours / 2 and costly.minutes < 1440
+
+
+def _score(hours: float, saturated: int, changes: int = 0, stopped: str = "") -> Score:
+    return Score(hours, saturated, changes, 100, stopped)
+
+
+@pytest.mark.parametrize("scores,budget,want,within", [
+    pytest.param([_score(10, 0), _score(8, 5), _score(6, 50)], 5, 1, True, id="cheapest-within-budget"),
+    pytest.param([_score(8, 5, 9), _score(8, 2, 3)], 5, 1, True, id="tie-on-hours-fewer-direction-changes"),
+    pytest.param([_score(5, 1, stopped="node_hours"), _score(9, 1)], 5, 1, True, id="stopped-never-chosen"),
+    pytest.param([_score(10, 40), _score(20, 30)], 5, 1, False, id="none-within-least-saturated"),
+])
+def test_choose(scores: list[Score], budget: int, want: int, within: bool) -> None:
+    cands = [{"i": i} for i in range(len(scores))]
+    cand, _, ok = choose(list(zip(cands, scores)), budget)
+    assert cand == {"i": want} and ok is within
+
+
+def test_pareto_keeps_only_undominated_points() -> None:
+    points = [_score(10, 0), _score(9, 3), _score(9, 2), _score(12, 0), _score(7, 9), _score(8, 9)]
+    front = pareto([({"i": i}, s) for i, s in enumerate(points)])
+    assert [c["i"] for c, _ in front] == [4, 2, 0]
+
+
+@pytest.mark.parametrize("seconds,text", [
+    pytest.param(0, "0s", id="zero"), pytest.param(90, "90s", id="seconds"), pytest.param(300, "5m", id="minutes"),
+    pytest.param(3600, "1h", id="hours"), pytest.param(5400, "90m", id="minutes-over-an-hour")])
+def test_duration_text(seconds: float, text: str) -> None:
+    assert duration_text(seconds) == text
