@@ -102,6 +102,15 @@ class NodeScaleIn:
         result = self._cordon_and_remove(spec, provider, current, chosen, kept_list, owner, renew)
         return replace(result, uncordoned=tuple(swept))
 
+    def preview(self, spec: PoolSpec, remove: int, alerted: Sequence[str]) -> Removal:
+        """What :meth:`scale_in` would pick, changing nothing (a dry-run pool)."""
+        views = [v for v in self.cluster.nodes(dict(spec.node_selector)) if not v.cordon_owner.endswith(REMOVING)]
+        chosen, kept = pick_victims(views, remove, alerted, spec.victims, spec.min)
+        names = tuple(v.name for v in chosen)
+        said = f"would remove {', '.join(names)}" if names else "no node could go"
+        return Removal(Outcome.DRY_RUN, len(views) - len(names), said, names,
+                       tuple((n.name, _why(n, r)) for n, r in kept))
+
     # ---- scale-in by name (manual) -------------------------------------------------------------------------------
     def remove_named(self, spec: PoolSpec, provider: RemovesNamedNodes, current: int, names: Sequence[str],
                      room: int, force: bool, owner: str, now: float, renew: Callable[[], bool]) -> Removal:

@@ -313,3 +313,15 @@ def test_named_nodes_need_a_pool_that_can_name_them(tmp_path: Any) -> None:
     app = create_app(config(f"sqlite:///{tmp_path}/s.db"), startup_check=False)  # simulated pools, no kubernetes
     resp = post(app.test_client(), "/api/v1/pools/gpu/scale", {"action": "scale_in", "nodes": ["gpu-0"]})
     assert resp.status_code == 422 and "cannot remove named nodes" in resp.get_json()["error"]
+
+
+def test_dry_run_names_the_nodes_it_would_remove(tmp_path: Any, kube: FakeKube, receiver: WebhookReceiver) -> None:
+    clock = FakeClock(NOW)
+    pool = {**pool_cfg(receiver.url), "dry_run": True}
+    cfg = config(f"sqlite:///{tmp_path}/s.db", pools=[pool], kubernetes={"host": kube.url, "token": kube.token})
+    client = create_app(cfg, clock=clock, startup_check=False).test_client()
+    d = scale_in_alert(client)
+    assert d["outcome"] == "dry_run" and "would remove gpunp-1" in d["reason"]
+    ev = last_event(client)
+    assert ev["details"]["nodes"] == ["gpunp-1"] and ev["details"]["kept"][0]["node"] == "gpunp-2"
+    assert kube.calls["PATCH nodes"] == 0 and receiver.received == []
