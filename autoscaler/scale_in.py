@@ -19,7 +19,8 @@ log = logging.getLogger(__name__)
 
 REMOVAL_GRACE = 1800.0  # a node the cloud was asked to remove and still has after this is uncordoned again
 RETRY_EVERY = 5.0  # seconds between eviction rounds of a forced removal
-SHOWN = 4  # kept nodes named in a reason (all of them are in the details)
+SHOWN = 4  # kept nodes named in a reason (the details list more)
+KEPT_LISTED = 100  # kept nodes listed in an event's details (a big pool's event stays small)
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,11 @@ class Removal:
     uncordoned: tuple[str, ...] = field(default=())  # by the sweep
 
     def details(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"nodes": list(self.nodes), "kept": [{"node": n, "reason": r} for n, r in self.kept]}
+        """``nodes`` removed and ``kept`` with reasons (at most ``KEPT_LISTED``; ``kept_total`` says how many)."""
+        out: dict[str, Any] = {"nodes": list(self.nodes),
+                               "kept": [{"node": n, "reason": r} for n, r in self.kept[:KEPT_LISTED]]}
+        if len(self.kept) > KEPT_LISTED:
+            out["kept_total"] = len(self.kept)
         if self.uncordoned:
             out["uncordoned"] = list(self.uncordoned)
         return out

@@ -325,3 +325,13 @@ def test_dry_run_names_the_nodes_it_would_remove(tmp_path: Any, kube: FakeKube, 
     ev = last_event(client)
     assert ev["details"]["nodes"] == ["gpunp-1"] and ev["details"]["kept"][0]["node"] == "gpunp-2"
     assert kube.calls["PATCH nodes"] == 0 and receiver.received == []
+
+
+def test_details_list_at_most_a_hundred_kept_nodes() -> None:
+    from autoscaler.models import Outcome
+    from autoscaler.scale_in import Removal
+
+    kept = tuple((f"n{i}", "runs GPU pod ml/x (nvidia.com/gpu 8)") for i in range(130))
+    details = Removal(Outcome.SCALED, 5, "removed a", ("a",), kept).details()
+    assert len(details["kept"]) == 100 and details["kept_total"] == 130 and details["nodes"] == ["a"]
+    assert "kept_total" not in Removal(Outcome.SCALED, 5, "removed a", ("a",), kept[:3]).details()
