@@ -9,7 +9,9 @@ from flask.testing import FlaskClient
 
 from autoscaler.app import create_app
 from autoscaler.config import ConfigError, build_settings
+from autoscaler.models import Outcome
 from autoscaler.nodes import CORDON_ANNOTATION, cordon_mark
+from autoscaler.scale_in import Removal
 from tests.fakes.kube import FakeKube
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tests.support import AUTH, FakeClock, am_alert, am_payload, config, post
@@ -328,9 +330,6 @@ def test_dry_run_names_the_nodes_it_would_remove(tmp_path: Any, kube: FakeKube, 
 
 
 def test_details_list_at_most_a_hundred_kept_nodes() -> None:
-    from autoscaler.models import Outcome
-    from autoscaler.scale_in import Removal
-
     kept = tuple((f"n{i}", "runs GPU pod ml/x (nvidia.com/gpu 8)") for i in range(130))
     details = Removal(Outcome.SCALED, 5, "removed a", ("a",), kept).details()
     assert len(details["kept"]) == 100 and details["kept_total"] == 130 and details["nodes"] == ["a"]
