@@ -37,11 +37,15 @@ class KubeCluster:
 
             s = self.settings
             conf = client.Configuration()
-            if s.in_cluster:
-                config.load_incluster_config(client_configuration=conf)
-                _bearer_for_requests(conf)
-            elif s.kubeconfig:
-                config.load_kube_config(config_file=s.kubeconfig, context=s.context, client_configuration=conf)
+            try:
+                if s.in_cluster:
+                    config.load_incluster_config(client_configuration=conf)
+                elif s.kubeconfig:
+                    config.load_kube_config(config_file=s.kubeconfig, context=s.context, client_configuration=conf)
+            except (config.ConfigException, OSError, ValueError) as exc:
+                where = "in-cluster config" if s.in_cluster else f"kubeconfig {s.kubeconfig}"
+                raise ClusterError(f"{where}: {str(exc)[:200]}") from None
+            if s.in_cluster or s.kubeconfig:
                 _bearer_for_requests(conf)
             else:
                 conf.host = (s.host or "").rstrip("/")

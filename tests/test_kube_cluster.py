@@ -111,3 +111,9 @@ def test_kubeconfig_with_a_context(kube: FakeKube, tmp_path: Any) -> None:
 def test_kubernetes_section_is_checked(raw: dict[str, Any], problem: str) -> None:
     with pytest.raises(ValidationError, match=re.escape(problem)):
         KubernetesConfig.model_validate(raw)
+
+
+def test_missing_kubeconfig_is_a_cluster_error(tmp_path: Any) -> None:
+    c = KubeCluster(KubernetesConfig(kubeconfig=str(tmp_path / "none")))
+    with pytest.raises(ClusterError, match="kubeconfig .*none"):
+        c.nodes(POOL)
