@@ -104,6 +104,69 @@ def build_settings(raw: Any, env: dict[str, str] | None = None) -> Settings:
     return Settings(config=config, pools=pools)
 
 
+def warnings(settings: Settings) -> list[str]:
+    """What is valid but will not work as written: a pool's ``min`` below what its cloud allows, a secret too
+    short to be redacted by value."""
+    import providers
+
+    from autoscaler.redact import MIN_SECRET
+
+    out = []
+    auth = settings.config.server.auth
+    secrets = [(f"server.auth.bearer_tokens[{i}].token", t.token) for i, t in enumerate(auth.bearer_tokens)]
+    secrets += [(f"server.auth.basic[{i}].password", u.password) for i, u in enumerate(auth.basic)]
+    secrets += [("server.auth.grafana_hmac.secret", auth.grafana_hmac.secret)] if auth.grafana_hmac else []
+    out += [f"{path}: shorter than {MIN_SECRET} characters: too short to guess-proof, and not redacted by value "
+            "from logs" for path, secret in secrets if len(secret.get_secret_value()) < MIN_SECRET]
+    for index, spec in enumerate(settings.pools.values()):
+        floor_of = providers.factory(spec.provider).floor
+        if floor_of is None or spec.provider_settings is None:
+            continue
+        floor, why = floor_of(spec.provider_settings)
+        if spec.min < floor:
+            out.append(f"pools[{index}].min: {spec.min} is below what the cloud allows ({floor}: {why}); "
+                       f"scale-in stops at {floor} (skipped_limit)")
+    return out
+
+
+def _beside_field_errors(data: Any) -> list[str]:
+    """What the whole-file validation cannot reach once a field is wrong: the cross-field rules (read from the raw
+    file) and the provider sections of the pools that are valid themselves, so one run reports every problem."""
+    if not isinstance(data, dict):
+        return []
+    pools = _list(data.get("pools"))
+    replay = data.get("replay")
+    replay_rules = _list(replay.get("rules")) if isinstance(replay, dict) else []
+    names = [p.get("name") for p in pools if isinstance(p, dict)]
+    problems = reference_problems(names, [r.get("pool") for r in _list(data.get("rules")) if isinstance(r, dict)],
+                                  [r.get("pool") for r in replay_rules if isinstance(r, dict)])
+    server = data.get("server") if isinstance(data.get("server"), dict) else {}
+    assert isinstance(server, dict)
+    try:
+        auth = AuthConfig.model_validate(server.get("auth"))
+    except ValidationError:
+        auth = None  # its field errors are already reported
+    if auth is not None:
+        problems += credential_problems(auth, {n for n in names if isinstance(n, str)})
+    for index, raw_pool in enumerate(pools):
+        try:
+            pool = PoolConfig.model_validate(raw_pool)
+        except ValidationError:
+            continue
+        problems += pool.provider_settings(index)[1]
+    return problems
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _unique(problems: list[str]) -> list[str]:
+    """One line per problem, each once, in the order found."""
+    lines = [line for problem in problems for line in problem.split("\n") if line]
+    return list(dict.fromkeys(lines))
+
+
 def parse_selector(text: str) -> tuple[tuple[str, str], ...]:
     """``a=b,c=d`` -> ((a, b), (c, d)); ValueError saying what is wrong."""
     out = []
@@ -151,44 +214,6 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
             problems.append(f"{where}.node_selector: required with victims: {victims} (provider {pool.provider} "
                             "has no default), e.g. node_selector: \"nodepool=gpu\"")
     return {"victims": victims, "drain_timeout": drain, "node_selector": selector}
-
-
-def _part(data: Any, key: str, kind: type[Any]) -> Any:
-    """``data[key]`` when data is a mapping and that is a ``kind``, else an empty ``kind``."""
-    value = data.get(key) if isinstance(data, dict) else None
-    return value if isinstance(value, kind) else kind()
-
-
-def _beside_field_errors(data: Any) -> list[str]:
-    """What the whole-file validation cannot reach once a field is wrong: the cross-field rules (read from the raw
-    file) and the provider sections of the pools that are valid themselves, so one run reports every problem."""
-    if not isinstance(data, dict):
-        return []
-    pools, rules = _part(data, "pools", list), _part(data, "rules", list)
-    replay_rules = _part(_part(data, "replay", dict), "rules", list)
-    names = [p.get("name") for p in pools if isinstance(p, dict)]
-    problems = reference_problems(names, [r.get("pool") for r in rules if isinstance(r, dict)],
-                                  [r.get("pool") for r in replay_rules if isinstance(r, dict)])
-    server = _part(data, "server", dict)
-    try:
-        auth = AuthConfig.model_validate(server.get("auth"))
-    except ValidationError:
-        auth = None  # its field errors are already reported
-    if auth is not None:
-        problems += credential_problems(auth, {n for n in names if isinstance(n, str)})
-    for index, raw_pool in enumerate(pools):
-        try:
-            pool = PoolConfig.model_validate(raw_pool)
-        except ValidationError:
-            continue
-        problems += pool.provider_settings(index)[1]
-    return problems
-
-
-def _unique(problems: list[str]) -> list[str]:
-    """One line per problem, each once, in the order found."""
-    lines = [line for problem in problems for line in problem.split("\n") if line]
-    return list(dict.fromkeys(lines))
 
 
 def load_config(path: str, env: dict[str, str] | None = None) -> Settings:
