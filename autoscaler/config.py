@@ -124,7 +124,14 @@ def warnings(settings: Settings) -> list[str]:
     secrets += [("server.auth.grafana_hmac.secret", auth.grafana_hmac.secret)] if auth.grafana_hmac else []
     out += [f"{path}: shorter than {MIN_SECRET} characters: too short to guess-proof, and not redacted by value "
             "from logs" for path, secret in secrets if len(secret.get_secret_value()) < MIN_SECRET]
-    for index, spec in enumerate(settings.pools.values()):
+    for index, (pool, spec) in enumerate(zip(settings.config.pools, settings.pools.values())):
+        if (settings.config.kubernetes is not None and spec.victims == "cloud" and not spec.node_selector
+                and spec.provider_settings is not None
+                and not (pool.scale_in.victims or settings.config.defaults.scale_in.victims)
+                and isinstance(providers.build(spec.provider, spec.name, spec.provider_settings),
+                               providers.RemovesNamedNodes)):
+            out.append(f"pools[{index}].node_selector: not set, so the cloud picks which nodes a scale-in removes "
+                       f"(provider {spec.provider} has no default); set it for node-aware scale-in (victims: idle)")
         floor_of = providers.factory(spec.provider).floor
         if floor_of is None or spec.provider_settings is None:
             continue
@@ -195,14 +202,14 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
     removes = False
     if settings is not None:
         removes = isinstance(providers.build(pool.provider, pool.name, settings), providers.RemovesNamedNodes)
-    victims = pool.scale_in.victims or config.defaults.scale_in.victims
-    if victims is None:
-        victims = "idle" if removes and config.kubernetes is not None else "cloud"
     drain = pool.scale_in.drain_timeout or config.defaults.scale_in.drain_timeout or 600.0
     text = pool.node_selector
     factory = providers.factory(pool.provider)
     if text is None and factory.node_selector is not None and settings is not None:
         text = factory.node_selector(settings)
+    victims = pool.scale_in.victims or config.defaults.scale_in.victims
+    if victims is None:  # idle only where the pool's nodes can be found; else warnings() says why not
+        victims = "idle" if removes and config.kubernetes is not None and text is not None else "cloud"
     selector: tuple[tuple[str, str], ...] = ()
     if pool.node_selector is not None:
         try:
