@@ -124,6 +124,10 @@ def warnings(settings: Settings) -> list[str]:
     secrets += [("server.auth.grafana_hmac.secret", auth.grafana_hmac.secret)] if auth.grafana_hmac else []
     out += [f"{path}: shorter than {MIN_SECRET} characters: too short to guess-proof, and not redacted by value "
             "from logs" for path, secret in secrets if len(secret.get_secret_value()) < MIN_SECRET]
+    ignored = [("defaults", settings.config.defaults.scale_out)]
+    ignored += [(f"pools[{i}]", pool.scale_out) for i, pool in enumerate(settings.config.pools)]
+    out += [f"{where}.scale_out.delay_after_scale_out: does nothing (a scale-in setting: put it under scale_in)"
+            for where, direction in ignored if direction.delay_after_scale_out is not None]
     for index, (pool, spec) in enumerate(zip(settings.config.pools, settings.pools.values())):
         if (settings.config.kubernetes is not None and spec.victims == "cloud" and not spec.node_selector
                 and spec.provider_settings is not None

@@ -153,3 +153,12 @@ def test_everything_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     code, out, err = check(tmp_path, raw, monkeypatch, capsys)
     assert code == 0, err
     assert "6 pool(s)" in out
+
+
+def test_a_scale_in_key_under_scale_out_is_warned_about(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    raw = block("example")
+    raw["pools"][2]["scale_out"] = {"delay_after_scale_out": "5m"}
+    code, _, err = check(tmp_path, raw, monkeypatch, capsys)
+    assert code == 0
+    assert "warning: pools[2].scale_out.delay_after_scale_out: does nothing (a scale-in setting" in err
