@@ -235,8 +235,19 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
     return {"victims": victims, "drain_timeout": drain, "node_selector": selector}
 
 
-def load_config(path: str, env: dict[str, str] | None = None) -> Settings:
-    """Read and validate a YAML config file."""
+def offline(raw: Any) -> Any:
+    """The config as the replay reads it: nothing serves HTTP offline, so ``server.auth`` is not read (a file
+    without a ``server`` section, like CONTRACT's replay example, or whose secrets are not in the environment,
+    replays as it is); every other key is checked as for the service."""
+    if not isinstance(raw, dict):
+        return raw
+    server = raw.get("server")
+    rest = {k: v for k, v in server.items() if k != "auth"} if isinstance(server, dict) else {}
+    return {**raw, "server": {**rest, "auth": {"disabled": True}}}
+
+
+def load_config(path: str, env: dict[str, str] | None = None, *, for_replay: bool = False) -> Settings:
+    """Read and validate a YAML config file (``for_replay``: as :func:`offline` reads it)."""
     try:
         with open(path, encoding="utf-8") as fh:
             raw = yaml.safe_load(fh)
@@ -246,4 +257,4 @@ def load_config(path: str, env: dict[str, str] | None = None) -> Settings:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
         raise ConfigError([f"{path}: not valid YAML at {where}: {getattr(exc, 'problem', exc)}"]) from None
-    return build_settings(raw, env)
+    return build_settings(offline(raw) if for_replay else raw, env)
