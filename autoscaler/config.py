@@ -13,7 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from autoscaler import validation
-from autoscaler.models import DirectionPolicy, Mode, PoolSpec
+from autoscaler.models import DirectionPolicy, Mode, PoolSpec, Schedule
 from autoscaler.config_schema import (AuthConfig, Config, DirectionConfig, PoolConfig, credential_problems,
                                       reference_problems)
 
@@ -97,8 +97,14 @@ def build_settings(raw: Any, env: dict[str, str] | None = None) -> Settings:
             scale_in=_direction(config.defaults.scale_in, pool.scale_in),
             dedup_window=pool.dedup_window if pool.dedup_window is not None else config.defaults.dedup_window,
             provider_settings=settings,
+            gpus_per_node=pool.gpus_per_node,
+            provision_time=pool.provision_time,
+            schedules=tuple(Schedule(w.cron, w.duration, w.min, w.timezone) for w in pool.schedules),
             **_node_aware(config, index, pool, settings, problems),
         )
+        if pools[pool.name].scale_out.mode is Mode.DEMAND and pool.gpus_per_node is None:
+            problems.append(f"pools[{index}].gpus_per_node: required with scale_out.mode demand "
+                            "(the GPUs one node adds)")
     if problems:
         raise ConfigError(_unique(problems))
     return Settings(config=config, pools=pools)
@@ -129,19 +135,25 @@ def warnings(settings: Settings) -> list[str]:
     return out
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _beside_field_errors(data: Any) -> list[str]:
     """What the whole-file validation cannot reach once a field is wrong: the cross-field rules (read from the raw
     file) and the provider sections of the pools that are valid themselves, so one run reports every problem."""
     if not isinstance(data, dict):
         return []
-    pools = _list(data.get("pools"))
-    replay = data.get("replay")
-    replay_rules = _list(replay.get("rules")) if isinstance(replay, dict) else []
+    pools, rules = _list(data.get("pools")), _list(data.get("rules"))
+    replay_rules = _list(_dict(data.get("replay")).get("rules"))
     names = [p.get("name") for p in pools if isinstance(p, dict)]
-    problems = reference_problems(names, [r.get("pool") for r in _list(data.get("rules")) if isinstance(r, dict)],
+    problems = reference_problems(names, [r.get("pool") for r in rules if isinstance(r, dict)],
                                   [r.get("pool") for r in replay_rules if isinstance(r, dict)])
-    server = data.get("server") if isinstance(data.get("server"), dict) else {}
-    assert isinstance(server, dict)
+    server = _dict(data.get("server"))
     try:
         auth = AuthConfig.model_validate(server.get("auth"))
     except ValidationError:
@@ -155,10 +167,6 @@ def _beside_field_errors(data: Any) -> list[str]:
             continue
         problems += pool.provider_settings(index)[1]
     return problems
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 def _unique(problems: list[str]) -> list[str]:
