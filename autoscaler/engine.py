@@ -275,8 +275,8 @@ class Engine:
         if self.names_nodes(spec):
             self._sweep(spec, now, views)
         if plan.outcome is Outcome.DRY_RUN and by_name and not signal.nodes:
-            decision = self._preview(spec, plan, signal)
-            return decision, PoolChange(), _view_after(spec, cloud, facts, decision, now)
+            preview = self._preview(spec, plan, signal)
+            return preview, PoolChange(), _view_after(spec, cloud, facts, preview, now)
         if plan.outcome is not Outcome.SCALED:
             decision, change = self._plan_decision(spec, plan), PoolChange()
         else:
