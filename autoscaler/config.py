@@ -221,7 +221,12 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
         except ValueError as exc:
             problems.append(f"{where}.node_selector: {exc}")
     elif text:
-        selector = parse_selector(text)
+        try:
+            selector = parse_selector(text)
+        except ValueError as exc:  # the provider's default, built from its own settings: only read with a cluster
+            if config.kubernetes is not None:
+                problems.append(f"{where}.node_selector: the default from {where}.{pool.provider} is unusable: {exc}; "
+                                "set node_selector")
     if victims != "cloud" and settings is not None:
         if not removes:
             problems.append(f"{where}.scale_in.victims: {victims} needs a provider that removes named nodes; "

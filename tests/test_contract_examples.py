@@ -162,3 +162,19 @@ def test_a_scale_in_key_under_scale_out_is_warned_about(tmp_path: Path, monkeypa
     code, _, err = check(tmp_path, raw, monkeypatch, capsys)
     assert code == 0
     assert "warning: pools[2].scale_out.delay_after_scale_out: does nothing (a scale-in setting" in err
+
+
+def test_an_unusable_default_node_selector_is_a_problem_not_a_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/ack.md's example masks IDs the way Alibaba's console does (`np31…****`): not a label value."""
+    raw = block("more_clouds")
+    raw["pools"] = [{"name": "ack-gpu", "provider": "ack", "min": 0, "max": 4,
+                     "ack": {"cluster_id": "c82e6987e2961451182edacd74faf****", "region_id": "cn-hangzhou",
+                             "nodepool_id": "np31da1b38983f4511b490fc62108a****"}}]
+    code, _, err = check(tmp_path, raw, monkeypatch, capsys)
+    assert code == 0, err  # without `kubernetes:` the selector is never read
+    raw["kubernetes"] = {"in_cluster": True}
+    code, _, err = check(tmp_path, raw, monkeypatch, capsys)
+    assert code == 1
+    assert err.startswith("pools[0].node_selector: the default from pools[0].ack is unusable: "
+                          "'alibabacloud.com/nodepool-id=np31da1b38983f4511b490fc62108a****' is not label=value")
