@@ -242,7 +242,7 @@ class DefaultsConfig(_Frozen):
     @model_validator(mode="after")
     def _demand_scales_out(self) -> "DefaultsConfig":
         if self.scale_in.mode == "demand":
-            raise ValueError("defaults.scale_in.mode: `demand` sizes scale-outs only (use step or proportional)")
+            raise ValueError("scale_in.mode: `demand` sizes scale-outs only (use step or proportional)")
         return self
 
 
