@@ -12,7 +12,7 @@ from flask import Flask
 
 from autoscaler.api.body import close_after
 from autoscaler.auth import Authenticator
-from autoscaler.config import Settings, build_settings, load_config
+from autoscaler.config import Settings, build_settings, load_config, warnings
 from autoscaler.engine import Engine
 from autoscaler.events import EventLog, EventSink
 from autoscaler.metrics import Metrics, PoolStateCollector
@@ -53,6 +53,8 @@ def _announce(settings: Settings) -> None:
             log.warning("=" * 72)
             log.warning("DRY-RUN: pool %s will decide but NEVER change the cloud (dry_run: true)", spec.name)
             log.warning("=" * 72)
+    for warning in warnings(settings):
+        log.warning("config: %s", warning)
     if settings.config.server.auth.disabled:
         log.warning("AUTH DISABLED: anyone who can reach this service can scale your pools")
 

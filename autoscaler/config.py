@@ -110,8 +110,29 @@ def build_settings(raw: Any, env: dict[str, str] | None = None) -> Settings:
     return Settings(config=config, pools=pools)
 
 
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
+def warnings(settings: Settings) -> list[str]:
+    """What is valid but will not work as written: a pool's ``min`` below what its cloud allows, a secret too
+    short to be redacted by value."""
+    import providers
+
+    from autoscaler.redact import MIN_SECRET
+
+    out = []
+    auth = settings.config.server.auth
+    secrets = [(f"server.auth.bearer_tokens[{i}].token", t.token) for i, t in enumerate(auth.bearer_tokens)]
+    secrets += [(f"server.auth.basic[{i}].password", u.password) for i, u in enumerate(auth.basic)]
+    secrets += [("server.auth.grafana_hmac.secret", auth.grafana_hmac.secret)] if auth.grafana_hmac else []
+    out += [f"{path}: shorter than {MIN_SECRET} characters: too short to guess-proof, and not redacted by value "
+            "from logs" for path, secret in secrets if len(secret.get_secret_value()) < MIN_SECRET]
+    for index, spec in enumerate(settings.pools.values()):
+        floor_of = providers.factory(spec.provider).floor
+        if floor_of is None or spec.provider_settings is None:
+            continue
+        floor, why = floor_of(spec.provider_settings)
+        if spec.min < floor:
+            out.append(f"pools[{index}].min: {spec.min} is below what the cloud allows ({floor}: {why}); "
+                       f"scale-in stops at {floor} (skipped_limit)")
+    return out
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -123,10 +144,10 @@ def _beside_field_errors(data: Any) -> list[str]:
     file) and the provider sections of the pools that are valid themselves, so one run reports every problem."""
     if not isinstance(data, dict):
         return []
-    pools, rules = _list(data.get("pools")), _list(data.get("rules"))
+    pools = _list(data.get("pools"))
     replay_rules = _list(_dict(data.get("replay")).get("rules"))
     names = [p.get("name") for p in pools if isinstance(p, dict)]
-    problems = reference_problems(names, [r.get("pool") for r in rules if isinstance(r, dict)],
+    problems = reference_problems(names, [r.get("pool") for r in _list(data.get("rules")) if isinstance(r, dict)],
                                   [r.get("pool") for r in replay_rules if isinstance(r, dict)])
     server = _dict(data.get("server"))
     try:
@@ -142,6 +163,10 @@ def _beside_field_errors(data: Any) -> list[str]:
             continue
         problems += pool.provider_settings(index)[1]
     return problems
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _unique(problems: list[str]) -> list[str]:

@@ -13,6 +13,69 @@ from autoscaler.models import Action
 POOL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 
 
+MAX_PATTERN = 512
+#: Longest label value a ``match_re`` pattern is tried on; a longer one never matches (label values that route
+#: alerts are short; a long one is what makes a backtracking regex slow).
+MAX_MATCHED_LABEL = 128
+MAX_OPEN_REPEATS = 3  # unbounded repeats (``.*``, ``x+``) in one pattern: each multiplies the worst case by n
+
+
+def regex_risk(pattern: str) -> str:
+    """Why ``pattern`` could backtrack for exponential time (a repeated group holding another repeat or an
+    alternation, such as ``(a+)+`` or ``(a|ab)*``), or "" when it cannot. Python's ``re`` backtracks; refusing
+    these shapes at load, and capping the label length, keeps one match fast."""
+    import importlib
+
+    c: Any = importlib.import_module("re._constants")  # the stdlib's own parse of the pattern
+    parser: Any = importlib.import_module("re._parser")
+
+    if len(pattern) > MAX_PATTERN:
+        return f"pattern longer than {MAX_PATTERN} characters"
+    repeats = (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", c.MAX_REPEAT))
+
+    def items(node: Any) -> Any:
+        for part in node if isinstance(node, (list, tuple, parser.SubPattern)) else ():
+            if isinstance(part, tuple) and len(part) == 2 and isinstance(part[0], type(c.LITERAL)):
+                yield part
+            elif isinstance(part, (list, tuple, parser.SubPattern)):
+                yield from items(part)
+
+    def risky(node: Any, inside_repeat: bool) -> bool:
+        for op, av in items(node):
+            if op in repeats:
+                low, high, sub = av
+                if inside_repeat and low != high:
+                    return True
+                if risky(sub, inside_repeat or high > 1):
+                    return True
+            elif op is c.BRANCH:
+                if inside_repeat:
+                    return True
+                if any(risky(b, inside_repeat) for b in av[1]):
+                    return True
+            elif isinstance(av, (list, tuple, parser.SubPattern)) and risky(av, inside_repeat):
+                return True
+        return False
+
+    parsed = parser.parse(pattern)
+    if risky(parsed, False):
+        return ("a repeated group holds another repeat or an alternation (like (a+)+ or (a|ab)*), which can take "
+                "exponential time; use a character class or an unrepeated group")
+
+    def open_repeats(node: Any) -> int:
+        total = 0
+        for op, av in items(node):
+            if op in repeats:
+                total += (av[1] == c.MAXREPEAT) + open_repeats(av[2])
+            elif isinstance(av, (list, tuple, parser.SubPattern)):
+                total += open_repeats(av)
+        return total
+
+    if open_repeats(parsed) > MAX_OPEN_REPEATS:
+        return f"more than {MAX_OPEN_REPEATS} unbounded repeats (.*, +): split the rule or anchor the pattern"
+    return ""
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -274,6 +337,9 @@ class RuleConfig(_Frozen):
                 re.compile(pattern)
             except re.error as exc:
                 raise ValueError(f"{label}: not a valid regular expression: {exc}") from None
+            problem = regex_risk(pattern)
+            if problem:
+                raise ValueError(f"{label}: {problem}")
         return v
 
     @model_validator(mode="after")
@@ -394,6 +460,9 @@ class ReplayConfig(_Frozen):
     group_interval: Duration = 300.0
     repeat_interval: Duration = 300.0
     rules: list[ReplayRule] = Field(min_length=1)
+    placement: Literal["spread", "pack"] = Field(
+        default="spread", description="How the work lands on nodes: spread (kube-scheduler's default, "
+                                      "LeastAllocated) or pack (MostAllocated: the fullest node that fits).")
 
     @field_validator("evaluation_interval", "group_interval", "repeat_interval")
     @classmethod

@@ -28,6 +28,7 @@ from providers import NodePoolProvider, ProviderError, RemovesNamedNodes, Tracke
 log = logging.getLogger(__name__)
 
 LEASE_TTL = 30.0  # the default of server.lease_ttl; a running decision renews it every third of it
+MAX_DECISION = 3600.0  # a decision's lease is renewed for at most this long (drains included)
 BUSY_RETRY = 5.0  # Retry-After (at most) when the pool is held by another decision of ours
 UNEXPECTED_RETRY = 30.0  # Retry-After for a decision that failed on an unexpected error
 Clock = Callable[[], float]
@@ -48,6 +49,7 @@ class Engine:
         self.router = Router(settings.config.routing, settings.config.rules)
         self.lock_wait = settings.config.server.lock_wait
         self.lease_ttl = settings.config.server.lease_ttl
+        self.max_decision = MAX_DECISION
         self.owner_prefix = f"{socket.gethostname()}:{os.getpid()}"
         self._locks: dict[str, threading.Lock] = {name: threading.Lock() for name in settings.pools}
         self.nodes = NodeScaleIn(cluster, clock, sleep) if cluster is not None else None
@@ -145,11 +147,18 @@ class Engine:
     @contextmanager
     def _renewing(self, pool: str, owner: str) -> Iterator[None]:
         """Keep the pool's lease while the decision runs (the cloud call may outlast ``lease_ttl``): a small thread
-        bound to this decision extends it every third of the TTL, so only a dead worker's lease ever lapses."""
+        bound to this decision extends it every third of the TTL, so only a dead worker's lease ever lapses. A
+        decision still running after ``max_decision`` (a call that hangs for good) is let go: its lease lapses, so a
+        hung worker cannot hold its pool forever."""
         stop = threading.Event()
+        give_up = time.monotonic() + self.max_decision
 
         def renew() -> None:
-            while not stop.wait(self.lease_ttl / 3):
+            while not stop.wait(max(self.lease_ttl / 3, 0.05)):
+                if time.monotonic() >= give_up:
+                    log.error("decision on pool %s still running after %.0fs: its lease is left to lapse",
+                              pool, self.max_decision)
+                    return
                 try:
                     if not self.store.renew(pool, owner, self.clock(), self.lease_ttl):
                         log.error("lease of pool %s was lost while its decision ran (held past lease_ttl?)", pool)
@@ -250,15 +259,16 @@ class Engine:
                             retry_after=retry, details={"code": exc.code}), PoolChange(), None
         window = spec.scale_in.stabilization_window
         recent = self.store.recommendations(spec.name, now - window) if spec.proportional else []
+        named = self.names_nodes(spec) and (spec.victims != "cloud" or (signal.source is Source.MANUAL
+                                                                         and bool(signal.nodes)))
         sizing = signal.action is Action.SCALE_OUT or signal.target is not None  # where in flight changes the size
         views = self._marked_nodes(spec) if sizing else None  # one node list, shared with the sweep below
         facts = self.pool_facts(spec, cloud.current, now, views)
-        plan = decide(signal, spec, state, cloud, now, recent, facts)
+        plan = decide(signal, spec, state, cloud, now, recent, facts, named_scale_in=named)
         if plan.details.get("recommendation") is not None:
             self.store.add_recommendation(spec.name, now, int(plan.details["recommendation"]), now - window)
         plan = _said_by(signal, plan)
-        by_name = self.names_nodes(spec) and plan.action is Action.SCALE_IN and (
-            spec.victims != "cloud" or (signal.source is Source.MANUAL and bool(signal.nodes)))
+        by_name = named and plan.action is Action.SCALE_IN
         if plan.outcome is Outcome.SCALED and by_name:
             decision, change = self._act_nodes(provider, spec, state.failures, plan, now, signal, owner)
             return decision, change, _view_after(spec, cloud, facts, decision, now)
@@ -312,7 +322,7 @@ class Engine:
         started = time.monotonic()
 
         def renew() -> bool:
-            return self.store.acquire(spec.name, owner, self.clock(), self.lease_ttl) is not None
+            return bool(self.store.renew(spec.name, owner, self.clock(), self.lease_ttl))
 
         try:
             if signal.source is Source.MANUAL and signal.nodes:
@@ -354,6 +364,9 @@ class Engine:
         try:
             reached = provider.scale(plan.from_, plan.to, now)
         except ProviderError as exc:
+            if exc.limit:  # the cloud's own limit (an AKS System pool below 1 node): nothing failed, no backoff
+                return Decision(spec.name, plan.action, Outcome.SKIPPED_LIMIT, plan.from_, plan.from_,
+                                f"{plan.reason}: {redact_text(exc.message)}", details={"code": exc.code}), PoolChange()
             return self._failed(provider, spec, failures, plan, now, exc, time.monotonic() - started)
         except Exception as exc:  # a bug or an SDK surprise: fail this decision, keep serving
             log.exception("provider %s raised unexpectedly for pool %s", spec.provider, spec.name)

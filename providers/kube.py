@@ -49,6 +49,7 @@ class KubeCluster:
                 conf.verify_ssl = s.verify_ssl
                 conf.ssl_ca_cert = s.ca_cert
             conf.connection_pool_maxsize = max(conf.connection_pool_maxsize or 0, _PARALLEL)
+            conf.retries = 1  # bounded: a dead API server costs at most two timeouts per call
             self._core = client.CoreV1Api(client.ApiClient(conf))
         return self._core
 
@@ -103,7 +104,8 @@ class KubeCluster:
 
     # ---- changes ---------------------------------------------------------------------------------------------
     def cordon(self, name: str, owner: str, now: float) -> None:
-        body = {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDON_ANNOTATION: cordon_mark(owner, now)}}}
+        mark = cordon_mark(owner, now)
+        body = {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDON_ANNOTATION: mark}}}
         self._call(f"cordoning {name}", self._api().patch_node, name, body, _content_type=_MERGE)
 
     def uncordon(self, name: str) -> None:

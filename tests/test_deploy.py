@@ -144,6 +144,7 @@ def test_configmap_config_passes_our_validation() -> None:
                                    "AZURE_SUBSCRIPTION_ID": "00000000-0000-0000-0000-000000000000",
                                    "AKS_RESOURCE_GROUP": "rg-gpu", "AKS_CLUSTER": "prod"})
     assert settings.config.store.url.startswith("postgresql://")
+    assert settings.pools["gpu-h100"].victims == "idle"  # in-cluster, with rbac.yaml: node-aware scale-in
     secret_keys = set(_docs(K8S / "secret.example.yaml")[0]["stringData"])
     assert {"AUTOSCALER_TOKEN", "DATABASE_URL"} <= secret_keys
 

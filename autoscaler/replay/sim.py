@@ -124,7 +124,8 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     providers = {name: build(s.provider, name, s.provider_settings) for name, s in settings.pools.items()}
     provider = providers[pool]
     assert isinstance(provider, SimulatedProvider)
-    nodes = ReplayCluster(provider.node_names(), gpus_per_node(settings, pool), sim.provision_seconds, now)
+    nodes = ReplayCluster(provider.node_names(), gpus_per_node(settings, pool), sim.provision_seconds, now,
+                          pack=cfg.placement == "pack")
     # The engine's own node-aware scale-in (pick, cordon, re-check, remove by name) runs against the replay's
     # cluster; a forced drain's retries would sleep, the replay never forces one.
     engine = Engine(settings, store, providers, EventLog(store), clock=lambda: now, cluster=nodes,
@@ -199,9 +200,12 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
 
 
 def gpus_per_node(settings: Settings, pool: str) -> int:
-    """GPUs of one node of the pool: ``pools[].gpus_per_node`` where the config has it, else 8."""
-    value = getattr(settings.pools[pool], "gpus_per_node", None)
-    return int(value) if value else DEFAULT_GPUS_PER_NODE
+    """GPUs of one node of the pool: ``pools[].gpus_per_node`` where the pool sets it, else 8 (a default of 1, which
+    counts demand in nodes, would make every pod of the work model a whole node)."""
+    for raw in settings.config.pools:
+        if raw.name == pool and "gpus_per_node" in raw.model_fields_set:
+            return int(getattr(raw, "gpus_per_node"))
+    return DEFAULT_GPUS_PER_NODE
 
 
 def static_peak(trace: Trace) -> Run:

@@ -110,7 +110,9 @@ class MemoryStore(Store):
             event_id = self._append(event)
             row = self._pools.get(pool)
             if row is not None:
-                row.update(change.columns(), last_event_id=event_id, lease_owner=None, lease_until=None)
+                row.update(change.columns(), last_event_id=event_id)
+                if row["lease_owner"] == owner:  # a lapsed lease another decision took stays theirs
+                    row.update(lease_owner=None, lease_until=None)
             if confirm is not None:
                 for key in {hash_key(k) for k in confirm.keys}:
                     held = self._dedup.get(key)

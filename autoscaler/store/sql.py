@@ -13,10 +13,11 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator
 
-from sqlalchemy import Connection, bindparam, delete, insert, select, text, update
+from sqlalchemy import Connection, bindparam, case, delete, insert, select, text, update
 from sqlalchemy.exc import DataError, DBAPIError, DisconnectionError, IntegrityError, ProgrammingError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
@@ -52,10 +53,15 @@ _CONFIRM_KEYS = (update(tables.dedup).where(tables.dedup.c.key.in_(bindparam("p_
 
 @functools.lru_cache(maxsize=64)
 def _finish_sql(fields: tuple[str, ...]) -> Any:
-    """UPDATE of a pool's ``fields`` that also records its last event and releases its lease."""
+    """UPDATE of a pool's ``fields`` that also records its last event and releases its lease, if still the owner's
+    (a decision whose lease lapsed records what it did, but leaves the lease another decision took since)."""
     values: dict[str, Any] = {f: bindparam(f"p_{f}") for f in fields}
-    return (update(tables.pools).where(tables.pools.c.name == bindparam("p_name"))
-            .values(**values, last_event_id=bindparam("p_event"), lease_owner=None, lease_until=None))
+    p = tables.pools.c
+    ours = p.lease_owner == bindparam("p_owner")
+    return (update(tables.pools).where(p.name == bindparam("p_name"))
+            .values(**values, last_event_id=bindparam("p_event"),
+                    lease_owner=case((ours, None), else_=p.lease_owner),
+                    lease_until=case((ours, None), else_=p.lease_until)))
 
 
 class SqlStore(Store):
@@ -73,8 +79,20 @@ class SqlStore(Store):
         self.file = SqliteFile(path, self.options.probe_interval, self.engine.dispose) if path else None
         self._raw = RawConnections(self.engine)
         after_fork_dispose(self.engine)
-        if migrate:
-            self.migrate()
+        self._setup_lock = threading.Lock()
+        self._later: tuple[bool, list[str]] | None = None  # (migrate, pools) to set up once the file is back
+        try:
+            if self.file is not None:
+                self.file.check()
+            if migrate:
+                self.migrate()
+        except StoreUnavailable:
+            if self.file is None or not self.file.pinned:
+                raise  # a first start: say what is wrong and stop
+            # A gunicorn worker started (after a crash or a timeout) while the file its master opened is gone or
+            # read-only: serve 503 like its siblings, rather than stop the whole service or create a fresh file.
+            log.error("store not usable as this worker starts; it answers 503 until the file is back")
+            self._later = (migrate, [])
 
     def migrate(self) -> None:
         """Bring the schema to the newest revision (every replica may call this at once)."""
@@ -101,6 +119,22 @@ class SqlStore(Store):
         """SQLite: StoreUnavailable unless the file opened at start is still at its path, and writable."""
         if self.file is not None:
             self.file.check()
+        if self._later is not None:
+            self._set_up_later()
+
+    def _set_up_later(self) -> None:
+        """The migration and pool rows a worker could not write at its start, once the file is usable again."""
+        with self._setup_lock:
+            later, self._later = self._later, None  # cleared first: the transactions below pass through _guard
+            if later is None:
+                return
+            try:
+                if later[0]:
+                    self.migrate()
+                self._ensure_pools(later[1])
+            except BaseException:
+                self._later = later
+                raise
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
@@ -121,6 +155,12 @@ class SqlStore(Store):
     def ensure_pools(self, names: list[str]) -> None:
         if not names:
             return
+        if self._later is not None:
+            self._later = (self._later[0], list(names))
+            return
+        self._ensure_pools(names)
+
+    def _ensure_pools(self, names: list[str]) -> None:
         with self._tx() as conn:
             conn.execute(self._insert_ignore(tables.pools, [{"name": n, "paused": False, "pause_reason": "",
                                                              "failures": 0} for n in names]))
@@ -219,7 +259,8 @@ class SqlStore(Store):
         with self._tx() as conn:
             event_id = self._append(conn, event)
             conn.execute(_finish_sql(tuple(sorted(columns))),
-                         {"p_name": pool, "p_event": event_id, **{f"p_{k}": v for k, v in columns.items()}})
+                         {"p_name": pool, "p_owner": owner, "p_event": event_id,
+                          **{f"p_{k}": v for k, v in columns.items()}})
             if confirm is not None and confirm.keys:
                 self._confirm(conn, confirm)
         return event_id
