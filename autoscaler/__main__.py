@@ -58,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     hist.add_argument("--since", default="7d", help="how far back (default 7d)")
     hist.add_argument("--until", default=None, help="end, RFC 3339 UTC (default now)")
     hist.add_argument("--chunk", default="1d", help="time per range query (default 1d; at most 11,000 minutes)")
+    hist.add_argument("--bearer-token-file", default=None, help="file holding a bearer token for Prometheus "
+                      "(default: env PROMETHEUS_BEARER_TOKEN; basic auth: https://user:password@host in the URL)")
     hist.add_argument("--out", required=True, help="the trace CSV to write")
     cli.register(sub)
     args = parser.parse_args(argv)

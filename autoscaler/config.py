@@ -135,6 +135,10 @@ def warnings(settings: Settings) -> list[str]:
     return out
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -144,10 +148,10 @@ def _beside_field_errors(data: Any) -> list[str]:
     file) and the provider sections of the pools that are valid themselves, so one run reports every problem."""
     if not isinstance(data, dict):
         return []
-    pools = _list(data.get("pools"))
+    pools, rules = _list(data.get("pools")), _list(data.get("rules"))
     replay_rules = _list(_dict(data.get("replay")).get("rules"))
     names = [p.get("name") for p in pools if isinstance(p, dict)]
-    problems = reference_problems(names, [r.get("pool") for r in _list(data.get("rules")) if isinstance(r, dict)],
+    problems = reference_problems(names, [r.get("pool") for r in rules if isinstance(r, dict)],
                                   [r.get("pool") for r in replay_rules if isinstance(r, dict)])
     server = _dict(data.get("server"))
     try:
@@ -163,10 +167,6 @@ def _beside_field_errors(data: Any) -> list[str]:
             continue
         problems += pool.provider_settings(index)[1]
     return problems
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 def _unique(problems: list[str]) -> list[str]:

@@ -274,6 +274,9 @@ class Engine:
             return decision, change, _view_after(spec, cloud, facts, decision, now)
         if self.names_nodes(spec):
             self._sweep(spec, now, views)
+        if plan.outcome is Outcome.DRY_RUN and by_name and not signal.nodes:
+            preview = self._preview(spec, plan, signal)
+            return preview, PoolChange(), _view_after(spec, cloud, facts, preview, now)
         if plan.outcome is not Outcome.SCALED:
             decision, change = self._plan_decision(spec, plan), PoolChange()
         else:
@@ -313,6 +316,17 @@ class Engine:
             self.nodes.sweep(spec, since, views)
         except ClusterError as exc:
             log.warning("pool=%s stale-cordon sweep: %s", spec.name, redact_text(str(exc)))
+
+    def _preview(self, spec: PoolSpec, plan: Plan, signal: Signal) -> Decision:
+        """A dry-run scale-in that names its nodes: which would go and which stay (read only)."""
+        assert self.nodes is not None and plan.from_ is not None and plan.to is not None
+        decision = self._plan_decision(spec, plan)
+        try:
+            done = self.nodes.preview(spec, plan.from_ - plan.to, signal.nodes)
+        except ClusterError as exc:
+            return replace(decision, reason=f"{decision.reason}; nodes unknown: {redact_text(str(exc))}")
+        return replace(decision, reason=f"{decision.reason}; {done.reason}",
+                       details={**decision.details, **done.details()})
 
     def _act_nodes(self, provider: NodePoolProvider, spec: PoolSpec, failures: int, plan: Plan, now: float,
                    signal: Signal, owner: str) -> tuple[Decision, PoolChange]:

@@ -61,6 +61,12 @@ def test_bench_smoke_writes_sane_results(tmp_path: Path) -> None:
     assert 0 < fast["received_to_provider_ms"]["median"] < 1000
     assert fast["changed_to_active_s"]["median"] > 0
 
+    tune = _load(tmp_path, "tune")
+    for family in tune["families"].values():
+        assert 0 < family["tune_s"] < tune["limit_s"] and family["test_days"]
+        assert 0 < family["store_s"]["memory"] and 0 < family["search_ratio_to_naive"] < 1
+        assert family["mean"]["foresight"]["saturated_minutes"] == 0
+
     footprint = _load(tmp_path, "footprint")
     assert footprint["sdk_modules_loaded_by_service_import"] == "[]"
     for name in ("service", "baseline"):

@@ -34,7 +34,7 @@ MODE_KEYS = {
 }
 SCALE_IN_ONLY = {"step": ("delay_after_scale_out",),
                  "proportional": ("delay_after_scale_out", "stabilization_window")}
-ABOVE = (50, 60, 70, 75, 80, 85, 90, 95)
+ABOVE = (40, 50, 60, 70, 75, 80, 85, 90, 95)
 BELOW = (10, 20, 30, 40, 50, 60, 70)
 FOR = {Action.SCALE_OUT: (0, 30, 60, 120, 180, 300), Action.SCALE_IN: (60, 120, 300, 600, 900, 1800)}
 

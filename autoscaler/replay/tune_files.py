@@ -11,25 +11,37 @@ import yaml
 from autoscaler.config_schema import ReplayConfig, RoutingConfig
 from autoscaler.replay.space import Candidate, duration_text, settings_text, show
 from autoscaler.replay.tune import Score
+from autoscaler.replay.yaml_edit import edit
 
 #: Average GPU utilisation (0-100) of one pool's GPUs, from dcgm-exporter; ``{pool}``/``{pool_label}`` filled in.
 UTILIZATION_EXPR = 'avg by ({pool_label}) (DCGM_FI_DEV_GPU_UTIL{{pool_label}="{pool}"})'
 FRONTIER_HEADER = ["node_hours", "saturated_minutes", "direction_changes", "settings"]
 
 
-def write_tuned(path: str, raw: dict[str, Any], base: Candidate, chosen: Candidate, about: list[str]) -> None:
+def write_tuned(path: str, base_text: str, raw: dict[str, Any], pool: str, base: Candidate, chosen: Candidate,
+                about: list[str]) -> bool:
     """The base config with the chosen values, under a header that says what was tuned, on what, and from what.
 
-    The body is the base file re-serialised (``${VAR}`` references kept as written; comments are not kept, which
-    is why the header lists every value the tuner changed)."""
-    changed = [f"#   {k}: {show(k, base.get(k))} -> {show(k, v)}" for k, v in chosen.items() if base.get(k) != v]
+    The changed mappings are edited into the base file's own text (comments and layout kept, see ``yaml_edit``);
+    when that cannot give exactly ``raw``, the whole config is written out instead (``${VAR}`` references kept as
+    written, comments lost). Returns whether the comments were kept."""
+    changed = {k for k in {*base, *chosen} if base.get(k) != chosen.get(k)}
+    directions = [d for d in ("scale_out", "scale_in") if any(k.startswith(d + ".") for k in changed)]
+    rules = sorted({int(k.split(".")[1]) for k in changed if k.startswith("rules.")})
+    body = edit(base_text, raw, pool, directions, rules)
+    kept = body is not None
+    if body is None:
+        body = yaml.safe_dump(raw, sort_keys=False, default_flow_style=False, allow_unicode=True, width=120)
+    lines = [f"#   {k}: {show(k, base.get(k))} -> {show(k, chosen.get(k))}" for k in chosen if k in changed]
+    lines += [f"#   {k}: {show(k, base[k])} -> (not used by the new mode)" for k in base if k not in chosen]
     header = ["# Tuned by `python -m autoscaler replay --tune` on " +
               datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), *[f"# {line}" for line in about],
-              "# Changed from the base config (base -> tuned):", *(changed or ["#   nothing: the base config won"]),
-              "# Everything else is the base config's (limits, provider, Alertmanager timing, store, auth).", ""]
-    body = yaml.safe_dump(raw, sort_keys=False, default_flow_style=False, allow_unicode=True, width=120)
+              "# Changed from the base config (base -> tuned):", *(lines or ["#   nothing: the base config won"]),
+              "# Everything else is the base config's (limits, provider, Alertmanager timing, store, auth)" +
+              ("; its comments are below as they were." if kept else "; its comments could not be kept."), ""]
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("\n".join(header) + "\n" + body)
+    return kept
 
 
 def write_frontier(path: str, frontier: list[tuple[Candidate, Score]]) -> None:

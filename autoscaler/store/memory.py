@@ -171,7 +171,8 @@ class MemoryStore(Store):
 
     def event(self, event_id: int) -> EventRecord | None:
         with self._lock:
-            return self._events.get(event_id)
+            event = self._events.get(event_id)
+            return None if event is None else replace(event, alerts=list(event.alerts), details=dict(event.details))
 
     def recommendations(self, pool: str, since: float) -> list[tuple[float, int]]:
         with self._lock:
