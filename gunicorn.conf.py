@@ -8,10 +8,13 @@ threads = int(os.environ.get("GUNICORN_THREADS", "4"))
 graceful_timeout = 20
 keepalive = 5
 accesslog = os.environ.get("GUNICORN_ACCESS_LOG") or None
-if os.environ.get("LOG_FORMAT", "").lower() == "json":
-    from autoscaler.logjson import gunicorn_logconfig
+# gunicorn's own lines go through the service's formatters too (control characters escaped, secrets redacted)
+from autoscaler.logjson import gunicorn_logconfig  # noqa: E402
 
-    logconfig_dict = gunicorn_logconfig(os.environ.get("LOG_LEVEL", "INFO").upper())
+_json_logs = os.environ.get("LOG_FORMAT", "").lower() == "json"
+logconfig_dict = gunicorn_logconfig(os.environ.get("LOG_LEVEL", "INFO").upper(), "json" if _json_logs else "text",
+                                    access=_json_logs or bool(accesslog))
+if _json_logs:
     access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(L)ss'
 
 
@@ -23,6 +26,9 @@ def on_starting(server):  # noqa: ANN001 - gunicorn hook
         for name in os.listdir(path):
             if name.endswith(".db"):
                 os.remove(os.path.join(path, name))
+    from autoscaler.store.sqlite_file import pin_store
+
+    pin_store()  # a SQLite store's file is created here, once; workers never create it
 
 
 def child_exit(server, worker):  # noqa: ANN001 - gunicorn hook
@@ -31,3 +37,19 @@ def child_exit(server, worker):  # noqa: ANN001 - gunicorn hook
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(worker.pid)
+
+
+def post_worker_init(worker):  # noqa: ANN001 - gunicorn hook
+    """Start this worker's reconciler loop (one process at a time acts: it holds the store lease)."""
+    extensions = getattr(getattr(worker, "wsgi", None), "extensions", {})
+    reconciler = extensions.get("autoscaler_reconciler")
+    if reconciler is not None:
+        reconciler.start()
+
+
+def worker_exit(server, worker):  # noqa: ANN001 - gunicorn hook
+    """Give the reconciler's lease up, so another worker or replica takes over at its next tick."""
+    extensions = getattr(getattr(worker, "wsgi", None), "extensions", {})
+    reconciler = extensions.get("autoscaler_reconciler")
+    if reconciler is not None:
+        reconciler.stop(timeout=2.0)

@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from autoscaler import cli
-from autoscaler.config import ConfigError, load_config
+from autoscaler.config import ConfigError, load_config, warnings
 
 
 def check_config(path: str) -> int:
@@ -16,6 +16,8 @@ def check_config(path: str) -> int:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return 1
+    for warning in warnings(settings):  # valid, so exit 0, but said
+        print(f"warning: {warning}", file=sys.stderr)
     pools = settings.pools.values()
     parts = ", ".join(f"{p.name} ({p.provider} {p.min}..{p.max}{', dry-run' if p.dry_run else ''})" for p in pools)
     store = settings.config.store.url.split("://", 1)[0]

@@ -13,7 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from autoscaler import validation
-from autoscaler.models import DirectionPolicy, Mode, PoolSpec
+from autoscaler.models import DirectionPolicy, Mode, PoolSpec, Schedule
 from autoscaler.config_schema import (AuthConfig, Config, DirectionConfig, PoolConfig, credential_problems,
                                       reference_problems)
 
@@ -97,11 +97,50 @@ def build_settings(raw: Any, env: dict[str, str] | None = None) -> Settings:
             scale_in=_direction(config.defaults.scale_in, pool.scale_in),
             dedup_window=pool.dedup_window if pool.dedup_window is not None else config.defaults.dedup_window,
             provider_settings=settings,
+            gpus_per_node=pool.gpus_per_node,
+            provision_time=pool.provision_time,
+            schedules=tuple(Schedule(w.cron, w.duration, w.min, w.timezone) for w in pool.schedules),
             **_node_aware(config, index, pool, settings, problems),
         )
+        if pools[pool.name].scale_out.mode is Mode.DEMAND and pool.gpus_per_node is None:
+            problems.append(f"pools[{index}].gpus_per_node: required with scale_out.mode demand "
+                            "(the GPUs one node adds)")
     if problems:
         raise ConfigError(_unique(problems))
     return Settings(config=config, pools=pools)
+
+
+def warnings(settings: Settings) -> list[str]:
+    """What is valid but will not work as written: a pool's ``min`` below what its cloud allows, a secret too
+    short to be redacted by value."""
+    import providers
+
+    from autoscaler.redact import MIN_SECRET
+
+    out = []
+    auth = settings.config.server.auth
+    secrets = [(f"server.auth.bearer_tokens[{i}].token", t.token) for i, t in enumerate(auth.bearer_tokens)]
+    secrets += [(f"server.auth.basic[{i}].password", u.password) for i, u in enumerate(auth.basic)]
+    secrets += [("server.auth.grafana_hmac.secret", auth.grafana_hmac.secret)] if auth.grafana_hmac else []
+    out += [f"{path}: shorter than {MIN_SECRET} characters: too short to guess-proof, and not redacted by value "
+            "from logs" for path, secret in secrets if len(secret.get_secret_value()) < MIN_SECRET]
+    for index, spec in enumerate(settings.pools.values()):
+        floor_of = providers.factory(spec.provider).floor
+        if floor_of is None or spec.provider_settings is None:
+            continue
+        floor, why = floor_of(spec.provider_settings)
+        if spec.min < floor:
+            out.append(f"pools[{index}].min: {spec.min} is below what the cloud allows ({floor}: {why}); "
+                       f"scale-in stops at {floor} (skipped_limit)")
+    return out
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _beside_field_errors(data: Any) -> list[str]:
@@ -109,14 +148,12 @@ def _beside_field_errors(data: Any) -> list[str]:
     file) and the provider sections of the pools that are valid themselves, so one run reports every problem."""
     if not isinstance(data, dict):
         return []
-    pools = data.get("pools") if isinstance(data.get("pools"), list) else []
-    rules = data.get("rules") if isinstance(data.get("rules"), list) else []
-    replay = data.get("replay") if isinstance(data.get("replay"), dict) else {}
-    replay_rules = replay.get("rules") if isinstance(replay.get("rules"), list) else []
+    pools, rules = _list(data.get("pools")), _list(data.get("rules"))
+    replay_rules = _list(_dict(data.get("replay")).get("rules"))
     names = [p.get("name") for p in pools if isinstance(p, dict)]
     problems = reference_problems(names, [r.get("pool") for r in rules if isinstance(r, dict)],
                                   [r.get("pool") for r in replay_rules if isinstance(r, dict)])
-    server = data.get("server") if isinstance(data.get("server"), dict) else {}
+    server = _dict(data.get("server"))
     try:
         auth = AuthConfig.model_validate(server.get("auth"))
     except ValidationError:

@@ -13,6 +13,69 @@ from autoscaler.models import Action
 POOL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 
 
+MAX_PATTERN = 512
+#: Longest label value a ``match_re`` pattern is tried on; a longer one never matches (label values that route
+#: alerts are short; a long one is what makes a backtracking regex slow).
+MAX_MATCHED_LABEL = 128
+MAX_OPEN_REPEATS = 3  # unbounded repeats (``.*``, ``x+``) in one pattern: each multiplies the worst case by n
+
+
+def regex_risk(pattern: str) -> str:
+    """Why ``pattern`` could backtrack for exponential time (a repeated group holding another repeat or an
+    alternation, such as ``(a+)+`` or ``(a|ab)*``), or "" when it cannot. Python's ``re`` backtracks; refusing
+    these shapes at load, and capping the label length, keeps one match fast."""
+    import importlib
+
+    c: Any = importlib.import_module("re._constants")  # the stdlib's own parse of the pattern
+    parser: Any = importlib.import_module("re._parser")
+
+    if len(pattern) > MAX_PATTERN:
+        return f"pattern longer than {MAX_PATTERN} characters"
+    repeats = (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", c.MAX_REPEAT))
+
+    def items(node: Any) -> Any:
+        for part in node if isinstance(node, (list, tuple, parser.SubPattern)) else ():
+            if isinstance(part, tuple) and len(part) == 2 and isinstance(part[0], type(c.LITERAL)):
+                yield part
+            elif isinstance(part, (list, tuple, parser.SubPattern)):
+                yield from items(part)
+
+    def risky(node: Any, inside_repeat: bool) -> bool:
+        for op, av in items(node):
+            if op in repeats:
+                low, high, sub = av
+                if inside_repeat and low != high:
+                    return True
+                if risky(sub, inside_repeat or high > 1):
+                    return True
+            elif op is c.BRANCH:
+                if inside_repeat:
+                    return True
+                if any(risky(b, inside_repeat) for b in av[1]):
+                    return True
+            elif isinstance(av, (list, tuple, parser.SubPattern)) and risky(av, inside_repeat):
+                return True
+        return False
+
+    parsed = parser.parse(pattern)
+    if risky(parsed, False):
+        return ("a repeated group holds another repeat or an alternation (like (a+)+ or (a|ab)*), which can take "
+                "exponential time; use a character class or an unrepeated group")
+
+    def open_repeats(node: Any) -> int:
+        total = 0
+        for op, av in items(node):
+            if op in repeats:
+                total += (av[1] == c.MAXREPEAT) + open_repeats(av[2])
+            elif isinstance(av, (list, tuple, parser.SubPattern)):
+                total += open_repeats(av)
+        return total
+
+    if open_repeats(parsed) > MAX_OPEN_REPEATS:
+        return f"more than {MAX_OPEN_REPEATS} unbounded repeats (.*, +): split the rule or anchor the pattern"
+    return ""
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -113,6 +176,8 @@ class ServerConfig(_Frozen):
                                 "(a running decision renews it every third of it).")
     allowed_origins: list[str] = Field(default_factory=list, description="Browser origins besides the service's "
                                        "own that may send state-changing requests (scheme://host[:port]).")
+    reconcile_interval: Duration = Field(default=30.0, ge=0, description="How often the reconciler applies "
+                                         "schedule floors and refreshes each pool's cloud view (0: never).")
 
     @field_validator("allowed_origins")
     @classmethod
@@ -147,7 +212,7 @@ class DirectionConfig(_Frozen):
     step: int | None = Field(default=None, ge=1, le=1000)
     cooldown: Duration | None = None
     delay_after_scale_out: Duration | None = None
-    mode: Literal["step", "proportional"] | None = None
+    mode: Literal["step", "proportional", "demand"] | None = None
     target_utilization: float | None = Field(default=None, gt=0, le=100)
     max_step: int | None = Field(default=None, ge=1, le=1000)
     tolerance: float | None = Field(default=None, ge=0, lt=1)
@@ -173,6 +238,48 @@ class DefaultsConfig(_Frozen):
     scale_out: DirectionConfig = DirectionConfig(step=1, cooldown=300)
     scale_in: ScaleInConfig = ScaleInConfig(step=1, cooldown=900, delay_after_scale_out=600)
     dedup_window: Duration = 600.0
+
+    @model_validator(mode="after")
+    def _demand_scales_out(self) -> "DefaultsConfig":
+        if self.scale_in.mode == "demand":
+            raise ValueError("defaults.scale_in.mode: `demand` sizes scale-outs only (use step or proportional)")
+        return self
+
+
+class ScheduleConfig(_Frozen):
+    """A window that raises the pool's floor: opens at each ``cron`` time in ``timezone``, lasts ``duration``."""
+
+    cron: str = Field(description="Five-field cron expression of the window's starts, in `timezone`.")
+    duration: Duration = Field(description="How long each window lasts (elapsed time).")
+    min: int = Field(ge=0, le=1000, description="The pool's floor inside the window.")
+    timezone: str = Field(default="UTC", description="IANA time zone of the cron expression (Europe/Warsaw).")
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        from autoscaler.schedules import valid_cron
+
+        if not valid_cron(v):
+            raise ValueError(f"{v[:80]!r} is not a five-field cron expression (minute hour day month weekday)")
+        return v
+
+    @field_validator("duration")
+    @classmethod
+    def _duration(cls, v: float) -> float:
+        if not 0 < v <= 7 * 86400:
+            raise ValueError("must be more than 0 and at most 7d")
+        return v
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, v: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"{v[:80]!r} is not an IANA time zone (e.g. Europe/Warsaw, UTC)") from None
+        return v
 
 
 class RoutingConfig(_Frozen):
@@ -230,6 +337,9 @@ class RuleConfig(_Frozen):
                 re.compile(pattern)
             except re.error as exc:
                 raise ValueError(f"{label}: not a valid regular expression: {exc}") from None
+            problem = regex_risk(pattern)
+            if problem:
+                raise ValueError(f"{label}: {problem}")
         return v
 
     @model_validator(mode="after")
@@ -254,6 +364,27 @@ class PoolConfig(BaseModel):
     dedup_window: Duration | None = None
     node_selector: str | None = Field(default=None, min_length=1, description="Label selector of the pool's "
                                       "nodes, e.g. kubernetes.azure.com/agentpool=gpunp (default per provider).")
+    gpus_per_node: int | None = Field(default=None, ge=1, le=64, description="GPUs one node adds (demand mode "
+                                      "divides by it and needs it; the replay assumes 8 without it).")
+    provision_time: Duration = Field(default=600.0, description="Request to GPUs allocatable; nodes asked for "
+                                     "within it and not ready yet are in flight.")
+    schedules: list[ScheduleConfig] = Field(default_factory=list)
+
+    @field_validator("provision_time")
+    @classmethod
+    def _provision_time(cls, v: float) -> float:
+        if not 0 <= v <= 86400:
+            raise ValueError("must be from 0 to 24h")
+        return v
+
+    @model_validator(mode="after")
+    def _demand_and_floors(self) -> "PoolConfig":
+        if self.scale_in.mode == "demand":
+            raise ValueError("scale_in.mode: `demand` sizes scale-outs only (use step or proportional)")
+        for i, window in enumerate(self.schedules):
+            if window.min > self.max:
+                raise ValueError(f"schedules[{i}].min: must be <= max ({self.max})")
+        return self
 
     @field_validator("max")
     @classmethod
@@ -299,13 +430,15 @@ class InfluxConfig(_Frozen):
 
 
 class ReplayRule(_Frozen):
-    """One emulated alerting rule on the pool's average utilisation (0-100) of ready nodes."""
+    """One emulated alerting rule on the pool's average utilisation (0-100) of ready nodes (``above``/``below``), or
+    on its unmet demand in GPUs (``pending_above``: (demand - ready, clipped at 0) x gpus_per_node)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     alert: str = Field(min_length=1)
     above: float | None = Field(default=None, ge=0, le=100)
     below: float | None = Field(default=None, ge=0, le=100)
+    pending_above: float | None = Field(default=None, ge=0)
     for_: Duration = Field(default=0.0, alias="for")
     pool: str
     action: Action
@@ -314,8 +447,8 @@ class ReplayRule(_Frozen):
 
     @model_validator(mode="after")
     def _one_threshold(self) -> "ReplayRule":
-        if (self.above is None) == (self.below is None):
-            raise ValueError("give exactly one of `above` or `below`")
+        if sum(x is not None for x in (self.above, self.below, self.pending_above)) != 1:
+            raise ValueError("give exactly one of `above`, `below` or `pending_above`")
         return self
 
 
@@ -327,6 +460,9 @@ class ReplayConfig(_Frozen):
     group_interval: Duration = 300.0
     repeat_interval: Duration = 300.0
     rules: list[ReplayRule] = Field(min_length=1)
+    placement: Literal["spread", "pack"] = Field(
+        default="spread", description="How the work lands on nodes: spread (kube-scheduler's default, "
+                                      "LeastAllocated) or pack (MostAllocated: the fullest node that fits).")
 
     @field_validator("evaluation_interval", "group_interval", "repeat_interval")
     @classmethod

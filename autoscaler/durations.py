@@ -2,6 +2,7 @@
 timestamps as the API, the events and Alertmanager-shaped payloads write them (RFC 3339)."""
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime, timezone
 from typing import Annotated, Any
@@ -17,13 +18,18 @@ def parse_duration(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError("must be a duration such as 90, 90s, 5m or 1h")
     if isinstance(value, (int, float)):
+        if not math.isfinite(value):  # YAML's .nan / .inf: nan compares false with everything, so a window
+            raise ValueError("must be a finite duration")  # check against it would pass anything
         if value < 0:
             raise ValueError("must not be negative")
         return float(value)
     if isinstance(value, str):
         match = _PATTERN.match(value)
         if match:
-            return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+            seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
+            if not math.isfinite(seconds):
+                raise ValueError("must be a finite duration")
+            return seconds
     raise ValueError(f"must be a duration such as 90, 90s, 5m or 1h, not {value!r}")
 
 

@@ -72,18 +72,22 @@ class JsonFormatter(logging.Formatter):
         return _JSON_BREAKS.sub(lambda m: f"\\u{ord(m.group(0)):04x}", line)
 
 
-def gunicorn_logconfig(level: str = "INFO") -> dict[str, Any]:
-    """A ``logconfig_dict`` that sends gunicorn's error and access logs, and the root logger, through JSON."""
-    handler = {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}
+def gunicorn_logconfig(level: str = "INFO", fmt: str = "json", access: bool = True) -> dict[str, Any]:
+    """A ``logconfig_dict`` that sends gunicorn's error and access logs, and the root logger, through the JSON or
+    the text formatter (so gunicorn's own lines are escaped and redacted too); ``access`` False keeps access lines
+    out (gunicorn writes them whenever a logconfig is set)."""
+    formatter = "json" if fmt == "json" else "text"
+    handler = {"class": "logging.StreamHandler", "formatter": formatter, "stream": "ext://sys.stderr"}
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"json": {"()": "autoscaler.logjson.JsonFormatter"}},
+        "formatters": {"json": {"()": "autoscaler.logjson.JsonFormatter"},
+                       "text": {"()": "autoscaler.logjson.TextFormatter"}},
         "handlers": {"stderr": handler},
         "root": {"level": level, "handlers": ["stderr"]},
         "loggers": {
             "gunicorn.error": {"level": level, "handlers": ["stderr"], "propagate": False, "qualname": "gunicorn.error"},
-            "gunicorn.access": {"level": "INFO", "handlers": ["stderr"], "propagate": False,
+            "gunicorn.access": {"level": "INFO" if access else "WARNING", "handlers": ["stderr"], "propagate": False,
                                 "qualname": "gunicorn.access"},
         },
     }

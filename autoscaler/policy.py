@@ -1,10 +1,10 @@
 """The decision: a pure function of (signal, pool spec, pool state, cloud status, now). No I/O, no clock."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
-from autoscaler.models import Action, CloudStatus, Outcome, PoolSpec, PoolState, Signal
+from autoscaler.models import Action, CloudLimits, CloudStatus, Outcome, PoolFacts, PoolSpec, PoolState, Signal
 from autoscaler.proportional import propose
 
 BACKOFF_FIRST = 60.0
@@ -73,6 +73,23 @@ def _limit(spec: PoolSpec, action: Action | None, current: int, desired: int) ->
     return target, ""
 
 
+def _in_multiples(limits: CloudLimits, spec: PoolSpec, action: Action | None, current: int,
+                  target: int) -> tuple[int, str]:
+    """The target moved to a multiple of ``limits.multiple_of`` (GKE: the zone count) in the action's direction,
+    or else the other way, as long as it stays inside both bounds and still moves the right way; unchanged (and so
+    refused by ``limits.refuses``) when no multiple qualifies."""
+    step = limits.multiple_of
+    if step <= 1 or target % step == 0 or action is None:
+        return target, ""
+    up, down = -(-target // step) * step, target // step * step
+    for candidate in ((up, down) if action is Action.SCALE_OUT else (down, up)):
+        inside = spec.min <= candidate <= spec.max and limits.low <= candidate <= limits.high
+        if inside and (candidate > current if action is Action.SCALE_OUT else candidate < current):
+            why = f": {limits.multiple_why}" if limits.multiple_why else ""
+            return candidate, f", rounded from {target} to {candidate}, a multiple of {step}{why}"
+    return target, ""
+
+
 def _paused(state: PoolState, action: Action | None, current: int | None) -> Plan:
     why = f" ({state.pause_reason})" if state.pause_reason else ""
     return Plan(Outcome.SKIPPED_PAUSED, action, current, current, f"pool is paused{why}; resume it to scale")
@@ -100,9 +117,30 @@ def settled(signal: Signal, spec: PoolSpec, state: PoolState, now: float, curren
                 details={"cloud": "not read: the cooldown settles it"})
 
 
+def _with_facts(plan: Plan, facts: PoolFacts) -> Plan:
+    """Every decision made with the cloud's count says what was in flight and which floor held."""
+    extra: dict[str, Any] = {"in_flight": facts.in_flight}
+    if facts.in_flight_how:
+        extra["in_flight_how"] = facts.in_flight_how
+    if facts.floor is not None and facts.floor_how:
+        extra["floor"] = facts.floor
+        extra["floor_how"] = facts.floor_how
+    return replace(plan, details={**extra, **plan.details})
+
+
 def decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus, now: float,
-           recent: Sequence[tuple[float, int]] = ()) -> Plan:
-    """Decide what one signal does to one pool (``recent``: proportional recommendations as (time, nodes))."""
+           recent: Sequence[tuple[float, int]] = (), facts: PoolFacts = PoolFacts(), *,
+           named_scale_in: bool = False) -> Plan:
+    """Decide what one signal does to one pool (``recent``: proportional recommendations as (time, nodes);
+    ``facts``: nodes in flight and the effective min now, a schedule's floor when one is open;
+    ``named_scale_in``: a scale-in removes named nodes, so the cloud's resize granularity does not apply)."""
+    if facts.floor is not None and facts.floor > spec.min:
+        spec = replace(spec, min=min(facts.floor, spec.max))
+    return _with_facts(_decide(signal, spec, state, cloud, now, recent, facts.in_flight, named_scale_in), facts)
+
+
+def _decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus, now: float,
+            recent: Sequence[tuple[float, int]], in_flight: int, named_scale_in: bool) -> Plan:
     current = cloud.current
     action = signal.action
     if state.paused:
@@ -119,7 +157,7 @@ def decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus,
     if current is None:
         return Plan(Outcome.FAILED, action, None, None,
                     "the pool's current size is unknown; set it with PUT /api/v1/pools/{pool}/count")
-    proposal = propose(signal, spec, current, recent, now)
+    proposal = propose(signal, spec, current, recent, now, in_flight)
     details = dict(proposal.details) if proposal else {}
     if proposal is not None and proposal.skip is not None:
         return Plan(proposal.skip, action, current, current, proposal.how, details=details)
@@ -128,16 +166,23 @@ def decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus,
         desired, how = (proposal.target, proposal.how) if proposal.target is not None else (
             desired, f"{how}; {proposal.how}")
     target, limited = _limit(spec, action, current, desired)
-    limited = limited or (cloud.limits.refuses(target) if cloud.limits else "")
+    rounded = ""
+    if not limited and cloud.limits is not None:
+        limits = cloud.limits
+        if named_scale_in and action is Action.SCALE_IN:
+            limits = replace(limits, multiple_of=1)  # GKE's deleteInstances takes any number of nodes
+        target, rounded = _in_multiples(limits, spec, action, current, target)
+        limited = limits.refuses(target)
     if limited:
         return Plan(Outcome.SKIPPED_LIMIT, action, current, current, limited, details=details)
     assert action is not None
-    if not signal.force:
+    if not signal.force and not signal.floor:  # a floor is a limit, like min: no cooldown holds it back
         remaining = cooldown_remaining(spec, state, now)[action.value]
         if remaining > 0:
             return Plan(Outcome.SKIPPED_COOLDOWN, action, current, current,
                         f"{_words(action)} cooldown: {remaining:.0f}s left", retry_after=None, details=details)
-    clamp_note = f", clamped to {'max' if target == spec.max else 'min'} {target}" if target != desired else ""
+    clamp_note = rounded or (f", clamped to {'max' if target == spec.max else 'min'} {target}"
+                             if target != desired else "")
     if spec.dry_run:
         return Plan(Outcome.DRY_RUN, action, current, target,
                     f"dry run: would {_words(action)} {current} -> {target} ({how}{clamp_note})", details=details)

@@ -15,7 +15,7 @@ What counts as a secret of the config:
   ``hooks``); a segment of 8 or more characters that mixes classes (``a1b2c3d4``, ``AbCdEfGh``) or is 24 or more
   characters long is a secret. A ``{placeholder}`` splits a segment; configured pool names and actions are words.
 Values shorter than ``MIN_SECRET`` characters are not replaced by value (replacing every ``abc`` would garble every
-log line); check-config warns about such secrets.
+log line); check-config warns about credentials that short.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import re
 from typing import Any, Iterable
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
+import markupsafe
 from pydantic import BaseModel, SecretStr
 
 MASK = "**********"
@@ -81,7 +82,8 @@ class Redactor:
             for secret in {whole, *(p for p in whole.split() if not plain_word(p))}:
                 if len(secret) < MIN_SECRET:
                     continue
-                values |= {secret, json.dumps(secret)[1:-1], html.escape(secret), html.escape(secret, quote=False)}
+                values |= {secret, json.dumps(secret)[1:-1], html.escape(secret), html.escape(secret, quote=False),
+                           str(markupsafe.escape(secret))}  # the status page's templates escape with markupsafe
         self.secrets = frozenset(values)
         ordered = sorted(self.secrets, key=len, reverse=True)  # a secret that contains another goes first
         self._pattern = re.compile("|".join(re.escape(s) for s in ordered)) if ordered else None

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from autoscaler.config_schema import RoutingConfig, RuleConfig
+from autoscaler.config_schema import MAX_MATCHED_LABEL, RoutingConfig, RuleConfig
 from autoscaler.models import (Action, Alert, AlertStatus, Decision, Notification, Outcome, PoolSpec, Signal,
                                usable_value)
 
@@ -56,7 +56,7 @@ class Router:
     def _rule(self, labels: dict[str, str]) -> RuleConfig | None:
         for rule, patterns in self.rules:
             if all(labels.get(k) == v for k, v in rule.match.items()) and all(
-                p.fullmatch(labels.get(k, "")) for k, p in patterns.items()
+                _short(labels.get(k, "")) and p.fullmatch(labels.get(k, "")) for k, p in patterns.items()
             ):
                 return rule
         return None
@@ -119,7 +119,7 @@ class Router:
 
 def _group(note: Notification, kind: GroupKind, pool: str | None, action: Action | None, problem: str,
            alerts: tuple[Alert, ...], step: int | None, pools: Mapping[str, PoolSpec]) -> Signal | Unacted:
-    names = ", ".join(sorted({a.name or "(unnamed)" for a in alerts}))
+    names = _names(alerts)
 
     def unacted(outcome: Outcome, reason: str, with_action: bool = True) -> Unacted:
         return Unacted(Decision(pool, action if with_action else None, outcome, None, None, reason), alerts)
@@ -134,12 +134,32 @@ def _group(note: Notification, kind: GroupKind, pool: str | None, action: Action
     if kind is GroupKind.UNROUTED:
         return unacted(Outcome.UNROUTED, f"{names}: {problem}", False)
     if kind is GroupKind.UNKNOWN:
-        return unacted(Outcome.UNKNOWN_POOL, f"{names} asks for pool {pool!r}, which is not configured")
+        return unacted(Outcome.UNKNOWN_POOL, f"{names} asks for pool {_short_text(pool or '')!r}, which is not "
+                                             "configured")
     assert pool is not None and action is not None  # an ACT group is routed to a configured pool
     value_ref = pools[pool].direction(action).value_ref
     value, problem = usable_value([v for v in (a.value_for(value_ref) for a in alerts) if v is not None])
     return Signal(pool=pool, action=action, source=note.source, step=step, alerts=alerts, reason=f"alert {names}",
                   value=value, value_problem=problem)
+
+
+MAX_NAMES = 20  # alert names listed in one reason; the event's ``alerts`` keep every one
+
+
+def _names(alerts: tuple[Alert, ...]) -> str:
+    """The alerts' distinct names for a reason, at most ``MAX_NAMES`` (each shortened) and how many more."""
+    distinct = sorted({a.name or "(unnamed)" for a in alerts})
+    shown = ", ".join(_short_text(n) for n in distinct[:MAX_NAMES])
+    return shown + (f" and {len(distinct) - MAX_NAMES} more" if len(distinct) > MAX_NAMES else "")
+
+
+def _short_text(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _short(value: str) -> bool:
+    """Whether a label is short enough to try a ``match_re`` pattern on (a longer one never matches)."""
+    return len(value) <= MAX_MATCHED_LABEL
 
 
 def parse_step(text: str | None) -> tuple[int | None, str]:

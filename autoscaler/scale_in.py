@@ -17,10 +17,10 @@ from providers import NodeRef, ProviderError, RemovesNamedNodes
 
 log = logging.getLogger(__name__)
 
-SKEW = 5.0  # seconds of clock difference tolerated between replicas when reading a cordon's time
 REMOVAL_GRACE = 1800.0  # a node the cloud was asked to remove and still has after this is uncordoned again
 RETRY_EVERY = 5.0  # seconds between eviction rounds of a forced removal
-SHOWN = 4  # kept nodes named in a reason (all of them are in the details)
+SHOWN = 4  # kept nodes named in a reason (the details list more)
+KEPT_LISTED = 100  # kept nodes listed in an event's details (a big pool's event stays small)
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,11 @@ class Removal:
     uncordoned: tuple[str, ...] = field(default=())  # by the sweep
 
     def details(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"nodes": list(self.nodes), "kept": [{"node": n, "reason": r} for n, r in self.kept]}
+        """``nodes`` removed and ``kept`` with reasons (at most ``KEPT_LISTED``; ``kept_total`` says how many)."""
+        out: dict[str, Any] = {"nodes": list(self.nodes),
+                               "kept": [{"node": n, "reason": r} for n, r in self.kept[:KEPT_LISTED]]}
+        if len(self.kept) > KEPT_LISTED:
+            out["kept_total"] = len(self.kept)
         if self.uncordoned:
             out["uncordoned"] = list(self.uncordoned)
         return out
@@ -63,9 +67,13 @@ class NodeScaleIn:
         self.sleep = sleep
 
     # ---- leftovers -----------------------------------------------------------------------------------------------
-    def sweep(self, spec: PoolSpec, since: float, views: Sequence[NodeView] | None = None) -> list[str]:
-        """Uncordon the pool's nodes a decision that no longer holds the lease cordoned (it took the lease before
-        ``since``, so its mark is older); nodes whose removal was asked are left to the cloud for a while."""
+    def sweep(self, spec: PoolSpec, now: float, views: Sequence[NodeView] | None = None) -> list[str]:
+        """Uncordon the pool's nodes that carry our mark but were never handed to the cloud.
+
+        Called under the pool's lease, before this decision cordons anything: so every such mark belongs to a
+        decision that no longer holds the lease (its worker died, or it lost the lease and will not remove: it
+        renews the lease right before the removal). A node whose removal was asked (owner ends in ``/removing``)
+        is the cloud's for ``REMOVAL_GRACE``; one still there after that is uncordoned too."""
         if views is None:
             selector = dict(spec.node_selector)
             views = (self.cluster.marked(selector) if isinstance(self.cluster, MarkedNodes)
@@ -74,8 +82,8 @@ class NodeScaleIn:
         for view in views:
             if view.cordoned_by_us is None:
                 continue
-            limit = since - (REMOVAL_GRACE if view.cordon_owner.endswith(REMOVING) else SKEW)
-            if view.cordoned_by_us < limit:
+            removing = view.cordon_owner.endswith(REMOVING)
+            if not removing or view.cordoned_by_us < now - REMOVAL_GRACE:
                 self.cluster.uncordon(view.name)
                 done.append(view.name)
         if done:
@@ -84,26 +92,36 @@ class NodeScaleIn:
 
     # ---- scale-in by alert ---------------------------------------------------------------------------------------
     def scale_in(self, spec: PoolSpec, provider: RemovesNamedNodes, current: int, remove: int,
-                 alerted: Sequence[str], owner: str, since: float, renew: Callable[[], bool]) -> Removal:
+                 alerted: Sequence[str], owner: str, now: float, renew: Callable[[], bool]) -> Removal:
         """Remove up to ``remove`` idle nodes (alert-named first, then newest), never below ``spec.min``."""
-        views = self.cluster.nodes(dict(spec.node_selector))
-        swept = self.sweep(spec, since, views)
-        views = [replace(v, cordoned=False, cordoned_by_us=None, cordon_owner="") if v.name in swept else v
-                 for v in views]
-        chosen, kept = pick_victims(views, remove, alerted, spec.victims, spec.min)
-        kept_list = [(n.name, _why(n, r)) for n, r in kept]
         if spec.victims == "alerted" and not alerted:
+            swept = self.sweep(spec, now)
             return Removal(Outcome.SKIPPED_IN_USE, current, "victims: alerted, and the alerts name no node "
                            "(label routing.node_label)", uncordoned=tuple(swept))
+        views = self.cluster.nodes(dict(spec.node_selector))
+        swept = self.sweep(spec, now, views)
+        views = [replace(v, cordoned=False, cordoned_by_us=None, cordon_owner="") if v.name in swept else v
+                 for v in views if v.name in swept or not v.cordon_owner.endswith(REMOVING)]  # already going
+        chosen, kept = pick_victims(views, remove, alerted, spec.victims, spec.min)
+        kept_list = [(n.name, _why(n, r)) for n, r in kept]
         result = self._cordon_and_remove(spec, provider, current, chosen, kept_list, owner, renew)
         return replace(result, uncordoned=tuple(swept))
 
+    def preview(self, spec: PoolSpec, remove: int, alerted: Sequence[str]) -> Removal:
+        """What :meth:`scale_in` would pick, changing nothing (a dry-run pool)."""
+        views = [v for v in self.cluster.nodes(dict(spec.node_selector)) if not v.cordon_owner.endswith(REMOVING)]
+        chosen, kept = pick_victims(views, remove, alerted, spec.victims, spec.min)
+        names = tuple(v.name for v in chosen)
+        said = f"would remove {', '.join(names)}" if names else "no node could go"
+        return Removal(Outcome.DRY_RUN, len(views) - len(names), said, names,
+                       tuple((n.name, _why(n, r)) for n, r in kept))
+
     # ---- scale-in by name (manual) -------------------------------------------------------------------------------
     def remove_named(self, spec: PoolSpec, provider: RemovesNamedNodes, current: int, names: Sequence[str],
-                     room: int, force: bool, owner: str, since: float, renew: Callable[[], bool]) -> Removal:
+                     room: int, force: bool, owner: str, now: float, renew: Callable[[], bool]) -> Removal:
         """Remove the named nodes (at most ``room``); a busy one only with ``force``, after evicting its GPU pods."""
         views = {v.name: v for v in self.cluster.nodes(dict(spec.node_selector))}
-        swept = self.sweep(spec, since, list(views.values()))
+        swept = self.sweep(spec, now, list(views.values()))
         kept: list[tuple[str, str]] = []
         chosen: list[NodeView] = []
         busy: list[NodeView] = []
@@ -111,6 +129,8 @@ class NodeScaleIn:
             view = views.get(name)
             if view is None:
                 kept.append((name, f"not a node of pool {spec.name} (selector {_selector(spec)})"))
+            elif view.cordon_owner.endswith(REMOVING) and name not in swept:
+                kept.append((name, "its removal was already asked of the cloud"))
             elif view.protected:
                 kept.append((name, view.protected))
             elif len(chosen) + len(busy) >= room:

@@ -10,13 +10,13 @@ import logging
 import re
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from autoscaler.durations import Duration
-from autoscaler.models import CloudStatus
+from autoscaler.models import CloudLimits, CloudStatus
 from providers.arm_calls import Budget, call_with_budget
 from providers.base import NodeRef, ProviderError, ProviderFactory, Tracked
 
@@ -42,6 +42,8 @@ class AksSettings(BaseModel):
     arm_endpoint: str = Field(default=PUBLIC_ARM, description="ARM endpoint; sovereign clouds use their own.")
     authority_host: str | None = Field(default=None, description="Entra ID authority, e.g. login.chinacloudapi.cn.")
     api_version: str | None = Field(default=None, description="ARM api-version; the SDK's default when unset.")
+    mode: Literal["System", "User"] | None = Field(default=None, description="The agent pool's mode, when you "
+                                                   "want check-config to warn that a System pool keeps 1 node.")
     budget: Duration = Field(default=8.0, gt=0, description="Total time one read or change may take, retries included.")
     request_timeout: Duration = Field(default=5.0, gt=0, description="Read timeout of one HTTP attempt.")
     connect_timeout: Duration = Field(default=3.0, gt=0, description="Connect timeout of one HTTP attempt.")
@@ -203,7 +205,15 @@ class AksProvider:
         detail = f"provisioningState={state} powerState={power} mode={pool.mode}"
         if state != _SUCCEEDED:
             detail += f" (the last operation ended {state}; a new change retries it)"
-        return CloudStatus(current=count, detail=detail)
+        return CloudStatus(current=count, detail=detail, limits=self._cloud_limits(pool))
+
+    def _cloud_limits(self, pool: Any) -> CloudLimits | None:
+        """A System pool keeps at least one node: below it is a limit (skipped_limit), not a failure."""
+        if str(pool.mode or "User") != "System":
+            return None
+        return CloudLimits(low=SYSTEM_MIN, high=MAX_COUNT, owner=f"AKS System pool {self.settings.agent_pool}",
+                           low_name="floor", high_name="maximum",
+                           fix="AKS keeps at least 1 node in a System pool; scale a User pool to zero instead")
 
     def _check_limits(self, pool: Any, target: int) -> None:
         floor = SYSTEM_MIN if str(pool.mode or "User") == "System" else 0
@@ -213,6 +223,7 @@ class AksProvider:
                 f"{self._where}: {target} nodes is outside what AKS allows for {kind} ({floor}..{MAX_COUNT})",
                 retryable=False,
                 code="OutsideAksLimits",
+                limit=True,
             )
 
     def _fresh_read(self) -> tuple[Any, float | None]:
@@ -242,7 +253,7 @@ class AksProvider:
         """PUT the pool with the new count and return once ARM accepted it; the nodes come later."""
         if target < 0 or target > MAX_COUNT:
             raise ProviderError(f"{self._where}: {target} nodes is outside 0..{MAX_COUNT}",
-                                retryable=False, code="OutsideAksLimits")
+                                retryable=False, code="OutsideAksLimits", limit=True)
         pool, deadline = self._ready_for(target)
         s = self.settings
         pool.count = target
@@ -339,4 +350,6 @@ FACTORY = ProviderFactory(
     build=lambda pool, settings: AksProvider(pool, settings),
     description="Azure Kubernetes Service agent pool, through ARM (azure-mgmt-containerservice)",
     node_selector=lambda settings: f"kubernetes.azure.com/agentpool={settings.agent_pool}",
+    floor=lambda settings: (SYSTEM_MIN, "AKS keeps at least 1 node in a System pool") if settings.mode == "System"
+    else (0, ""),
 )

@@ -33,9 +33,11 @@ class ProviderError(Exception):
         code: str | None = None,
         applied: int | None = None,
         retry_after: float | None = None,
+        limit: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
+        self.limit = limit  # the target is outside what the cloud allows: a limit (skipped_limit), not a failure
         self.retryable = retryable
         self.code = code
         self.applied = applied
@@ -123,3 +125,6 @@ class ProviderFactory:
     #: The Kubernetes label selector of the pool's nodes, from the provider's settings (None: the pool must set
     #: ``node_selector`` itself), e.g. AKS: ``kubernetes.azure.com/agentpool=<agent_pool>``.
     node_selector: Callable[[Any], str | None] | None = None
+    #: The fewest nodes the cloud allows the pool, from its settings, and why (check-config warns when a pool's
+    #: ``min`` is below it; the provider reports the live floor in ``CloudStatus.floor``). None: 0.
+    floor: Callable[[Any], tuple[int, str]] | None = None

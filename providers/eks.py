@@ -24,11 +24,17 @@ from providers.base import NodeRef, ProviderError, ProviderFactory, Tracked
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-_ACTIVE = "ACTIVE"
+#: node group states a new size may be asked in: DEGRADED (health issues, e.g. no GPU capacity in the zone) is
+#: settled, and a new desired size is often how it recovers
+_SETTLED = frozenset({"ACTIVE", "DEGRADED"})
+_WORKING = frozenset({"CREATING", "UPDATING"})  # busy: wait; anything else (DELETING, *_FAILED) is refused
 _SETTLED_UPDATES = frozenset({"Successful", "Failed", "Cancelled"})
 _THROTTLED = frozenset({"ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded",
                         "SlowDown"})
 _BUSY = frozenset({"ResourceInUseException", "ScalingActivityInProgress", "ResourceContention"})
+#: DescribeUpdate calls one decision may spend on updates it has not seen settled. A fresh process meets the node
+#: group's whole update history; it works through it this many per decision instead of in one burst.
+MAX_DESCRIBES = 10
 _INSTANCE = re.compile(r"^aws:///[^/]*/(i-[0-9a-f]+)$")
 _NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]*$")
 
@@ -88,21 +94,31 @@ class EksProvider:
                  group.get("status"), group.get("scalingConfig"))
 
     def status(self, tracked: Tracked, now: float) -> CloudStatus:
-        """desiredSize is the count; busy while the node group is not ACTIVE or one of its updates is InProgress."""
+        """desiredSize is the count; busy while the node group is CREATING/UPDATING or an update is InProgress."""
         group = self._describe()
         scaling = group.get("scalingConfig") or {}
         state = str(group.get("status") or "UNKNOWN")
         current = scaling.get("desiredSize")
         limits = self._limits(scaling)
-        if state != _ACTIVE:
+        if state in _WORKING:
             return CloudStatus(current=current, busy=True, limits=limits,
                                detail=f"{self._where} is {state}: an earlier change is still in progress")
-        running = self._updates_in_progress()
+        self._refuse_state(state)
+        running, unchecked = self._updates_in_progress()
         if running:
             return CloudStatus(current=current, busy=True, limits=limits,
                                detail=f"{self._where} has update {running[0]} InProgress")
-        return CloudStatus(current=current, limits=limits,
-                           detail=f"status={state} minSize={scaling.get('minSize')} maxSize={scaling.get('maxSize')}")
+        later = f"; {unchecked} older update(s) not checked yet ({MAX_DESCRIBES} per decision)" if unchecked else ""
+        issues = ", ".join(sorted({str(i.get("code")) for i in (group.get("health") or {}).get("issues") or []}))
+        health = f" health issues: {issues}" if issues else ""
+        return CloudStatus(current=current, limits=limits, detail=f"status={state} minSize={scaling.get('minSize')} "
+                                                                  f"maxSize={scaling.get('maxSize')}{health}{later}")
+
+    def _refuse_state(self, state: str) -> None:
+        """A node group being deleted or that failed to be created or deleted cannot be scaled."""
+        if state not in _SETTLED and state not in _WORKING:
+            raise ProviderError(f"{self._where} is {state}; it cannot be scaled", retryable=False,
+                                code=f"NodeGroup{state.title().replace('_', '')}")
 
     def scale(self, current: int, target: int, now: float) -> int:
         """UpdateNodegroupConfig with only scalingConfig.desiredSize; returns once EKS accepted the update."""
@@ -134,9 +150,16 @@ class EksProvider:
         done = 0
         for instance in ids:
             try:
-                self._call("TerminateInstanceInAutoScalingGroup", lambda: client.terminate_instance_in_auto_scaling_group(
-                    InstanceId=instance, ShouldDecrementDesiredCapacity=True))
+                self._call("TerminateInstanceInAutoScalingGroup",
+                           lambda: client.terminate_instance_in_auto_scaling_group(
+                               InstanceId=instance, ShouldDecrementDesiredCapacity=True))
             except ProviderError as exc:
+                if self._terminating(group, instance):
+                    log.warning("eks pool=%s: terminating %s failed (%s), but the instance is leaving its Auto "
+                                "Scaling group: an earlier attempt was accepted and its answer lost", self.pool,
+                                instance, exc.message)
+                    done += 1
+                    continue
                 gone = f"{done} of {len(ids)} instance(s) were terminated" if done else "nothing was terminated"
                 raise ProviderError(f"{exc.message}; {gone}", retryable=exc.retryable, code=exc.code,
                                     retry_after=exc.retry_after, applied=current - done if done else None) from None
@@ -159,10 +182,12 @@ class EksProvider:
         limits = self._limits(group.get("scalingConfig") or {})
         why = limits.refuses(target) if limits else ""
         if why:
-            raise ProviderError(f"{self._where}: {why}", retryable=False, code="OutsideNodeGroupLimits")
-        if group.get("status") != _ACTIVE:
-            raise ProviderError(f"{self._where} is {group.get('status')}: an earlier change is still in progress",
+            raise ProviderError(f"{self._where}: {why}", retryable=False, code="OutsideNodeGroupLimits", limit=True)
+        state = str(group.get("status") or "UNKNOWN")
+        if state in _WORKING:
+            raise ProviderError(f"{self._where} is {state}: an earlier change is still in progress",
                                 retryable=True, code="NodeGroupBusy")
+        self._refuse_state(state)
 
     def _describe(self) -> dict[str, Any]:
         started = self._clock()
@@ -181,9 +206,13 @@ class EksProvider:
             return last[1]
         return self._describe()
 
-    def _updates_in_progress(self) -> list[str]:
-        """Ids of the node group's updates that are InProgress: ListUpdates (every page), then DescribeUpdate for
-        each id not already seen settled (a settled update never runs again, so each is described once)."""
+    def _updates_in_progress(self) -> tuple[list[str], int]:
+        """Ids of the node group's updates that are InProgress, and how many were left unchecked.
+
+        ListUpdates (every page; its order is undefined), then DescribeUpdate for at most ``MAX_DESCRIBES`` ids not
+        already seen settled. A settled update never runs again, so each is described once per process; the
+        node group's ``status`` (checked first) covers a running update while a fresh process catches up.
+        """
         eks = self._client("eks")
         s = self.settings
         ids: list[str] = []
@@ -196,14 +225,21 @@ class EksProvider:
             if not token:
                 break
         running = []
-        for update_id in ids:
+        for update_id in ids[:MAX_DESCRIBES]:
             update = self._call("DescribeUpdate", lambda: eks.describe_update(
                 name=s.cluster, nodegroupName=s.nodegroup, updateId=update_id)).get("update") or {}
             if update.get("status") in _SETTLED_UPDATES:
                 self._settled.add(update_id)
             else:
                 running.append(update_id)
-        return running
+        return running, max(0, len(ids) - MAX_DESCRIBES)
+
+    def _terminating(self, group: dict[str, Any], instance: str) -> bool:
+        """After a failed terminate: is the instance already leaving the group (a retry after a lost answer)?"""
+        try:
+            return instance not in self._group_instances(group)
+        except ProviderError:
+            return False
 
     def _group_instances(self, group: dict[str, Any]) -> set[str]:
         """Instance ids in the node group's Auto Scaling group(s) (DescribeAutoScalingGroups, one call)."""
@@ -264,6 +300,7 @@ def _translated(call: Callable[[], T], what: str) -> T:
     """Run a boto3 call; its errors become Transient (retry now) or ProviderError with AWS's code and message."""
     from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError, NoCredentialsError
     from botocore.exceptions import PartialCredentialsError
+    from botocore.parsers import ResponseParserError
 
     try:
         return call()
@@ -286,6 +323,8 @@ def _translated(call: Callable[[], T], what: str) -> T:
                             code="NoCredentials") from None
     except (ConnectionError, HTTPClientError) as exc:
         raise Transient(f"no answer from AWS ({type(exc).__name__})") from None
+    except ResponseParserError:  # a proxy's or a failing front end's HTML page instead of AWS's answer
+        raise Transient("an answer that is not AWS's (unparseable)") from None
     except BotoCoreError as exc:
         raise ProviderError(f"{what}: {type(exc).__name__}: {redact_text(str(exc))[:300]}", retryable=False) from None
 

@@ -127,7 +127,8 @@ class GkeProvider:
         zones = len(pool.instance_group_urls)
         why = self._limits(zones).refuses(target) if zones else f"{self._where} has no instance groups"
         if why:
-            raise ProviderError(f"{self._where}: {why}", retryable=False, code="OutsideNodePoolLimits")
+            raise ProviderError(f"{self._where}: {why}", retryable=False, code="OutsideNodePoolLimits",
+                                limit=bool(zones))
         request = SetNodePoolSizeRequest(name=self.name, node_count=target // zones)
         operation = self._call("setSize", lambda: self._client().set_node_pool_size(
             request=request, retry=None, timeout=self.settings.timeout))
@@ -159,6 +160,12 @@ class GkeProvider:
             try:
                 self._compute("POST", url + "/deleteInstances", body)
             except ProviderError as exc:
+                if self._deleting(url, instances):
+                    log.warning("gke pool=%s: deleteInstances in %s failed (%s), but the instances are leaving their "
+                                "group: an earlier attempt was accepted and its answer lost", self.pool, zone,
+                                exc.message)
+                    done += len(instances)
+                    continue
                 gone = f"{done} node(s) went before" if done else "nothing was deleted"
                 raise ProviderError(f"{exc.message}; {gone}", retryable=exc.retryable, code=exc.code,
                                     applied=current - done if done else None) from None
@@ -178,14 +185,25 @@ class GkeProvider:
             elif match.group("instance") not in wanted.setdefault(match.group("zone"), []):
                 wanted[match.group("zone")].append(match.group("instance"))
         for zone, instances in wanted.items():
-            answer = self._compute("POST", _manager_url(migs[zone]) + "/listManagedInstances", None)
-            managed = {str(i.get("instance", "")).rsplit("/", 1)[-1] for i in answer.get("managedInstances") or []
-                       if i.get("currentAction") not in ("DELETING", "ABANDONING")}
+            managed = self._managed(_manager_url(migs[zone]))
             unknown += [f"{i} (zone {zone})" for i in instances if i not in managed]
         if unknown:
             raise ProviderError(f"{self._where} has no instance for node(s) {', '.join(unknown)} (not in its instance "
                                 "groups, or already gone); nothing was deleted", retryable=False, code="NodeNotInPool")
         return {zone: found for zone, found in wanted.items() if found}
+
+    def _managed(self, manager_url: str) -> set[str]:
+        """Names of the MIG's instances that are not being deleted or abandoned (listManagedInstances)."""
+        answer = self._compute("POST", manager_url + "/listManagedInstances", None)
+        return {str(i.get("instance", "")).rsplit("/", 1)[-1] for i in answer.get("managedInstances") or []
+                if i.get("currentAction") not in ("DELETING", "ABANDONING")}
+
+    def _deleting(self, manager_url: str, instances: list[str]) -> bool:
+        """After a failed deleteInstances: are all these instances already leaving the group (a lost answer)?"""
+        try:
+            return not set(instances) & self._managed(manager_url)
+        except ProviderError:
+            return False
 
     def _limits(self, zones: int) -> CloudLimits:
         s = self.settings

@@ -37,10 +37,16 @@ class KubeCluster:
 
             s = self.settings
             conf = client.Configuration()
-            if s.in_cluster:
-                config.load_incluster_config(client_configuration=conf)
-            elif s.kubeconfig:
-                config.load_kube_config(config_file=s.kubeconfig, context=s.context, client_configuration=conf)
+            try:
+                if s.in_cluster:
+                    config.load_incluster_config(client_configuration=conf)
+                elif s.kubeconfig:
+                    config.load_kube_config(config_file=s.kubeconfig, context=s.context, client_configuration=conf)
+            except (config.ConfigException, OSError, ValueError) as exc:
+                where = "in-cluster config" if s.in_cluster else f"kubeconfig {s.kubeconfig}"
+                raise ClusterError(f"{where}: {str(exc)[:200]}") from None
+            if s.in_cluster or s.kubeconfig:
+                _bearer_for_requests(conf)
             else:
                 conf.host = (s.host or "").rstrip("/")
                 if s.token is not None:
@@ -49,6 +55,7 @@ class KubeCluster:
                 conf.verify_ssl = s.verify_ssl
                 conf.ssl_ca_cert = s.ca_cert
             conf.connection_pool_maxsize = max(conf.connection_pool_maxsize or 0, _PARALLEL)
+            conf.retries = 1  # bounded: a dead API server costs at most two timeouts per call
             self._core = client.CoreV1Api(client.ApiClient(conf))
         return self._core
 
@@ -103,7 +110,8 @@ class KubeCluster:
 
     # ---- changes ---------------------------------------------------------------------------------------------
     def cordon(self, name: str, owner: str, now: float) -> None:
-        body = {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDON_ANNOTATION: cordon_mark(owner, now)}}}
+        mark = cordon_mark(owner, now)
+        body = {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDON_ANNOTATION: mark}}}
         self._call(f"cordoning {name}", self._api().patch_node, name, body, _content_type=_MERGE)
 
     def uncordon(self, name: str) -> None:
@@ -125,6 +133,25 @@ class KubeCluster:
                 return _message(exc)
             raise ClusterError(f"evicting {namespace}/{pod}: {exc.status} {_message(exc)}") from None
         return None
+
+
+def _bearer_for_requests(conf: Any) -> None:
+    """kubernetes 36's config loaders store the token as ``api_key["authorization"]`` while its requests read
+    ``api_key["BearerToken"]``, so no token is sent (kubernetes-client/python#2584). Copy it across, now and after
+    each refresh (service-account tokens rotate); a no-op once the loaders write the new key themselves."""
+    def copy(c: Any) -> None:
+        if "authorization" in c.api_key:
+            c.api_key["BearerToken"] = c.api_key["authorization"]
+
+    loaders_hook = conf.refresh_api_key_hook
+
+    def refresh(c: Any) -> None:
+        if loaders_hook is not None:
+            loaders_hook(c)
+        copy(c)
+
+    copy(conf)
+    conf.refresh_api_key_hook = refresh
 
 
 def _message(exc: Any) -> str:

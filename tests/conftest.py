@@ -11,6 +11,7 @@ from flask.testing import FlaskClient
 
 from autoscaler.app import create_app
 from autoscaler.config import Settings, build_settings
+from tests.fakes.moto_eks import MotoServer
 from tests.pipeline_stack import Stack, start_stack
 from tests.support import BASE_CONFIG, FakeClock
 
@@ -55,3 +56,11 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield stack
     finally:
         stack.stop()
+
+
+@pytest.fixture(scope="session")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    """moto's server (EKS, Auto Scaling, EC2) as a process, with the EKS additions of ``tests.fakes.moto_eks``;
+    tests give their node groups unique names."""
+    with MotoServer(tmp_path_factory.mktemp("moto")) as server:
+        yield server

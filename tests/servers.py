@@ -46,12 +46,13 @@ class Service:
     """One gunicorn instance of ``app`` with its own config file and metrics directory.
 
     ``config`` None writes no config file (``env`` then names AUTOSCALER_CONFIG); ``root`` is the tree served
-    (its gunicorn.conf.py, cwd and PYTHONPATH); ``graceful_timeout`` overrides the config's, to stop fast.
+    (its gunicorn.conf.py, cwd and PYTHONPATH); ``graceful_timeout`` overrides the config's, to stop fast;
+    ``wrapper`` is a command line gunicorn is started under.
     """
 
     def __init__(self, config: dict[str, Any] | None, workdir: Path, workers: int = 2,
                  env: dict[str, str] | None = None, port: int | None = None, app: str = "app:app",
-                 graceful_timeout: int | None = None, root: Path = ROOT) -> None:
+                 graceful_timeout: int | None = None, root: Path = ROOT, wrapper: list[str] | None = None) -> None:
         self.config = config
         self.app = app  # the WSGI target (the benchmarks start a bare Flask app too)
         self.workdir = workdir
@@ -60,6 +61,7 @@ class Service:
         self.extra_env = env or {}
         self.graceful_timeout = graceful_timeout
         self.root = root
+        self.wrapper = list(wrapper or [])  # a command gunicorn runs under (e.g. setpriv, to drop capabilities)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = workdir / f"gunicorn-{self.port}.log"
 
@@ -84,7 +86,7 @@ class Service:
         if self.graceful_timeout is not None:
             args += ["--graceful-timeout", str(self.graceful_timeout)]
         self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([*args, self.app], cwd=self.root, env={**env, **self.extra_env}, stdout=self.log,
+        self.proc = subprocess.Popen([*self.wrapper, *args, self.app], cwd=self.root, env={**env, **self.extra_env}, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         return self
 

@@ -181,19 +181,22 @@ def test_ten_thousand_alerts_in_one_notification(tmp_path: Path, record_property
     body = json.dumps(am_payload(*alerts)).encode()
     assert len(body) < 4 * 1024 * 1024
     tracemalloc.start()
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.thread_time()
     resp = client.post("/webhook/alertmanager", data=body, headers={**AUTH, "Content-Type": "application/json"})
-    elapsed = time.perf_counter() - started
+    # The bound is on this thread's CPU time (the test client handles the request on it): wall time measures the
+    # machine's other tenants as much as this code.
+    elapsed, cpu = time.perf_counter() - started, time.thread_time() - cpu_started
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     record_property("seconds", round(elapsed, 2))
+    record_property("cpu_seconds", round(cpu, 2))
     record_property("peak_mib", round(peak / 2**20, 1))
-    print(f"10,000 alerts: {len(body) / 2**20:.1f} MiB body, {elapsed:.2f}s, peak {peak / 2**20:.1f} MiB traced")
+    print(f"10,000 alerts: {len(body) / 2**20:.1f} MiB body, {elapsed:.2f}s ({cpu:.2f}s CPU), peak {peak / 2**20:.1f} MiB traced")
     assert resp.status_code == 200, resp.get_json()
     answer = resp.get_json()
     assert answer["received"] == 10_000
     assert [d["outcome"] for d in answer["decisions"]] == ["scaled"]  # one decision for the whole group
-    assert elapsed < 10 and peak < 200 * 2**20
+    assert cpu < 10 and peak < 200 * 2**20
     event = client.get("/api/v1/events?limit=1", headers=AUTH).get_json()["events"][0]
     assert len(event["alerts"]) == 10_000  # every alert ends up in exactly one event
     again = client.post("/webhook/alertmanager", data=body, headers={**AUTH, "Content-Type": "application/json"})

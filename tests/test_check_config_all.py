@@ -34,3 +34,22 @@ def test_every_problem_in_one_run(tmp_path: Path, capsys: pytest.CaptureFixture[
         assert expected in lines
     assert any(line.startswith("pools[2].webhook.url: ") for line in lines)
     assert len(lines) == len(set(lines)) == 7
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "1.0e+999", "'" + "9" * 400 + "s'"])
+def test_non_finite_durations_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str) -> None:
+    """A NaN max_skew would let any HMAC timestamp through (nan compares false with everything)."""
+    path = tmp_path / "c.yaml"
+    path.write_text(f"server:\n  auth: {{grafana_hmac: {{secret: abcdefgh1, timestamp_header: X-Ts, "
+                    f"max_skew: {value}}}}}\npools:\n  - {{name: p, provider: simulated, min: 0, max: 1}}\n")
+    assert main(["check-config", str(path)]) == 1
+    assert capsys.readouterr().err.strip() == "server.auth.grafana_hmac.max_skew: must be a finite duration"
+
+
+def test_short_secrets_are_warned_about(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("server:\n  auth: {bearer_tokens: [abc, long-enough-1], basic: [{username: u, password: pw}]}\n"
+                    "pools:\n  - {name: p, provider: simulated, min: 0, max: 1}\n")
+    assert main(["check-config", str(path)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[1] for line in err] == [" server.auth.bearer_tokens[0].token", " server.auth.basic[0].password"]

@@ -54,6 +54,14 @@ def test_prometheus_config_and_rules_pass_promtool() -> None:
     rules = _run([promtool, "check", "rules", str(DEPLOY / "prometheus" / "gpu-autoscaler-rules.yml")])
     assert rules.returncode == 0, rules.stdout + rules.stderr
     assert "SUCCESS: 2 rules found" in rules.stdout
+    demand = _run([promtool, "check", "rules", str(DEPLOY / "prometheus" / "gpu-demand-rules.yml")])
+    assert demand.returncode == 0 and "SUCCESS: 1 rules found" in demand.stdout, demand.stdout + demand.stderr
+
+
+def test_demand_rule_sends_pending_gpus_as_its_value() -> None:
+    rule = _docs(DEPLOY / "prometheus" / "gpu-demand-rules.yml")[0]["groups"][0]["rules"][0]
+    assert 'kube_pod_status_phase{phase="Pending"}' in rule["expr"] and 'resource="nvidia_com_gpu"' in rule["expr"]
+    assert rule["labels"]["autoscaler_action"] == "scale_out" and rule["annotations"]["value"] == "{{ $value }}"
 
 
 def test_shipped_rules_route_to_the_autoscaler() -> None:
@@ -136,6 +144,7 @@ def test_configmap_config_passes_our_validation() -> None:
                                    "AZURE_SUBSCRIPTION_ID": "00000000-0000-0000-0000-000000000000",
                                    "AKS_RESOURCE_GROUP": "rg-gpu", "AKS_CLUSTER": "prod"})
     assert settings.config.store.url.startswith("postgresql://")
+    assert settings.pools["gpu-h100"].victims == "idle"  # in-cluster, with rbac.yaml: node-aware scale-in
     secret_keys = set(_docs(K8S / "secret.example.yaml")[0]["stringData"])
     assert {"AUTOSCALER_TOKEN", "DATABASE_URL"} <= secret_keys
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import copy
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,17 +15,13 @@ from autoscaler.policy import decide
 from providers import ProviderError, RemovesNamedNodes, Tracked, factory
 from providers.base import NodeRef
 from providers.eks import EksProvider, EksSettings
+from tests.fakes.kube import FakeKube
+from tests.fakes.lossy_forwarder import LossyForwarder
 from tests.fakes.moto_eks import AWS_ENV, MotoServer, asg_instances, create_node_group
-from tests.support import BASE_CONFIG
+from tests.support import BASE_CONFIG, am_alert, am_payload, make_app, post
 
 NOW = 1_700_000_000.0
 NO_TRACK = Tracked(None, None)
-
-
-@pytest.fixture(scope="module")
-def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
-    with MotoServer(tmp_path_factory.mktemp("moto")) as server:
-        yield server
 
 
 @pytest.fixture(autouse=True)
@@ -35,10 +30,12 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(key, value)
 
 
-def node_group(moto: MotoServer, *, desired: int = 2, min_size: int = 0, max_size: int = 8) -> tuple[EksProvider, str]:
+def node_group(moto: MotoServer, *, desired: int = 2, min_size: int = 0, max_size: int = 8,
+               status: str | None = None) -> tuple[EksProvider, str]:
     """A fresh cluster + node group (+ ASG with ``desired`` instances) on the shared moto, and its provider."""
     name = f"ng-{uuid.uuid4().hex[:8]}"
-    asg = create_node_group(moto.url, "prod", name, desired=desired, min_size=min_size, max_size=max_size)
+    asg = create_node_group(moto.url, "prod", name, desired=desired, min_size=min_size, max_size=max_size,
+                            status=status)
     settings = EksSettings(region="us-east-1", cluster="prod", nodegroup=name, endpoint_url=moto.url, retry_budget=1)
     return EksProvider("gpu-eks", settings, sleep=lambda s: None), asg
 
@@ -203,3 +200,72 @@ def test_check_config_messages(section: dict[str, Any], expected: str) -> None:
     with pytest.raises(ConfigError) as info:
         build_settings(raw, {})
     assert any(p.startswith(expected) for p in info.value.problems), info.value.problems
+
+
+def test_a_terminate_whose_answer_was_lost_counts_as_done(moto: MotoServer) -> None:
+    provider, asg = node_group(moto, desired=2)
+    (victim, zone), (kept, _) = asg_instances(moto.url, asg)
+    with LossyForwarder(moto.url) as lossy:
+        lossy.lose_next("Action=TerminateInstanceInAutoScalingGroup")
+        settings = provider.settings.model_copy(update={"endpoint_url": lossy.url})
+        flaky = EksProvider("gpu-eks", settings, sleep=lambda s: None)
+        assert flaky.remove_nodes([NodeRef("n", f"aws:///{zone}/{victim}")], 2, NOW) == 1
+        assert lossy.lost  # the answer was lost, the retry refused (already terminating), the removal stands
+    assert [i for i, _ in asg_instances(moto.url, asg)] == [kept]
+
+
+def test_a_fresh_process_works_through_a_long_update_history_in_bounded_steps(moto: MotoServer) -> None:
+    first, _ = node_group(moto, desired=1, max_size=20)
+    for size in range(2, 14):  # 12 updates in the node group's history
+        first.scale(size - 1, size, NOW)
+    fresh = EksProvider("gpu-eks", first.settings, sleep=lambda s: None)  # a restarted worker knows none of them
+    described: list[str] = []
+    fresh._client("eks").meta.events.register("before-call.eks.DescribeUpdate", lambda **kw: described.append("d"))
+    details = []
+    for _ in range(3):
+        described.clear()
+        detail = fresh.status(NO_TRACK, NOW).detail
+        details.append((len(described), detail))
+    assert [n for n, _ in details] == [10, 2, 0]
+    assert "2 older update(s) not checked yet (10 per decision)" in details[0][1]
+    assert "not checked" not in details[1][1]
+
+
+def test_node_aware_scale_in_terminates_the_idle_node_through_the_app(moto: MotoServer, tmp_path: Path) -> None:
+    provider, asg = node_group(moto, desired=3)
+    group = provider.settings.nodegroup
+    instances = asg_instances(moto.url, asg)
+    with FakeKube() as kube:
+        for i, (instance, zone) in enumerate(instances):  # oldest .. newest
+            kube.add_node(f"ip-10-0-0-{i}.ec2.internal", {"eks.amazonaws.com/nodegroup": group},
+                          created=f"2026-11-0{i + 1}T00:00:00Z", provider_id=f"aws:///{zone}/{instance}")
+        kube.add_node("ip-10-9-9-9.ec2.internal", {"eks.amazonaws.com/nodegroup": "cpu"})
+        kube.add_pod("train-7", "ip-10-0-0-2.ec2.internal", gpus=8)  # the newest node is busy
+        pool = {"name": "gpu", "provider": "eks", "min": 0, "max": 6,  # default node_selector: the nodegroup label
+                "eks": {"region": "us-east-1", "cluster": "prod", "nodegroup": group, "endpoint_url": moto.url}}
+        app = make_app(f"sqlite:///{tmp_path}/s.db", pools=[pool], kubernetes={"host": kube.url, "token": kube.token})
+        answer = post(app.test_client(), "/webhook/alertmanager", am_payload(am_alert("GPUUtilizationLow")))
+    decision = answer.get_json()["decisions"][0]
+    assert (decision["outcome"], decision["from"], decision["to"]) == ("scaled", 3, 2), decision
+    assert {i for i, _ in asg_instances(moto.url, asg)} == {instances[0][0], instances[2][0]}  # exactly the idle one
+    assert desired_size(moto, group) == 2
+
+
+@pytest.mark.parametrize("state,busy,code", [
+    pytest.param("UPDATING", True, None, id="updating-is-busy"),
+    pytest.param("CREATING", True, None, id="creating-is-busy"),
+    pytest.param("DEGRADED", False, None, id="degraded-may-be-resized"),
+    pytest.param("DELETING", None, "NodeGroupDeleting", id="deleting-is-refused"),
+    pytest.param("CREATE_FAILED", None, "NodeGroupCreateFailed", id="create-failed-is-refused"),
+])
+def test_node_group_states(moto: MotoServer, state: str, busy: bool | None, code: str | None) -> None:
+    provider, _ = node_group(moto, desired=2, status=state)
+    if code is not None:
+        with pytest.raises(ProviderError) as info:
+            provider.status(NO_TRACK, NOW)
+        assert info.value.code == code and not info.value.retryable and state in info.value.message
+        return
+    status = provider.status(NO_TRACK, NOW)
+    assert status.busy is busy and status.current == 2
+    if not busy:
+        assert provider.scale(2, 3, NOW) == 3 and desired_size(moto, provider.settings.nodegroup) == 3

@@ -4,6 +4,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -209,3 +210,78 @@ def test_read_only_disk_answers_503_and_writes_nothing(small_disk: Path) -> None
     retry = send(client, "fp-ro")  # the sender's retry acts: its dedup key was never written
     assert retry.status_code == 200 and retry.get_json()["decisions"][0]["outcome"] == "scaled"
     assert json.dumps(outcomes(client)) == '["scaled", "scaled"]'
+
+
+def _hook_answers(server: Service, fps: list[str]) -> list[requests.Response]:
+    return [requests.post(f"{server.url}/webhook/alertmanager", json=am_payload(am_alert(fingerprint=fp)),
+                          headers=AUTH, timeout=10) for fp in fps]
+
+
+def _booted(server: Service, workers: int = 2) -> None:
+    """Wait until every worker has built its app (gunicorn answers as soon as the first one has)."""
+    _wait(lambda: server.read_log().count("effective config:") >= workers)
+
+
+def _store_up(server: Service) -> str:
+    text = requests.get(f"{server.url}/metrics", timeout=10).text
+    return [line.split()[-1] for line in text.splitlines() if line.startswith("gpu_autoscaler_store_up")][0]
+
+
+@pytest.mark.slow
+def test_store_file_deleted_under_gunicorn(tmp_path: Path) -> None:
+    db = tmp_path / "data" / "state.db"
+    cfg = config(f"sqlite:///{db}")
+    with Service(cfg, tmp_path, workers=2, graceful_timeout=2) as server:
+        _booted(server)
+        assert [r.json()["decisions"][0]["outcome"] for r in _hook_answers(server, ["fp-1"])] == ["scaled"]
+        db.unlink()
+        answers = _hook_answers(server, [f"fp-gone-{i}" for i in range(6)])  # both workers, several threads
+        assert all(r.status_code == 503 and r.headers["Retry-After"] for r in answers), [r.text for r in answers]
+        assert all(requests.get(f"{server.url}/readyz", timeout=10).status_code == 503 for _ in range(4))
+        assert {_store_up(server) for _ in range(4)} == {"0.0"}
+        assert requests.get(f"{server.url}/healthz", timeout=10).status_code == 200
+        assert not db.exists()  # no fresh, empty database took its place
+        assert "database file was removed" in server.read_log()
+
+        victim = sorted(server.worker_pids())[0]  # a worker restarted now (a crash, a timeout) must not create one
+        os.kill(victim, signal.SIGKILL)
+        _wait(lambda: len(server.worker_pids()) == 2 and victim not in server.worker_pids())
+        _wait(lambda: server.read_log().count("effective config:") >= 3)
+        answers = _hook_answers(server, [f"fp-after-{i}" for i in range(6)])
+        assert all(r.status_code == 503 for r in answers), [r.text for r in answers]
+        assert all(requests.get(f"{server.url}/readyz", timeout=10).status_code == 503 for _ in range(4))
+        assert server.proc is not None and server.proc.poll() is None  # the service keeps serving (503s)
+        assert not db.exists()
+
+
+# root ignores file modes: run gunicorn without the capabilities that let it, as a service user would be
+NO_DAC = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search",
+          "--inh-caps", "-dac_override,-dac_read_search", "--"]
+
+
+@pytest.mark.slow
+def test_store_file_read_only_and_back_under_gunicorn(tmp_path: Path) -> None:
+    if shutil.which("setpriv") is None:
+        pytest.skip("needs setpriv to drop the capabilities that let root ignore file modes")
+    db = tmp_path / "state.db"
+    cfg = config(f"sqlite:///{db}")
+    cfg["defaults"] = {**cfg["defaults"], "scale_out": {"step": 1, "cooldown": 0}}
+    cfg["pools"][0]["max"] = 20
+    with Service(cfg, tmp_path, workers=2, graceful_timeout=2, wrapper=NO_DAC) as server:
+        _booted(server)
+        assert _hook_answers(server, ["fp-1"])[0].status_code == 200
+        os.chmod(db, 0o444)
+        time.sleep(2.5)  # the writability probe looks at most every 2 s per worker
+        answers = _hook_answers(server, [f"fp-ro-{i}" for i in range(6)])
+        assert all(r.status_code == 503 and r.headers["Retry-After"] for r in answers), [r.text for r in answers]
+        assert all(requests.get(f"{server.url}/readyz", timeout=10).status_code == 503 for _ in range(4))
+        assert {_store_up(server) for _ in range(4)} == {"0.0"}
+
+        os.chmod(db, 0o644)
+        time.sleep(2.5)
+        assert all(requests.get(f"{server.url}/readyz", timeout=10).status_code == 200 for _ in range(4))
+        answers = _hook_answers(server, [f"fp-ro-{i}" for i in range(6)])  # the senders' retries act
+        assert [r.status_code for r in answers] == [200] * 6, [r.text for r in answers]
+        assert {r.json()["decisions"][0]["outcome"] for r in answers} == {"scaled"}
+        pool = requests.get(f"{server.url}/api/v1/pools/gpu", headers=AUTH, timeout=10).json()
+        assert pool["current"] == 3 + 6  # nothing of the refused ones had been written

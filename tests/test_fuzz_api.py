@@ -1,6 +1,7 @@
 """schemathesis fuzzes every operation of /openapi.json against the app: no 5xx, JSON errors, fast answers."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +35,9 @@ def error_body_is_json(ctx: Any, response: schemathesis.Response, case: schemath
     assert isinstance(body, dict) and isinstance(body.get("error"), str) and body["error"], body
 
 
-def answers_fast(ctx: Any, response: schemathesis.Response, case: schemathesis.Case) -> None:
-    """No answer slower than a second."""
-    assert response.elapsed < MAX_SECONDS, f"answered in {response.elapsed:.2f}s"
-
-
 CHECKS = [schemathesis.checks.not_a_server_error, schemathesis.checks.status_code_conformance,
           schemathesis.checks.content_type_conformance, schemathesis.checks.response_schema_conformance,
-          error_body_is_json, answers_fast]
+          error_body_is_json]
 
 
 @schema.parametrize()
@@ -52,4 +48,9 @@ def test_every_operation(case: schemathesis.Case) -> None:
     pool = (case.path_parameters or {}).get("pool")
     if isinstance(pool, str) and len(pool) % 3:  # mostly real pools, sometimes an unknown one
         case.path_parameters["pool"] = POOLS[len(pool) % 2]
+    cpu_started = time.thread_time()
     case.call_and_validate(headers=AUTH, checks=CHECKS)
+    # No answer costs more than a second of CPU (the app runs in-process, on this thread; wall time would measure
+    # the machine's other tenants as much as this code).
+    cpu = time.thread_time() - cpu_started
+    assert cpu < MAX_SECONDS, f"{case.method} {case.formatted_path} took {cpu:.2f}s of CPU"

@@ -16,8 +16,9 @@ from providers import ProviderError, RemovesNamedNodes, Tracked, factory
 from providers.base import NodeRef
 from providers.gke import GkeProvider, GkeSettings
 from tests.fakes.gke_api import FakeGke
+from tests.fakes.kube import FakeKube
 from tests.fakes.httpbase import Reply
-from tests.support import BASE_CONFIG
+from tests.support import BASE_CONFIG, am_alert, am_payload, make_app, post
 
 TOKEN = "ya29.fake-gke-token-that-must-never-leak"
 NOW = 1_700_000_000.0
@@ -75,9 +76,12 @@ def test_one_read_of_the_pool_per_decision(gke: FakeGke) -> None:
                      "gpu-l4:setSize"]
 
 
-def test_target_not_a_multiple_of_the_zones_is_skipped_limit(gke: FakeGke) -> None:
+def test_a_step_is_rounded_to_the_zones_or_refused(gke: FakeGke) -> None:
     status = provider(gke).status(NO_TRACK, NOW)
-    plan = decide(OUT, spec(), PoolState(name="gpu-gke"), status, NOW)
+    plan = decide(OUT, spec(), PoolState(name="gpu-gke"), status, NOW)  # 2 + step 1 -> 4 (2 zones)
+    assert (plan.outcome, plan.to) == (Outcome.SCALED, 4)
+    assert "rounded from 3 to 4, a multiple of 2: GKE sets the node count per zone" in plan.reason
+    plan = decide(OUT, spec(max_size=3), PoolState(name="gpu-gke"), status, NOW)  # 4 is past max, 2 is no scale-out
     assert plan.outcome is Outcome.SKIPPED_LIMIT
     assert "not a multiple of 2 (GKE sets the node count per zone and the pool spans 2 zone(s))" in plan.reason
     with pytest.raises(ProviderError) as info:
@@ -220,3 +224,30 @@ def test_check_config_messages(section: dict[str, Any], expected: str) -> None:
     with pytest.raises(ConfigError) as info:
         build_settings(raw, {})
     assert any(p.startswith(expected) for p in info.value.problems), info.value.problems
+
+
+def test_a_delete_whose_answer_was_lost_counts_as_done(gke: FakeGke) -> None:
+    victim = gke.migs["us-central1-a"].instances[0]
+    gke.lose_answer_to = "/deleteInstances"  # deleted, then the connection drops; the retry is refused (not a member)
+    assert provider(gke).remove_nodes([NodeRef(victim, gke.provider_id("us-central1-a", victim))], 2, NOW) == 1
+    assert gke.size == 1 and sum(path.endswith("/deleteInstances") for _, path in gke.requests) == 2
+
+
+def test_node_aware_scale_in_deletes_the_idle_node_through_the_app(tmp_path: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    with FakeGke(TOKEN, per_zone=2) as gke, FakeKube() as kube:
+        nodes = [(zone, name) for zone, mig in gke.migs.items() for name in mig.instances]
+        for i, (zone, name) in enumerate(nodes):  # oldest .. newest
+            kube.add_node(name, {"cloud.google.com/gke-nodepool": gke.node_pool}, created=f"2026-11-0{i + 1}T00:00:00Z",
+                          provider_id=gke.provider_id(zone, name))
+        kube.add_pod("train-7", nodes[-1][1], gpus=8)  # the newest node is busy
+        monkeypatch.setattr("google.auth.default", lambda scopes=None: (Credentials(token=TOKEN), gke.project))
+        pool = {"name": "gpu", "provider": "gke", "min": 0, "max": 6,  # default node_selector: the node pool label
+                "gke": {"project": gke.project, "location": gke.location, "cluster": gke.cluster,
+                        "node_pool": gke.node_pool, "api_endpoint": gke.url}}
+        app = make_app(f"sqlite:///{tmp_path}/s.db", pools=[pool], kubernetes={"host": kube.url, "token": kube.token})
+        answer = post(app.test_client(), "/webhook/alertmanager", am_payload(am_alert("GPUUtilizationLow")))
+        decision = answer.get_json()["decisions"][0]
+        assert (decision["outcome"], decision["from"], decision["to"]) == ("scaled", 4, 3), decision  # not rounded to 2
+        left = [name for mig in gke.migs.values() for name in mig.instances]
+        assert left == [n for _, n in nodes if n != nodes[2][1]]  # exactly the newest idle node went

@@ -8,10 +8,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from autoscaler.app import create_app
 from autoscaler.config import build_settings
 from autoscaler.engine import LEASE_TTL
-from autoscaler.models import CloudStatus
+from autoscaler.models import Action, CloudStatus
+from autoscaler.store import EventRecord, PoolChange, SqlStore, Store
+from autoscaler.store.memory import MemoryStore
 from providers import Tracked
 from tests.fakes.scripted_cloud import ScriptedCloud
 from tests.support import AUTH, am_alert, am_payload, config
@@ -98,3 +102,46 @@ def test_our_lock_is_503_the_clouds_busy_is_200(tmp_path: Path) -> None:
     resp = _send(cloudy, "fp-c")
     assert resp.status_code == 200 and "Retry-After" not in resp.headers
     assert resp.get_json()["decisions"][0]["outcome"] == "skipped_busy"
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    made: Store = SqlStore(f"sqlite:///{tmp_path}/s.db") if request.param == "sqlite" else MemoryStore()
+    made.ensure_pools(["gpu"])
+    return made
+
+
+def test_finishing_after_the_lease_lapsed_leaves_the_new_holders_lease(store: Store) -> None:
+    """A decision whose lease lapsed (its renewals failed) still records what it did, but must not free the lease
+    another decision took meanwhile: that one would then run beside a third."""
+    assert store.acquire("gpu", "old", 100.0, 10.0) is not None
+    assert store.acquire("gpu", "new", 111.0, 10.0) is not None  # lapsed: taken over
+    event = EventRecord(time=112.0, pool="gpu", source="manual", action="scale_out", outcome="scaled", from_=2, to=3,
+                        reason="late")
+    store.finish("gpu", "old", event, PoolChange(at=112.0, acted=Action.SCALE_OUT))
+    assert store.pool("gpu").last_scale_out_at == 112.0  # what it did is recorded
+    assert store.acquire("gpu", "third", 113.0, 10.0) is None  # and the new holder still holds the pool
+    assert not store.renew("gpu", "old", 113.0, 10.0) and store.renew("gpu", "new", 113.0, 10.0)
+
+
+def test_a_hung_decision_is_let_go_after_max_decision(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path}/state.db"
+    slow = SlowCloud()
+    first = _replica(db, slow, lease_ttl="300ms", lock_wait="100ms")
+    first.extensions["autoscaler"].engine.max_decision = 0.5  # a cloud call that never returns, in short
+    other = _replica(db, ScriptedCloud(count=2), lease_ttl="300ms", lock_wait="100ms")
+    holder = threading.Thread(target=lambda: _send(first, "fp-hung"))
+    holder.start()
+    try:
+        assert slow.entered.wait(10)
+        assert _send(other, "fp-0").status_code == 503  # renewed past its TTL: still held
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            answer = _send(other, "fp-1")
+            if answer.status_code == 200:
+                break
+            time.sleep(0.1)
+    finally:
+        slow.gate.set()
+        holder.join(20)
+    assert answer.status_code == 200 and answer.get_json()["decisions"][0]["outcome"] == "scaled"

@@ -25,3 +25,15 @@ def test_two_thousand_unknown_pools_keep_metrics_bounded(tmp_path: Any) -> None:
     unknown = [line for line in text.splitlines()
                if line.startswith("gpu_autoscaler_decisions_total{") and 'pool="_unknown"' in line]
     assert unknown == ['gpu_autoscaler_decisions_total{action="scale_out",outcome="unknown_pool",pool="_unknown"} 2001.0']
+
+
+def test_reasons_stay_short_whatever_the_alerts_say(tmp_path: Any) -> None:
+    """A notification of 300 distinct alert names (within the 1 MiB body limit) asking for a 2,000-character pool
+    name: one short reason."""
+    client = make_app(f"sqlite:///{tmp_path}/s.db").test_client()
+    alerts = [am_alert(f"Alert{i}-" + "n" * 100, fingerprint=f"r{i}", autoscaler_pool="p" * 2000,
+                       autoscaler_action="scale_out") for i in range(300)]
+    decision = post(client, "/webhook/alertmanager", am_payload(*alerts)).get_json()["decisions"][0]
+    assert decision["outcome"] == "unknown_pool"
+    assert len(decision["reason"]) < 4000 and decision["reason"].count("Alert") == 20
+    assert "and 280 more" in decision["reason"]

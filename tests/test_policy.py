@@ -5,7 +5,8 @@ from dataclasses import replace
 
 import pytest
 
-from autoscaler.models import Action, CloudLimits, CloudStatus, DirectionPolicy, Outcome, PoolSpec, PoolState, Signal, Source
+from autoscaler.models import (Action, CloudLimits, CloudStatus, DirectionPolicy, Outcome, PoolSpec, PoolState, Signal,
+                               Source)
 from autoscaler.policy import backoff_seconds, cooldown_remaining, decide, settled
 
 NOW = 10_000.0
@@ -85,8 +86,17 @@ CLOUD_LIMIT_CASES = [
     pytest.param(IN, limited(2, replace(EKS, low=2)), Outcome.SKIPPED_LIMIT, 2, "below the EKS node group gpu's "
                  "minSize (2)", id="below-node-group-min-refused"),
     pytest.param(replace(OUT, step=3), limited(0, GKE), Outcome.SCALED, 3, "", id="multiple-of-zones"),
-    pytest.param(OUT, limited(0, GKE), Outcome.SKIPPED_LIMIT, 0, "not a multiple of 3 (3 zones)",
-                 id="not-a-multiple-of-zones"),
+    pytest.param(OUT, limited(0, GKE), Outcome.SCALED, 3, "rounded from 1 to 3, a multiple of 3: 3 zones",
+                 id="scale-out-rounded-up-to-the-zones"),
+    pytest.param(IN, limited(6, GKE), Outcome.SCALED, 3, "rounded from 5 to 3", id="scale-in-rounded-down"),
+    pytest.param(replace(OUT, step=2), limited(3, replace(GKE, multiple_of=2)), Outcome.SCALED, 6,
+                 "rounded from 5 to 6", id="uneven-zones-after-a-removal-evened-out"),
+    pytest.param(replace(OUT, step=2), limited(3, replace(GKE, multiple_of=2, high=4)), Outcome.SCALED, 4,
+                 "rounded from 5 to 4", id="rounded-down-when-up-is-past-the-cloud-max"),
+    pytest.param(OUT, limited(4, replace(GKE, multiple_of=4)), Outcome.SKIPPED_LIMIT, 4,
+                 "target 5 is not a multiple of 4 (3 zones)", id="no-multiple-of-zones-inside-max"),
+    pytest.param(IN, limited(2, replace(GKE, multiple_of=2)), Outcome.SKIPPED_LIMIT, 2,
+                 "target 1 is not a multiple of 2", id="no-multiple-of-zones-above-min"),
     pytest.param(replace(OUT, force=True), limited(4, EKS), Outcome.SKIPPED_LIMIT, 4, "maxSize",
                  id="force-never-beats-cloud-limits"),
 ]
@@ -158,3 +168,13 @@ def test_settled_short_cut(signal: Signal, spec: PoolSpec, state: PoolState, out
         assert (plan.from_, plan.to) == (4, 4)
         full = decide(signal, spec, state, cloud(4), NOW)
         assert full.outcome == plan.outcome and full.reason == plan.reason  # the same words as the full decision
+
+
+def test_a_named_scale_in_is_not_rounded_to_the_zones() -> None:
+    """GKE's deleteInstances removes any number of nodes; only a resize is per zone."""
+    plan = decide(IN, SPEC, STATE, limited(4, replace(GKE, multiple_of=2)), NOW, named_scale_in=True)
+    assert (plan.outcome, plan.to) == (Outcome.SCALED, 3)
+    plan = decide(IN, SPEC, STATE, limited(4, replace(GKE, multiple_of=2)), NOW)
+    assert (plan.outcome, plan.to) == (Outcome.SCALED, 2)
+    plan = decide(OUT, SPEC, STATE, limited(4, replace(GKE, multiple_of=4, high=8)), NOW, named_scale_in=True)
+    assert plan.outcome is Outcome.SKIPPED_LIMIT  # a scale-out is still a resize: 5 is no multiple of 4, 8 past max

@@ -2,12 +2,16 @@
 removal cuts (``interrupted_node_minutes``), for ``victims: idle`` and for the cloud picking the newest node."""
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from autoscaler.config import build_settings, load_config
+from autoscaler.__main__ import main
+from autoscaler.config import build_settings
 from autoscaler.models import Outcome
 from autoscaler.nodes import pick_victims
 from autoscaler.replay.cluster import ReplayCluster
@@ -34,6 +38,15 @@ def test_work_spreads_to_the_node_with_the_most_free_gpus() -> None:
     assert sum(pods_per_node(cluster).values()) == 16
     cluster.place(T0 + 300)  # c is ready: the waiting pods go there
     assert pods_per_node(cluster) == {"a": 8, "b": 8, "c": 4}
+
+
+def test_pack_fills_the_fullest_node_that_fits() -> None:
+    cluster = ReplayCluster(["a", "b", "c"], gpus_per_node=8, provision_seconds=0, start=T0, pack=True)
+    cluster.set_demand(1.5, T0)
+    assert pods_per_node(cluster) == {"a": 8, "b": 4, "c": 0}
+    cluster.set_demand(0.5, T0 + 60)  # pods 1-8 finish: a is empty, the next pods join b
+    cluster.set_demand(1.0, T0 + 120)
+    assert pods_per_node(cluster) == {"a": 0, "b": 8, "c": 0}
 
 
 def test_first_arrived_finish_first_and_cordoned_nodes_take_nothing() -> None:
@@ -123,13 +136,64 @@ def test_summary_sets_the_pools_victims_beside_the_clouds() -> None:
     assert data["baselines"]["static_peak"]["interrupted_node_minutes"] == 0.0
 
 
+@pytest.mark.parametrize("placement", ["spread", "pack"])
 @pytest.mark.parametrize("config_name", ["step", "proportional"])
 @pytest.mark.parametrize("trace_name", ["diurnal_inference", "training_queue"])
-def test_sample_traces_idle_interrupts_nothing_cloud_does(config_name: str, trace_name: str) -> None:
-    settings = load_config(str(ROOT / f"bench/replay/{config_name}.yaml"), env={})
+def test_sample_traces_idle_interrupts_nothing_cloud_does(config_name: str, trace_name: str,
+                                                          placement: str) -> None:
+    raw = yaml.safe_load((ROOT / f"bench/replay/{config_name}.yaml").read_text())
+    raw["replay"]["placement"] = placement
+    settings = build_settings(raw, env={})
     trace = load_trace(str(ROOT / f"bench/traces/{trace_name}.csv"))
     idle = simulate(settings, trace, victims="idle")
     cloud = simulate(settings, trace, victims="cloud")
     assert idle.interrupted_node_minutes == 0.0 and idle.interrupted_pods == 0
     assert cloud.interrupted_node_minutes > 0 and cloud.interrupted_pods > 0
-    assert figures(cloud)["node_hours"] < figures(idle)["node_hours"]  # spread work keeps busy nodes
+    if placement == "spread":  # spread work keeps busy nodes longer
+        assert figures(cloud)["node_hours"] < figures(idle)["node_hours"]
+
+
+def test_cli_summary_sets_victims_idle_beside_the_cloud(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    raw = config()
+    raw["kubernetes"] = {"host": "https://kubernetes.replay.invalid"}  # check-config's; the replay never calls it
+    raw["pools"][0].update(node_selector="pool=gpu", scale_in={**raw["pools"][0]["scale_in"], "victims": "idle"})
+    (tmp_path / "idle.yaml").write_text(yaml.safe_dump(raw))
+    rows = ["timestamp,demand"] + [f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(T0 + 60 * i))},{d}"
+                                   for i, d in enumerate(BUSY_BOTH)]
+    (tmp_path / "trace.csv").write_text("\n".join(rows) + "\n")
+    code = main(["replay", "--config", str(tmp_path / "idle.yaml"), "--trace", str(tmp_path / "trace.csv"),
+                 "--out", str(tmp_path / "out")])
+    assert code == 0
+    data = json.loads((tmp_path / "out/summary.json").read_text())
+    # fired at 1230 s, repeated every 5 min to the end of the hour; a skipped_in_use starts no cooldown
+    assert data["victims"] == "idle" and data["outcomes"] == {"skipped_in_use": 8}
+    assert data["interrupted_node_minutes_by_victims"] == {"idle": 0.0, "cloud": 2 * 20.5 / 8}
+    assert data["baselines"]["cloud_newest"]["outcomes"]["scaled"] == 1
+    assert "interrupted work 0.0 node-min with victims idle (cloud picking the newest: 5.1)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("named,outcome,left", [
+    pytest.param("gpu-old", SCALED, 1, id="named-idle-node-goes"),
+    pytest.param("gpu-new", IN_USE, 2, id="named-busy-node-stays"),
+])
+def test_alerted_victims_take_the_node_the_rule_names(named: str, outcome: Outcome, left: int) -> None:
+    raw = config()
+    raw["replay"]["rules"][0]["labels"] = {"node": named}  # routing.node_label's default
+    run = simulate(build_settings(raw, env={}), Trace(T0, tuple(BUSY_NEWEST)), victims="alerted")
+    (_, decision), *_ = run.decisions
+    assert decision.outcome is outcome and run.minutes[-1].ready == left
+    assert run.interrupted_node_minutes == 0.0
+
+
+@pytest.mark.parametrize("victims,outcome,ready,interrupted", [
+    pytest.param("cloud", SCALED, 1, 4 * 20.5 / 8, id="cloud-cuts-the-packed-newest-node"),
+    pytest.param("idle", SCALED, 1, 0.0, id="idle-removes-the-emptied-oldest-node"),
+])
+def test_packed_work_leaves_an_idle_node(victims: str, outcome: Outcome, ready: int, interrupted: float) -> None:
+    # pack: pods 1-8 on gpu-old, 9-12 on gpu-new; when 8 finish, gpu-old is empty and gpu-new holds the rest
+    raw = config()
+    raw["replay"]["placement"] = "pack"
+    run = simulate(build_settings(raw, env={}), Trace(T0, tuple(BUSY_BOTH)), victims=victims)
+    (_, decision), *_ = run.decisions
+    assert decision.outcome is outcome and run.minutes[-1].ready == ready
+    assert run.interrupted_node_minutes == interrupted

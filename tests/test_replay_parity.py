@@ -1,14 +1,18 @@
 """The replay and the live service share the decision code: the same alerts give the same decisions."""
 from __future__ import annotations
 
+import heapq
 from pathlib import Path
+from typing import Any
 
 from autoscaler.app import create_app
 from autoscaler.answers import decision_json
 from autoscaler.config import build_settings
+from autoscaler.replay.cluster import ReplayCluster
 from autoscaler.replay.sim import simulate
 from autoscaler.replay.trace import Trace, parse_time
 from autoscaler.store import SqlStore
+from providers.simulated import SimulatedProvider
 
 T0 = parse_time("2025-01-06T00:00:00Z")
 TOKEN = "parity-token"
@@ -52,3 +56,119 @@ def test_same_alert_sequence_same_decisions(tmp_path: Path) -> None:
     events = client.get("/api/v1/events?limit=500", headers={"Authorization": f"Bearer {TOKEN}"}).get_json()
     scaled = [e for e in events["events"] if e["outcome"] == "scaled"]
     assert scaled and all("formula" in e["details"] for e in scaled if e["action"] == "scale_out")
+
+
+def node_aware_config() -> dict[str, Any]:
+    return {
+        "server": {"auth": {"bearer_tokens": [TOKEN]}},
+        "defaults": {"dedup_window": "1m"},
+        "kubernetes": {"host": "https://kubernetes.replay.invalid"},  # never called: both sides get the cluster
+        "pools": [{"name": "gpu", "provider": "simulated", "min": 1, "max": 12, "node_selector": "pool=gpu",
+                   "scale_out": {"mode": "proportional", "target_utilization": 70, "max_step": 3, "cooldown": "3m"},
+                   "scale_in": {"mode": "proportional", "target_utilization": 70, "max_step": 1, "cooldown": "5m",
+                                "delay_after_scale_out": "5m", "stabilization_window": "5m", "victims": "idle"},
+                   "simulated": {"initial_count": 2, "provision_seconds": 240}}],
+        "replay": {"evaluation_interval": "30s", "group_wait": "30s", "group_interval": "1m",
+                   "repeat_interval": "3m",
+                   "rules": [{"alert": "GPUHigh", "above": 80, "for": "1m", "pool": "gpu", "action": "scale_out"},
+                             {"alert": "GPULow", "below": 40, "for": "5m", "pool": "gpu", "action": "scale_in"}]},
+    }
+
+
+def test_node_aware_scale_in_same_decisions_live_and_replayed(tmp_path: Path) -> None:
+    """victims: idle: the live app, given a cluster holding the same work at the same moments, picks, keeps and
+    removes the same nodes as the replay."""
+    settings = build_settings(node_aware_config(), env={})
+    demand = [1.0] * 10 + [3.0] * 20 + [7.5] * 40 + [2.0] * 60 + [0.5] * 60 + [0.0] * 30
+    trace = Trace(T0, tuple(demand))
+    replayed = simulate(settings, trace)
+    scaled_in = [d for _, d in replayed.decisions if d.outcome.value == "scaled" and d.action == "scale_in"]
+    in_use = [d for _, d in replayed.decisions if d.outcome.value == "skipped_in_use"]
+    assert scaled_in and in_use and all(d.details["nodes"] for d in scaled_in)
+    assert any(d.details["nodes"] != [f"gpu-node-{d.from_:04d}"] for d in scaled_in), "idle is not the newest"
+
+    provider = SimulatedProvider("gpu", settings.pools["gpu"].provider_settings)
+    cluster = ReplayCluster(provider.node_names(), 8, 240, T0)
+    clock = [T0]
+    app = create_app(settings, clock=lambda: clock[0], store=SqlStore(f"sqlite:///{tmp_path}/live.db"),
+                     startup_check=False, providers={"gpu": provider}, cluster=cluster)
+    client = app.test_client()
+    # The replay's order of events: trace minutes (the work changes), evaluations, notifications.
+    events: list[tuple[float, int, int]] = [(T0 + 60 * i, 0, i) for i in range(len(demand))]
+    events += [(T0 + 30 * k, 1, 0) for k in range(2 * len(demand))]
+    events += [(when, 2, i) for i, (when, _) in enumerate(replayed.notifications)]
+    heapq.heapify(events)
+    live = []
+    while events:
+        when, kind, index = heapq.heappop(events)
+        clock[0] = when
+        cluster.place(when)
+        if kind == 0:
+            cluster.set_demand(demand[index], when)
+        elif kind == 2:
+            resp = client.post("/webhook/alertmanager", json=replayed.notifications[index][1],
+                               headers={"Authorization": f"Bearer {TOKEN}"})
+            assert resp.status_code == 200, resp.get_json()
+            live += [(when, d) for d in resp.get_json()["decisions"]]
+            cluster.follow(provider.node_names(), when)
+
+    def key(d: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(d[k] for k in ("pool", "action", "outcome", "from", "to", "reason"))
+
+    assert [(t, key(d)) for t, d in live] == [(t, key(decision_json(d))) for t, d in replayed.decisions]
+    events = client.get("/api/v1/events?limit=500", headers={"Authorization": f"Bearer {TOKEN}"}).get_json()
+    removed = [e["details"]["nodes"] for e in reversed(events["events"])
+               if e["outcome"] == "scaled" and e["action"] == "scale_in"]
+    assert removed == [d.details["nodes"] for d in scaled_in]
+    assert cluster.interrupted_node_minutes == replayed.interrupted_node_minutes == 0.0
+
+
+def test_demand_mode_schedules_and_in_flight_decide_alike_live_and_replayed(tmp_path: Path) -> None:
+    raw = {
+        "server": {"auth": {"bearer_tokens": [TOKEN]}, "reconcile_interval": "30s"},
+        "defaults": {"dedup_window": "1m"},
+        "pools": [{"name": "gpu", "provider": "simulated", "min": 1, "max": 12, "gpus_per_node": 8,
+                   "provision_time": "8m",
+                   "scale_out": {"mode": "demand", "cooldown": "1m"},
+                   "scale_in": {"step": 1, "cooldown": "5m", "delay_after_scale_out": "5m"},
+                   "schedules": [{"cron": "0 3 * * *", "duration": "30m", "min": 5, "timezone": "UTC"}],
+                   "simulated": {"initial_count": 2, "provision_seconds": 480, "busy_seconds": 60}}],
+        "replay": {"evaluation_interval": "30s", "group_wait": "30s", "group_interval": "1m",
+                   "repeat_interval": "2m",
+                   "rules": [{"alert": "GPUDemandPending", "pending_above": 0, "for": "1m", "pool": "gpu",
+                              "action": "scale_out"},
+                             {"alert": "GPULow", "below": 40, "for": "5m", "pool": "gpu", "action": "scale_in"}]},
+    }
+    settings = build_settings(raw, env={})
+    demand = [1.0] * 20 + [6.0] * 40 + [1.0] * 180
+    replayed = simulate(settings, Trace(T0, tuple(demand)))
+    scaled = [d for _, d in replayed.decisions if d.outcome.value == "scaled"]
+    assert any("in flight" in d.reason for _, d in replayed.decisions)  # the demand formula met booting nodes
+    assert replayed.reconciles and max(m.requested for m in replayed.minutes) <= 6  # no overshoot past demand
+    assert any(d.to == 5 for d in scaled)  # the 03:00 window
+
+    clock = [T0]
+    app = create_app(settings, clock=lambda: clock[0], store=SqlStore(f"sqlite:///{tmp_path}/live2.db"),
+                     startup_check=False)
+    client = app.test_client()
+    reconciler = app.extensions["autoscaler_reconciler"]
+    steps = sorted([(t, 0, i) for i, (t, _) in enumerate(replayed.notifications)]
+                   + [(t, 1, -1) for t in replayed.reconciles])
+    live: list[tuple[float, dict[str, object]]] = []
+    for when, kind, index in steps:
+        clock[0] = when
+        if kind == 1:
+            live += [(when, decision_json(d)) for d in reconciler.tick(when).decisions]
+            continue
+        resp = client.post("/webhook/alertmanager", json=replayed.notifications[index][1],
+                           headers={"Authorization": f"Bearer {TOKEN}"})
+        assert resp.status_code == 200, resp.get_json()
+        live += [(when, d) for d in resp.get_json()["decisions"]]
+
+    def key(d: dict[str, object]) -> tuple[object, ...]:
+        return tuple(d[k] for k in ("pool", "action", "outcome", "from", "to", "reason"))
+
+    assert [(t, key(d)) for t, d in live] == [(t, key(decision_json(d))) for t, d in replayed.decisions]
+    sources = {e["source"] for e in client.get("/api/v1/events?limit=500",
+                                               headers={"Authorization": f"Bearer {TOKEN}"}).get_json()["events"]}
+    assert {"schedule", "alertmanager"} <= sources

@@ -129,3 +129,46 @@ def test_grafana_may_put_with_the_same_meaning(client: Any) -> None:
     spec = client.get("/openapi.json").get_json()
     assert {"post", "put"} <= set(spec["paths"]["/webhook/grafana"])
     assert client.put("/webhook/alertmanager", json={}, headers=AUTH).status_code == 405
+
+
+def test_dedup_pruner_keeps_up_with_a_large_notification(tmp_path: Any) -> None:
+    """45,000 expired dedup keys (what one large notification inserts) all go in one run, in small batches."""
+    from sqlalchemy import insert
+
+    from autoscaler.retention import Pruner
+    from autoscaler.store import tables
+    from autoscaler.store.sql import SqlStore
+
+    store = SqlStore(f"sqlite:///{tmp_path}/prune.db")
+    try:
+        rows = [{"key": f"k{i}", "pool": "gpu", "expires_at": 10.0, "claim": "c"} for i in range(45_000)]
+        with store.engine.begin() as conn:
+            conn.execute(insert(tables.dedup), rows)
+        assert store.claim_dedup("gpu", ("live",), 100.0, 600.0, "x")
+        assert Pruner(store, None, lambda: 100.0).run(100.0) == 45_000
+        assert not store.claim_dedup("gpu", ("live",), 100.0, 60.0, "y")  # a live key stays
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("pattern", [r"(a+)+$", r"(a|ab)*c", r"(\w+\s?)*$", r"(a?)+b", r".*a.*a.*a.*b"])
+def test_match_re_patterns_that_can_backtrack_without_bound_are_refused(tmp_path: Any, pattern: str) -> None:
+    from autoscaler.config import ConfigError
+
+    rules = [{"match_re": {"alertname": pattern}, "pool": "gpu", "action": "scale_out"}]
+    with pytest.raises(ConfigError, match=r"rules\[0\]\.match_re: alertname: "):
+        make_app(f"sqlite:///{tmp_path}/s.db", rules=rules)
+
+
+def test_a_long_label_is_not_matched_slowly(tmp_path: Any) -> None:
+    import time
+
+    rules = [{"match_re": {"alertname": r".*a.*a.*b"}, "pool": "gpu", "action": "scale_out"}]  # allowed: O(n^3)
+    client = make_app(f"sqlite:///{tmp_path}/s.db", rules=rules).test_client()
+    started = time.monotonic()
+    resp = client.post("/webhook/alertmanager", json=am_payload(am_alert("a" * 1500, fingerprint="long")),
+                       headers=AUTH)
+    assert time.monotonic() - started < 0.5
+    assert resp.get_json()["decisions"][0]["outcome"] == "unrouted"
+    ok = client.post("/webhook/alertmanager", json=am_payload(am_alert("aab", fingerprint="short")), headers=AUTH)
+    assert ok.get_json()["decisions"][0]["outcome"] == "scaled"

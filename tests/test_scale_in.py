@@ -9,7 +9,9 @@ from flask.testing import FlaskClient
 
 from autoscaler.app import create_app
 from autoscaler.config import ConfigError, build_settings
+from autoscaler.models import Outcome
 from autoscaler.nodes import CORDON_ANNOTATION, cordon_mark
+from autoscaler.scale_in import Removal
 from tests.fakes.kube import FakeKube
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tests.support import AUTH, FakeClock, am_alert, am_payload, config, post
@@ -130,7 +132,8 @@ def test_pod_landing_while_cordoning_keeps_the_node(tmp_path: Any, kube: FakeKub
     assert receiver.received[0].body["nodes"] == ["gpunp-0"]
     assert "unschedulable" not in kube.nodes["gpunp-1"]["spec"]
     assert CORDON_ANNOTATION not in kube.nodes["gpunp-1"]["metadata"]["annotations"]
-    assert {"node": "gpunp-1", "reason": "runs GPU pod ml/late (nvidia.com/gpu 1)"} in last_event(s.client)["details"]["kept"]
+    kept = last_event(s.client)["details"]["kept"]
+    assert {"node": "gpunp-1", "reason": "runs GPU pod ml/late (nvidia.com/gpu 1)"} in kept
 
 
 def test_cloud_refusal_uncordons(tmp_path: Any, kube: FakeKube) -> None:
@@ -231,7 +234,8 @@ def settings_problems(pool: dict[str, Any], kubernetes: bool = True) -> list[str
     pytest.param({"name": "gpu", "provider": "ack_hook", "min": 0, "max": 3, "scale_in": {"victims": "idle"},
                   "ack_hook": {"scale_out_url": "https://cs.example.com/x?token=a",
                                "scale_in_url": "https://cs.example.com/y?token=b"}}, True,
-                 "pools[0].scale_in.victims: idle needs a provider that removes named nodes; ack_hook can't name a node",
+                 "pools[0].scale_in.victims: idle needs a provider that removes named nodes; "
+                 "ack_hook can't name a node",
                  id="ack-hook-cannot-name-a-node"),
     pytest.param(pool_cfg("http://127.0.0.1:9/hook", victims="alerted"), False,
                  "pools[0].scale_in.victims: alerted needs the top-level `kubernetes:` section", id="needs-kubernetes"),
@@ -276,3 +280,57 @@ def test_pool_nodes_error_is_said(tmp_path: Any, kube: FakeKube, receiver: Webho
     kube.token = "rotated"
     body = s.client.get("/api/v1/pools/gpu", headers=AUTH).get_json()
     assert "nodes" not in body and body["nodes_error"].startswith("listing nodes agentpool=gpunp: 401")
+
+
+def test_a_node_already_being_removed_is_not_picked_again(tmp_path: Any, kube: FakeKube,
+                                                          receiver: WebhookReceiver) -> None:
+    s = make(tmp_path, kube, receiver.url)
+    assert scale_in_alert(s.client)["outcome"] == "scaled"  # gpunp-1 goes; the cloud is slow to delete it
+    s.clock.advance(1000)  # past the 15 min cooldown, within the 30 min the cloud has to remove it
+    assert scale_in_alert(s.client, fingerprint="fp2")["outcome"] == "scaled"
+    assert [r.body["nodes"] for r in receiver.received] == [["gpunp-1"], ["gpunp-0"]]
+
+
+def test_unreadable_cluster_fails_the_scale_in_and_never_lets_the_cloud_pick(tmp_path: Any, kube: FakeKube,
+                                                                              receiver: WebhookReceiver) -> None:
+    s = make(tmp_path, kube, receiver.url)
+    kube.token = "rotated"
+    resp = post(s.client, "/webhook/alertmanager", am_payload(am_alert("GPUUtilizationLow")))
+    assert resp.status_code == 503  # the sender retries
+    d = resp.get_json()["decisions"][0]
+    assert d["outcome"] == "failed" and "kubernetes: listing nodes agentpool=gpunp: 401" in d["reason"]
+    assert receiver.received == []
+    assert last_event(s.client)["details"]["code"] == "KubernetesApi"
+
+
+def test_alerted_mode_without_a_node_label_removes_nothing(tmp_path: Any, kube: FakeKube,
+                                                           receiver: WebhookReceiver) -> None:
+    s = make(tmp_path, kube, receiver.url, victims="alerted")
+    d = scale_in_alert(s.client)
+    assert d["outcome"] == "skipped_in_use" and "the alerts name no node (label routing.node_label)" in d["reason"]
+    assert receiver.received == [] and kube.calls["PATCH nodes"] == 0
+
+
+def test_named_nodes_need_a_pool_that_can_name_them(tmp_path: Any) -> None:
+    app = create_app(config(f"sqlite:///{tmp_path}/s.db"), startup_check=False)  # simulated pools, no kubernetes
+    resp = post(app.test_client(), "/api/v1/pools/gpu/scale", {"action": "scale_in", "nodes": ["gpu-0"]})
+    assert resp.status_code == 422 and "cannot remove named nodes" in resp.get_json()["error"]
+
+
+def test_dry_run_names_the_nodes_it_would_remove(tmp_path: Any, kube: FakeKube, receiver: WebhookReceiver) -> None:
+    clock = FakeClock(NOW)
+    pool = {**pool_cfg(receiver.url), "dry_run": True}
+    cfg = config(f"sqlite:///{tmp_path}/s.db", pools=[pool], kubernetes={"host": kube.url, "token": kube.token})
+    client = create_app(cfg, clock=clock, startup_check=False).test_client()
+    d = scale_in_alert(client)
+    assert d["outcome"] == "dry_run" and "would remove gpunp-1" in d["reason"]
+    ev = last_event(client)
+    assert ev["details"]["nodes"] == ["gpunp-1"] and ev["details"]["kept"][0]["node"] == "gpunp-2"
+    assert kube.calls["PATCH nodes"] == 0 and receiver.received == []
+
+
+def test_details_list_at_most_a_hundred_kept_nodes() -> None:
+    kept = tuple((f"n{i}", "runs GPU pod ml/x (nvidia.com/gpu 8)") for i in range(130))
+    details = Removal(Outcome.SCALED, 5, "removed a", ("a",), kept).details()
+    assert len(details["kept"]) == 100 and details["kept_total"] == 130 and details["nodes"] == ["a"]
+    assert "kept_total" not in Removal(Outcome.SCALED, 5, "removed a", ("a",), kept[:3]).details()

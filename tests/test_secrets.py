@@ -42,9 +42,10 @@ def test_url_secrets_take_path_query_userinfo_but_not_placeholders_or_pool_names
 
 
 def test_redactor_masks_json_and_html_escaped_forms() -> None:
-    r = Redactor(['se"cr<et&42'])
-    assert "se" not in r.redact(json.dumps({"m": 'x se"cr<et&42 y'}))
-    assert "cr" not in r.redact("x se&quot;cr&lt;et&amp;42 y")
+    r = Redactor(['se"cr<et&\'42'])
+    assert "se" not in r.redact(json.dumps({"m": 'x se"cr<et&\'42 y'}))
+    assert "cr" not in r.redact("x se&quot;cr&lt;et&amp;&#x27;42 y")
+    assert "cr" not in r.redact("x se&#34;cr&lt;et&amp;&#39;42 y")  # markupsafe's (Jinja's) escapes
 
 
 def _config(hook: FakeHookServer) -> dict[str, Any]:
@@ -102,3 +103,25 @@ def test_effective_config_shows_header_names_not_values(tmp_path: Any, caplog: p
         make_app(f"sqlite:///{tmp_path}/s.db", **_config(hook))
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("effective config"))
     assert '"Authorization": "**********"' in line and HEADER_SECRET not in line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_no_secret_in_a_real_gunicorn_log(tmp_path: Any, log_format: str) -> None:
+    """The whole process's output under gunicorn (start-up, decisions, the hook's echo, gunicorn's own lines)."""
+    import requests
+
+    from tests.servers import Service
+
+    with FakeHookServer() as hook:
+        hook.then(_echo(400, "400"), _echo(200, "500"))
+        cfg = {**_config(hook), "store": {"url": f"sqlite:///{tmp_path}/s.db"}}
+        env = {"LOG_FORMAT": log_format, "GUNICORN_ACCESS_LOG": "-"}
+        with Service(cfg, tmp_path, workers=1, env=env) as svc:
+            for i, pool in enumerate(("ack", "wh")):
+                body = am_payload(am_alert(f"Hot{i}", fingerprint=f"g{i}", autoscaler_pool=pool,
+                                           autoscaler_action="scale_out"))
+                requests.post(f"{svc.url}/webhook/alertmanager", json=body, headers=AUTH, timeout=20)
+            log = svc.read_log()
+    assert "effective config" in log and "bad token" in log
+    assert [s for s in SECRETS if s in log] == []

@@ -117,8 +117,8 @@ def test_connections_opened_read_only_are_replaced(tmp_path: Path, immutable: An
     client = app.test_client()
     assert _send(client, "fp-1").status_code == 200
     store = app.extensions["autoscaler"].store
-    store.engine.dispose()  # the next connections open while the file is read-only
     immutable(db, True)
+    store.engine.dispose()  # after: a connection a background thread opened just before is not handed out again
     clock.advance(400)
     for fp in ("fp-2", "fp-3"):
         assert _send(client, fp).status_code == 503

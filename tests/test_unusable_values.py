@@ -44,6 +44,10 @@ BODIES = {
                                            '"tags": {{"autoscaler_pool": "gpu", "autoscaler_action": "scale_out"}}, '
                                            '"evalMatches": [{{"metric": "util", "value": {v}}}]}}'),
     "manual": ('/api/v1/pools/gpu/scale', '{{"action": "scale_out", "value": {v}}}'),
+    # Prometheus renders {{ $value }} of a division by zero as NaN or +Inf
+    "alertmanager-annotation": ('/webhook/alertmanager', '{{"alerts": [{{"status": "firing", "labels": {{"alertname": '
+                                                         '"Hot", "autoscaler_pool": "gpu", "autoscaler_action": '
+                                                         '"scale_out"}}, "annotations": {{"value": "{v}"}}}}]}}'),
 }
 
 
@@ -137,3 +141,13 @@ def test_unexpected_error_releases_the_lease(tmp_path: Path) -> None:
         assert conn.execute(text("SELECT lease_owner FROM pools WHERE name='spare'")).scalar() is None
     resp = client.post("/api/v1/pools/spare/scale", json={"action": "scale_out"}, headers=AUTH)
     assert resp.get_json()["outcome"] == "scaled"
+
+
+def test_a_zero_value_is_a_value(tmp_path: Path) -> None:
+    """Grafana's valueString of 0 (an idle pool) is a value, not a missing one (it used to fall through to none)."""
+    client = _app(tmp_path, FakeClock()).test_client()
+    body = {"alerts": [{"status": "firing", "labels": {"alertname": "Idle", "autoscaler_pool": "gpu",
+                                                       "autoscaler_action": "scale_in"},
+                        "valueString": "[ var='A' labels={} value=0 ]", "startsAt": "2026-01-01T00:00:00Z"}]}
+    [decision] = client.post("/webhook/grafana", json=body, headers=AUTH).get_json()["decisions"]
+    assert (decision["outcome"], decision["to"]) == ("scaled", 1), decision["reason"]  # ceil(4 x 0 / 70), min 1

@@ -46,6 +46,7 @@ _ERRORS = {
     "401": "Missing or wrong credentials.",
     "403": "The credential lacks the route's scope or the pool, or the request came from another origin.",
     "404": "Unknown pool.",
+    "408": "The body did not arrive within server.read_timeout (the connection closes).",
     "409": "The provider reports the pool's real size; the count cannot be set.",
     "413": "Body over server.max_body_bytes.",
     "415": "Body is not JSON (state-changing /api routes: not declared application/json, an empty body too).",
@@ -81,7 +82,7 @@ def _webhook(summary: str, body: dict[str, Any]) -> dict[str, Any]:
         ],
         "requestBody": _body(body),
         "responses": {"200": _json(_ref(WebhookAnswer), "Every alert ended up in exactly one decision."),
-                      **_errors("400", "401", "403", "413", "415", "422", "503")},
+                      **_errors("400", "401", "403", "408", "413", "415", "422", "503")},
     }}
 
 
@@ -107,17 +108,17 @@ def _paths(pools: list[str]) -> dict[str, Any]:
         "/api/v1/pools/{pool}/scale": {"post": {
             "summary": "Scale by hand", "parameters": pool, "requestBody": _body(_ref(ScaleRequest)),
             "responses": {"200": _json(_ref(DecisionBody), "The decision."),
-                          **_errors("400", "401", "403", "404", "413", "415", "422", "503")}}},
+                          **_errors("400", "401", "403", "404", "408", "413", "415", "422", "503")}}},
         **{f"/api/v1/pools/{{pool}}/{verb}": {"post": {
             "summary": f"{verb.capitalize()} a pool", "parameters": pool,
             "requestBody": {**_body(_ref(PauseRequest), required=False),
                             "description": "Optional, but declared application/json even when empty."},
             "responses": {"200": _json(_ref(PoolBody), "The pool."),
-                          **_errors("400", "401", "403", "404", "413", "415", "422", "503")}}} for verb in ("pause", "resume")},
+                          **_errors("400", "401", "403", "404", "408", "413", "415", "422", "503")}}} for verb in ("pause", "resume")},
         "/api/v1/pools/{pool}/count": {"put": {
             "summary": "Correct the tracked count", "parameters": pool, "requestBody": _body(_ref(CountRequest)),
             "responses": {"200": _json(_ref(PoolBody), "The pool."),
-                          **_errors("400", "401", "403", "404", "409", "413", "415", "422", "503")}}},
+                          **_errors("400", "401", "403", "404", "408", "409", "413", "415", "422", "503")}}},
         "/api/v1/events": {"get": {
             "summary": "The event log, newest first",
             "parameters": [_query("pool", {"type": "string"}, "Only this pool."),

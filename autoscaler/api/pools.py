@@ -111,8 +111,8 @@ def _body(model: type[BaseModel], optional: bool = False) -> Any:
 @bp.get("/pools")
 def list_pools() -> Response:
     svc = _svc()
-    return jsonify({"pools": [svc.pool_json(spec) for spec in svc.settings.pools.values()
-                              if principal().sees(spec.name)]})
+    return jsonify({"pools": svc.pools_json([spec for spec in svc.settings.pools.values()
+                                             if principal().sees(spec.name)])})
 
 
 @bp.get("/pools/<pool>")
@@ -129,8 +129,8 @@ def scale(pool: str) -> Response:
               + (f": {req.reason}" if req.reason else ""))
     nodes = tuple(dict.fromkeys(req.nodes or ()))
     if nodes and not _svc().engine.names_nodes(spec):
-        fail(409, f"pool {spec.name} cannot remove named nodes: that needs the `kubernetes:` section, the pool's "
-                  f"node_selector and a provider that removes named nodes (aks, ack, webhook; not {spec.provider})")
+        fail(422, f"nodes: pool {spec.name} cannot remove named nodes: that needs the `kubernetes:` section, the "
+                  f"pool's node_selector and a provider that removes named nodes (not {spec.provider})")
     value, problem = usable_value([] if req.value is None else [req.value])
     signal = Signal(pool=spec.name, action=req.action, source=Source.MANUAL, step=len(nodes) or req.step,
                     target=req.target, force=req.force, reason=reason, value=value, value_problem=problem,

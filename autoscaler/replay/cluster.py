@@ -5,7 +5,8 @@ The work model (see docs/replay.md, "Interrupted work"): a trace minute's demand
 ``round(d × gpus_per_node)`` pods of one GPU each. When demand rises, new pods arrive; when it falls, the pods that
 arrived first finish first (a queue of jobs of similar length, first in, first done). A pod runs on a ready,
 uncordoned node: each goes to the node with the most free GPUs (kube-scheduler's default LeastAllocated score;
-ties to the older node, where the scheduler would pick at random). A pod that finds no free GPU waits, in arrival
+ties to the older node, where the scheduler would pick at random), or with ``pack`` to the fullest node that
+still fits it (the MostAllocated scoring strategy, for bin-packing). A pod that finds no free GPU waits, in arrival
 order. A node removed with pods on it cuts them: the GPU time they had run is lost (``interrupted_node_minutes``)
 and they wait to run again from the start.
 """
@@ -33,8 +34,10 @@ class _Node:
 class ReplayCluster:
     """An in-memory :class:`autoscaler.nodes.Cluster` that follows the simulated provider's node names."""
 
-    def __init__(self, names: Sequence[str], gpus_per_node: int, provision_seconds: float, start: float) -> None:
+    def __init__(self, names: Sequence[str], gpus_per_node: int, provision_seconds: float, start: float,
+                 pack: bool = False) -> None:
         self.gpus_per_node = gpus_per_node
+        self.pack = pack
         self.provision_seconds = provision_seconds
         self.now = start
         self._nodes: dict[str, _Node] = {
@@ -42,6 +45,7 @@ class ReplayCluster:
         self._arrived: list[int] = []  # pods in the system (running or waiting), by arrival
         self._where: dict[int, str | None] = {}  # pod -> its node, None while waiting
         self._serial = 0
+        self._waiting = 0
         self.interrupted_node_minutes = 0.0
         self.interrupted_pods = 0
 
@@ -64,25 +68,34 @@ class ReplayCluster:
             self._serial += 1
             self._arrived.append(self._serial)
             self._where[self._serial] = None
+            self._waiting += 1
         while len(self._arrived) > want:
             pod = self._arrived.pop(0)
             node = self._where.pop(pod)
             if node is not None:
                 del self._nodes[node].pods[pod]
+            else:
+                self._waiting -= 1
         self.place(now)
 
     def place(self, now: float) -> None:
-        """Bind waiting pods, first arrived first, each to the schedulable node with the most free GPUs."""
+        """Bind waiting pods, first arrived first, each to the schedulable node with the most free GPUs (``pack``:
+        the fewest that still fit it)."""
         self.now = now
+        if not self._waiting:
+            return
         free = {n.name: self.gpus_per_node - len(n.pods) for n in self._nodes.values()
                 if n.ready_at <= now and n.cordon is None}
         for pod in self._arrived:
             if self._where[pod] is not None:
                 continue
-            best = max(free, key=lambda name: free[name], default=None)  # first of equals: the oldest node
-            if best is None or free[best] <= 0:
+            fits = [name for name in free if free[name] > 0]
+            if not fits:
                 return
+            # the first of equals is the oldest node
+            best = min(fits, key=free.__getitem__) if self.pack else max(fits, key=free.__getitem__)
             free[best] -= 1
+            self._waiting -= 1
             self._where[pod] = best
             self._nodes[best].pods[pod] = now
 
@@ -99,6 +112,7 @@ class ReplayCluster:
         self.interrupted_node_minutes += (now - started) / 60.0 / self.gpus_per_node
         self.interrupted_pods += 1
         self._where[pod] = None
+        self._waiting += 1
 
     def _remove(self, name: str, now: float) -> None:
         node = self._nodes.pop(name)

@@ -44,6 +44,17 @@ def parse_number(text: str | None) -> float | None:
     return value if value == value and abs(value) != float("inf") else None
 
 
+def parse_value(text: str | None) -> float | None:
+    """An alert's value from text (``95.2``, ``NaN``, ``+Inf``: what Prometheus renders): kept even when not finite,
+    so that routing can say why it is of no use; None when the text is no number at all."""
+    if text is None:
+        return None
+    try:
+        return float(str(text).strip())
+    except ValueError:
+        return None
+
+
 def value_from_value_string(text: str | None) -> float | None:
     """The first ``value=`` of Grafana's ``valueString`` (``[ var='A' labels={…} value=95.2 ]``)."""
     if not text:

@@ -6,7 +6,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autoscaler.models import Alert, AlertStatus, Notification, Source
-from autoscaler.sources import PayloadError, Text, fingerprint_of, parse_number, validation_message
+from autoscaler.sources import PayloadError, Text, fingerprint_of, parse_value, validation_message
 
 
 class AlertmanagerAlert(BaseModel):
@@ -46,7 +46,7 @@ def to_alert(raw: AlertmanagerAlert, source: Source, value: float | None = None)
     fingerprint = raw.fingerprint or fingerprint_of(labels)
     status = AlertStatus.RESOLVED if raw.status.lower() == "resolved" else AlertStatus.FIRING
     if value is None:
-        value = parse_number(raw.annotations.get("value"))
+        value = parse_value(raw.annotations.get("value"))
     return Alert(
         name=labels.get("alertname", ""),
         fingerprint=fingerprint,

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autoscaler.models import Alert, AlertStatus, Notification, Source, usable_value
-from autoscaler.sources import PayloadError, Text, parse_number, validation_message, value_from_value_string
+from autoscaler.sources import PayloadError, Text, parse_value, validation_message, value_from_value_string
 from autoscaler.sources.alertmanager import AlertmanagerAlert, AlertmanagerPayload, to_alert
 
 LEGACY_STATES = {"alerting": AlertStatus.FIRING, "ok": AlertStatus.RESOLVED}  # no_data, paused, pending: ignored
@@ -66,7 +66,8 @@ def _unified_value(alert: GrafanaAlert) -> float | None:
     given = [v for v in (alert.values or {}).values() if v is not None]
     if given:
         return next((v for v in given if math.isfinite(v)), given[0])  # non-finite only when none is: no value
-    return value_from_value_string(alert.valueString) or parse_number(alert.annotations.get("value"))
+    from_string = value_from_value_string(alert.valueString)
+    return from_string if from_string is not None else parse_value(alert.annotations.get("value"))
 
 
 def _legacy_value(values: list[float]) -> float | None:

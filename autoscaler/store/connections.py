@@ -11,6 +11,8 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 
+from autoscaler.store.sqlite_file import pinned
+
 
 @dataclass(frozen=True)
 class StoreOptions:
@@ -76,11 +78,13 @@ def sqlite_engine(url: URL, options: StoreOptions, **kwargs: Any) -> Engine:
     running service is an error, never a fresh empty database.
     """
     path = sqlite_file(url)
-    if url.database and url.database != ":memory:" and not url.database.startswith("file:"):
-        os.makedirs(os.path.dirname(os.path.abspath(url.database)), exist_ok=True)
-    if path is not None and not os.path.exists(path):
-        with open(path, "ab"):  # an empty file is an empty SQLite database
-            pass
+    if path is None and url.database and url.database != ":memory:" and not url.database.startswith("file:"):
+        os.makedirs(os.path.dirname(os.path.abspath(url.database)), exist_ok=True)  # a path with query options
+    if path is not None and pinned(path) is None:  # a gunicorn worker creates neither (see ``sqlite_file.pin``)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if not os.path.exists(path):
+            with open(path, "ab"):  # an empty file is an empty SQLite database
+                pass
     engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, **kwargs)
 
     if path is not None:

@@ -13,17 +13,19 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator
 
-from sqlalchemy import Connection, bindparam, delete, insert, select, text, update
+from sqlalchemy import Connection, bindparam, case, delete, insert, select, text, update
 from sqlalchemy.exc import DataError, DBAPIError, DisconnectionError, IntegrityError, ProgrammingError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from autoscaler.models import PoolState
 from autoscaler.redact import redact_text
 from autoscaler.store import tables
-from autoscaler.store.base import DedupConfirm, EventRecord, PoolChange, QuickState, Store, StoreUnavailable
+from autoscaler.store.base import (DedupConfirm, EventRecord, PoolChange, PoolView, QuickState, Store,
+                                   StoreUnavailable)
 from autoscaler.store.raw import (RawConnections, claim_params, claim_sql, event_record, event_row, hash_key,
                                   pool_state)
 from autoscaler.store.gate import WriterGate
@@ -51,10 +53,15 @@ _CONFIRM_KEYS = (update(tables.dedup).where(tables.dedup.c.key.in_(bindparam("p_
 
 @functools.lru_cache(maxsize=64)
 def _finish_sql(fields: tuple[str, ...]) -> Any:
-    """UPDATE of a pool's ``fields`` that also records its last event and releases its lease."""
+    """UPDATE of a pool's ``fields`` that also records its last event and releases its lease, if still the owner's
+    (a decision whose lease lapsed records what it did, but leaves the lease another decision took since)."""
     values: dict[str, Any] = {f: bindparam(f"p_{f}") for f in fields}
-    return (update(tables.pools).where(tables.pools.c.name == bindparam("p_name"))
-            .values(**values, last_event_id=bindparam("p_event"), lease_owner=None, lease_until=None))
+    p = tables.pools.c
+    ours = p.lease_owner == bindparam("p_owner")
+    return (update(tables.pools).where(p.name == bindparam("p_name"))
+            .values(**values, last_event_id=bindparam("p_event"),
+                    lease_owner=case((ours, None), else_=p.lease_owner),
+                    lease_until=case((ours, None), else_=p.lease_until)))
 
 
 class SqlStore(Store):
@@ -72,8 +79,20 @@ class SqlStore(Store):
         self.file = SqliteFile(path, self.options.probe_interval, self.engine.dispose) if path else None
         self._raw = RawConnections(self.engine)
         after_fork_dispose(self.engine)
-        if migrate:
-            self.migrate()
+        self._setup_lock = threading.Lock()
+        self._later: tuple[bool, list[str]] | None = None  # (migrate, pools) to set up once the file is back
+        try:
+            if self.file is not None:
+                self.file.check()
+            if migrate:
+                self.migrate()
+        except StoreUnavailable:
+            if self.file is None or not self.file.pinned:
+                raise  # a first start: say what is wrong and stop
+            # A gunicorn worker started (after a crash or a timeout) while the file its master opened is gone or
+            # read-only: serve 503 like its siblings, rather than stop the whole service or create a fresh file.
+            log.error("store not usable as this worker starts; it answers 503 until the file is back")
+            self._later = (migrate, [])
 
     def migrate(self) -> None:
         """Bring the schema to the newest revision (every replica may call this at once)."""
@@ -100,6 +119,22 @@ class SqlStore(Store):
         """SQLite: StoreUnavailable unless the file opened at start is still at its path, and writable."""
         if self.file is not None:
             self.file.check()
+        if self._later is not None:
+            self._set_up_later()
+
+    def _set_up_later(self) -> None:
+        """The migration and pool rows a worker could not write at its start, once the file is usable again."""
+        with self._setup_lock:
+            later, self._later = self._later, None  # cleared first: the transactions below pass through _guard
+            if later is None:
+                return
+            try:
+                if later[0]:
+                    self.migrate()
+                self._ensure_pools(later[1])
+            except BaseException:
+                self._later = later
+                raise
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
@@ -120,6 +155,12 @@ class SqlStore(Store):
     def ensure_pools(self, names: list[str]) -> None:
         if not names:
             return
+        if self._later is not None:
+            self._later = (self._later[0], list(names))
+            return
+        self._ensure_pools(names)
+
+    def _ensure_pools(self, names: list[str]) -> None:
         with self._tx() as conn:
             conn.execute(self._insert_ignore(tables.pools, [{"name": n, "paused": False, "pause_reason": "",
                                                              "failures": 0} for n in names]))
@@ -218,7 +259,8 @@ class SqlStore(Store):
         with self._tx() as conn:
             event_id = self._append(conn, event)
             conn.execute(_finish_sql(tuple(sorted(columns))),
-                         {"p_name": pool, "p_event": event_id, **{f"p_{k}": v for k, v in columns.items()}})
+                         {"p_name": pool, "p_owner": owner, "p_event": event_id,
+                          **{f"p_{k}": v for k, v in columns.items()}})
             if confirm is not None and confirm.keys:
                 self._confirm(conn, confirm)
         return event_id
@@ -264,6 +306,43 @@ class SqlStore(Store):
         with self._tx() as conn:
             conn.execute(delete(t).where(t.c.pool == pool, t.c.time < forget_before))
             conn.execute(insert(t).values(pool=pool, time=time, desired=desired))
+
+    def scale_outs(self, pool: str, since: float) -> list[tuple[float, int, int]]:
+        t = tables.events  # ix_events_time bounds it to the last few minutes' events
+        query = (select(t.c.time, t.c.from_count, t.c.to_count)
+                 .where(t.c.time >= since, t.c.pool == pool, t.c.action == "scale_out", t.c.outcome == "scaled",
+                        t.c.from_count.is_not(None), t.c.to_count.is_not(None))
+                 .order_by(t.c.time))
+        with self._tx() as conn:
+            return [(float(r.time), int(r.from_count), int(r.to_count)) for r in conn.execute(query).all()]
+
+    def hold_lease(self, name: str, owner: str, now: float, ttl: float) -> bool:
+        t = tables.leases
+        with self._tx() as conn:
+            conn.execute(self._insert_ignore(t, [{"name": name, "owner": owner, "until": now + ttl}]))
+            # Same pattern as a pool's lease: one conditional UPDATE, so exactly one owner sees its row change.
+            taken = conn.execute(update(t).where(t.c.name == name, (t.c.owner == owner) | (t.c.until < now))
+                                 .values(owner=owner, until=now + ttl))
+            return taken.rowcount == 1
+
+    def release_lease(self, name: str, owner: str) -> None:
+        t = tables.leases
+        with self._tx() as conn:
+            conn.execute(delete(t).where(t.c.name == name, t.c.owner == owner))
+
+    def save_view(self, view: PoolView) -> None:
+        t = tables.pool_views
+        row = {"pool": view.pool, "current": view.current, "busy": view.busy, "detail": view.detail,
+               "in_flight": view.in_flight, "error": view.error, "read_at": view.read_at}
+        with self._tx() as conn:
+            conn.execute(self._insert_ignore(t, [row]))
+            conn.execute(update(t).where(t.c.pool == view.pool, t.c.read_at <= view.read_at).values(**row))
+
+    def views(self) -> dict[str, PoolView]:
+        with self._tx() as conn:
+            rows = conn.execute(select(tables.pool_views)).all()
+        return {r.pool: PoolView(r.pool, r.current, bool(r.busy), r.detail, int(r.in_flight), r.error,
+                                 float(r.read_at)) for r in rows}
 
     def ping(self) -> None:
         with self._tx() as conn:

@@ -19,6 +19,45 @@ from autoscaler.store.base import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
+#: Set by the gunicorn master (``pin``) before it forks: ``<device>:<inode>:<path>`` of the file it opened, so that a
+#: worker started later (after a crash or a timeout) checks that file, and never creates a fresh one at the path.
+PIN_ENV = "AUTOSCALER_SQLITE_FILE"
+
+
+def pin(path: str) -> None:
+    """Create the database file (and its directory) if missing and pin its identity for the workers to come."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "ab"):  # an empty file is an empty SQLite database
+        pass
+    st = os.stat(path)
+    os.environ[PIN_ENV] = f"{st.st_dev}:{st.st_ino}:{path}"
+
+
+def pin_store(config_path: str | None = None) -> None:
+    """In the gunicorn master, before it forks: create a SQLite store's file once and pin its identity, so that a
+    worker started later (a crash, a timeout) refuses a file removed or replaced meanwhile instead of creating a
+    fresh, empty database beside its siblings. Anything wrong with the config is left for the workers to report."""
+    from autoscaler.config import load_config
+    from autoscaler.store.connections import normalize_url, sqlite_file
+
+    try:
+        settings = load_config(config_path or os.environ.get("AUTOSCALER_CONFIG", "config.example.yaml"))
+        url = normalize_url(settings.config.store.url)
+        path = sqlite_file(url) if url.get_backend_name() == "sqlite" else None
+        if path is not None:
+            pin(path)
+    except Exception:  # noqa: BLE001 - the workers load the same config and say what is wrong with it
+        log.debug("store not pinned by the master", exc_info=True)
+
+
+def pinned(path: str) -> tuple[int, int] | None:
+    """The identity the master pinned for ``path``; None when there is none (no gunicorn, another file)."""
+    dev, _, rest = os.environ.get(PIN_ENV, "").partition(":")
+    ino, _, where = rest.partition(":")
+    if where != path or not (dev.isdigit() and ino.isdigit()):
+        return None
+    return int(dev), int(ino)
+
 
 class SqliteFile:
     """The identity (device, inode) of the database file at start, and its checks; ``on_change`` runs when the
@@ -29,8 +68,12 @@ class SqliteFile:
         self.path = path
         self.probe_interval = probe_interval
         self.on_change = on_change
-        st = os.stat(path)
-        self.identity = (st.st_dev, st.st_ino)
+        identity = pinned(path)
+        self.pinned = identity is not None  # by the gunicorn master: this is a worker it forked
+        if identity is None:
+            st = os.stat(path)
+            identity = (st.st_dev, st.st_ino)
+        self.identity = identity
         self._lock = threading.Lock()
         self._probed_at = float("-inf")
         self._problem = ""  # what the last check found wrong ("" when fine)

@@ -1,6 +1,7 @@
 """A fake of the two Google APIs a GKE node pool's scaling touches, served over HTTP for the real clients.
 
-GKE (container v1, REST): ``GET …/nodePools/{np}``, ``POST …/nodePools/{np}:setSize``, ``GET …/locations/{l}/operations``.
+GKE (container v1, REST): ``GET …/nodePools/{np}``, ``POST …/nodePools/{np}:setSize``,
+``GET …/locations/{l}/operations``.
 Compute (v1): ``GET …/instanceGroupManagers/{mig}`` (targetSize), ``POST …/listManagedInstances`` and
 ``POST …/deleteInstances``. One node pool spread over ``zones``, one MIG per zone, as GKE builds it; the node pool's
 ``instanceGroupUrls`` point back at this server. Every request must carry ``Authorization: Bearer <token>``.
@@ -54,6 +55,7 @@ class FakeGke(FakeHttpServer):
         self.operations: list[dict[str, Any]] = []
         self.requests: list[tuple[str, str]] = []
         self.failures: list[Reply] = []
+        self.lose_answer_to: str | None = None  # a path suffix: handle the next such request, then drop the answer
         self._serial = itertools.count(1)
         self._lock = threading.Lock()
         self.migs = {zone: Mig(zone, f"gke-{cluster}-{node_pool}-{i:08x}-grp") for i, zone in enumerate(zones)}
@@ -89,6 +91,13 @@ class FakeGke(FakeHttpServer):
             return _error(401, "Request had invalid authentication credentials.")
         if self.failures:
             return self.failures.pop(0)
+        reply = self._answer(request)
+        if self.lose_answer_to and request.path.endswith(self.lose_answer_to):
+            self.lose_answer_to = None
+            return Reply(reset=True)
+        return reply
+
+    def _answer(self, request: Request) -> Reply:
         with self._lock:
             if match := _POOL.match(request.path):
                 return self._pool(request, match)

@@ -91,6 +91,11 @@ class FakeKube(FakeHttpServer):
         self.lock = threading.Lock()
         self._rv = 1
 
+    def _handler(self) -> Any:
+        handler = super()._handler()
+        handler.disable_nagle_algorithm = True  # headers and body go out in two writes: no delayed-ACK stall
+        return handler
+
     # ---- the cluster's state, for tests ---------------------------------------------------------------------
     def add_node(self, name: str, labels: dict[str, str], *, created: str = "2026-11-20T10:00:00Z",
                  provider_id: str = "", ready: bool = True, gpus: int = 8,

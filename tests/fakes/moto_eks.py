@@ -25,6 +25,7 @@ from typing import Any
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "AKIAMOTOFAKEKEY00000", "AWS_SECRET_ACCESS_KEY": "moto-secret-that-must-never-leak",
            "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
 ROOT = Path(__file__).resolve().parents[2]
+STATUS_TAG = "fake/status"  # a node group tag the fake reads as the node group's status (ACTIVE, DEGRADED, ...)
 
 _UPDATES: dict[tuple[str, str], list[dict[str, Any]]] = {}
 
@@ -66,6 +67,7 @@ def _patch() -> None:
 
     def describe_nodegroup(self: Any, cluster_name: str, nodegroup_name: str) -> Any:
         nodegroup = original_describe(self, cluster_name, nodegroup_name)
+        nodegroup.status = nodegroup.tags.get(STATUS_TAG, nodegroup.status)  # a test's way to set the state
         asg = asg_of(self, nodegroup)
         if asg is not None:
             nodegroup.scaling_config["desiredSize"] = asg.desired_capacity
@@ -93,15 +95,17 @@ def _patch() -> None:
 
 
 def create_node_group(endpoint: str, cluster: str, nodegroup: str, *, desired: int, min_size: int = 0,
-                      max_size: int = 8, region: str = "us-east-1") -> str:
+                      max_size: int = 8, region: str = "us-east-1", status: str | None = None) -> str:
     """An EKS cluster and node group on moto, with its Auto Scaling group and ``desired`` instances; returns the
     ASG's name. moto's node group names an ASG it never creates, so this builds it through the EC2/ASG APIs."""
     eks, ec2, autoscaling = (client(name, endpoint, region) for name in ("eks", "ec2", "autoscaling"))
     if cluster not in eks.list_clusters()["clusters"]:
         eks.create_cluster(name=cluster, roleArn="arn:aws:iam::123456789012:role/eks",
                            resourcesVpcConfig={"subnetIds": []})
-    made = eks.create_nodegroup(clusterName=cluster, nodegroupName=nodegroup, nodeRole="arn:aws:iam::123456789012:role/node",
+    made = eks.create_nodegroup(clusterName=cluster, nodegroupName=nodegroup,
+                                nodeRole="arn:aws:iam::123456789012:role/node",
                                 subnets=["subnet-1"], instanceTypes=["g5.xlarge"],
+                                tags={STATUS_TAG: status} if status else {},
                                 scalingConfig={"minSize": min_size, "maxSize": max_size, "desiredSize": desired})
     asg = made["nodegroup"]["resources"]["autoScalingGroups"][0]["name"]
     template = f"lt-{uuid.uuid4().hex[:8]}"
@@ -125,7 +129,8 @@ def client(service: str, endpoint: str, region: str = "us-east-1") -> Any:
 
 def asg_instances(endpoint: str, asg: str, region: str = "us-east-1") -> list[tuple[str, str]]:
     """(instance id, availability zone) of the ASG's instances that are not terminating."""
-    group = client("autoscaling", endpoint, region).describe_auto_scaling_groups(AutoScalingGroupNames=[asg])["AutoScalingGroups"][0]
+    answer = client("autoscaling", endpoint, region).describe_auto_scaling_groups(AutoScalingGroupNames=[asg])
+    group = answer["AutoScalingGroups"][0]
     return [(i["InstanceId"], i["AvailabilityZone"]) for i in group["Instances"]
             if not i["LifecycleState"].startswith("Terminat")]
 
