@@ -71,7 +71,7 @@ class Space:
                 self.rules[f"rules.{i}.pending_above"] = PENDING_ABOVE
                 pending_out = pending_out or rule.action is Action.SCALE_OUT
             self.rules[f"rules.{i}.for"] = FOR[rule.action]
-        out = PENDING_MODES if pending_out else UTILIZATION_MODES
+        out: tuple[str, ...] = PENDING_MODES if pending_out else UTILIZATION_MODES
         if "demand" in out and not getattr(settings.pools[pool], "gpus_per_node", None):
             out = tuple(m for m in out if m != "demand")  # demand mode needs the pool's gpus_per_node
         self.modes = {"scale_out": tuple(m for m in out if m in offered),
