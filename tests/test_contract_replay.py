@@ -96,3 +96,22 @@ def test_the_demand_example_with_a_pending_rule_replays(tmp_path: Path, capsys: 
         rows = list(csv.DictReader(fh))
     assert max(int(r["requested"]) for r in rows) >= 9  # the surge's unmet demand was asked for
     assert sum(r["outcomes"].count("scaled") for r in rows[60:75]) >= 1
+
+
+def test_the_proportional_example_tunes_as_written(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`replay --tune` reads the base as the replay does (no `server` section needed); tuned.yaml is that file with
+    the chosen settings, and replays as written."""
+    monkeypatch.delenv("AUTOSCALER_TOKEN", raising=False)
+    config = tmp_path / "base.yaml"
+    config.write_text(yaml.safe_dump(proportional_block(), sort_keys=False))
+    trace = write_trace(tmp_path / "t.csv", surge() * 4)
+    out = tmp_path / "tuned"
+    code = main(["replay", "--tune", "--config", str(config), "--trace", str(trace), "--max-saturated", "5%",
+                 "--out", str(out), "--candidates", "12", "--workers", "1", "--holdout", "0.25"])
+    assert code == 0, capsys.readouterr().err
+    tuned = yaml.safe_load((out / "tuned.yaml").read_text())
+    assert "server" not in tuned and tuned["pools"][0]["name"] == proportional_block()["pools"][0]["name"]
+    assert main(["replay", "--config", str(out / "tuned.yaml"), "--trace", str(trace), "--out",
+                 str(tmp_path / "replayed")]) == 0
+    assert KEYS <= json.loads((tmp_path / "replayed" / "summary.json").read_text()).keys()
