@@ -39,3 +39,19 @@ def child_exit(server, worker):  # noqa: ANN001 - gunicorn hook
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(worker.pid)
+
+
+def post_worker_init(worker):  # noqa: ANN001 - gunicorn hook
+    """Start this worker's reconciler loop (one process at a time acts: it holds the store lease)."""
+    extensions = getattr(getattr(worker, "wsgi", None), "extensions", {})
+    reconciler = extensions.get("autoscaler_reconciler")
+    if reconciler is not None:
+        reconciler.start()
+
+
+def worker_exit(server, worker):  # noqa: ANN001 - gunicorn hook
+    """Give the reconciler's lease up, so another worker or replica takes over at its next tick."""
+    extensions = getattr(getattr(worker, "wsgi", None), "extensions", {})
+    reconciler = extensions.get("autoscaler_reconciler")
+    if reconciler is not None:
+        reconciler.stop(timeout=2.0)

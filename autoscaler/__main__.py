@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     tuning.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
     tuning.add_argument("--holdout", type=float, default=2 / 7, help="share of the trace, at its end, kept from "
                         "the search to confirm the choice on (default 2/7: days 6-7 of a week; 0: none)")
+    tuning.add_argument("--pending-expr", default=None, help="PromQL of GPUs requested by pending pods, for "
+                        "`pending_above` rules in prometheus-rules.yml (default: kube-state-metrics)")
     tuning.add_argument("--margin", type=float, default=0.25, help="the choice keeps saturated minutes within "
                         "(1 - margin) x the budget on the tuning span, room for days that differ (default 0.25)")
     tuning.add_argument("--utilization-expr", default=None, help="PromQL of a pool's average GPU utilisation for "
@@ -58,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     hist.add_argument("--since", default="7d", help="how far back (default 7d)")
     hist.add_argument("--until", default=None, help="end, RFC 3339 UTC (default now)")
     hist.add_argument("--chunk", default="1d", help="time per range query (default 1d; at most 11,000 minutes)")
+    hist.add_argument("--bearer-token-file", default=None, help="file holding a bearer token for Prometheus "
+                      "(default: env PROMETHEUS_BEARER_TOKEN; basic auth: https://user:password@host in the URL)")
     hist.add_argument("--out", required=True, help="the trace CSV to write")
     cli.register(sub)
     args = parser.parse_args(argv)
@@ -73,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 
         args.workers = args.workers or default_workers()
         args.utilization_expr = args.utilization_expr or tune_files.UTILIZATION_EXPR
+        args.pending_expr = args.pending_expr or tune_files.PENDING_EXPR
         return tune_cli.run(args)
     if args.command == "replay":
         from autoscaler.replay import replay

@@ -105,6 +105,11 @@ class PoolBody(BaseModel):
     backoff_remaining_s: float
     last_scale_at: float | None
     last_event: EventBody | None
+    effective_min: int = Field(description="The floor now: the highest open schedule window's min, else `min`.")
+    effective_min_reason: str | None = Field(default=None, description="The schedule window that raised it.")
+    in_flight: int | None = Field(default=None, description="Nodes asked for within provision_time, not ready yet.")
+    view_read_at: float | None = Field(default=None, description="Unix time the stored cloud view was read.")
+    view_age_s: float | None = Field(default=None, description="Seconds since then (null: never read).")
     error: str | None = None
     nodes: list[NodeBody] | None = Field(default=None, description="With `kubernetes:` and a node selector: the "
                                          "pool's nodes, newest first (GET of one pool and the status page).")

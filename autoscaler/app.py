@@ -17,6 +17,7 @@ from autoscaler.engine import Engine
 from autoscaler.events import EventLog, EventSink
 from autoscaler.metrics import Metrics, PoolStateCollector
 from autoscaler.logjson import JsonFormatter, TextFormatter
+from autoscaler.reconciler import Reconciler
 from autoscaler.redact import Redactor, active, install, redact_tree
 from autoscaler.service import Service
 from autoscaler.retention import Pruner
@@ -113,6 +114,9 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
     app.config["MAX_CONTENT_LENGTH"] = settings.config.server.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["autoscaler"] = service
+    # Started by gunicorn's post_worker_init (gunicorn.conf.py), not here: an app built by a test runs no thread;
+    # tests call tick(now) themselves.
+    app.extensions["autoscaler_reconciler"] = Reconciler(settings, store, built, engine, clock)
     from autoscaler.api import health, openapi, pools, register_errors, status, webhooks
 
     register_errors(app)

@@ -13,7 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from autoscaler import validation
-from autoscaler.models import DirectionPolicy, Mode, PoolSpec
+from autoscaler.models import DirectionPolicy, Mode, PoolSpec, Schedule
 from autoscaler.config_schema import (AuthConfig, Config, DirectionConfig, PoolConfig, credential_problems,
                                       reference_problems)
 
@@ -97,8 +97,14 @@ def build_settings(raw: Any, env: dict[str, str] | None = None) -> Settings:
             scale_in=_direction(config.defaults.scale_in, pool.scale_in),
             dedup_window=pool.dedup_window if pool.dedup_window is not None else config.defaults.dedup_window,
             provider_settings=settings,
+            gpus_per_node=pool.gpus_per_node,
+            provision_time=pool.provision_time,
+            schedules=tuple(Schedule(w.cron, w.duration, w.min, w.timezone) for w in pool.schedules),
             **_node_aware(config, index, pool, settings, problems),
         )
+        if pools[pool.name].scale_out.mode is Mode.DEMAND and pool.gpus_per_node is None:
+            problems.append(f"pools[{index}].gpus_per_node: required with scale_out.mode demand "
+                            "(the GPUs one node adds)")
     if problems:
         raise ConfigError(_unique(problems))
     return Settings(config=config, pools=pools)
@@ -118,7 +124,18 @@ def warnings(settings: Settings) -> list[str]:
     secrets += [("server.auth.grafana_hmac.secret", auth.grafana_hmac.secret)] if auth.grafana_hmac else []
     out += [f"{path}: shorter than {MIN_SECRET} characters: too short to guess-proof, and not redacted by value "
             "from logs" for path, secret in secrets if len(secret.get_secret_value()) < MIN_SECRET]
-    for index, spec in enumerate(settings.pools.values()):
+    ignored = [("defaults", settings.config.defaults.scale_out)]
+    ignored += [(f"pools[{i}]", pool.scale_out) for i, pool in enumerate(settings.config.pools)]
+    out += [f"{where}.scale_out.delay_after_scale_out: does nothing (a scale-in setting: put it under scale_in)"
+            for where, direction in ignored if direction.delay_after_scale_out is not None]
+    for index, (pool, spec) in enumerate(zip(settings.config.pools, settings.pools.values())):
+        if (settings.config.kubernetes is not None and spec.victims == "cloud" and not spec.node_selector
+                and spec.provider_settings is not None
+                and not (pool.scale_in.victims or settings.config.defaults.scale_in.victims)
+                and isinstance(providers.build(spec.provider, spec.name, spec.provider_settings),
+                               providers.RemovesNamedNodes)):
+            out.append(f"pools[{index}].node_selector: not set, so the cloud picks which nodes a scale-in removes "
+                       f"(provider {spec.provider} has no default); set it for node-aware scale-in (victims: idle)")
         floor_of = providers.factory(spec.provider).floor
         if floor_of is None or spec.provider_settings is None:
             continue
@@ -129,19 +146,25 @@ def warnings(settings: Settings) -> list[str]:
     return out
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _beside_field_errors(data: Any) -> list[str]:
     """What the whole-file validation cannot reach once a field is wrong: the cross-field rules (read from the raw
     file) and the provider sections of the pools that are valid themselves, so one run reports every problem."""
     if not isinstance(data, dict):
         return []
-    pools = _list(data.get("pools"))
-    replay = data.get("replay")
-    replay_rules = _list(replay.get("rules")) if isinstance(replay, dict) else []
+    pools, rules = _list(data.get("pools")), _list(data.get("rules"))
+    replay_rules = _list(_dict(data.get("replay")).get("rules"))
     names = [p.get("name") for p in pools if isinstance(p, dict)]
-    problems = reference_problems(names, [r.get("pool") for r in _list(data.get("rules")) if isinstance(r, dict)],
+    problems = reference_problems(names, [r.get("pool") for r in rules if isinstance(r, dict)],
                                   [r.get("pool") for r in replay_rules if isinstance(r, dict)])
-    server = data.get("server") if isinstance(data.get("server"), dict) else {}
-    assert isinstance(server, dict)
+    server = _dict(data.get("server"))
     try:
         auth = AuthConfig.model_validate(server.get("auth"))
     except ValidationError:
@@ -155,10 +178,6 @@ def _beside_field_errors(data: Any) -> list[str]:
             continue
         problems += pool.provider_settings(index)[1]
     return problems
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 def _unique(problems: list[str]) -> list[str]:
@@ -187,14 +206,14 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
     removes = False
     if settings is not None:
         removes = isinstance(providers.build(pool.provider, pool.name, settings), providers.RemovesNamedNodes)
-    victims = pool.scale_in.victims or config.defaults.scale_in.victims
-    if victims is None:
-        victims = "idle" if removes and config.kubernetes is not None else "cloud"
     drain = pool.scale_in.drain_timeout or config.defaults.scale_in.drain_timeout or 600.0
     text = pool.node_selector
     factory = providers.factory(pool.provider)
     if text is None and factory.node_selector is not None and settings is not None:
         text = factory.node_selector(settings)
+    victims = pool.scale_in.victims or config.defaults.scale_in.victims
+    if victims is None:  # idle only where the pool's nodes can be found; else warnings() says why not
+        victims = "idle" if removes and config.kubernetes is not None and text is not None else "cloud"
     selector: tuple[tuple[str, str], ...] = ()
     if pool.node_selector is not None:
         try:
@@ -202,7 +221,12 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
         except ValueError as exc:
             problems.append(f"{where}.node_selector: {exc}")
     elif text:
-        selector = parse_selector(text)
+        try:
+            selector = parse_selector(text)
+        except ValueError as exc:  # the provider's default, built from its own settings: only read with a cluster
+            if config.kubernetes is not None:
+                problems.append(f"{where}.node_selector: the default from {where}.{pool.provider} is unusable: {exc}; "
+                                "set node_selector")
     if victims != "cloud" and settings is not None:
         if not removes:
             problems.append(f"{where}.scale_in.victims: {victims} needs a provider that removes named nodes; "
@@ -216,8 +240,19 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
     return {"victims": victims, "drain_timeout": drain, "node_selector": selector}
 
 
-def load_config(path: str, env: dict[str, str] | None = None) -> Settings:
-    """Read and validate a YAML config file."""
+def offline(raw: Any) -> Any:
+    """The config as the replay reads it: nothing serves HTTP offline, so ``server.auth`` is not read (a file
+    without a ``server`` section, like CONTRACT's replay example, or whose secrets are not in the environment,
+    replays as it is); every other key is checked as for the service."""
+    if not isinstance(raw, dict):
+        return raw
+    server = raw.get("server")
+    rest = {k: v for k, v in server.items() if k != "auth"} if isinstance(server, dict) else {}
+    return {**raw, "server": {**rest, "auth": {"disabled": True}}}
+
+
+def load_config(path: str, env: dict[str, str] | None = None, *, for_replay: bool = False) -> Settings:
+    """Read and validate a YAML config file (``for_replay``: as :func:`offline` reads it)."""
     try:
         with open(path, encoding="utf-8") as fh:
             raw = yaml.safe_load(fh)
@@ -227,4 +262,4 @@ def load_config(path: str, env: dict[str, str] | None = None) -> Settings:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
         raise ConfigError([f"{path}: not valid YAML at {where}: {getattr(exc, 'problem', exc)}"]) from None
-    return build_settings(raw, env)
+    return build_settings(offline(raw) if for_replay else raw, env)

@@ -176,6 +176,8 @@ class ServerConfig(_Frozen):
                                 "(a running decision renews it every third of it).")
     allowed_origins: list[str] = Field(default_factory=list, description="Browser origins besides the service's "
                                        "own that may send state-changing requests (scheme://host[:port]).")
+    reconcile_interval: Duration = Field(default=30.0, ge=0, description="How often the reconciler applies "
+                                         "schedule floors and refreshes each pool's cloud view (0: never).")
 
     @field_validator("allowed_origins")
     @classmethod
@@ -210,7 +212,7 @@ class DirectionConfig(_Frozen):
     step: int | None = Field(default=None, ge=1, le=1000)
     cooldown: Duration | None = None
     delay_after_scale_out: Duration | None = None
-    mode: Literal["step", "proportional"] | None = None
+    mode: Literal["step", "proportional", "demand"] | None = None
     target_utilization: float | None = Field(default=None, gt=0, le=100)
     max_step: int | None = Field(default=None, ge=1, le=1000)
     tolerance: float | None = Field(default=None, ge=0, lt=1)
@@ -237,6 +239,48 @@ class DefaultsConfig(_Frozen):
     scale_in: ScaleInConfig = ScaleInConfig(step=1, cooldown=900, delay_after_scale_out=600)
     dedup_window: Duration = 600.0
 
+    @model_validator(mode="after")
+    def _demand_scales_out(self) -> "DefaultsConfig":
+        if self.scale_in.mode == "demand":
+            raise ValueError("scale_in.mode: `demand` sizes scale-outs only (use step or proportional)")
+        return self
+
+
+class ScheduleConfig(_Frozen):
+    """A window that raises the pool's floor: opens at each ``cron`` time in ``timezone``, lasts ``duration``."""
+
+    cron: str = Field(description="Five-field cron expression of the window's starts, in `timezone`.")
+    duration: Duration = Field(description="How long each window lasts (elapsed time).")
+    min: int = Field(ge=0, le=1000, description="The pool's floor inside the window.")
+    timezone: str = Field(default="UTC", description="IANA time zone of the cron expression (Europe/Warsaw).")
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        from autoscaler.schedules import valid_cron
+
+        if not valid_cron(v):
+            raise ValueError(f"{v[:80]!r} is not a five-field cron expression (minute hour day month weekday)")
+        return v
+
+    @field_validator("duration")
+    @classmethod
+    def _duration(cls, v: float) -> float:
+        if not 0 < v <= 7 * 86400:
+            raise ValueError("must be more than 0 and at most 7d")
+        return v
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, v: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"{v[:80]!r} is not an IANA time zone (e.g. Europe/Warsaw, UTC)") from None
+        return v
+
 
 class RoutingConfig(_Frozen):
     """Label names read from alerts (for Grafana legacy notifications: rule tags)."""
@@ -249,8 +293,10 @@ class RoutingConfig(_Frozen):
 
 
 class KubernetesConfig(_Frozen):
-    """How the service sees the cluster's nodes and pods (node-aware scale-in). One of ``in_cluster``,
-    ``kubeconfig`` or ``host``: ``host`` (+ ``token``) is for out-of-cluster use without a kubeconfig and tests."""
+    """How the service sees the cluster's nodes and pods (node-aware scale-in): ``in_cluster`` and/or
+    ``kubeconfig``, or ``host``. With both ``in_cluster: true`` and ``kubeconfig``, the service account is used when
+    the process runs in a pod (``KUBERNETES_SERVICE_HOST`` set) and the kubeconfig otherwise, so one file serves
+    both. ``host`` (+ ``token``) is for out-of-cluster use without a kubeconfig and tests."""
 
     in_cluster: bool = False
     kubeconfig: str | None = Field(default=None, min_length=1)
@@ -266,8 +312,8 @@ class KubernetesConfig(_Frozen):
     def _one_source(self) -> "KubernetesConfig":
         given = [k for k, on in (("in_cluster", self.in_cluster), ("kubeconfig", self.kubeconfig is not None),
                                  ("host", self.host is not None)) if on]
-        if len(given) != 1:
-            raise ValueError("give exactly one of `in_cluster: true`, `kubeconfig:` or `host:`"
+        if not given or (self.host is not None and len(given) > 1):  # in_cluster + kubeconfig: pod or not
+            raise ValueError("give `in_cluster: true` and/or `kubeconfig:`, or `host:` alone"
                              + (f" (got {', '.join(given)})" if given else ""))
         if self.context is not None and self.kubeconfig is None:
             raise ValueError("`context` needs `kubeconfig`")
@@ -320,6 +366,27 @@ class PoolConfig(BaseModel):
     dedup_window: Duration | None = None
     node_selector: str | None = Field(default=None, min_length=1, description="Label selector of the pool's "
                                       "nodes, e.g. kubernetes.azure.com/agentpool=gpunp (default per provider).")
+    gpus_per_node: int | None = Field(default=None, ge=1, le=64, description="GPUs one node adds (demand mode "
+                                      "divides by it and needs it; the replay assumes 8 without it).")
+    provision_time: Duration = Field(default=600.0, description="Request to GPUs allocatable; nodes asked for "
+                                     "within it and not ready yet are in flight.")
+    schedules: list[ScheduleConfig] = Field(default_factory=list)
+
+    @field_validator("provision_time")
+    @classmethod
+    def _provision_time(cls, v: float) -> float:
+        if not 0 <= v <= 86400:
+            raise ValueError("must be from 0 to 24h")
+        return v
+
+    @model_validator(mode="after")
+    def _demand_and_floors(self) -> "PoolConfig":
+        if self.scale_in.mode == "demand":
+            raise ValueError("scale_in.mode: `demand` sizes scale-outs only (use step or proportional)")
+        for i, window in enumerate(self.schedules):
+            if window.min > self.max:
+                raise ValueError(f"schedules[{i}].min: must be <= max ({self.max})")
+        return self
 
     @field_validator("max")
     @classmethod
@@ -365,13 +432,15 @@ class InfluxConfig(_Frozen):
 
 
 class ReplayRule(_Frozen):
-    """One emulated alerting rule on the pool's average utilisation (0-100) of ready nodes."""
+    """One emulated alerting rule on the pool's average utilisation (0-100) of ready nodes (``above``/``below``), or
+    on its unmet demand in GPUs (``pending_above``: (demand - ready, clipped at 0) x gpus_per_node)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     alert: str = Field(min_length=1)
     above: float | None = Field(default=None, ge=0, le=100)
     below: float | None = Field(default=None, ge=0, le=100)
+    pending_above: float | None = Field(default=None, ge=0)
     for_: Duration = Field(default=0.0, alias="for")
     pool: str
     action: Action
@@ -380,8 +449,8 @@ class ReplayRule(_Frozen):
 
     @model_validator(mode="after")
     def _one_threshold(self) -> "ReplayRule":
-        if (self.above is None) == (self.below is None):
-            raise ValueError("give exactly one of `above` or `below`")
+        if sum(x is not None for x in (self.above, self.below, self.pending_above)) != 1:
+            raise ValueError("give exactly one of `above`, `below` or `pending_above`")
         return self
 
 

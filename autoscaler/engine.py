@@ -9,16 +9,19 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from autoscaler.config import Settings
 from autoscaler.events import EventLog
-from autoscaler.models import Action, Decision, Notification, Outcome, PoolSpec, PoolState, Signal, Source
-from autoscaler.nodes import Cluster, ClusterError
+from autoscaler.inflight import from_nodes, from_scale_outs
+from autoscaler.models import (Action, CloudStatus, Decision, Notification, Outcome, PoolFacts, PoolSpec, PoolState,
+                               Signal, Source)
+from autoscaler.nodes import Cluster, ClusterError, MarkedNodes, NodeView
 from autoscaler.policy import Plan, backoff_seconds, decide, settled
 from autoscaler.redact import redact_text
 from autoscaler.routing import Router
-from autoscaler.store import DedupConfirm, PoolChange, QuickState, Store, StoreUnavailable
+from autoscaler.schedules import effective_min
+from autoscaler.store import DedupConfirm, PoolChange, PoolView, QuickState, Store, StoreUnavailable
 from autoscaler.scale_in import NodeScaleIn, Removal, summary
 from providers import NodePoolProvider, ProviderError, RemovesNamedNodes, Tracked
 
@@ -127,14 +130,16 @@ class Engine:
             return self._busy(signal, spec, keys, claim)
         try:
             with self._renewing(spec.name, owner):
-                decision, change = self._decide_and_act(signal, spec, state, owner)
+                decision, change, view = self._decide_and_act(signal, spec, state, owner)
             if decision.retry_after is not None:
                 self.store.release_dedup(keys, claim)  # let the sender's retry act
             confirm = None
             if keys and decision.retry_after is None and spec.dedup_window > pending:
                 confirm = DedupConfirm(keys, claim, now + spec.dedup_window)  # in finish's transaction
-            return self.events.finish(spec.name, owner, decision, signal.source.value, alerts, self.clock(), change,
-                                      confirm)
+            recorded = self.events.finish(spec.name, owner, decision, signal.source.value, alerts, self.clock(),
+                                          change, confirm)
+            self._remember_view(view)
+            return recorded
         except BaseException:
             self._release(spec.name, owner)  # finish did not commit: the lease is still ours
             raise
@@ -188,6 +193,15 @@ class Engine:
                             details={"code": "internal"})
         return self.events.record(decision, signal.source.value, list(signal.alerts), self.clock())
 
+    def _remember_view(self, view: PoolView | None) -> None:
+        """Keep what this decision learned of the cloud as the pool's stored view (best effort)."""
+        if view is None:
+            return
+        try:
+            self.store.save_view(view)
+        except StoreUnavailable:
+            log.warning("pool %s: cloud view not stored: store unavailable", view.pool)
+
     def _settled(self, signal: Signal, spec: PoolSpec, quick: QuickState, now: float) -> Decision | None:
         """The decision when the stored state settles it (see ``policy.settled``), else None."""
         state, current = quick.state, quick.last_count
@@ -233,7 +247,7 @@ class Engine:
                 and isinstance(self.providers[spec.name], RemovesNamedNodes))
 
     def _decide_and_act(self, signal: Signal, spec: PoolSpec, state: PoolState,
-                        owner: str) -> tuple[Decision, PoolChange]:
+                        owner: str) -> tuple[Decision, PoolChange, PoolView | None]:
         provider = self.providers[spec.name]
         now = self.clock()
         try:
@@ -242,31 +256,77 @@ class Engine:
             retry = (exc.retry_after or 30.0) if exc.retryable else None
             return Decision(spec.name, signal.action, Outcome.FAILED, None, None,
                             f"{signal.reason + ': ' if signal.reason else ''}pool status: {redact_text(exc.message)}",
-                            retry_after=retry, details={"code": exc.code}), PoolChange()
+                            retry_after=retry, details={"code": exc.code}), PoolChange(), None
         window = spec.scale_in.stabilization_window
         recent = self.store.recommendations(spec.name, now - window) if spec.proportional else []
         named = self.names_nodes(spec) and (spec.victims != "cloud" or (signal.source is Source.MANUAL
                                                                          and bool(signal.nodes)))
-        plan = decide(signal, spec, state, cloud, now, recent, named_scale_in=named)
+        sizing = signal.action is Action.SCALE_OUT or signal.target is not None  # where in flight changes the size
+        views = self._marked_nodes(spec) if sizing else None  # one node list, shared with the sweep below
+        facts = self.pool_facts(spec, cloud.current, now, views)
+        plan = decide(signal, spec, state, cloud, now, recent, facts, named_scale_in=named)
         if plan.details.get("recommendation") is not None:
             self.store.add_recommendation(spec.name, now, int(plan.details["recommendation"]), now - window)
         plan = _said_by(signal, plan)
         by_name = named and plan.action is Action.SCALE_IN
         if plan.outcome is Outcome.SCALED and by_name:
-            return self._act_nodes(provider, spec, state.failures, plan, now, signal, owner)
+            decision, change = self._act_nodes(provider, spec, state.failures, plan, now, signal, owner)
+            return decision, change, _view_after(spec, cloud, facts, decision, now)
         if self.names_nodes(spec):
-            self._sweep(spec, now)
+            self._sweep(spec, now, views)
+        if plan.outcome is Outcome.DRY_RUN and by_name and not signal.nodes:
+            preview = self._preview(spec, plan, signal)
+            return preview, PoolChange(), _view_after(spec, cloud, facts, preview, now)
         if plan.outcome is not Outcome.SCALED:
-            return self._plan_decision(spec, plan), PoolChange()
-        return self._act(provider, spec, state.failures, plan, now)
+            decision, change = self._plan_decision(spec, plan), PoolChange()
+        else:
+            decision, change = self._act(provider, spec, state.failures, plan, now)
+        return decision, change, _view_after(spec, cloud, facts, decision, now)
 
-    def _sweep(self, spec: PoolSpec, since: float) -> None:
+    def pool_facts(self, spec: PoolSpec, current: int | None, now: float,
+                   nodes: Sequence[NodeView] | None = None) -> PoolFacts:
+        """Nodes in flight and the floor in force now: what a decision needs besides the cloud's count.
+
+        In flight is counted from the pool's ``nodes`` when the cluster gave them, else from the recorded
+        scale-outs of the last ``provision_time`` (one small query)."""
+        floor, floor_how = effective_min(spec, now)
+        counted = from_nodes(nodes, current or 0, now, spec.provision_time) if nodes is not None else None
+        if counted is None:
+            since = now - spec.provision_time
+            counted = from_scale_outs(self.store.scale_outs(spec.name, since), current or 0, now, spec.provision_time)
+        return PoolFacts(in_flight=counted[0], in_flight_how=counted[1], floor=floor, floor_how=floor_how)
+
+    def _marked_nodes(self, spec: PoolSpec) -> list[NodeView] | None:
+        """The pool's nodes without their pods (one list call), where ``kubernetes:`` is configured, the pool's
+        nodes are selectable and the cluster lists them so; None otherwise or when it cannot be read."""
+        cluster = self.nodes.cluster if self.nodes is not None else None
+        if cluster is None or not spec.node_selector or not isinstance(cluster, MarkedNodes):
+            return None
+        try:
+            return cluster.marked(dict(spec.node_selector))
+        except ClusterError as exc:
+            log.warning("pool=%s in flight from recorded scale-outs: cluster unreadable: %s", spec.name,
+                        redact_text(str(exc)))
+            return None
+
+    def _sweep(self, spec: PoolSpec, since: float, views: Sequence[NodeView] | None = None) -> None:
         """Best effort: uncordon what a stopped decision left cordoned (the next one retries on failure)."""
         assert self.nodes is not None
         try:
-            self.nodes.sweep(spec, since)
+            self.nodes.sweep(spec, since, views)
         except ClusterError as exc:
             log.warning("pool=%s stale-cordon sweep: %s", spec.name, redact_text(str(exc)))
+
+    def _preview(self, spec: PoolSpec, plan: Plan, signal: Signal) -> Decision:
+        """A dry-run scale-in that names its nodes: which would go and which stay (read only)."""
+        assert self.nodes is not None and plan.from_ is not None and plan.to is not None
+        decision = self._plan_decision(spec, plan)
+        try:
+            done = self.nodes.preview(spec, plan.from_ - plan.to, signal.nodes)
+        except ClusterError as exc:
+            return replace(decision, reason=f"{decision.reason}; nodes unknown: {redact_text(str(exc))}")
+        return replace(decision, reason=f"{decision.reason}; {done.reason}",
+                       details={**decision.details, **done.details()})
 
     def _act_nodes(self, provider: NodePoolProvider, spec: PoolSpec, failures: int, plan: Plan, now: float,
                    signal: Signal, owner: str) -> tuple[Decision, PoolChange]:
@@ -352,6 +412,15 @@ class Engine:
     def _observe(self, spec: PoolSpec, result: str, seconds: float) -> None:
         if self.metrics is not None:
             self.metrics.provider_call(spec.provider, spec.name, result, seconds)
+
+
+def _view_after(spec: PoolSpec, cloud: CloudStatus, facts: PoolFacts, decision: Decision, now: float) -> PoolView:
+    """The pool's cloud view once a decision read it and, if it scaled, asked for ``decision.to`` nodes."""
+    if decision.outcome is not Outcome.SCALED or decision.to is None or decision.from_ is None:
+        return PoolView(spec.name, cloud.current, cloud.busy, cloud.detail, facts.in_flight, None, now)
+    added = max(0, decision.to - decision.from_)
+    return PoolView(spec.name, decision.to, cloud.busy, f"{decision.from_} -> {decision.to} asked for by this service",
+                    min(facts.in_flight + added, decision.to), None, now)
 
 
 def _said_by(signal: Signal, plan: Plan) -> Plan:

@@ -99,6 +99,12 @@ class PoolStateCollector(Collector):
                                     labels=["pool"])
         last = GaugeMetricFamily(f"{PREFIX}_pool_last_scale_timestamp_seconds",
                                  "Unix time of the last successful scale.", labels=["pool"])
+        in_flight = GaugeMetricFamily(f"{PREFIX}_pool_in_flight", "Nodes asked for within provision_time, not "
+                                      "ready yet (as of the stored cloud view).", labels=["pool"])
+        floor = GaugeMetricFamily(f"{PREFIX}_pool_effective_min", "The floor now: a schedule's min or the pool's.",
+                                  labels=["pool"])
+        age = GaugeMetricFamily(f"{PREFIX}_pool_view_age_seconds", "Age of the stored cloud view (the reconciler "
+                                "refreshes it; scrapes never call the cloud).", labels=["pool"])
         paused_total = GaugeMetricFamily(f"{PREFIX}_pools_paused", "How many pools are paused.")
         up = GaugeMetricFamily(f"{PREFIX}_store_up", "1 when the store answered this scrape.")
         try:
@@ -117,6 +123,12 @@ class PoolStateCollector(Collector):
             backoff.add_metric([name], row.get("backoff_remaining_s", 0))
             if row.get("last_scale_at") is not None:
                 last.add_metric([name], row["last_scale_at"])
+            if row.get("in_flight") is not None:
+                in_flight.add_metric([name], row["in_flight"])
+            if row.get("effective_min") is not None:
+                floor.add_metric([name], row["effective_min"])
+            if row.get("view_age_s") is not None:
+                age.add_metric([name], row["view_age_s"])
         if rows:
             paused_total.add_metric([], sum(1 for row in rows if row["paused"]))
-        yield from (paused, paused_total, size, cooldown, backoff, last, up)
+        yield from (paused, paused_total, size, cooldown, backoff, last, in_flight, floor, age, up)

@@ -46,6 +46,7 @@ class Mode(str, enum.Enum):
 
     STEP = "step"
     PROPORTIONAL = "proportional"
+    DEMAND = "demand"  # scale-out only: the alert's value is unmet demand in GPUs
 
 
 class Source(str, enum.Enum):
@@ -56,6 +57,8 @@ class Source(str, enum.Enum):
     GRAFANA_LEGACY = "grafana_legacy"
     MANUAL = "manual"
     OPERATOR = "operator"  # pause, resume, count correction: an event, not a decision
+    SCHEDULE = "schedule"  # the reconciler raising a pool to a schedule's floor at the window's start
+    RECONCILE = "reconcile"  # the reconciler bringing a pool that drifted below its min back up
 
 
 class OperatorOutcome(str, enum.Enum):
@@ -127,6 +130,7 @@ class Signal:
     value: float | None = None  # finite, or None
     value_problem: str = ""  # why the value the sender gave is none (e.g. ``nan is not a finite number``)
     nodes: tuple[str, ...] = ()  # nodes named by the alerts (routing.node_label) or by the operator
+    floor: bool = False  # raise the pool to its effective min: a limit, so no cooldown applies (backoff does)
 
     @property
     def dedup_keys(self) -> tuple[str, ...]:
@@ -152,6 +156,16 @@ class DirectionPolicy:
 
 
 @dataclass(frozen=True)
+class Schedule:
+    """A window that raises a pool's floor: it opens at each ``cron`` time in ``timezone`` and lasts ``duration``."""
+
+    cron: str
+    duration: float  # seconds of elapsed time (a window across a DST change is as long as on any other day)
+    min: int
+    timezone: str = "UTC"
+
+
+@dataclass(frozen=True)
 class PoolSpec:
     """Everything configured for one pool, defaults merged in."""
 
@@ -167,6 +181,9 @@ class PoolSpec:
     victims: str = "cloud"  # scale_in.victims: cloud | alerted | idle (node-aware scale-in)
     drain_timeout: float = 600.0  # scale_in.drain_timeout: how long a forced removal retries refused evictions
     node_selector: tuple[tuple[str, str], ...] = ()  # the pool's nodes' labels (empty: not known)
+    gpus_per_node: int | None = None  # GPUs one node adds; required by demand mode (the replay assumes 8)
+    provision_time: float = 600.0  # request -> GPUs allocatable; nodes asked for within it are "in flight"
+    schedules: tuple[Schedule, ...] = ()
 
     def direction(self, action: Action) -> DirectionPolicy:
         return self.scale_out if action is Action.SCALE_OUT else self.scale_in
@@ -175,6 +192,20 @@ class PoolSpec:
     def proportional(self) -> bool:
         """Whether either direction sizes by the alert's value (recommendations are then kept)."""
         return Mode.PROPORTIONAL in (self.scale_out.mode, self.scale_in.mode)
+
+
+@dataclass(frozen=True)
+class PoolFacts:
+    """What the engine knows of a pool beyond the cloud's count when it decides (policy input; pure data).
+
+    ``in_flight``: nodes asked for less than ``provision_time`` ago that are not ready yet (``in_flight_how`` says
+    how it was counted). ``floor``: the effective min now (a schedule's, or the pool's own); ``floor_how`` why.
+    """
+
+    in_flight: int = 0
+    in_flight_how: str = ""
+    floor: int | None = None
+    floor_how: str = ""
 
 
 @dataclass(frozen=True)

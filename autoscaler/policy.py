@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
-from autoscaler.models import Action, CloudLimits, CloudStatus, Outcome, PoolSpec, PoolState, Signal
+from autoscaler.models import Action, CloudLimits, CloudStatus, Outcome, PoolFacts, PoolSpec, PoolState, Signal
 from autoscaler.proportional import propose
 
 BACKOFF_FIRST = 60.0
@@ -117,10 +117,30 @@ def settled(signal: Signal, spec: PoolSpec, state: PoolState, now: float, curren
                 details={"cloud": "not read: the cooldown settles it"})
 
 
+def _with_facts(plan: Plan, facts: PoolFacts) -> Plan:
+    """Every decision made with the cloud's count says what was in flight and which floor held."""
+    extra: dict[str, Any] = {"in_flight": facts.in_flight}
+    if facts.in_flight_how:
+        extra["in_flight_how"] = facts.in_flight_how
+    if facts.floor is not None and facts.floor_how:
+        extra["floor"] = facts.floor
+        extra["floor_how"] = facts.floor_how
+    return replace(plan, details={**extra, **plan.details})
+
+
 def decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus, now: float,
-           recent: Sequence[tuple[float, int]] = (), *, named_scale_in: bool = False) -> Plan:
+           recent: Sequence[tuple[float, int]] = (), facts: PoolFacts = PoolFacts(), *,
+           named_scale_in: bool = False) -> Plan:
     """Decide what one signal does to one pool (``recent``: proportional recommendations as (time, nodes);
+    ``facts``: nodes in flight and the effective min now, a schedule's floor when one is open;
     ``named_scale_in``: a scale-in removes named nodes, so the cloud's resize granularity does not apply)."""
+    if facts.floor is not None and facts.floor > spec.min:
+        spec = replace(spec, min=min(facts.floor, spec.max))
+    return _with_facts(_decide(signal, spec, state, cloud, now, recent, facts.in_flight, named_scale_in), facts)
+
+
+def _decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus, now: float,
+            recent: Sequence[tuple[float, int]], in_flight: int, named_scale_in: bool) -> Plan:
     current = cloud.current
     action = signal.action
     if state.paused:
@@ -137,7 +157,7 @@ def decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus,
     if current is None:
         return Plan(Outcome.FAILED, action, None, None,
                     "the pool's current size is unknown; set it with PUT /api/v1/pools/{pool}/count")
-    proposal = propose(signal, spec, current, recent, now)
+    proposal = propose(signal, spec, current, recent, now, in_flight)
     details = dict(proposal.details) if proposal else {}
     if proposal is not None and proposal.skip is not None:
         return Plan(proposal.skip, action, current, current, proposal.how, details=details)
@@ -156,7 +176,7 @@ def decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus,
     if limited:
         return Plan(Outcome.SKIPPED_LIMIT, action, current, current, limited, details=details)
     assert action is not None
-    if not signal.force:
+    if not signal.force and not signal.floor:  # a floor is a limit, like min: no cooldown holds it back
         remaining = cooldown_remaining(spec, state, now)[action.value]
         if remaining > 0:
             return Plan(Outcome.SKIPPED_COOLDOWN, action, current, current,

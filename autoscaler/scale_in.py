@@ -19,7 +19,8 @@ log = logging.getLogger(__name__)
 
 REMOVAL_GRACE = 1800.0  # a node the cloud was asked to remove and still has after this is uncordoned again
 RETRY_EVERY = 5.0  # seconds between eviction rounds of a forced removal
-SHOWN = 4  # kept nodes named in a reason (all of them are in the details)
+SHOWN = 4  # kept nodes named in a reason (the details list more)
+KEPT_LISTED = 100  # kept nodes listed in an event's details (a big pool's event stays small)
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,11 @@ class Removal:
     uncordoned: tuple[str, ...] = field(default=())  # by the sweep
 
     def details(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"nodes": list(self.nodes), "kept": [{"node": n, "reason": r} for n, r in self.kept]}
+        """``nodes`` removed and ``kept`` with reasons (at most ``KEPT_LISTED``; ``kept_total`` says how many)."""
+        out: dict[str, Any] = {"nodes": list(self.nodes),
+                               "kept": [{"node": n, "reason": r} for n, r in self.kept[:KEPT_LISTED]]}
+        if len(self.kept) > KEPT_LISTED:
+            out["kept_total"] = len(self.kept)
         if self.uncordoned:
             out["uncordoned"] = list(self.uncordoned)
         return out
@@ -101,6 +106,15 @@ class NodeScaleIn:
         kept_list = [(n.name, _why(n, r)) for n, r in kept]
         result = self._cordon_and_remove(spec, provider, current, chosen, kept_list, owner, renew)
         return replace(result, uncordoned=tuple(swept))
+
+    def preview(self, spec: PoolSpec, remove: int, alerted: Sequence[str]) -> Removal:
+        """What :meth:`scale_in` would pick, changing nothing (a dry-run pool)."""
+        views = [v for v in self.cluster.nodes(dict(spec.node_selector)) if not v.cordon_owner.endswith(REMOVING)]
+        chosen, kept = pick_victims(views, remove, alerted, spec.victims, spec.min)
+        names = tuple(v.name for v in chosen)
+        said = f"would remove {', '.join(names)}" if names else "no node could go"
+        return Removal(Outcome.DRY_RUN, len(views) - len(names), said, names,
+                       tuple((n.name, _why(n, r)) for n, r in kept))
 
     # ---- scale-in by name (manual) -------------------------------------------------------------------------------
     def remove_named(self, spec: PoolSpec, provider: RemovesNamedNodes, current: int, names: Sequence[str],

@@ -15,7 +15,8 @@ from autoscaler.models import PoolSpec
 from autoscaler.nodes import ClusterError
 from autoscaler.policy import cooldown_remaining
 from autoscaler.redact import redact_text
-from autoscaler.store import Store
+from autoscaler.schedules import effective_min
+from autoscaler.store import PoolView, Store
 from providers import NodePoolProvider, ProviderError, Tracked
 
 log = logging.getLogger(__name__)
@@ -35,21 +36,33 @@ class Service:
     clock: Callable[[], float]
     sinks: list[Any] = field(default_factory=list)
 
-    def pool_json(self, spec: PoolSpec, with_last_event: bool = True, with_nodes: bool = False) -> dict[str, Any]:
-        """A pool as the API shows it: configured limits, stored state and the cloud's view (and with
-        ``with_nodes``, where a cluster is configured, the pool's nodes: one node list, one pod list per node)."""
+    def pool_json(self, spec: PoolSpec, with_last_event: bool = True, with_nodes: bool = False,
+                  views: dict[str, PoolView] | None = None) -> dict[str, Any]:
+        """A pool as the API shows it: configured limits, stored state and the stored cloud view (and with
+        ``with_nodes``, where a cluster is configured, the pool's nodes: one node list, one pod list per node).
+
+        Never calls the cloud: a provider that tracks its count is read from the store (that is all its status
+        does); any other shows the view the reconciler (or the last decision) stored, with its age.
+        """
         state = self.store.pool(spec.name)
         provider = self.providers[spec.name]
         now = self.clock()
+        view = (self.store.views() if views is None else views).get(spec.name)
         current: int | None = None
         busy = False
         error = None
         detail = ""
-        try:
-            cloud = provider.status(Tracked(state.tracked_count, state.count_changed_at), now)
-            current, busy, detail = cloud.current, cloud.busy, cloud.detail
-        except ProviderError as exc:
-            error = redact_text(exc.message)
+        if provider.tracks_count:
+            try:
+                cloud = provider.status(Tracked(state.tracked_count, state.count_changed_at), now)
+                current, busy, detail = cloud.current, cloud.busy, cloud.detail
+            except ProviderError as exc:
+                error = redact_text(exc.message)
+        elif view is not None:
+            current, busy, detail, error = view.current, view.busy, view.detail, view.error
+        else:
+            detail = "not read yet: the reconciler stores the cloud's view every server.reconcile_interval"
+        floor, floor_how = effective_min(spec, now)
         remaining = cooldown_remaining(spec, state, now)
         last_event = None
         if with_last_event and state.last_event_id is not None:
@@ -78,9 +91,19 @@ class Service:
             backoff_remaining_s=round(max(0.0, (state.backoff_until or 0) - now), 1),
             last_scale_at=last_scale,
             last_event=last_event,
+            effective_min=floor,
+            effective_min_reason=floor_how or None,
+            in_flight=view.in_flight if view is not None else None,
+            view_read_at=view.read_at if view is not None else None,
+            view_age_s=round(max(0.0, now - view.read_at), 1) if view is not None else None,
             **extra,
         )
         return dump(body)
+
+    def pools_json(self, specs: list[PoolSpec], with_last_event: bool = True) -> list[dict[str, Any]]:
+        """Several pools, with one read of the stored views."""
+        views = self.store.views()
+        return [self.pool_json(spec, with_last_event, views=views) for spec in specs]
 
     def _nodes(self, spec: PoolSpec) -> dict[str, Any]:
         cluster = self.engine.nodes.cluster if self.engine.nodes is not None else None
@@ -93,5 +116,5 @@ class Service:
         return {"nodes": [node_body(v) for v in sorted(views, key=lambda v: (-v.created, v.name))]}
 
     def pool_rows(self) -> list[dict[str, Any]]:
-        """Every pool, for /metrics (no last event)."""
-        return [self.pool_json(spec, with_last_event=False) for spec in self.settings.pools.values()]
+        """Every pool, for /metrics (no last event, no cloud call)."""
+        return self.pools_json(list(self.settings.pools.values()), with_last_event=False)

@@ -8,6 +8,7 @@ few at a time); a re-read is one node GET and one pod list.
 from __future__ import annotations
 
 import json
+import os
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
@@ -37,10 +38,17 @@ class KubeCluster:
 
             s = self.settings
             conf = client.Configuration()
-            if s.in_cluster:
-                config.load_incluster_config(client_configuration=conf)
-            elif s.kubeconfig:
-                config.load_kube_config(config_file=s.kubeconfig, context=s.context, client_configuration=conf)
+            in_pod = s.in_cluster and (not s.kubeconfig or bool(os.environ.get("KUBERNETES_SERVICE_HOST")))
+            try:
+                if in_pod:
+                    config.load_incluster_config(client_configuration=conf)
+                elif s.kubeconfig:
+                    config.load_kube_config(config_file=s.kubeconfig, context=s.context, client_configuration=conf)
+            except (config.ConfigException, OSError, ValueError) as exc:
+                where = "in-cluster config" if in_pod else f"kubeconfig {s.kubeconfig}"
+                raise ClusterError(f"{where}: {str(exc)[:200]}") from None
+            if s.in_cluster or s.kubeconfig:
+                _bearer_for_requests(conf)
             else:
                 conf.host = (s.host or "").rstrip("/")
                 if s.token is not None:
@@ -127,6 +135,25 @@ class KubeCluster:
                 return _message(exc)
             raise ClusterError(f"evicting {namespace}/{pod}: {exc.status} {_message(exc)}") from None
         return None
+
+
+def _bearer_for_requests(conf: Any) -> None:
+    """kubernetes 36's config loaders store the token as ``api_key["authorization"]`` while its requests read
+    ``api_key["BearerToken"]``, so no token is sent (kubernetes-client/python#2584). Copy it across, now and after
+    each refresh (service-account tokens rotate); a no-op once the loaders write the new key themselves."""
+    def copy(c: Any) -> None:
+        if "authorization" in c.api_key:
+            c.api_key["BearerToken"] = c.api_key["authorization"]
+
+    loaders_hook = conf.refresh_api_key_hook
+
+    def refresh(c: Any) -> None:
+        if loaders_hook is not None:
+            loaders_hook(c)
+        copy(c)
+
+    copy(conf)
+    conf.refresh_api_key_hook = refresh
 
 
 def _message(exc: Any) -> str:

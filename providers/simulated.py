@@ -19,7 +19,10 @@ class SimulatedSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     initial_count: int = Field(default=0, ge=0, description="Nodes the pool starts with (len(nodes) when named).")
-    provision_seconds: Duration = Field(default=0, description="How long the pool reports busy after a change.")
+    provision_seconds: Duration = Field(default=0, description="How long the pool reports busy after a change "
+                                        "(and, in the replay, how long a new node takes to become ready).")
+    busy_seconds: Duration | None = Field(default=None, description="How long the pool reports busy after a change "
+                                          "when that is shorter than a node's boot (default: provision_seconds).")
     nodes: tuple[str, ...] | None = Field(
         default=None, description="Names of the nodes the pool starts with, oldest first; default: generated "
                                   "names <pool>-node-0001, -0002, … (the highest is the newest).")
@@ -73,8 +76,9 @@ class SimulatedProvider:
     def status(self, tracked: Tracked, now: float) -> CloudStatus:
         count = self.settings.initial_count if tracked.count is None else tracked.count
         self.sync(count)
-        if tracked.changed_at is not None and self.settings.provision_seconds > 0:
-            remaining = tracked.changed_at + self.settings.provision_seconds - now
+        busy = self.settings.provision_seconds if self.settings.busy_seconds is None else self.settings.busy_seconds
+        if tracked.changed_at is not None and busy > 0:
+            remaining = tracked.changed_at + busy - now
             if remaining > 0:
                 return CloudStatus(current=count, busy=True, detail=f"provisioning for another {remaining:.0f}s")
         return CloudStatus(current=count)

@@ -125,8 +125,11 @@ def test_scale_out_then_busy_then_scale_out_again(client: FlaskClient, arm: Fake
     status, decision, _ = post(client, alert())
     assert status == 200 and decision["outcome"] == "scaled" and (decision["from"], decision["to"]) == (1, 2)
     assert arm.pools["gpunp"]["count"] == 2 and arm.calls(kind="operations") == []
+    pool = client.get("/api/v1/pools/gpu-h100", headers=AUTH).get_json()  # the view the decision stored
+    assert pool["current"] == 2 and pool["in_flight"] == 1 and "1 -> 2 asked for" in pool["busy_detail"]
+    assert client.application.extensions["autoscaler_reconciler"].tick(clocks.now).held  # it reads ARM
     pool = client.get("/api/v1/pools/gpu-h100", headers=AUTH).get_json()
-    assert pool["current"] == 2 and pool["busy"] is True
+    assert pool["current"] == 2 and pool["busy"] is True and pool["view_age_s"] == 0
     clocks.now += 600  # cooldown over, but ARM still Scaling
     status, decision, _ = post(client, alert())
     assert decision["outcome"] == "skipped_busy" and len(arm.calls("PUT")) == 1

@@ -54,6 +54,14 @@ def test_prometheus_config_and_rules_pass_promtool() -> None:
     rules = _run([promtool, "check", "rules", str(DEPLOY / "prometheus" / "gpu-autoscaler-rules.yml")])
     assert rules.returncode == 0, rules.stdout + rules.stderr
     assert "SUCCESS: 2 rules found" in rules.stdout
+    demand = _run([promtool, "check", "rules", str(DEPLOY / "prometheus" / "gpu-demand-rules.yml")])
+    assert demand.returncode == 0 and "SUCCESS: 1 rules found" in demand.stdout, demand.stdout + demand.stderr
+
+
+def test_demand_rule_sends_pending_gpus_as_its_value() -> None:
+    rule = _docs(DEPLOY / "prometheus" / "gpu-demand-rules.yml")[0]["groups"][0]["rules"][0]
+    assert 'kube_pod_status_phase{phase="Pending"}' in rule["expr"] and 'resource="nvidia_com_gpu"' in rule["expr"]
+    assert rule["labels"]["autoscaler_action"] == "scale_out" and rule["annotations"]["value"] == "{{ $value }}"
 
 
 def test_shipped_rules_route_to_the_autoscaler() -> None:

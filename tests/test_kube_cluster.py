@@ -1,9 +1,12 @@
 """providers/kube.py: the real kubernetes client against the fake API server."""
 from __future__ import annotations
 
-from typing import Iterator
+import re
+from typing import Any, Iterator
 
 import pytest
+import yaml
+from pydantic import ValidationError
 
 from autoscaler.config_schema import KubernetesConfig
 from autoscaler.nodes import CORDON_ANNOTATION, ClusterError, GpuPod
@@ -83,4 +86,53 @@ def test_unreachable_server() -> None:
         url = fake.url
     c = KubeCluster(KubernetesConfig(host=url, token="t", timeout=0.5))
     with pytest.raises(ClusterError, match="unreachable"):
+        c.nodes(POOL)
+
+
+def test_kubeconfig_with_a_context(kube: FakeKube, tmp_path: Any) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "other",
+        "clusters": [{"name": "fake", "cluster": {"server": kube.url}},
+                     {"name": "nowhere", "cluster": {"server": "http://127.0.0.1:9"}}],
+        "users": [{"name": "autoscaler", "user": {"token": kube.token}}],
+        "contexts": [{"name": "prod", "context": {"cluster": "fake", "user": "autoscaler"}},
+                     {"name": "other", "context": {"cluster": "nowhere", "user": "autoscaler"}}]}))
+    c = KubeCluster(KubernetesConfig(kubeconfig=str(path), context="prod"))
+    assert len(c.nodes(POOL)) == 2
+
+
+def test_in_cluster_and_kubeconfig_use_the_file_outside_a_pod(kube: FakeKube, tmp_path: Any,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """CONTRACT's example writes both: as a pod the service account serves, elsewhere the kubeconfig."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "prod",
+        "clusters": [{"name": "fake", "cluster": {"server": kube.url}}],
+        "users": [{"name": "autoscaler", "user": {"token": kube.token}}],
+        "contexts": [{"name": "prod", "context": {"cluster": "fake", "user": "autoscaler"}}]}))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    both = KubernetesConfig(in_cluster=True, kubeconfig=str(path))
+    assert len(KubeCluster(both).nodes(POOL)) == 2
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")  # a pod: the service account, absent here
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    with pytest.raises(ClusterError, match="in-cluster config"):
+        KubeCluster(both).nodes(POOL)
+
+
+@pytest.mark.parametrize("raw, problem", [
+    pytest.param({}, "give `in_cluster: true` and/or `kubeconfig:`, or `host:` alone", id="nothing"),
+    pytest.param({"in_cluster": True, "host": "http://x"}, "(got in_cluster, host)", id="two-sources"),
+    pytest.param({"kubeconfig": "/k", "host": "http://x"}, "(got kubeconfig, host)", id="file-and-host"),
+    pytest.param({"host": "http://x", "context": "c"}, "`context` needs `kubeconfig`", id="context-without-file"),
+    pytest.param({"in_cluster": True, "token": "t"}, "`token` and `ca_cert` go with `host`", id="token-in-cluster"),
+])
+def test_kubernetes_section_is_checked(raw: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape(problem)):
+        KubernetesConfig.model_validate(raw)
+
+
+def test_missing_kubeconfig_is_a_cluster_error(tmp_path: Any) -> None:
+    c = KubeCluster(KubernetesConfig(kubeconfig=str(tmp_path / "none")))
+    with pytest.raises(ClusterError, match="kubeconfig .*none"):
         c.nodes(POOL)

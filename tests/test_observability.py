@@ -33,6 +33,10 @@ tests:
         values: '0+1x90'
       - series: 'gpu_autoscaler_decisions_total{pool="spare",action="scale_out",outcome="scaled"}'
         values: '0+1x90'
+      - series: 'gpu_autoscaler_pool_view_age_seconds{pool="gpu"}'
+        values: '0+60x30'
+      - series: 'gpu_autoscaler_pool_view_age_seconds{pool="spare"}'
+        values: '0x30'
     alert_rule_test:
       - eval_time: 30m
         alertname: GPUAutoscalerPoolPaused
@@ -45,6 +49,13 @@ tests:
         alertname: GPUAutoscalerStoreDown
         exp_alerts:
           - exp_labels: {severity: critical, instance: a}
+      - eval_time: 8m
+        alertname: GPUAutoscalerCloudViewStale
+        exp_alerts: []
+      - eval_time: 15m
+        alertname: GPUAutoscalerCloudViewStale
+        exp_alerts:
+          - exp_labels: {severity: warning, pool: gpu}
       - eval_time: 80m
         alertname: GPUAutoscalerNotScalingUnderDemand
         exp_alerts:
@@ -68,7 +79,7 @@ def _promtool() -> str:
 def test_rules_pass_promtool_check() -> None:
     result = subprocess.run([_promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 7 rules found" in result.stdout
+    assert "SUCCESS: 8 rules found" in result.stdout
 
 
 def test_rules_fire_when_they_should(tmp_path: Path) -> None:
@@ -92,6 +103,7 @@ def test_every_metric_the_rules_use_is_exported(tmp_path: Path) -> None:
     for name in ("gpu_autoscaler_store_up 1.0", 'gpu_autoscaler_pool_paused{pool="spare"} 1.0',
                  "gpu_autoscaler_pools_paused 1.0", 'gpu_autoscaler_pool_backoff_remaining_seconds{pool="gpu"}',
                  'gpu_autoscaler_pool_last_scale_timestamp_seconds{pool="gpu"}',
+                 'gpu_autoscaler_pool_view_age_seconds{pool="gpu"}',
                  'gpu_autoscaler_decisions_total{action="scale_out",outcome="scaled",pool="gpu"} 1.0',
                  "# TYPE gpu_autoscaler_provider_call_seconds histogram",
                  "# TYPE gpu_autoscaler_provider_errors_total counter",

@@ -61,7 +61,7 @@ def test_formula(action: Action, value: float | None, current: int, recent: list
 def test_details_record_value_target_and_formula() -> None:
     signal = Signal(pool="gpu", action=OUT, source=Source.ALERTMANAGER, value=95.0)
     plan = decide(signal, SPEC, PoolState(name="gpu"), CloudStatus(current=4), NOW)
-    assert plan.details == {"mode": "proportional", "value": 95.0, "target_utilization": 70.0,
+    assert plan.details == {"in_flight": 0, "mode": "proportional", "value": 95.0, "target_utilization": 70.0,
                             "formula": "ceil(4 x 95 / 70) = 6", "desired": 6, "recommendation": 6, "result": 6}
 
 
@@ -71,7 +71,7 @@ def test_manual_target_and_step_mode_ignore_the_formula() -> None:
     step_spec = PoolSpec(**{**SPEC.__dict__, "scale_out": DirectionPolicy(step=2, cooldown=0)})
     signal = Signal(pool="gpu", action=OUT, source=Source.ALERTMANAGER, value=100.0)
     plan = decide(signal, step_spec, PoolState(name="gpu"), CloudStatus(current=4), NOW)
-    assert (plan.to, plan.details) == (6, {})
+    assert (plan.to, plan.details) == (6, {"in_flight": 0})  # every decision says what was in flight
 
 
 def _engine(tmp_path: Path, clock: list[float], pool: dict[str, Any]) -> tuple[Engine, SqlStore]:

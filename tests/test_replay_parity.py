@@ -121,3 +121,54 @@ def test_node_aware_scale_in_same_decisions_live_and_replayed(tmp_path: Path) ->
                if e["outcome"] == "scaled" and e["action"] == "scale_in"]
     assert removed == [d.details["nodes"] for d in scaled_in]
     assert cluster.interrupted_node_minutes == replayed.interrupted_node_minutes == 0.0
+
+
+def test_demand_mode_schedules_and_in_flight_decide_alike_live_and_replayed(tmp_path: Path) -> None:
+    raw = {
+        "server": {"auth": {"bearer_tokens": [TOKEN]}, "reconcile_interval": "30s"},
+        "defaults": {"dedup_window": "1m"},
+        "pools": [{"name": "gpu", "provider": "simulated", "min": 1, "max": 12, "gpus_per_node": 8,
+                   "provision_time": "8m",
+                   "scale_out": {"mode": "demand", "cooldown": "1m"},
+                   "scale_in": {"step": 1, "cooldown": "5m", "delay_after_scale_out": "5m"},
+                   "schedules": [{"cron": "0 3 * * *", "duration": "30m", "min": 5, "timezone": "UTC"}],
+                   "simulated": {"initial_count": 2, "provision_seconds": 480, "busy_seconds": 60}}],
+        "replay": {"evaluation_interval": "30s", "group_wait": "30s", "group_interval": "1m",
+                   "repeat_interval": "2m",
+                   "rules": [{"alert": "GPUDemandPending", "pending_above": 0, "for": "1m", "pool": "gpu",
+                              "action": "scale_out"},
+                             {"alert": "GPULow", "below": 40, "for": "5m", "pool": "gpu", "action": "scale_in"}]},
+    }
+    settings = build_settings(raw, env={})
+    demand = [1.0] * 20 + [6.0] * 40 + [1.0] * 180
+    replayed = simulate(settings, Trace(T0, tuple(demand)))
+    scaled = [d for _, d in replayed.decisions if d.outcome.value == "scaled"]
+    assert any("in flight" in d.reason for _, d in replayed.decisions)  # the demand formula met booting nodes
+    assert replayed.reconciles and max(m.requested for m in replayed.minutes) <= 6  # no overshoot past demand
+    assert any(d.to == 5 for d in scaled)  # the 03:00 window
+
+    clock = [T0]
+    app = create_app(settings, clock=lambda: clock[0], store=SqlStore(f"sqlite:///{tmp_path}/live2.db"),
+                     startup_check=False)
+    client = app.test_client()
+    reconciler = app.extensions["autoscaler_reconciler"]
+    steps = sorted([(t, 0, i) for i, (t, _) in enumerate(replayed.notifications)]
+                   + [(t, 1, -1) for t in replayed.reconciles])
+    live: list[tuple[float, dict[str, object]]] = []
+    for when, kind, index in steps:
+        clock[0] = when
+        if kind == 1:
+            live += [(when, decision_json(d)) for d in reconciler.tick(when).decisions]
+            continue
+        resp = client.post("/webhook/alertmanager", json=replayed.notifications[index][1],
+                           headers={"Authorization": f"Bearer {TOKEN}"})
+        assert resp.status_code == 200, resp.get_json()
+        live += [(when, d) for d in resp.get_json()["decisions"]]
+
+    def key(d: dict[str, object]) -> tuple[object, ...]:
+        return tuple(d[k] for k in ("pool", "action", "outcome", "from", "to", "reason"))
+
+    assert [(t, key(d)) for t, d in live] == [(t, key(decision_json(d))) for t, d in replayed.decisions]
+    sources = {e["source"] for e in client.get("/api/v1/events?limit=500",
+                                               headers={"Authorization": f"Bearer {TOKEN}"}).get_json()["events"]}
+    assert {"schedule", "alertmanager"} <= sources

@@ -9,7 +9,9 @@ from flask.testing import FlaskClient
 
 from autoscaler.app import create_app
 from autoscaler.config import ConfigError, build_settings
+from autoscaler.models import Outcome
 from autoscaler.nodes import CORDON_ANNOTATION, cordon_mark
+from autoscaler.scale_in import Removal
 from tests.fakes.kube import FakeKube
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tests.support import AUTH, FakeClock, am_alert, am_payload, config, post
@@ -313,3 +315,22 @@ def test_named_nodes_need_a_pool_that_can_name_them(tmp_path: Any) -> None:
     app = create_app(config(f"sqlite:///{tmp_path}/s.db"), startup_check=False)  # simulated pools, no kubernetes
     resp = post(app.test_client(), "/api/v1/pools/gpu/scale", {"action": "scale_in", "nodes": ["gpu-0"]})
     assert resp.status_code == 422 and "cannot remove named nodes" in resp.get_json()["error"]
+
+
+def test_dry_run_names_the_nodes_it_would_remove(tmp_path: Any, kube: FakeKube, receiver: WebhookReceiver) -> None:
+    clock = FakeClock(NOW)
+    pool = {**pool_cfg(receiver.url), "dry_run": True}
+    cfg = config(f"sqlite:///{tmp_path}/s.db", pools=[pool], kubernetes={"host": kube.url, "token": kube.token})
+    client = create_app(cfg, clock=clock, startup_check=False).test_client()
+    d = scale_in_alert(client)
+    assert d["outcome"] == "dry_run" and "would remove gpunp-1" in d["reason"]
+    ev = last_event(client)
+    assert ev["details"]["nodes"] == ["gpunp-1"] and ev["details"]["kept"][0]["node"] == "gpunp-2"
+    assert kube.calls["PATCH nodes"] == 0 and receiver.received == []
+
+
+def test_details_list_at_most_a_hundred_kept_nodes() -> None:
+    kept = tuple((f"n{i}", "runs GPU pod ml/x (nvidia.com/gpu 8)") for i in range(130))
+    details = Removal(Outcome.SCALED, 5, "removed a", ("a",), kept).details()
+    assert len(details["kept"]) == 100 and details["kept_total"] == 130 and details["nodes"] == ["a"]
+    assert "kept_total" not in Removal(Outcome.SCALED, 5, "removed a", ("a",), kept[:3]).details()

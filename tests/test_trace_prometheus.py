@@ -155,3 +155,24 @@ def test_progress_bar_on_a_terminal_only() -> None:
             bar.step(f"chunk {i}")
     assert term.getvalue().count("\r[") == 4 and "4/4" in term.getvalue() and term.getvalue().endswith("\n")
     assert pipe.getvalue() == ""
+
+
+def test_bearer_token_from_a_file_and_no_password_in_messages(httpserver: Any, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A Prometheus behind auth (a stand-in that answers only with the token); the URL's password never printed."""
+    until = parse_time("2025-01-06T02:00:00Z")
+    start = until - 3600
+    values = [[start + 60 * i, "16"] for i in range(60)]
+    answer = {"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {}, "values": values}]}}
+    httpserver.expect_request("/api/v1/query_range",
+                              headers={"Authorization": "Bearer s3cret-token"}).respond_with_json(answer)
+    (tmp_path / "token").write_text("s3cret-token\n")
+    argv = ["trace", "--used", "sum(x)", "--gpus-per-node", "8", "--since", "1h", "--until",
+            "2025-01-06T02:00:00Z", "--out", str(tmp_path / "t.csv")]
+    assert main([*argv, "--prometheus", httpserver.url_for("/"), "--bearer-token-file", str(tmp_path / "token")]) == 0
+    assert load_trace(str(tmp_path / "t.csv")).demand == (2.0,) * 60
+    capsys.readouterr()
+    port = free_port()
+    assert main([*argv, "--prometheus", f"http://admin:pa55word@127.0.0.1:{port}"]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot reach Prometheus at http://127.0.0.1:{port}" in err and "pa55word" not in err

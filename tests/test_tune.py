@@ -14,15 +14,17 @@ import yaml
 
 from autoscaler.__main__ import main
 from autoscaler.config import build_settings
-from autoscaler.replay.space import Space, apply, describe, duration_text
+from autoscaler.config_schema import ReplayRule
+from autoscaler.replay.space import Space, apply, describe, duration_text, modes
+from autoscaler.replay.tune_files import prometheus_rules
 from autoscaler.replay.trace import Trace, parse_time
-from autoscaler.replay.tune import Score, _init, choose, evaluate, pareto
+from autoscaler.replay.tune import Budget, Score, _init, choose, evaluate, pareto
 from bench.traces.make_traces import generate
 from tests.pipeline import PROMTOOL, require_binary
 
 T0 = parse_time("2025-01-06T00:00:00Z")
 BASE = """\
-# a comment the header replaces
+# the base file's own comment, kept in tuned.yaml
 server:
   auth: {bearer_tokens: ["${TUNE_TOKEN:-dev-token}"]}
 defaults:
@@ -74,6 +76,7 @@ def test_tuned_yaml_is_checked_and_replays_as_it_was_scored(tuned: dict[str, Any
     text = (out / "tuned.yaml").read_text()
     assert text.startswith("# Tuned by `python -m autoscaler replay --tune`") and "history.csv" in text
     assert "${TUNE_TOKEN:-dev-token}" in text  # the base file's references, not their values
+    assert "# the base file's own comment, kept in tuned.yaml" in text and data["comments_kept"]
     assert main(["check-config", str(out / "tuned.yaml")]) == 0
     raw = yaml.safe_load(text)
     pool = raw["pools"][0]
@@ -96,7 +99,8 @@ def test_tuned_yaml_is_checked_and_replays_as_it_was_scored(tuned: dict[str, Any
 def test_choice_is_the_cheapest_within_budget_and_the_frontier_is_pareto(tuned: dict[str, Any]) -> None:
     data, out = tuned["data"], tuned["out"]
     tune = data["spans"]["tune"]
-    assert data["within_budget"] and tune["tuned"]["saturated_minutes"] <= tune["choice_budget"] < tune["budget"]
+    assert data["choice"] == "every_day"
+    assert tune["tuned"]["saturated_minutes"] <= tune["choice_budget"] < tune["budget"]
     assert tune["tuned"]["node_hours"] < tune["base"]["node_hours"]
     with (out / "frontier.csv").open() as fh:
         rows = list(csv.DictReader(fh))
@@ -204,26 +208,32 @@ def test_early_stop_ends_a_candidate_over_budget_or_over_the_best() -> None:
     base = describe(settings, "gpu")
     full = evaluate(base, 0, 1440, None, None)
     assert not full.stopped and full.minutes == 1440 and full.saturated_minutes > 3
+    assert full.worst_day == full.saturated_minutes  # one whole day
     over = evaluate(base, 0, 1440, 3, None)
     assert over.stopped == "saturated" and over.saturated_minutes == 4 and over.minutes < 1440
     costly = evaluate(base, 0, 1440, 10_000, full.node_hours / 2)
     assert costly.stopped == "node_hours" and costly.node_hours > full.node_hours / 2 and costly.minutes < 1440
 
 
-def _score(hours: float, saturated: int, changes: int = 0, stopped: str = "") -> Score:
-    return Score(hours, saturated, changes, 100, stopped)
+def _score(hours: float, saturated: int, changes: int = 0, stopped: str = "", worst: int = 0) -> Score:
+    return Score(hours, saturated, changes, 100, stopped, worst)
 
 
-@pytest.mark.parametrize("scores,budget,want,within", [
-    pytest.param([_score(10, 0), _score(8, 5), _score(6, 50)], 5, 1, True, id="cheapest-within-budget"),
-    pytest.param([_score(8, 5, 9), _score(8, 2, 3)], 5, 1, True, id="tie-on-hours-fewer-direction-changes"),
-    pytest.param([_score(5, 1, stopped="node_hours"), _score(9, 1)], 5, 1, True, id="stopped-never-chosen"),
-    pytest.param([_score(10, 40), _score(20, 30)], 5, 1, False, id="none-within-least-saturated"),
+@pytest.mark.parametrize("scores,budget,want,flag", [
+    pytest.param([_score(10, 0), _score(8, 5), _score(6, 50)], Budget(5), 1, "every_day", id="cheapest-within"),
+    pytest.param([_score(8, 5, 9), _score(8, 2, 3)], Budget(5), 1, "every_day", id="tie-fewer-direction-changes"),
+    pytest.param([_score(5, 1, stopped="node_hours"), _score(9, 1)], Budget(5), 1, "every_day",
+                 id="stopped-never-chosen"),
+    pytest.param([_score(8, 5, worst=4), _score(9, 5, worst=2)], Budget(5, 3), 1, "every_day",
+                 id="a-bad-day-rules-out-the-cheaper"),
+    pytest.param([_score(8, 5, worst=4), _score(9, 5, worst=4)], Budget(5, 3), 0, "span",
+                 id="no-one-holds-every-day-span-budget-then"),
+    pytest.param([_score(10, 40), _score(20, 30)], Budget(5), 1, "over", id="none-within-least-saturated"),
 ])
-def test_choose(scores: list[Score], budget: int, want: int, within: bool) -> None:
+def test_choose(scores: list[Score], budget: Budget, want: int, flag: str) -> None:
     cands = [{"i": i} for i in range(len(scores))]
-    cand, _, ok = choose(list(zip(cands, scores)), budget)
-    assert cand == {"i": want} and ok is within
+    cand, _, got = choose(list(zip(cands, scores)), budget)
+    assert cand == {"i": want} and got == flag
 
 
 def test_pareto_keeps_only_undominated_points() -> None:
@@ -237,3 +247,97 @@ def test_pareto_keeps_only_undominated_points() -> None:
     pytest.param(3600, "1h", id="hours"), pytest.param(5400, "90m", id="minutes-over-an-hour")])
 def test_duration_text(seconds: float, text: str) -> None:
     assert duration_text(seconds) == text
+
+
+BLOCK = """\
+server:
+  auth: {disabled: true}
+pools:
+  # the training pool
+  - name: gpu
+    provider: simulated
+    max: 8
+    scale_out:
+      mode: step   # fixed steps
+      step: 1
+    simulated: {initial_count: 1}
+  - {name: other, provider: simulated, max: 2}
+replay:
+  rules:
+    - alert: High
+      above: 80     # keep me
+      pool: gpu
+      action: scale_out
+    - {alert: Low, below: 30, pool: gpu, action: scale_in}
+# the end
+"""
+
+
+@pytest.mark.parametrize("text,pool,candidate", [
+    pytest.param(BLOCK, "gpu", {"scale_out.mode": "proportional", "scale_out.target_utilization": 60,
+                                "scale_out.max_step": 4, "scale_out.tolerance": 0.1, "scale_out.cooldown": 120},
+                 id="block-direction-rewritten-in-block-style"),
+    pytest.param(BLOCK, "gpu", {"scale_in.mode": "step", "scale_in.step": 2, "scale_in.cooldown": 600,
+                                "scale_in.delay_after_scale_out": 0}, id="missing-direction-added-after-name"),
+    pytest.param(BLOCK, "other", {"scale_in.mode": "step", "scale_in.step": 1, "scale_in.cooldown": 60,
+                                  "scale_in.delay_after_scale_out": 300}, id="missing-direction-in-a-flow-pool"),
+    pytest.param(BLOCK, "gpu", {"rules.0.above": 90, "rules.0.for": 120, "rules.1.below": 20, "rules.1.for": 600},
+                 id="block-and-flow-rules"),
+    pytest.param(BASE, "gpu", {"scale_out.mode": "step", "scale_out.step": 2, "scale_out.cooldown": 60,
+                               "rules.1.below": 20}, id="flow-direction-keeps-value-ref"),
+])
+def test_edit_keeps_comments_and_gives_the_tuned_config(text: str, pool: str, candidate: dict[str, Any]) -> None:
+    from autoscaler.replay.yaml_edit import edit
+
+    tuned = apply(yaml.safe_load(text), pool, candidate)
+    directions = sorted({k.split(".")[0] for k in candidate if not k.startswith("rules.")})
+    rules = sorted({int(k.split(".")[1]) for k in candidate if k.startswith("rules.")})
+    out = edit(text, tuned, pool, directions, rules)
+    assert out is not None and yaml.safe_load(out) == tuned
+    kept = [line for line in text.splitlines() if line.lstrip().startswith("#")]
+    assert all(line in out.splitlines() for line in kept)
+
+
+def test_edit_gives_up_on_text_it_cannot_edit() -> None:
+    from autoscaler.replay.yaml_edit import edit
+
+    tuned = apply(yaml.safe_load(BLOCK), "gpu", {"rules.0.above": 90})
+    assert edit("pools: [", tuned, "gpu", [], [0]) is None
+    assert edit(BLOCK, tuned, "nope", [], [0]) is None
+
+
+def test_rules_file_puts_set_operators_in_parentheses() -> None:
+    settings = _settings()
+    assert settings.config.replay is not None
+    rules = prometheus_rules(settings.config.replay, settings.config.routing, 'max(u{p="{pool}"}) or vector(0)')
+    assert rules["groups"][0]["rules"][0]["expr"] == '(max(u{p="gpu"}) or vector(0)) > 80'
+
+
+HAS_DEMAND = "pending_above" in ReplayRule.model_fields and "demand" in modes()
+PENDING_BASE = BASE.replace("    provider: simulated\n", "    provider: simulated\n    gpus_per_node: 8\n", 1).replace(
+    "{alert: GPUUtilizationHigh, above: 80, for: 1m, pool: gpu, action: scale_out, labels: {team: ml}}",
+    "{alert: GPUDemandPending, pending_above: 0, for: 1m, pool: gpu, action: scale_out}")
+
+
+@pytest.mark.skipif(not HAS_DEMAND, reason="the config schema has no `mode: demand` / `pending_above` (issue 16)")
+def test_a_pending_rule_searches_demand_mode_and_writes_a_pending_alert(tmp_path: Path) -> None:
+    raw = yaml.safe_load(PENDING_BASE)
+    settings = build_settings(raw, env={})
+    space = Space(settings, "gpu")
+    assert space.modes == {"scale_out": ("step", "demand"), "scale_in": ("step", "proportional")}
+    rng = random.Random(2)
+    for _ in range(60):
+        cand = space.sample(rng)
+        assert build_settings(apply(raw, "gpu", space.mutate(rng, cand)), env={})
+    (tmp_path / "base.yaml").write_text(PENDING_BASE)
+    trace = _write_trace(tmp_path / "t.csv", generate("training_queue", days=2, seed=3))
+    out = tmp_path / "out"
+    assert main(["replay", "--tune", "--config", str(tmp_path / "base.yaml"), "--trace", str(trace),
+                 "--max-saturated", "2%", "--out", str(out), "--candidates", "27", "--holdout", "0.25",
+                 "--workers", "2"]) == 0
+    assert main(["check-config", str(out / "tuned.yaml")]) == 0
+    high = yaml.safe_load((out / "prometheus-rules.yml").read_text())["groups"][0]["rules"][0]
+    assert "kube_pod_status_phase" in high["expr"] and high["labels"]["autoscaler_action"] == "scale_out"
+    checked = subprocess.run([require_binary(*PROMTOOL), "check", "rules", str(out / "prometheus-rules.yml")],
+                             capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr

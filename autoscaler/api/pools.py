@@ -111,8 +111,8 @@ def _body(model: type[BaseModel], optional: bool = False) -> Any:
 @bp.get("/pools")
 def list_pools() -> Response:
     svc = _svc()
-    return jsonify({"pools": [svc.pool_json(spec) for spec in svc.settings.pools.values()
-                              if principal().sees(spec.name)]})
+    return jsonify({"pools": svc.pools_json([spec for spec in svc.settings.pools.values()
+                                             if principal().sees(spec.name)])})
 
 
 @bp.get("/pools/<pool>")

@@ -49,13 +49,18 @@ class AlertEmulator:
                 labels[self.routing.step_label] = str(rule.step)
             self.states.append(_RuleState(rule, labels))
 
-    def evaluate(self, now: float, utilization: float) -> list[tuple[float, int]]:
-        """One evaluation of every rule; returns (time, rule index) of group flushes to schedule."""
+    def evaluate(self, now: float, utilization: float, pending: float = 0.0) -> list[tuple[float, int]]:
+        """One evaluation of every rule (on utilisation, or on pending GPUs for ``pending_above``); returns (time,
+        rule index) of group flushes to schedule."""
         flushes = []
         for index, st in enumerate(self.states):
             rule = st.rule
-            st.value = utilization
-            holds = utilization > rule.above if rule.above is not None else utilization < (rule.below or 0.0)
+            if rule.pending_above is not None:
+                st.value = pending
+                holds = pending > rule.pending_above
+            else:
+                st.value = utilization
+                holds = utilization > rule.above if rule.above is not None else utilization < (rule.below or 0.0)
             if holds:
                 if st.active_at is None:
                     st.active_at = now
@@ -94,7 +99,9 @@ class AlertEmulator:
             "status": status,
             "labels": dict(st.labels),
             "annotations": {"value": f"{st.value:.6g}",
-                            "summary": f"average utilisation {st.value:.1f}% of pool {st.rule.pool}"},
+                            "summary": (f"{st.value:g} GPUs requested by Pending pods of pool {st.rule.pool}"
+                                        if st.rule.pending_above is not None else
+                                        f"average utilisation {st.value:.1f}% of pool {st.rule.pool}")},
             "startsAt": rfc3339(st.last_fired_at or 0.0),
             "endsAt": rfc3339(st.resolved_at) if not firing and st.resolved_at is not None else ZERO_TIME,
             "generatorURL": "",

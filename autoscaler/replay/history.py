@@ -8,6 +8,7 @@ also what a pending query answers when nothing is pending. Both are reported.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import IO, Any
 import requests
 
 from autoscaler.durations import parse_duration, rfc3339
+from autoscaler.redact import redact_url
 from autoscaler.replay.trace import STEP, parse_time
 
 MAX_POINTS = 11_000
@@ -85,11 +87,11 @@ def query_range(session: requests.Session, base: str, query: str, first: float, 
     try:
         resp = session.get(url, params=params, timeout=timeout)
     except requests.RequestException as exc:
-        raise HistoryError(f"cannot reach Prometheus at {base}: {type(exc).__name__}") from None
+        raise HistoryError(f"cannot reach Prometheus at {redact_url(base)}: {type(exc).__name__}") from None
     try:
         body = resp.json()
     except ValueError:
-        raise HistoryError(f"{url}: HTTP {resp.status_code}, not a Prometheus answer") from None
+        raise HistoryError(f"{redact_url(url)}: HTTP {resp.status_code}, not a Prometheus answer") from None
     if resp.status_code != 200 or body.get("status") != "success":
         raise HistoryError(f"Prometheus refused {query!r}: {body.get('errorType', resp.status_code)}: "
                            f"{body.get('error', '')}".rstrip(": "))
@@ -139,8 +141,10 @@ def fill(used: Series, pending: Series | None, gpus_per_node: float, start: floa
 
 
 def build(base: str, used: str, pending: str | None, gpus_per_node: float, since: float, until: float,
-          chunk: float = 86400.0, timeout: float = 60.0, stream: IO[str] | None = None) -> History:
-    """The history from ``until - since`` to ``until`` (both rounded down to the minute)."""
+          chunk: float = 86400.0, timeout: float = 60.0, stream: IO[str] | None = None,
+          token: str | None = None) -> History:
+    """The history from ``until - since`` to ``until`` (both rounded down to the minute); ``token``: a bearer
+    token for Prometheus (basic auth: in the URL, ``https://user:password@host``)."""
     end = math.floor(until / STEP) * STEP - STEP
     start = math.floor((until - since) / STEP) * STEP
     minutes = int((end - start) // STEP) + 1
@@ -149,6 +153,8 @@ def build(base: str, used: str, pending: str | None, gpus_per_node: float, since
     spans = chunks(start, end, chunk)
     progress = Progress(len(spans) * (2 if pending else 1), stream)
     with requests.Session() as session:
+        if token:
+            session.headers["Authorization"] = f"Bearer {token}"
         used_series = fetch(session, base, used, spans, start, minutes, progress, timeout)
         pending_series = fetch(session, base, pending, spans, start, minutes, progress, timeout) if pending else None
     return fill(used_series, pending_series, gpus_per_node, start)
@@ -175,6 +181,17 @@ def gap_report(history: History) -> list[str]:
     return lines
 
 
+def _token(path: str | None) -> str | None:
+    """The bearer token: from ``--bearer-token-file``, else the environment's PROMETHEUS_BEARER_TOKEN (never argv)."""
+    if path:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return fh.read().strip() or None
+        except OSError as exc:
+            raise HistoryError(f"--bearer-token-file {path}: cannot read: {exc.strerror}") from None
+    return os.environ.get("PROMETHEUS_BEARER_TOKEN") or None
+
+
 def run(args: Any) -> int:
     """The CLI: exit 0 with a one-line summary (and the gaps), 1 with the problem."""
     try:
@@ -192,7 +209,9 @@ def run(args: Any) -> int:
               file=sys.stderr)
         return 1
     try:
-        history = build(args.prometheus, args.used, args.pending, args.gpus_per_node, since, until, chunk)
+        token = _token(args.bearer_token_file)
+        history = build(args.prometheus, args.used, args.pending, args.gpus_per_node, since, until, chunk,
+                        token=token)
         write(args.out, history)
     except HistoryError as exc:
         print(f"trace: {exc}", file=sys.stderr)

@@ -10,6 +10,7 @@ from autoscaler.config import Settings
 from autoscaler.engine import Engine
 from autoscaler.events import EventLog
 from autoscaler.models import Decision, Mode
+from autoscaler.reconciler import Reconciler
 from autoscaler.replay.alerts import AlertEmulator
 from autoscaler.replay.cluster import DEFAULT_GPUS_PER_NODE, ReplayCluster
 from autoscaler.replay.trace import STEP, ReplayError, Trace
@@ -18,7 +19,12 @@ from autoscaler.store import SqlStore, Store
 from providers import build
 from providers.simulated import SimulatedProvider, SimulatedSettings
 
-SAMPLE, EVALUATE, FLUSH = 0, 1, 2  # order of events at the same instant
+SAMPLE, EVALUATE, FLUSH, RECONCILE = 0, 1, 2, 3  # order of events at the same instant
+
+
+def pending_gpus(demand: float, ready: int, gpus_per_node: int) -> float:
+    """Unmet demand in GPUs, what a pending-GPU-requests rule watches: (demand - ready, clipped at 0) x GPUs/node."""
+    return round(max(0.0, demand - ready) * gpus_per_node, 6)
 
 
 def utilization(demand: float, ready: int) -> float:
@@ -50,6 +56,7 @@ class Run:
     interrupted_node_minutes: float = 0.0  # GPU work running on nodes when they were removed (see cluster.py)
     interrupted_pods: int = 0
     stopped: bool = False  # the ``stop`` hook ended it before the trace did
+    reconciles: list[float] = field(default_factory=list)  # times of reconciler ticks that decided something
 
 
 #: Called with each new minute of a replay; True stops the replay there (the tuner drops a hopeless candidate).
@@ -123,9 +130,15 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     # cluster; a forced drain's retries would sleep, the replay never forces one.
     engine = Engine(settings, store, providers, EventLog(store), clock=lambda: now, cluster=nodes,
                     sleep=lambda _: None)
+    spec = settings.pools[pool]
+    reconciler = Reconciler(settings, store, providers, engine, clock=lambda: now)
+    reconcile_every = settings.config.server.reconcile_interval or 30.0
     emulator = AlertEmulator(cfg, settings.config.routing, use_steps=use_steps)
     queue: list[tuple[float, int, int]] = [(trace.start + STEP * i, SAMPLE, i) for i in range(len(trace.demand))]
     queue.append((trace.start, EVALUATE, 0))
+    if spec.schedules or sim.initial_count < spec.min:  # otherwise no tick could decide anything
+        queue.append((trace.start, RECONCILE, 0))
+    reconciles: list[float] = []
     heapq.heapify(queue)
     minutes: list[Minute] = []
     decisions: list[tuple[float, Decision]] = []
@@ -150,11 +163,22 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
                 stopped = True
                 break
         elif kind == EVALUATE:
-            for item in emulator.evaluate(now, utilization(trace.at(now), nodes.ready(now))):
+            demand, ready = trace.at(now), nodes.ready(now)
+            pending = pending_gpus(demand, ready, gpus_per_node(settings, pool))
+            for item in emulator.evaluate(now, utilization(demand, ready), pending):
                 heapq.heappush(queue, (item[0], FLUSH, item[1]))
             nxt = now + cfg.evaluation_interval
             if nxt < trace.end:
                 heapq.heappush(queue, (nxt, EVALUATE, 0))
+        elif kind == RECONCILE:
+            ticked = reconciler.tick(now).decisions
+            if ticked:
+                reconciles.append(now)
+                decisions += [(now, decision) for decision in ticked]
+                outcomes += [decision.outcome.value for decision in ticked]
+                nodes.follow(provider.node_names(), now)
+            if now + reconcile_every < trace.end:
+                heapq.heappush(queue, (now + reconcile_every, RECONCILE, 0))
         else:
             body, again = emulator.flush(now, index)
             if again is not None and again < trace.end:
@@ -172,7 +196,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     if own_store and isinstance(store, SqlStore):
         store.engine.dispose()
     return Run(minutes, decisions, notifications, round(nodes.interrupted_node_minutes, 4), nodes.interrupted_pods,
-               stopped)
+               stopped, reconciles)
 
 
 def gpus_per_node(settings: Settings, pool: str) -> int:

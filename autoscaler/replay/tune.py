@@ -14,7 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from autoscaler.config import ConfigError, build_settings
+from autoscaler.config import build_settings
 from autoscaler.replay.report import figures
 from autoscaler.replay.sim import Minute, simulate
 from autoscaler.replay.space import Candidate, Space, apply
@@ -26,6 +26,14 @@ WAVE = 12  # candidates scored between two updates of the early-stop bound
 
 
 @dataclass(frozen=True)
+class Budget:
+    """Saturated minutes allowed over a span, and on any one whole day of it (None: no daily limit)."""
+
+    total: int
+    per_day: int | None = None
+
+
+@dataclass(frozen=True)
 class Score:
     """One candidate's figures on one span of the trace (``stopped``: why it ended early, else empty)."""
 
@@ -34,11 +42,13 @@ class Score:
     direction_changes: int
     minutes: int
     stopped: str = ""
+    worst_day: int = 0  # the most saturated minutes of any whole day (1440 minutes from the span's start)
 
-    def feasible(self, budget: int) -> bool:
-        return not self.stopped and self.saturated_minutes <= budget
+    def feasible(self, budget: Budget) -> bool:
+        return (not self.stopped and self.saturated_minutes <= budget.total
+                and (budget.per_day is None or self.worst_day <= budget.per_day))
 
-    def rank(self, budget: int) -> tuple[float, ...]:
+    def rank(self, budget: Budget) -> tuple[float, ...]:
         """Feasible by node-hours, then those stopped for cost, then the rest by how saturated they were."""
         if self.feasible(budget):
             return (0, self.node_hours, self.direction_changes)
@@ -84,11 +94,13 @@ def evaluate(candidate: Candidate, begin: int, end: int, budget: int | None, bou
     stop = _Stop(budget, bound) if budget is not None else None
     run = simulate(settings, span, store=MemoryStore(), stop=stop)
     data = figures(run)
+    days = [run.minutes[i:i + 1440] for i in range(0, len(run.minutes) - 1439, 1440)]
+    worst = max((sum(1 for m in day if m.demand > m.ready + 1e-9) for day in days), default=0)
     return Score(data["node_hours"], data["saturated_minutes"], data["direction_changes"], data["minutes"],
-                 stop.why if stop and run.stopped else "")
+                 stop.why if stop and run.stopped else "", worst)
 
 
-def _evaluate_task(task: tuple[int, Candidate, int, int, int | None, float | None]) -> tuple[int, Score]:
+def evaluate_task(task: tuple[int, Candidate, int, int, int | None, float | None]) -> tuple[int, Score]:
     index, candidate, begin, end, budget, bound = task
     return index, evaluate(candidate, begin, end, budget, bound)
 
@@ -103,15 +115,19 @@ class Search:
     space: Space
     train_minutes: int
     budget_pct: float  # the budget the choice must keep, a % of minutes (the margin already taken off)
+    day_pct: float | None = None  # and on every whole day, a % of its minutes (None: no daily limit)
     candidates: int = 405
     eta: int = 3
     neighbours: int = 60
+    rounds: int = 2
     seed: int = 0
     results: list[tuple[Candidate, Score]] = field(default_factory=list)
     evaluated: int = 0
+    minutes_replayed: int = 0  # over every replay, early-stopped ones counted as far as they went
 
-    def budget(self, minutes: int) -> int:
-        return int(math.floor(self.budget_pct / 100.0 * minutes + 1e-9))
+    def budget(self, minutes: int) -> Budget:
+        per_day = None if self.day_pct is None else int(math.floor(self.day_pct / 100.0 * 1440 + 1e-9))
+        return Budget(int(math.floor(self.budget_pct / 100.0 * minutes + 1e-9)), per_day)
 
     def rungs(self) -> list[int]:
         """Prefix lengths in minutes: the whole span, and spans eta, eta^2 ... times shorter, the shortest a day."""
@@ -142,18 +158,21 @@ class Search:
                 self.results += ranked
             else:
                 alive = [c for c, _ in ranked[:max(1, len(ranked) // self.eta)]]
-        best = [c for c, s in sorted(self.results, key=lambda cs: cs[1].rank(self.budget(self.train_minutes)))[:6]]
-        near: list[Candidate] = []
-        for i in range(self.neighbours * 20):
-            if len(near) >= self.neighbours:
-                break
-            cand = self.space.mutate(rng, best[i % len(best)])
-            if _key(cand) not in seen:
-                seen.add(_key(cand))
-                near.append(cand)
-        if near:
-            progress(f"neighbours: {len(near)} candidates near the best on {self.train_minutes / 1440:.1f} days")
-            self.results += list(zip(near, self._score(pool, near, self.train_minutes, early=False)))
+        for round_ in range(self.rounds):  # hill-climb: neighbours of the best so far, a few rounds
+            budget = self.budget(self.train_minutes)
+            best = [c for c, _ in sorted(self.results, key=lambda cs: cs[1].rank(budget))[:6]]
+            near: list[Candidate] = []
+            for i in range(self.neighbours * 20):
+                if len(near) >= self.neighbours // self.rounds:
+                    break
+                cand = self.space.mutate(rng, best[i % len(best)])
+                if _key(cand) not in seen:
+                    seen.add(_key(cand))
+                    near.append(cand)
+            if near:
+                progress(f"neighbours {round_ + 1}/{self.rounds}: {len(near)} candidates near the best on "
+                         f"{self.train_minutes / 1440:.1f} days")
+                self.results += list(zip(near, self._score(pool, near, self.train_minutes, early=False)))
 
     def _score(self, pool: ProcessPoolExecutor | None, cands: list[Candidate], minutes: int,
                early: bool) -> list[Score]:
@@ -165,12 +184,13 @@ class Search:
         scores: list[Score] = []
         best: float | None = None
         for first in range(0, len(cands), WAVE):
-            tasks = [(i, cands[i], 0, minutes, budget if early else None, best if early else None)
+            tasks = [(i, cands[i], 0, minutes, budget.total if early else None, best if early else None)
                      for i in range(first, min(first + WAVE, len(cands)))]
-            done = pool.map(_evaluate_task, tasks) if pool is not None else map(_evaluate_task, tasks)
+            done = pool.map(evaluate_task, tasks) if pool is not None else map(evaluate_task, tasks)
             for _, score in done:
                 scores.append(score)
                 self.evaluated += 1
+                self.minutes_replayed += score.minutes
                 if score.feasible(budget):
                     best = score.node_hours if best is None else min(best, score.node_hours)
         return scores
@@ -190,20 +210,17 @@ def pareto(results: list[tuple[Candidate, Score]]) -> list[tuple[Candidate, Scor
     return out
 
 
-def choose(results: list[tuple[Candidate, Score]], budget: int) -> tuple[Candidate, Score, bool]:
-    """The fewest node-hours within the budget (then fewest direction changes); with none within it, the least
-    saturated. The flag says whether the choice is within the budget."""
-    feasible = [cs for cs in results if cs[1].feasible(budget)]
-    if feasible:
-        cand, score = min(feasible, key=lambda cs: (cs[1].node_hours, cs[1].direction_changes))
-        return cand, score, True
+def choose(results: list[tuple[Candidate, Score]], budget: Budget) -> tuple[Candidate, Score, str]:
+    """The fewest node-hours within the budget (then fewest direction changes). With none within it on every
+    day, the same within the span's budget alone; with none within that, the least saturated. The flag says which:
+    ``every_day``, ``span`` or ``over``."""
+    for flag, limit in (("every_day", budget), ("span", Budget(budget.total))):
+        feasible = [cs for cs in results if cs[1].feasible(limit)]
+        if feasible:
+            cand, score = min(feasible, key=lambda cs: (cs[1].node_hours, cs[1].direction_changes))
+            return cand, score, flag
     cand, score = min(results, key=lambda cs: (cs[1].saturated_minutes, cs[1].node_hours))
-    return cand, score, False
-
-
-def check_candidate(raw: dict[str, Any], pool: str, candidate: Candidate, env: dict[str, str]) -> None:
-    """Raise ConfigError when the candidate's config would not load (never expected: the grids are valid)."""
-    build_settings(apply(raw, pool, candidate), env=env)
+    return cand, score, "over"
 
 
 def make_pool(workers: int, raw: dict[str, Any], env: dict[str, str], pool: str,
@@ -220,5 +237,5 @@ def default_workers() -> int:
     return max(1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
-__all__ = ["ConfigError", "Score", "Search", "check_candidate", "choose", "default_workers", "evaluate",
-           "make_pool", "pareto"]
+__all__ = ["Budget", "Score", "Search", "choose", "default_workers", "evaluate", "evaluate_task", "make_pool",
+           "pareto"]

@@ -17,9 +17,9 @@ import yaml
 
 from autoscaler.config import ConfigError, build_settings
 from autoscaler.replay.sim import replay_pool
-from autoscaler.replay.space import Candidate, Space, describe, settings_text, show
+from autoscaler.replay.space import Candidate, Space, apply, describe, show
 from autoscaler.replay.trace import ReplayError, load_trace
-from autoscaler.replay.tune import Score, Search, choose, make_pool, pareto, _evaluate_task
+from autoscaler.replay.tune import Score, Search, choose, make_pool, pareto, evaluate_task
 from autoscaler.replay import tune_files
 
 DEFAULT_HOLDOUT = 2 / 7
@@ -48,7 +48,8 @@ def _load(config_path: str) -> tuple[dict[str, Any], Any]:
 def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, *, candidates: int = 405,
          workers: int = 2, seed: int = 0, holdout: float = DEFAULT_HOLDOUT, margin: float = DEFAULT_MARGIN,
          neighbours: int = 60,
-         utilization_expr: str = tune_files.UTILIZATION_EXPR, quiet: bool = False) -> dict[str, Any]:
+         utilization_expr: str = tune_files.UTILIZATION_EXPR, pending_expr: str = tune_files.PENDING_EXPR,
+         quiet: bool = False) -> dict[str, Any]:
     """Search, confirm and write DIR's files; returns what tuning.json holds. ConfigError / ReplayError on bad
     input."""
     started = time.monotonic()
@@ -67,9 +68,10 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
             print(f"tune: {text} ({time.monotonic() - started:.0f}s)", file=sys.stderr, flush=True)
 
     space = Space(settings, pool)
-    # The choice keeps a margin under the budget: days differ, and the confirm span must hold the budget too.
-    search = Search(space, train, max_saturated * (1 - margin), candidates=candidates, neighbours=neighbours,
-                    seed=seed)
+    # The choice keeps a margin under the budget over the span, and the budget itself on each whole day of it:
+    # days differ, and the days the search never saw must hold the budget too.
+    search = Search(space, train, max_saturated * (1 - margin), day_pct=max_saturated, candidates=candidates,
+                    neighbours=neighbours, seed=seed)
     executor = make_pool(workers, raw, env, pool, trace)
     try:
         search.run(executor, progress)
@@ -80,9 +82,9 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
             jobs += [(1, chosen, train, total, None, None), (2, base, train, total, None, None)]
         progress("scoring the base config and confirming on the rest of the history")
         if executor is not None:
-            scored = dict(executor.map(_evaluate_task, jobs))
+            scored = dict(executor.map(evaluate_task, jobs))
         else:
-            scored = dict(_evaluate_task(job) for job in jobs)
+            scored = dict(evaluate_task(job) for job in jobs)
     finally:
         if executor is not None:
             executor.shutdown()
@@ -90,7 +92,8 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
     def budget(minutes: int) -> int:
         return int(max_saturated / 100.0 * minutes + 1e-9)
 
-    spans = {"tune": {"minutes": [0, train], "budget": budget(train), "choice_budget": search.budget(train),
+    spans = {"tune": {"minutes": [0, train], "budget": budget(train), "choice_budget": search.budget(train).total,
+                      "choice_budget_per_day": search.budget(train).per_day,
                       "base": asdict(scored[0]),
                       "tuned": asdict(chosen_score)}}
     if train < total:
@@ -98,10 +101,13 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
                             "base": asdict(scored[2]), "tuned": asdict(scored[1])}
     data = {"config": config_path, "trace": trace_path, "pool": pool, "max_saturated_pct": max_saturated,
             "margin": margin,
-            "within_budget": within, "candidates": len(search.results), "replays": search.evaluated + len(jobs),
+            "within_budget": within != "over", "choice": within, "candidates": len(search.results),
+            "sampled": candidates, "replays": search.evaluated + len(jobs),
+            "search_minutes_replayed": search.minutes_replayed,
             "seconds": round(time.monotonic() - started, 1), "workers": workers, "base": base, "tuned": chosen,
             "spans": spans}
-    _write(out_dir, raw, pool, data, search, frontier, chosen, chosen_score, scored[0], utilization_expr, env)
+    _write(out_dir, raw, pool, data, search, frontier, chosen, chosen_score, scored[0], utilization_expr, pending_expr,
+           env)
     data["seconds"] = round(time.monotonic() - started, 1)
     return data
 
@@ -115,14 +121,20 @@ def _about(data: dict[str, Any]) -> list[str]:
 
 def _write(out_dir: str, raw: dict[str, Any], pool: str, data: dict[str, Any], search: Search,
            frontier: list[tuple[Candidate, Score]], chosen: Candidate, chosen_score: Score, base_score: Score,
-           utilization_expr: str, env: dict[str, str]) -> None:
-    from autoscaler.replay.space import apply
-
+           utilization_expr: str, pending_expr: str, env: dict[str, str]) -> None:
     tune_files.ensure_dir(out_dir)
-    tuned_raw = apply(raw, pool, chosen)
+    base = data["base"]
+    changed = {k.rsplit(".", 1)[0] if k.startswith("rules.") else k.split(".")[0]
+               for k in {*base, *chosen} if base.get(k) != chosen.get(k)}
+    # Only what changed is written: an unchanged direction or rule keeps the base file's own text.
+    tuned_raw = apply(raw, pool, {k: v for k, v in chosen.items()
+                                  if (k.rsplit(".", 1)[0] if k.startswith("rules.") else k.split(".")[0]) in changed})
     tuned_settings = build_settings(tuned_raw, env=env)
     about = _about(data)
-    tune_files.write_tuned(os.path.join(out_dir, "tuned.yaml"), tuned_raw, data["base"], chosen, about)
+    with open(data["config"], encoding="utf-8") as fh:
+        base_text = fh.read()
+    data["comments_kept"] = tune_files.write_tuned(os.path.join(out_dir, "tuned.yaml"), base_text, tuned_raw, pool,
+                                                   base, chosen, about)
     tune_files.write_frontier(os.path.join(out_dir, "frontier.csv"), frontier)
     budget = data["spans"]["tune"]["choice_budget"]
     title = (f"pool {pool}: {len(search.results)} candidates on minutes {data['spans']['tune']['minutes'][0]}-"
@@ -130,7 +142,8 @@ def _write(out_dir: str, raw: dict[str, Any], pool: str, data: dict[str, Any], s
     tune_files.write_plot(os.path.join(out_dir, "frontier.png"), search.results, frontier, chosen_score, base_score,
                           budget, title)
     assert tuned_settings.config.replay is not None
-    rules = tune_files.prometheus_rules(tuned_settings.config.replay, tuned_settings.config.routing, utilization_expr)
+    rules = tune_files.prometheus_rules(tuned_settings.config.replay, tuned_settings.config.routing, utilization_expr,
+                                        pending_expr)
     tune_files.write_rules(os.path.join(out_dir, "prometheus-rules.yml"), rules, about)
     data["frontier_points"] = len(frontier)
     with open(os.path.join(out_dir, "tuning.json"), "w", encoding="utf-8") as fh:
@@ -145,7 +158,8 @@ def report(data: dict[str, Any], out_dir: str) -> str:
     rows += [(k, show(k, base.get(k)), show(k, tuned.get(k))) for k in dict.fromkeys([*base, *tuned])]
     for name, span in data["spans"].items():
         first, last = span["minutes"]
-        days = f"days {first / 1440:.3g}-{last / 1440:.3g}" if last - first >= 1440 else f"minutes {first}-{last}"
+        whole = first % 1440 == 0 and last % 1440 == 0
+        days = f"days {first // 1440 + 1}-{last // 1440}" if whole else f"minutes {first}-{last}"
         label = "tuning span" if name == "tune" else "confirm span (never seen by the search)"
         rows.append((f"{label}, {days}", "", ""))
         for key, text in (("node_hours", "node-hours"), ("saturated_minutes", "saturated minutes"),
@@ -156,17 +170,20 @@ def report(data: dict[str, Any], out_dir: str) -> str:
                 return f"{s[key]:.1f}" if isinstance(s[key], float) else str(s[key])
             rows.append((f"  {text}", cell(span["base"]), cell(span["tuned"])))
         rows.append((f"  budget ({data['max_saturated_pct']:g}%)", f"{span['budget']} min",
-                     f"chosen within {span['choice_budget']} min (margin {data['margin']:g})"
-                     if "choice_budget" in span else ""))
+                     f"chosen within {span['choice_budget']} min (margin {data['margin']:g}), "
+                     f"{span['choice_budget_per_day']} a day" if "choice_budget" in span else ""))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     head = (f"tuned pool {data['pool']} on {data['trace']}: {data['candidates']} candidates scored in full, "
             f"{data['replays']} replays, {data['seconds']:.0f}s on {data['workers']} worker(s)")
     tail = [f"-> {out_dir}: tuned.yaml, frontier.csv ({data['frontier_points']} points), frontier.png, "
             "prometheus-rules.yml, tuning.json"]
-    if not data["within_budget"]:
+    if data["choice"] == "over":
         tail.insert(0, "WARNING: no candidate kept saturated minutes within the budget on the tuning span; "
                        "the least saturated one was chosen")
+    elif data["choice"] == "span":
+        tail.insert(0, "note: no candidate kept the budget on every day of the tuning span; the choice keeps it "
+                       "over the span")
     confirm = data["spans"].get("confirm")
     if confirm and confirm["tuned"]["saturated_minutes"] > confirm["budget"]:
         tail.insert(0, f"WARNING: on the confirm span the tuned settings were saturated "
@@ -183,7 +200,8 @@ def run(args: Any) -> int:
         return 1
     try:
         data = tune(args.config, args.trace, args.out, pct, candidates=args.candidates, workers=args.workers,
-                    seed=args.seed, holdout=args.holdout, margin=args.margin, utilization_expr=args.utilization_expr)
+                    seed=args.seed, holdout=args.holdout, margin=args.margin, utilization_expr=args.utilization_expr,
+                    pending_expr=args.pending_expr)
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"{args.config}: {problem}", file=sys.stderr)
@@ -198,4 +216,4 @@ def run(args: Any) -> int:
     return 0
 
 
-__all__ = ["parse_percent", "report", "run", "settings_text", "tune"]
+__all__ = ["parse_percent", "report", "run", "tune"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 from datetime import datetime, timezone
 from typing import Any
 
@@ -11,25 +12,40 @@ import yaml
 from autoscaler.config_schema import ReplayConfig, RoutingConfig
 from autoscaler.replay.space import Candidate, duration_text, settings_text, show
 from autoscaler.replay.tune import Score
+from autoscaler.replay.yaml_edit import edit
 
 #: Average GPU utilisation (0-100) of one pool's GPUs, from dcgm-exporter; ``{pool}``/``{pool_label}`` filled in.
 UTILIZATION_EXPR = 'avg by ({pool_label}) (DCGM_FI_DEV_GPU_UTIL{{pool_label}="{pool}"})'
+#: GPUs requested by pods still pending (kube-state-metrics), for ``pending_above`` rules.
+PENDING_EXPR = ('sum(kube_pod_container_resource_requests{resource="nvidia_com_gpu"} * on(pod, namespace) '
+                'group_left kube_pod_status_phase{phase="Pending"} > 0)')
 FRONTIER_HEADER = ["node_hours", "saturated_minutes", "direction_changes", "settings"]
 
 
-def write_tuned(path: str, raw: dict[str, Any], base: Candidate, chosen: Candidate, about: list[str]) -> None:
+def write_tuned(path: str, base_text: str, raw: dict[str, Any], pool: str, base: Candidate, chosen: Candidate,
+                about: list[str]) -> bool:
     """The base config with the chosen values, under a header that says what was tuned, on what, and from what.
 
-    The body is the base file re-serialised (``${VAR}`` references kept as written; comments are not kept, which
-    is why the header lists every value the tuner changed)."""
-    changed = [f"#   {k}: {show(k, base.get(k))} -> {show(k, v)}" for k, v in chosen.items() if base.get(k) != v]
+    The changed mappings are edited into the base file's own text (comments and layout kept, see ``yaml_edit``);
+    when that cannot give exactly ``raw``, the whole config is written out instead (``${VAR}`` references kept as
+    written, comments lost). Returns whether the comments were kept."""
+    changed = {k for k in {*base, *chosen} if base.get(k) != chosen.get(k)}
+    directions = [d for d in ("scale_out", "scale_in") if any(k.startswith(d + ".") for k in changed)]
+    rules = sorted({int(k.split(".")[1]) for k in changed if k.startswith("rules.")})
+    body = edit(base_text, raw, pool, directions, rules)
+    kept = body is not None
+    if body is None:
+        body = yaml.safe_dump(raw, sort_keys=False, default_flow_style=False, allow_unicode=True, width=120)
+    lines = [f"#   {k}: {show(k, base.get(k))} -> {show(k, chosen.get(k))}" for k in chosen if k in changed]
+    lines += [f"#   {k}: {show(k, base[k])} -> (not used by the new mode)" for k in base if k not in chosen]
     header = ["# Tuned by `python -m autoscaler replay --tune` on " +
               datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), *[f"# {line}" for line in about],
-              "# Changed from the base config (base -> tuned):", *(changed or ["#   nothing: the base config won"]),
-              "# Everything else is the base config's (limits, provider, Alertmanager timing, store, auth).", ""]
-    body = yaml.safe_dump(raw, sort_keys=False, default_flow_style=False, allow_unicode=True, width=120)
+              "# Changed from the base config (base -> tuned):", *(lines or ["#   nothing: the base config won"]),
+              "# Everything else is the base config's (limits, provider, Alertmanager timing, store, auth)" +
+              ("; its comments are below as they were." if kept else "; its comments could not be kept."), ""]
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("\n".join(header) + "\n" + body)
+    return kept
 
 
 def write_frontier(path: str, frontier: list[tuple[Candidate, Score]]) -> None:
@@ -72,23 +88,32 @@ def write_plot(path: str, results: list[tuple[Candidate, Score]], frontier: list
     plt.close(fig)
 
 
-def prometheus_rules(replay: ReplayConfig, routing: RoutingConfig, utilization_expr: str) -> dict[str, Any]:
+def prometheus_rules(replay: ReplayConfig, routing: RoutingConfig, utilization_expr: str,
+                     pending_expr: str = PENDING_EXPR) -> dict[str, Any]:
     """Alerting rules for Prometheus with the chosen thresholds and ``for``, carrying our routing labels."""
     rules = []
-    expr = utilization_expr.replace("{pool_label}", routing.pool_label)
     for rule in replay.rules:
-        op, threshold = (">", rule.above) if rule.above is not None else ("<", rule.below)
+        pending = getattr(rule, "pending_above", None)
+        if pending is not None:
+            op, threshold, query = ">", pending, pending_expr
+            summary = f"Pods wait for more than {pending:g} GPUs of pool {rule.pool}"
+        else:
+            op, threshold = (">", rule.above) if rule.above is not None else ("<", rule.below)
+            query = utilization_expr
+            word = "above" if op == ">" else "below"
+            summary = f"Average GPU utilisation of pool {rule.pool} is {word} {threshold:g}%"
         labels = {**rule.labels, routing.pool_label: rule.pool, routing.action_label: rule.action.value}
         if rule.step:
             labels[routing.step_label] = str(rule.step)
-        word = "above" if op == ">" else "below"
+        query = query.replace("{pool_label}", routing.pool_label).replace("{pool}", rule.pool)
+        if re.search(r"\s(or|and|unless)\s", query, re.IGNORECASE):
+            query = f"({query})"  # set operators bind looser than the comparison that follows
         rules.append({
             "alert": rule.alert,
-            "expr": f"{expr.replace('{pool}', rule.pool)} {op} {threshold:g}",
+            "expr": f"{query} {op} {threshold:g}",
             "for": duration_text(rule.for_),
             "labels": labels,
-            "annotations": {"summary": f"Average GPU utilisation of pool {rule.pool} is {word} {threshold:g}%",
-                            "value": "{{ $value }}"},
+            "annotations": {"summary": summary, "value": "{{ $value }}"},
         })
     return {"groups": [{"name": "gpu-autoscaler-tuned", "rules": rules}]}
 

@@ -73,6 +73,19 @@ class PoolChange:
 
 
 @dataclass(frozen=True)
+class PoolView:
+    """A pool's cloud view as last read (by the reconciler, or by a decision): what the API and /metrics show."""
+
+    pool: str
+    current: int | None
+    busy: bool
+    detail: str
+    in_flight: int
+    error: str | None
+    read_at: float
+
+
+@dataclass(frozen=True)
 class QuickState:
     """What the cooldown short cut reads without the lease: the pool's state and the node count of its last event."""
 
@@ -154,6 +167,27 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def add_recommendation(self, pool: str, time: float, desired: int, forget_before: float) -> None:
         """Remember one recommendation and forget the pool's ones older than ``forget_before``."""
+
+    @abc.abstractmethod
+    def scale_outs(self, pool: str, since: float) -> list[tuple[float, int, int]]:
+        """Scale-outs the cloud accepted for ``pool`` at or after ``since``: (time, from, to), oldest first."""
+
+    @abc.abstractmethod
+    def hold_lease(self, name: str, owner: str, now: float, ttl: float) -> bool:
+        """Take or renew the process-wide lease ``name`` until ``now + ttl`` unless another owner holds an
+        unexpired one; True when ``owner`` holds it now."""
+
+    @abc.abstractmethod
+    def release_lease(self, name: str, owner: str) -> None:
+        """Give up the lease ``name`` if ``owner`` holds it (on shutdown, so another process takes over at once)."""
+
+    @abc.abstractmethod
+    def save_view(self, view: PoolView) -> None:
+        """Store a pool's cloud view, replacing the one before (an older read never replaces a newer one)."""
+
+    @abc.abstractmethod
+    def views(self) -> dict[str, PoolView]:
+        """Every pool's stored cloud view, by pool."""
 
     @abc.abstractmethod
     def ping(self) -> None:

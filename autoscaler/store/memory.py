@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from autoscaler.models import PoolState
 from autoscaler.store import tables
-from autoscaler.store.base import DedupConfirm, EventRecord, PoolChange, QuickState, Store
+from autoscaler.store.base import DedupConfirm, EventRecord, PoolChange, PoolView, QuickState, Store
 from autoscaler.store.raw import hash_key, pool_state
 
 _DEFAULT_ROW = {c.name: None for c in tables.pools.c} | {"paused": False, "pause_reason": "", "failures": 0}
@@ -30,10 +30,16 @@ class MemoryStore(Store):
         self._dedup: dict[str, tuple[str, float, str]] = {}  # hashed key -> (pool, expires_at, claim)
         self._recommendations: dict[str, list[tuple[float, int]]] = {}
         self._ids = itertools.count(1)
+        self._scale_outs: dict[str, list[tuple[float, int, int]]] = {}  # accepted scale-outs per pool, by time
+        self._leases: dict[str, tuple[str, float]] = {}  # name -> (owner, until)
+        self._views: dict[str, PoolView] = {}
 
     # -- helpers (the lock is held) --------------------------------------------------------------------
     def _append(self, event: EventRecord) -> int:
         event_id = next(self._ids)
+        if (event.pool is not None and event.action == "scale_out" and event.outcome == "scaled"
+                and event.from_ is not None and event.to is not None):
+            self._scale_outs.setdefault(event.pool, []).append((event.time, event.from_, event.to))
         self._events[event_id] = replace(event, id=event_id, alerts=list(event.alerts), details=dict(event.details))
         return event_id
 
@@ -165,7 +171,8 @@ class MemoryStore(Store):
 
     def event(self, event_id: int) -> EventRecord | None:
         with self._lock:
-            return self._events.get(event_id)
+            event = self._events.get(event_id)
+            return None if event is None else replace(event, alerts=list(event.alerts), details=dict(event.details))
 
     def recommendations(self, pool: str, since: float) -> list[tuple[float, int]]:
         with self._lock:
@@ -176,6 +183,36 @@ class MemoryStore(Store):
             kept = [r for r in self._recommendations.get(pool, []) if r[0] >= forget_before]
             kept.append((time, desired))
             self._recommendations[pool] = kept
+
+    def scale_outs(self, pool: str, since: float) -> list[tuple[float, int, int]]:
+        with self._lock:
+            rows = self._scale_outs.get(pool, [])
+            while rows and rows[0][0] < since - 86400:  # nobody asks further back than a provision_time
+                rows.pop(0)
+            return sorted(r for r in rows if r[0] >= since)
+
+    def hold_lease(self, name: str, owner: str, now: float, ttl: float) -> bool:
+        with self._lock:
+            held = self._leases.get(name)
+            if held is not None and held[0] != owner and held[1] >= now:
+                return False
+            self._leases[name] = (owner, now + ttl)
+            return True
+
+    def release_lease(self, name: str, owner: str) -> None:
+        with self._lock:
+            if self._leases.get(name, ("", 0.0))[0] == owner:
+                del self._leases[name]
+
+    def save_view(self, view: PoolView) -> None:
+        with self._lock:
+            old = self._views.get(view.pool)
+            if old is None or old.read_at <= view.read_at:
+                self._views[view.pool] = view
+
+    def views(self) -> dict[str, PoolView]:
+        with self._lock:
+            return dict(self._views)
 
     def ping(self) -> None:
         """Memory always answers."""

@@ -24,7 +24,8 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from autoscaler.models import PoolState
 from autoscaler.redact import redact_text
 from autoscaler.store import tables
-from autoscaler.store.base import DedupConfirm, EventRecord, PoolChange, QuickState, Store, StoreUnavailable
+from autoscaler.store.base import (DedupConfirm, EventRecord, PoolChange, PoolView, QuickState, Store,
+                                   StoreUnavailable)
 from autoscaler.store.raw import (RawConnections, claim_params, claim_sql, event_record, event_row, hash_key,
                                   pool_state)
 from autoscaler.store.gate import WriterGate
@@ -305,6 +306,43 @@ class SqlStore(Store):
         with self._tx() as conn:
             conn.execute(delete(t).where(t.c.pool == pool, t.c.time < forget_before))
             conn.execute(insert(t).values(pool=pool, time=time, desired=desired))
+
+    def scale_outs(self, pool: str, since: float) -> list[tuple[float, int, int]]:
+        t = tables.events  # ix_events_time bounds it to the last few minutes' events
+        query = (select(t.c.time, t.c.from_count, t.c.to_count)
+                 .where(t.c.time >= since, t.c.pool == pool, t.c.action == "scale_out", t.c.outcome == "scaled",
+                        t.c.from_count.is_not(None), t.c.to_count.is_not(None))
+                 .order_by(t.c.time))
+        with self._tx() as conn:
+            return [(float(r.time), int(r.from_count), int(r.to_count)) for r in conn.execute(query).all()]
+
+    def hold_lease(self, name: str, owner: str, now: float, ttl: float) -> bool:
+        t = tables.leases
+        with self._tx() as conn:
+            conn.execute(self._insert_ignore(t, [{"name": name, "owner": owner, "until": now + ttl}]))
+            # Same pattern as a pool's lease: one conditional UPDATE, so exactly one owner sees its row change.
+            taken = conn.execute(update(t).where(t.c.name == name, (t.c.owner == owner) | (t.c.until < now))
+                                 .values(owner=owner, until=now + ttl))
+            return taken.rowcount == 1
+
+    def release_lease(self, name: str, owner: str) -> None:
+        t = tables.leases
+        with self._tx() as conn:
+            conn.execute(delete(t).where(t.c.name == name, t.c.owner == owner))
+
+    def save_view(self, view: PoolView) -> None:
+        t = tables.pool_views
+        row = {"pool": view.pool, "current": view.current, "busy": view.busy, "detail": view.detail,
+               "in_flight": view.in_flight, "error": view.error, "read_at": view.read_at}
+        with self._tx() as conn:
+            conn.execute(self._insert_ignore(t, [row]))
+            conn.execute(update(t).where(t.c.pool == view.pool, t.c.read_at <= view.read_at).values(**row))
+
+    def views(self) -> dict[str, PoolView]:
+        with self._tx() as conn:
+            rows = conn.execute(select(tables.pool_views)).all()
+        return {r.pool: PoolView(r.pool, r.current, bool(r.busy), r.detail, int(r.in_flight), r.error,
+                                 float(r.read_at)) for r in rows}
 
     def ping(self) -> None:
         with self._tx() as conn:

@@ -59,3 +59,23 @@ recommendations = Table(  # proportional mode: recent desired sizes, for the sca
     Column("desired", Integer, nullable=False),
     Index("ix_recommendations_pool_time", "pool", "time"),
 )
+
+leases = Table(  # process-wide leases (the reconciler's): one holder across workers and replicas
+    "leases",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("owner", String(128), nullable=False),
+    Column("until", Float, nullable=False),
+)
+
+pool_views = Table(  # each pool's cloud view as the reconciler (or the last decision) read it
+    "pool_views",
+    metadata,
+    Column("pool", String(64), primary_key=True),
+    Column("current", Integer, nullable=True),
+    Column("busy", Boolean, nullable=False, default=False),
+    Column("detail", Text, nullable=False, default=""),
+    Column("in_flight", Integer, nullable=False, default=0),
+    Column("error", Text, nullable=True),
+    Column("read_at", Float, nullable=False),
+)

@@ -1,0 +1,52 @@
+"""Nodes in flight: asked for less than ``provision_time`` ago and not ready yet. Pure: ``now`` is passed in.
+
+Two ways to count them, depending on what the service can see:
+- with a view of the cluster (``kubernetes:`` configured), the pool's nodes created within ``provision_time``
+  that are not Ready or have no GPU allocatable yet, plus the machines the cloud counts that have not registered
+  as nodes yet (``from_nodes``);
+- without it, the nodes the scale-outs of the last ``provision_time`` added (``from_scale_outs``): the service
+  cannot tell a booted node from a booting one, so it assumes each takes the whole ``provision_time``.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Protocol, Sequence
+
+
+class NodeLike(Protocol):
+    """What ``from_nodes`` reads of a node (``autoscaler.nodes.NodeView`` has these fields)."""
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def gpu_allocatable(self) -> int: ...
+
+    @property
+    def created(self) -> float: ...
+
+
+def from_scale_outs(scale_outs: Sequence[tuple[float, int, int]], current: int, now: float,
+                    provision_time: float) -> tuple[int, str]:
+    """Nodes added by the scale-outs (time, from, to) of the last ``provision_time``, at most ``current``."""
+    recent = [(t, a, b) for t, a, b in scale_outs if now - provision_time <= t <= now and b > a]
+    added = sum(b - a for _, a, b in recent)
+    count = max(0, min(added, current))
+    if not recent:
+        return 0, f"no scale-out in the last {provision_time:.0f}s (provision_time)"
+    youngest = now - max(t for t, _, _ in recent)
+    return count, (f"{count} node(s) added by {len(recent)} scale-out(s) in the last {provision_time:.0f}s "
+                   f"(provision_time; the newest {youngest:.0f}s ago)")
+
+
+def from_nodes(nodes: Iterable[NodeLike], current: int, now: float, provision_time: float) -> tuple[int, str]:
+    """The pool's nodes created within ``provision_time`` that are not Ready or have no GPU allocatable yet, plus
+    the machines the cloud counts (``current``) that have not registered as nodes yet; at most ``current``.
+
+    A node that stays not Ready past ``provision_time`` is broken, not booting: it no longer counts.
+    """
+    seen = list(nodes)
+    booting = [n for n in seen if now - n.created < provision_time and (not n.ready or n.gpu_allocatable <= 0)]
+    unregistered = max(0, current - len(seen))
+    count = min(current, len(booting) + unregistered) if current > 0 else len(booting)
+    return count, (f"{len(booting)} node(s) of the cluster created in the last {provision_time:.0f}s not Ready or "
+                   f"without GPUs allocatable yet, {unregistered} asked for but not registered yet")

@@ -1,0 +1,135 @@
+"""The one loop for everything periodic: schedule floors, the stored cloud view, drift below min.
+
+One loop runs in every process (each gunicorn worker, each replica); only the holder of the store lease
+``reconciler`` acts, so across workers and replicas one tick runs at a time. Each tick, for every pool:
+read the cloud once and store the view (count, busy, in flight, time) that ``GET /api/v1/pools``, the status page
+and ``/metrics`` show; then, when the pool's count is below its effective min (a schedule's floor while a window is
+open, else its own ``min``), ask the engine for the floor (source ``schedule`` or ``reconcile``). The engine does it
+as any decision: the pool's lease, a fresh cloud read, backoff and pause; no cooldown (a floor is a limit).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from autoscaler.config import Settings
+from autoscaler.engine import Engine
+from autoscaler.models import CloudStatus, Decision, PoolFacts, PoolSpec, Signal, Source
+from autoscaler.redact import redact_text
+from autoscaler.store import PoolView, Store, StoreUnavailable
+from providers import NodePoolProvider, ProviderError, Tracked
+
+log = logging.getLogger(__name__)
+
+LEASE = "reconciler"
+
+
+@dataclass
+class Tick:
+    """What one tick did (for tests and the log)."""
+
+    held: bool
+    views: list[PoolView] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+
+
+class Reconciler:
+    """``tick(now)`` does one round; ``start()`` runs it every ``interval`` on a daemon thread."""
+
+    def __init__(self, settings: Settings, store: Store, providers: dict[str, NodePoolProvider], engine: Engine,
+                 clock: Callable[[], float] = time.time, interval: float | None = None) -> None:
+        self.settings = settings
+        self.store = store
+        self.providers = providers
+        self.engine = engine
+        self.clock = clock
+        self.interval = settings.config.server.reconcile_interval if interval is None else interval
+        self.ttl = max(3 * self.interval, 60.0)  # a dead holder is replaced within a few ticks
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:reconciler"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._holding = False
+
+    def tick(self, now: float) -> Tick:
+        """One round, if this process holds (or can take) the lease."""
+        held = self.store.hold_lease(LEASE, self.owner, now, self.ttl)
+        if held != self._holding:
+            log.info("reconciler lease %s by %s", "taken" if held else "held elsewhere, not", self.owner)
+            self._holding = held
+        if not held:
+            return Tick(held=False)
+        out = Tick(held=True)
+        for spec in self.settings.pools.values():
+            view, facts = self.refresh(spec, now)
+            out.views.append(view)
+            decision = self._floor(spec, view, facts, now)
+            if decision is not None:
+                out.decisions.append(decision)
+        return out
+
+    def refresh(self, spec: PoolSpec, now: float) -> tuple[PoolView, PoolFacts]:
+        """Read the pool's cloud once and store what it said (or why it could not be read)."""
+        state = self.store.pool(spec.name)
+        try:
+            cloud = self.providers[spec.name].status(Tracked(state.tracked_count, state.count_changed_at), now)
+            error = None
+        except ProviderError as exc:
+            cloud, error = CloudStatus(current=None), redact_text(exc.message)
+        facts = self.engine.pool_facts(spec, cloud.current, now)
+        view = PoolView(spec.name, cloud.current, cloud.busy, cloud.detail, facts.in_flight, error, now)
+        self.store.save_view(view)
+        return view, facts
+
+    def _floor(self, spec: PoolSpec, view: PoolView, facts: PoolFacts, now: float) -> Decision | None:
+        """Raise a pool below its effective min to it through the engine; None when there is nothing to do."""
+        if view.current is None or view.busy:
+            return None
+        floor = facts.floor if facts.floor is not None else spec.min
+        if view.current >= floor:
+            return None
+        state = self.store.pool(spec.name)
+        if state.paused or (state.backoff_until is not None and now < state.backoff_until):
+            return None  # a paused pool changes for nothing; backoff: the next tick after it tries again
+        scheduled = floor > spec.min
+        source = Source.SCHEDULE if scheduled else Source.RECONCILE
+        why = facts.floor_how if scheduled else f"pool below its min ({spec.min}): {view.current} nodes"
+        decision = self.engine.handle(Signal(pool=spec.name, action=None, source=source, target=floor, floor=True,
+                                             reason=why))
+        log.info("reconcile pool=%s source=%s outcome=%s from=%s to=%s", spec.name, source.value,
+                 decision.outcome.value, decision.from_, decision.to)
+        return decision
+
+    # -- the background loop ------------------------------------------------------------------------
+    def start(self) -> threading.Thread | None:
+        """Run ``tick`` now and every ``interval`` on a daemon thread (no-op when the interval is 0)."""
+        if self.interval <= 0 or (self._thread is not None and self._thread.is_alive()):
+            return None
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="autoscaler-reconciler", daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the loop and give up the lease so another process takes over at its next tick."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        try:
+            self.store.release_lease(LEASE, self.owner)
+        except StoreUnavailable:
+            pass
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick(self.clock())
+            except StoreUnavailable as exc:
+                log.warning("reconcile skipped: %s", exc)
+            except Exception:  # a bug here must never take the worker down
+                log.exception("reconcile failed")
+            self._stop.wait(self.interval)
