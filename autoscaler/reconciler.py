@@ -14,7 +14,7 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from autoscaler.config import Settings
@@ -82,12 +82,15 @@ class Reconciler:
             cloud, error = CloudStatus(current=None), redact_text(exc.message)
         facts = self.engine.pool_facts(spec, cloud.current, now)
         view = PoolView(spec.name, cloud.current, cloud.busy, cloud.detail, facts.in_flight, error, now)
+        last = self.store.views().get(spec.name) if error else None
+        if last is not None:  # keep the last good read and its time: the view's age (and its alert) shows the outage
+            view = replace(last, error=error)
         self.store.save_view(view)
         return view, facts
 
     def _floor(self, spec: PoolSpec, view: PoolView, facts: PoolFacts, now: float) -> Decision | None:
         """Raise a pool below its effective min to it through the engine; None when there is nothing to do."""
-        if view.current is None or view.busy:
+        if view.current is None or view.busy or view.error:  # unread now: nothing to act on
             return None
         floor = facts.floor if facts.floor is not None else spec.min
         if view.current >= floor:
