@@ -180,9 +180,8 @@ class NodeScaleIn:
                     self.cluster.uncordon(view.name)
                     return f"{why}: GPU pod {key} blocks the drain ({said})"
                 self.sleep(RETRY_EVERY)
-        except ClusterError:
-            self._uncordon([view.name])
-            raise
+        except ClusterError as exc:
+            raise self._unwind(exc, [view.name]) from None
 
     # ---- the common end ------------------------------------------------------------------------------------------
     def _cordon_and_remove(self, spec: PoolSpec, provider: RemovesNamedNodes, current: int,
@@ -209,15 +208,15 @@ class NodeScaleIn:
                     kept.append((view.name, why))
                 else:
                     survivors.append(again or view)
-        except ClusterError:
-            self._uncordon(mine)
-            raise
+        except ClusterError as exc:
+            raise self._unwind(exc, mine) from None
         if not survivors:
             return Removal(Outcome.SKIPPED_IN_USE, current, f"no node of pool {spec.name} can go: {summary(kept)}",
                            kept=tuple(kept))
         if not renew():
-            self._uncordon(mine)
-            return Removal(Outcome.FAILED, current, "the pool's lease was lost before the removal", kept=tuple(kept))
+            stuck = self._uncordon(mine)
+            return Removal(Outcome.FAILED, current, "the pool's lease was lost before the removal" + _stuck(stuck),
+                           kept=tuple(kept))
         refs = [NodeRef(v.name, v.provider_id) for v in survivors]
         try:
             reached = provider.remove_nodes(refs, current, self.clock())
@@ -234,16 +233,31 @@ class NodeScaleIn:
         names = tuple(r.name for r in refs)
         return Removal(Outcome.SCALED, reached, f"removed {', '.join(names)}", names, tuple(kept))
 
-    def _uncordon(self, names: Sequence[str]) -> None:
-        for name in names:
-            self._best_effort(self.cluster.uncordon, name)
+    def _uncordon(self, names: Sequence[str]) -> list[str]:
+        """Uncordon ``names``; those the API server would not uncordon (the sweep of a later decision retries)."""
+        return [name for name in names if not self._best_effort(self.cluster.uncordon, name)]
+
+    def _unwind(self, exc: ClusterError, names: Sequence[str]) -> ClusterError:
+        """Uncordon ``names`` after ``exc``; the error, naming each node that stays cordoned and what lifts it."""
+        stuck = self._uncordon(names)
+        return ClusterError(f"{exc}{_stuck(stuck)}") if stuck else exc
 
     @staticmethod
-    def _best_effort(call: Callable[..., None], *args: Any) -> None:
+    def _best_effort(call: Callable[..., None], *args: Any) -> bool:
         try:
             call(*args)
         except ClusterError as exc:  # the sweep of a later decision retries it
             log.warning("%s", exc)
+            return False
+        return True
+
+
+def _stuck(names: Sequence[str]) -> str:
+    """What the operator reads when an uncordon failed: which nodes stay cordoned, and what lifts the cordon."""
+    if not names:
+        return ""
+    return (f"; left cordoned (the uncordon failed too): {', '.join(names)}: the next decision's sweep uncordons "
+            f"once the API server answers, or run kubectl uncordon {' '.join(names)}")
 
 
 def _selector(spec: PoolSpec) -> str:

@@ -74,8 +74,22 @@ class KubeCluster:
         except ApiException as exc:
             raise ClusterError(f"{what}: {exc.status} {_message(exc)}") from None
         except (HTTPError, OSError) as exc:
-            raise ClusterError(f"{what}: API server unreachable ({type(exc).__name__})") from None
+            raise ClusterError(f"{what}: {self._unreachable(exc)}") from None
         return json.loads(result.data) if raw else result
+
+    def _unreachable(self, exc: BaseException) -> str:
+        """``API server <host> unreachable (<what went wrong>)``: the address and the cause, not urllib3's class."""
+        from urllib3.exceptions import NewConnectionError, TimeoutError as Urllib3Timeout
+
+        cause = getattr(exc, "reason", None) or exc  # MaxRetryError wraps the last attempt's error
+        if isinstance(cause, NewConnectionError):  # before the timeouts: urllib3 2 derives it from one
+            said = str(cause).rpartition("connection: ")[2] or type(cause).__name__
+        elif isinstance(cause, (Urllib3Timeout, TimeoutError)):
+            said = f"no answer within kubernetes.timeout {self.settings.timeout:g}s"
+        else:
+            said = type(cause).__name__
+        host = self._core.api_client.configuration.host if self._core is not None else self.settings.host
+        return f"API server {host} unreachable ({said[:200]}); check kubernetes: host/kubeconfig and the network"
 
     # ---- reads -----------------------------------------------------------------------------------------------
     def _pods(self, node: str) -> list[dict[str, Any]]:
@@ -100,6 +114,7 @@ class KubeCluster:
 
     def node(self, name: str) -> NodeView | None:
         from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
 
         try:
             raw = self._api().read_node(name, _preload_content=False,
@@ -108,6 +123,8 @@ class KubeCluster:
             if exc.status == 404:
                 return None
             raise ClusterError(f"reading node {name}: {exc.status} {_message(exc)}") from None
+        except (HTTPError, OSError) as exc:
+            raise ClusterError(f"reading node {name}: {self._unreachable(exc)}") from None
         return node_view(json.loads(raw.data), self._pods(name), self.patterns)
 
     # ---- changes ---------------------------------------------------------------------------------------------
@@ -123,6 +140,7 @@ class KubeCluster:
     def evict(self, namespace: str, pod: str) -> str | None:
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
 
         body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod, namespace=namespace))
         try:
@@ -134,6 +152,8 @@ class KubeCluster:
             if exc.status == 429:
                 return _message(exc)
             raise ClusterError(f"evicting {namespace}/{pod}: {exc.status} {_message(exc)}") from None
+        except (HTTPError, OSError) as exc:
+            raise ClusterError(f"evicting {namespace}/{pod}: {self._unreachable(exc)}") from None
         return None
 
 
@@ -156,13 +176,21 @@ def _bearer_for_requests(conf: Any) -> None:
     conf.refresh_api_key_hook = refresh
 
 
+_WHAT_TO_DO = {
+    401: "; the API server refused the credentials: check kubernetes.token, kubeconfig or the service account token",
+    403: "; the service account lacks a permission: apply deploy/kubernetes/rbac.yaml (get, list, patch nodes; "
+         "list pods; create pods/eviction)",
+}
+
+
 def _message(exc: Any) -> str:
-    """The ``message`` of the API server's Status body, else its reason phrase (never headers)."""
+    """The ``message`` of the API server's Status body, else its reason phrase (never headers), and for 401 and
+    403 what to fix (retrying does not help)."""
     try:
         text = json.loads(exc.body or "{}").get("message")
     except (ValueError, AttributeError):
         text = None
-    return str(text or exc.reason or "error")[:300]
+    return str(text or exc.reason or "error")[:300] + _WHAT_TO_DO.get(exc.status, "")
 
 
 def build_cluster(settings: KubernetesConfig) -> KubeCluster:
