@@ -103,8 +103,7 @@ def build_settings(raw: Any, env: dict[str, str] | None = None) -> Settings:
             **_node_aware(config, index, pool, settings, problems),
         )
         if pools[pool.name].scale_out.mode is Mode.DEMAND and pool.gpus_per_node is None:
-            problems.append(f"pools[{index}].gpus_per_node: required with scale_out.mode demand "
-                            "(the GPUs one node adds)")
+            problems.append(_NO_GPUS_PER_NODE.format(index=index))
     if problems:
         raise ConfigError(_unique(problems))
     return Settings(config=config, pools=pools)
@@ -171,13 +170,32 @@ def _beside_field_errors(data: Any) -> list[str]:
         auth = None  # its field errors are already reported
     if auth is not None:
         problems += credential_problems(auth, {n for n in names if isinstance(n, str)})
+    default_mode = _dict(_dict(data.get("defaults")).get("scale_out")).get("mode")
     for index, raw_pool in enumerate(pools):
+        problems += _pool_rules(index, _dict(raw_pool), default_mode)
         try:
             pool = PoolConfig.model_validate(raw_pool)
         except ValidationError:
             continue
         problems += pool.provider_settings(index)[1]
     return problems
+
+
+_NO_GPUS_PER_NODE = "pools[{index}].gpus_per_node: required with scale_out.mode demand (the GPUs one node adds)"
+
+
+def _pool_rules(index: int, pool: dict[str, Any], default_mode: Any) -> list[str]:
+    """A pool's cross-field rules read from the raw file (the same lines as the full validation's, deduplicated),
+    for when a field error elsewhere stops that validation: schedule floors within max, demand mode's GPUs."""
+    out = []
+    high = pool.get("max")
+    for i, window in enumerate(_list(pool.get("schedules"))):
+        low = _dict(window).get("min")
+        if isinstance(low, int) and isinstance(high, int) and low > high:
+            out.append(f"pools[{index}].schedules[{i}].min: must be <= max ({high})")
+    if (_dict(pool.get("scale_out")).get("mode") or default_mode) == "demand" and pool.get("gpus_per_node") is None:
+        out.append(_NO_GPUS_PER_NODE.format(index=index))
+    return out
 
 
 def _unique(problems: list[str]) -> list[str]:

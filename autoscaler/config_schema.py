@@ -372,6 +372,14 @@ class PoolConfig(BaseModel):
                                      "within it and not ready yet are in flight.")
     schedules: list[ScheduleConfig] = Field(default_factory=list)
 
+    @field_validator("node_selector", mode="before")
+    @classmethod
+    def _selector_string(cls, v: Any) -> Any:
+        if isinstance(v, dict):  # a Kubernetes nodeSelector mapping: say the string it means
+            text = ",".join(f"{k}={val}" for k, val in v.items())
+            raise ValueError(f'a mapping; write the selector as one string: node_selector: "{text}"')
+        return v
+
     @field_validator("provision_time")
     @classmethod
     def _provision_time(cls, v: float) -> float:
