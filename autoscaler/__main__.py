@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     tuning.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
     tuning.add_argument("--holdout", type=float, default=2 / 7, help="share of the trace, at its end, kept from "
                         "the search to confirm the choice on (default 2/7: days 6-7 of a week; 0: none)")
+    tuning.add_argument("--pending-expr", default=None, help="PromQL of GPUs requested by pending pods, for "
+                        "`pending_above` rules in prometheus-rules.yml (default: kube-state-metrics)")
     tuning.add_argument("--margin", type=float, default=0.25, help="the choice keeps saturated minutes within "
                         "(1 - margin) x the budget on the tuning span, room for days that differ (default 0.25)")
     tuning.add_argument("--utilization-expr", default=None, help="PromQL of a pool's average GPU utilisation for "
@@ -75,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 
         args.workers = args.workers or default_workers()
         args.utilization_expr = args.utilization_expr or tune_files.UTILIZATION_EXPR
+        args.pending_expr = args.pending_expr or tune_files.PENDING_EXPR
         return tune_cli.run(args)
     if args.command == "replay":
         from autoscaler.replay import replay

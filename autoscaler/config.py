@@ -124,7 +124,18 @@ def warnings(settings: Settings) -> list[str]:
     secrets += [("server.auth.grafana_hmac.secret", auth.grafana_hmac.secret)] if auth.grafana_hmac else []
     out += [f"{path}: shorter than {MIN_SECRET} characters: too short to guess-proof, and not redacted by value "
             "from logs" for path, secret in secrets if len(secret.get_secret_value()) < MIN_SECRET]
-    for index, spec in enumerate(settings.pools.values()):
+    ignored = [("defaults", settings.config.defaults.scale_out)]
+    ignored += [(f"pools[{i}]", pool.scale_out) for i, pool in enumerate(settings.config.pools)]
+    out += [f"{where}.scale_out.delay_after_scale_out: does nothing (a scale-in setting: put it under scale_in)"
+            for where, direction in ignored if direction.delay_after_scale_out is not None]
+    for index, (pool, spec) in enumerate(zip(settings.config.pools, settings.pools.values())):
+        if (settings.config.kubernetes is not None and spec.victims == "cloud" and not spec.node_selector
+                and spec.provider_settings is not None
+                and not (pool.scale_in.victims or settings.config.defaults.scale_in.victims)
+                and isinstance(providers.build(spec.provider, spec.name, spec.provider_settings),
+                               providers.RemovesNamedNodes)):
+            out.append(f"pools[{index}].node_selector: not set, so the cloud picks which nodes a scale-in removes "
+                       f"(provider {spec.provider} has no default); set it for node-aware scale-in (victims: idle)")
         floor_of = providers.factory(spec.provider).floor
         if floor_of is None or spec.provider_settings is None:
             continue
@@ -195,14 +206,14 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
     removes = False
     if settings is not None:
         removes = isinstance(providers.build(pool.provider, pool.name, settings), providers.RemovesNamedNodes)
-    victims = pool.scale_in.victims or config.defaults.scale_in.victims
-    if victims is None:
-        victims = "idle" if removes and config.kubernetes is not None else "cloud"
     drain = pool.scale_in.drain_timeout or config.defaults.scale_in.drain_timeout or 600.0
     text = pool.node_selector
     factory = providers.factory(pool.provider)
     if text is None and factory.node_selector is not None and settings is not None:
         text = factory.node_selector(settings)
+    victims = pool.scale_in.victims or config.defaults.scale_in.victims
+    if victims is None:  # idle only where the pool's nodes can be found; else warnings() says why not
+        victims = "idle" if removes and config.kubernetes is not None and text is not None else "cloud"
     selector: tuple[tuple[str, str], ...] = ()
     if pool.node_selector is not None:
         try:
@@ -210,7 +221,12 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
         except ValueError as exc:
             problems.append(f"{where}.node_selector: {exc}")
     elif text:
-        selector = parse_selector(text)
+        try:
+            selector = parse_selector(text)
+        except ValueError as exc:  # the provider's default, built from its own settings: only read with a cluster
+            if config.kubernetes is not None:
+                problems.append(f"{where}.node_selector: the default from {where}.{pool.provider} is unusable: {exc}; "
+                                "set node_selector")
     if victims != "cloud" and settings is not None:
         if not removes:
             problems.append(f"{where}.scale_in.victims: {victims} needs a provider that removes named nodes; "
@@ -224,8 +240,19 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
     return {"victims": victims, "drain_timeout": drain, "node_selector": selector}
 
 
-def load_config(path: str, env: dict[str, str] | None = None) -> Settings:
-    """Read and validate a YAML config file."""
+def offline(raw: Any) -> Any:
+    """The config as the replay reads it: nothing serves HTTP offline, so ``server.auth`` is not read (a file
+    without a ``server`` section, like CONTRACT's replay example, or whose secrets are not in the environment,
+    replays as it is); every other key is checked as for the service."""
+    if not isinstance(raw, dict):
+        return raw
+    server = raw.get("server")
+    rest = {k: v for k, v in server.items() if k != "auth"} if isinstance(server, dict) else {}
+    return {**raw, "server": {**rest, "auth": {"disabled": True}}}
+
+
+def load_config(path: str, env: dict[str, str] | None = None, *, for_replay: bool = False) -> Settings:
+    """Read and validate a YAML config file (``for_replay``: as :func:`offline` reads it)."""
     try:
         with open(path, encoding="utf-8") as fh:
             raw = yaml.safe_load(fh)
@@ -235,4 +262,4 @@ def load_config(path: str, env: dict[str, str] | None = None) -> Settings:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
         raise ConfigError([f"{path}: not valid YAML at {where}: {getattr(exc, 'problem', exc)}"]) from None
-    return build_settings(raw, env)
+    return build_settings(offline(raw) if for_replay else raw, env)

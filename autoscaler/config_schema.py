@@ -242,7 +242,7 @@ class DefaultsConfig(_Frozen):
     @model_validator(mode="after")
     def _demand_scales_out(self) -> "DefaultsConfig":
         if self.scale_in.mode == "demand":
-            raise ValueError("defaults.scale_in.mode: `demand` sizes scale-outs only (use step or proportional)")
+            raise ValueError("scale_in.mode: `demand` sizes scale-outs only (use step or proportional)")
         return self
 
 
@@ -293,8 +293,10 @@ class RoutingConfig(_Frozen):
 
 
 class KubernetesConfig(_Frozen):
-    """How the service sees the cluster's nodes and pods (node-aware scale-in). One of ``in_cluster``,
-    ``kubeconfig`` or ``host``: ``host`` (+ ``token``) is for out-of-cluster use without a kubeconfig and tests."""
+    """How the service sees the cluster's nodes and pods (node-aware scale-in): ``in_cluster`` and/or
+    ``kubeconfig``, or ``host``. With both ``in_cluster: true`` and ``kubeconfig``, the service account is used when
+    the process runs in a pod (``KUBERNETES_SERVICE_HOST`` set) and the kubeconfig otherwise, so one file serves
+    both. ``host`` (+ ``token``) is for out-of-cluster use without a kubeconfig and tests."""
 
     in_cluster: bool = False
     kubeconfig: str | None = Field(default=None, min_length=1)
@@ -310,8 +312,8 @@ class KubernetesConfig(_Frozen):
     def _one_source(self) -> "KubernetesConfig":
         given = [k for k, on in (("in_cluster", self.in_cluster), ("kubeconfig", self.kubeconfig is not None),
                                  ("host", self.host is not None)) if on]
-        if len(given) != 1:
-            raise ValueError("give exactly one of `in_cluster: true`, `kubeconfig:` or `host:`"
+        if not given or (self.host is not None and len(given) > 1):  # in_cluster + kubeconfig: pod or not
+            raise ValueError("give `in_cluster: true` and/or `kubeconfig:`, or `host:` alone"
                              + (f" (got {', '.join(given)})" if given else ""))
         if self.context is not None and self.kubeconfig is None:
             raise ValueError("`context` needs `kubeconfig`")

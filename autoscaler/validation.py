@@ -1,11 +1,14 @@
 """Pydantic's validation errors told to a person, the same way for the config, the API and the webhooks."""
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable
 
 from pydantic import ValidationError
 
 _PREFIXES = ("Value error, ", "Assertion failed, ")
+#: A model-level check names the key it is about first (``schedules[0].min: must be <= max (8)``).
+_NESTED = re.compile(r"([A-Za-z_]\w*(?:\[\d+\])*(?:\.[A-Za-z_]\w*(?:\[\d+\])*)*): (.+)", re.S)
 
 
 def location(loc: Iterable[Any], prefix: str = "") -> str:
@@ -29,8 +32,12 @@ def problems(exc: ValidationError, prefix: str = "", whole: str = "") -> list[st
     message when ``whole`` is empty)."""
     out = []
     for err in exc.errors():
-        path = location(err["loc"], prefix) or whole
-        out.append(f"{path}: {message(err)}" if path else message(err))
+        path, text = location(err["loc"], prefix), message(err)
+        nested = _NESTED.fullmatch(text) if path else None
+        if nested:  # one path: pools[0].schedules[0].min, not pools[0]: schedules[0].min
+            path, text = f"{path}.{nested[1]}", nested[2]
+        path = path or whole
+        out.append(f"{path}: {text}" if path else text)
     return out
 
 

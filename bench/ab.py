@@ -18,7 +18,8 @@ from typing import Any
 
 import requests
 
-from bench.common import AUTH, ROOT, fresh_pg_database, loadavg, notification, service_config, summary
+from bench.common import (AUTH, ROOT, fresh_pg_database, loadavg, notification, service_config, summary,
+                          workers_cpu_seconds)
 from bench.intake import HOOK, _template, wrk
 from tests.servers import Service
 
@@ -59,31 +60,40 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:  # warm-up, discarded
             wrk(servers[name].url, body, 3, 8)
         rps: dict[str, list[float]] = {n: [] for n in names}
+        cpu: dict[str, list[float]] = {n: [] for n in names}  # the workers' CPU ms per request, per round
         loads = []
         for r in range(args.rounds):
             loads.append(loadavg())
             order = names[r % len(names):] + names[:r % len(names)]
             for name in order:
+                workers = servers[name].worker_pids()
+                cpu_before = workers_cpu_seconds(workers)
                 res = wrk(servers[name].url, body, args.seconds, 8)
                 if res["errors"]:
                     print(f"warning: {name} had errors: {res}", file=sys.stderr)
                 rps[name].append(res["rps"])
+                cpu[name].append(1000 * (workers_cpu_seconds(workers) - cpu_before) / max(1, res["requests"]))
         out: dict[str, Any] = {"loadavg": loads, "settings": vars(args), "variants": {}}
         for name in names:
-            entry = {"rps": summary(rps[name])}
+            entry = {"rps": summary(rps[name]), "cpu_ms_per_request": summary(cpu[name])}
             if name != "baseline":
                 entry["ratio"] = summary([a / b for a, b in zip(rps[name], rps["baseline"])])
+                entry["cpu_ratio"] = summary([b / a for a, b in zip(cpu[name], cpu["baseline"])])
             out["variants"][name] = entry
         for store in args.stores.split(","):
             for prev, rev in zip(args.revs, args.revs[1:]):
                 a, b = rps[f"{prev}/{store}"], rps[f"{rev}/{store}"]
                 out["variants"][f"{rev}/{store}"]["gain_vs_previous"] = summary([y / x for x, y in zip(a, b)])
+                ca, cb = cpu[f"{prev}/{store}"], cpu[f"{rev}/{store}"]
+                out["variants"][f"{rev}/{store}"]["cpu_gain_vs_previous"] = summary([x / y for x, y in zip(ca, cb)])
         print(json.dumps(out, indent=1))
         print(f"load average per round: {', '.join(f'{x:.2f}' for x in loads)}")
         for name, v in out["variants"].items():
             extra = "".join(f"  {k} {v[k]['median']:.2f} [{v[k]['min']:.2f}-{v[k]['max']:.2f}]"
-                            for k in ("ratio", "gain_vs_previous") if k in v)
-            print(f"{name:32s} {v['rps']['median']:7.0f} [{v['rps']['min']:.0f}-{v['rps']['max']:.0f}]{extra}")
+                            for k in ("ratio", "gain_vs_previous", "cpu_ratio", "cpu_gain_vs_previous") if k in v)
+            c = v["cpu_ms_per_request"]
+            print(f"{name:32s} {v['rps']['median']:7.0f} [{v['rps']['min']:.0f}-{v['rps']['max']:.0f}]"
+                  f"  cpu ms/req {c['median']:.3f} [{c['min']:.3f}-{c['max']:.3f}]{extra}")
     finally:
         for server in servers.values():
             server.stop()

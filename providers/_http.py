@@ -5,7 +5,7 @@ import logging
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import requests
@@ -17,6 +17,7 @@ from autoscaler.redact import redact_url
 from providers.base import ProviderError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 Sleep = Callable[[float], None]
 
@@ -76,6 +77,18 @@ def retry_policy(budget: float, sleep: Sleep, what: str, *, max_attempts: int = 
         before_sleep=lambda state: _log_retry(what, state),
         reraise=True,
     )
+
+
+def call_with_retries(budget: float, sleep: Sleep, what: str, attempt: Callable[..., T], *args: Any) -> T:
+    """``attempt(*args)`` under :func:`retry_policy`; the last :class:`Transient` becomes a retryable
+    ProviderError that says how many attempts were made. The single retry layer of the SDK-based providers."""
+    retrying = retry_policy(budget, sleep, what)
+    try:
+        return retrying(attempt, *args)
+    except Transient as exc:
+        attempts = retrying.statistics.get("attempt_number", 1)
+        raise ProviderError(f"{what} failed after {attempts} attempt(s): {exc.what}", retryable=True,
+                            code=str(exc.status) if exc.status else None) from None
 
 
 def _log_retry(what: str, state: RetryCallState) -> None:

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from autoscaler.durations import Duration
 from autoscaler.models import CloudStatus
 from autoscaler.redact import redact_text
-from providers._http import Sleep, Transient, retry_policy
+from providers._http import Sleep, Transient, call_with_retries
 from providers.base import NodeRef, ProviderError, ProviderFactory, Tracked
 
 log = logging.getLogger(__name__)
@@ -166,13 +166,7 @@ class AckProvider:
     def _request(self, action: str, call: Callable[[], T]) -> T:
         """One OpenAPI call through the SDK with our retry layer (the SDK's own retry stays off)."""
         what = f"{action} {self.settings.cluster_id}/{self.settings.nodepool_id}"
-        retrying = retry_policy(self.settings.retry_budget, self._sleep, what)
-        try:
-            return retrying(_translated, call, action)
-        except Transient as exc:
-            attempts = retrying.statistics.get("attempt_number", 1)
-            raise ProviderError(f"{what} failed after {attempts} attempt(s): {exc.what}", retryable=True,
-                                code=str(exc.status) if exc.status else None) from None
+        return call_with_retries(self.settings.retry_budget, self._sleep, what, _translated, call, action)
 
     def _attempt(self, action: str, method: str, body: dict[str, Any] | None) -> dict[str, Any]:
         from alibabacloud_tea_openapi import utils_models

@@ -1,7 +1,7 @@
 """Amazon EKS managed node groups through boto3: reads and sets ``scalingConfig.desiredSize``; removes named nodes.
 
 boto3 is imported inside functions, so it loads only when a pool uses this provider. Its clients are built with
-botocore's own retries off (``total_max_attempts=1``): :func:`providers._http.retry_policy` is the one retry layer.
+botocore's own retries off (``total_max_attempts=1``): :func:`providers._http.call_with_retries` is the one retry layer.
 Credentials come from boto3's default chain (environment, web identity / IRSA, EKS Pod Identity, profile, instance
 role), never from the config.
 """
@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from autoscaler.durations import Duration
 from autoscaler.models import CloudLimits, CloudStatus
 from autoscaler.redact import redact_text
-from providers._http import Sleep, Transient, retry_policy
+from providers._http import Sleep, Transient, call_with_retries
 from providers.base import NodeRef, ProviderError, ProviderFactory, Tracked
 
 log = logging.getLogger(__name__)
@@ -255,13 +255,7 @@ class EksProvider:
     def _call(self, action: str, call: Callable[[], T]) -> T:
         """One AWS call with our retry layer (botocore's own is off)."""
         what = f"{action} for {self._where}"
-        retrying = retry_policy(self.settings.retry_budget, self._sleep, what)
-        try:
-            return retrying(_translated, call, what)
-        except Transient as exc:
-            attempts = retrying.statistics.get("attempt_number", 1)
-            raise ProviderError(f"{what} failed after {attempts} attempt(s): {exc.what}", retryable=True,
-                                code=str(exc.status) if exc.status else None) from None
+        return call_with_retries(self.settings.retry_budget, self._sleep, what, _translated, call, what)
 
     def _client(self, service: str) -> Any:
         """The boto3 client of ``service`` (eks, autoscaling), built on first use."""

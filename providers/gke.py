@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from autoscaler.durations import Duration
 from autoscaler.models import CloudLimits, CloudStatus
 from autoscaler.redact import redact_text
-from providers._http import Sleep, Transient, retry_policy
+from providers._http import Sleep, Transient, call_with_retries
 from providers.base import NodeRef, ProviderError, ProviderFactory, Tracked
 
 log = logging.getLogger(__name__)
@@ -258,13 +258,7 @@ class GkeProvider:
     def _call(self, method: str, call: Callable[[], T]) -> T:
         """One GKE API call with our retry layer."""
         what = f"{method} {self._where}"
-        retrying = retry_policy(self.settings.retry_budget, self._sleep, what)
-        try:
-            return retrying(_translated, call, what)
-        except Transient as exc:
-            attempts = retrying.statistics.get("attempt_number", 1)
-            raise ProviderError(f"{what} failed after {attempts} attempt(s): {exc.what}", retryable=True,
-                                code=str(exc.status) if exc.status else None) from None
+        return call_with_retries(self.settings.retry_budget, self._sleep, what, _translated, call, what)
 
     def _compute(self, method: str, url: str, body: Any) -> dict[str, Any]:
         """One Compute API call over REST (google-auth's AuthorizedSession) with our retry layer."""

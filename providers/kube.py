@@ -8,6 +8,7 @@ few at a time); a re-read is one node GET and one pod list.
 from __future__ import annotations
 
 import json
+import os
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
@@ -37,13 +38,14 @@ class KubeCluster:
 
             s = self.settings
             conf = client.Configuration()
+            in_pod = s.in_cluster and (not s.kubeconfig or bool(os.environ.get("KUBERNETES_SERVICE_HOST")))
             try:
-                if s.in_cluster:
+                if in_pod:
                     config.load_incluster_config(client_configuration=conf)
                 elif s.kubeconfig:
                     config.load_kube_config(config_file=s.kubeconfig, context=s.context, client_configuration=conf)
             except (config.ConfigException, OSError, ValueError) as exc:
-                where = "in-cluster config" if s.in_cluster else f"kubeconfig {s.kubeconfig}"
+                where = "in-cluster config" if in_pod else f"kubeconfig {s.kubeconfig}"
                 raise ClusterError(f"{where}: {str(exc)[:200]}") from None
             if s.in_cluster or s.kubeconfig:
                 _bearer_for_requests(conf)

@@ -88,7 +88,7 @@ def test_provider_section_problems() -> None:
     pytest.param({"rules": [{"match": {"a": "b"}, "pool": "nope", "action": "scale_out"}]},
                  "rules[0].pool: no pool named 'nope'", id="rule-unknown-pool"),
     pytest.param({"rules": [{"match_re": {"a": "("}, "pool": "gpu", "action": "scale_out"}]},
-                 "rules[0].match_re: a: not a valid regular expression", id="bad-regex"),
+                 "rules[0].match_re.a: not a valid regular expression", id="bad-regex"),
     pytest.param({"rules": [{"match": {"a": "b"}, "pool": "gpu", "action": "grow"}]}, "rules[0].action: Input should be",
                  id="bad-action"),
     pytest.param({"unknown_top": 1}, "unknown_top: Extra inputs are not permitted", id="unknown-key"),

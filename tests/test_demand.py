@@ -124,7 +124,7 @@ def test_config_keys_reach_the_spec() -> None:
 
 
 @pytest.mark.parametrize(("keys", "problem"), [
-    pytest.param({"scale_in": {"mode": "demand"}}, "pools[0]: scale_in.mode: `demand` sizes scale-outs only",
+    pytest.param({"scale_in": {"mode": "demand"}}, "pools[0].scale_in.mode: `demand` sizes scale-outs only",
                  id="demand-is-scale-out-only"),
     pytest.param({"gpus_per_node": 0}, "pools[0].gpus_per_node", id="gpus-per-node-positive"),
     pytest.param({"scale_out": {"mode": "demand"}},
@@ -136,7 +136,7 @@ def test_config_keys_reach_the_spec() -> None:
     pytest.param({"schedules": [{"cron": "0 8 * * *", "duration": 0, "min": 1}]},
                  "pools[0].schedules[0].duration: must be more than 0", id="zero-duration"),
     pytest.param({"schedules": [{"cron": "0 8 * * *", "duration": "1h", "min": 9}]},
-                 "pools[0]: schedules[0].min: must be <= max (8)", id="floor-above-max"),
+                 "pools[0].schedules[0].min: must be <= max (8)", id="floor-above-max"),
 ])
 def test_config_problems_name_their_path(keys: dict[str, object], problem: str) -> None:
     with pytest.raises(ConfigError) as err:

@@ -102,9 +102,28 @@ def test_kubeconfig_with_a_context(kube: FakeKube, tmp_path: Any) -> None:
     assert len(c.nodes(POOL)) == 2
 
 
+def test_in_cluster_and_kubeconfig_use_the_file_outside_a_pod(kube: FakeKube, tmp_path: Any,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """CONTRACT's example writes both: as a pod the service account serves, elsewhere the kubeconfig."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "prod",
+        "clusters": [{"name": "fake", "cluster": {"server": kube.url}}],
+        "users": [{"name": "autoscaler", "user": {"token": kube.token}}],
+        "contexts": [{"name": "prod", "context": {"cluster": "fake", "user": "autoscaler"}}]}))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    both = KubernetesConfig(in_cluster=True, kubeconfig=str(path))
+    assert len(KubeCluster(both).nodes(POOL)) == 2
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")  # a pod: the service account, absent here
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    with pytest.raises(ClusterError, match="in-cluster config"):
+        KubeCluster(both).nodes(POOL)
+
+
 @pytest.mark.parametrize("raw, problem", [
-    pytest.param({}, "give exactly one of", id="nothing"),
+    pytest.param({}, "give `in_cluster: true` and/or `kubeconfig:`, or `host:` alone", id="nothing"),
     pytest.param({"in_cluster": True, "host": "http://x"}, "(got in_cluster, host)", id="two-sources"),
+    pytest.param({"kubeconfig": "/k", "host": "http://x"}, "(got kubeconfig, host)", id="file-and-host"),
     pytest.param({"host": "http://x", "context": "c"}, "`context` needs `kubeconfig`", id="context-without-file"),
     pytest.param({"in_cluster": True, "token": "t"}, "`token` and `ca_cert` go with `host`", id="token-in-cluster"),
 ])

@@ -156,7 +156,7 @@ def test_match_re_patterns_that_can_backtrack_without_bound_are_refused(tmp_path
     from autoscaler.config import ConfigError
 
     rules = [{"match_re": {"alertname": pattern}, "pool": "gpu", "action": "scale_out"}]
-    with pytest.raises(ConfigError, match=r"rules\[0\]\.match_re: alertname: "):
+    with pytest.raises(ConfigError, match=r"rules\[0\]\.match_re\.alertname: "):
         make_app(f"sqlite:///{tmp_path}/s.db", rules=rules)
 
 

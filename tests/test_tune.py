@@ -14,7 +14,9 @@ import yaml
 
 from autoscaler.__main__ import main
 from autoscaler.config import build_settings
-from autoscaler.replay.space import Space, apply, describe, duration_text
+from autoscaler.config_schema import ReplayRule
+from autoscaler.replay.space import Space, apply, describe, duration_text, modes
+from autoscaler.replay.tune_files import prometheus_rules
 from autoscaler.replay.trace import Trace, parse_time
 from autoscaler.replay.tune import Budget, Score, _init, choose, evaluate, pareto
 from bench.traces.make_traces import generate
@@ -302,3 +304,40 @@ def test_edit_gives_up_on_text_it_cannot_edit() -> None:
     tuned = apply(yaml.safe_load(BLOCK), "gpu", {"rules.0.above": 90})
     assert edit("pools: [", tuned, "gpu", [], [0]) is None
     assert edit(BLOCK, tuned, "nope", [], [0]) is None
+
+
+def test_rules_file_puts_set_operators_in_parentheses() -> None:
+    settings = _settings()
+    assert settings.config.replay is not None
+    rules = prometheus_rules(settings.config.replay, settings.config.routing, 'max(u{p="{pool}"}) or vector(0)')
+    assert rules["groups"][0]["rules"][0]["expr"] == '(max(u{p="gpu"}) or vector(0)) > 80'
+
+
+HAS_DEMAND = "pending_above" in ReplayRule.model_fields and "demand" in modes()
+PENDING_BASE = BASE.replace("    provider: simulated\n", "    provider: simulated\n    gpus_per_node: 8\n", 1).replace(
+    "{alert: GPUUtilizationHigh, above: 80, for: 1m, pool: gpu, action: scale_out, labels: {team: ml}}",
+    "{alert: GPUDemandPending, pending_above: 0, for: 1m, pool: gpu, action: scale_out}")
+
+
+@pytest.mark.skipif(not HAS_DEMAND, reason="the config schema has no `mode: demand` / `pending_above` (issue 16)")
+def test_a_pending_rule_searches_demand_mode_and_writes_a_pending_alert(tmp_path: Path) -> None:
+    raw = yaml.safe_load(PENDING_BASE)
+    settings = build_settings(raw, env={})
+    space = Space(settings, "gpu")
+    assert space.modes == {"scale_out": ("step", "demand"), "scale_in": ("step", "proportional")}
+    rng = random.Random(2)
+    for _ in range(60):
+        cand = space.sample(rng)
+        assert build_settings(apply(raw, "gpu", space.mutate(rng, cand)), env={})
+    (tmp_path / "base.yaml").write_text(PENDING_BASE)
+    trace = _write_trace(tmp_path / "t.csv", generate("training_queue", days=2, seed=3))
+    out = tmp_path / "out"
+    assert main(["replay", "--tune", "--config", str(tmp_path / "base.yaml"), "--trace", str(trace),
+                 "--max-saturated", "2%", "--out", str(out), "--candidates", "27", "--holdout", "0.25",
+                 "--workers", "2"]) == 0
+    assert main(["check-config", str(out / "tuned.yaml")]) == 0
+    high = yaml.safe_load((out / "prometheus-rules.yml").read_text())["groups"][0]["rules"][0]
+    assert "kube_pod_status_phase" in high["expr"] and high["labels"]["autoscaler_action"] == "scale_out"
+    checked = subprocess.run([require_binary(*PROMTOOL), "check", "rules", str(out / "prometheus-rules.yml")],
+                             capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -15,7 +15,7 @@ __all__ = ["ReplayError", "replay", "run_replay"]
 
 def run_replay(config_path: str, trace_path: str, out_dir: str) -> dict[str, Any]:
     """Replay a trace and write its outputs; ConfigError or ReplayError when an input is bad."""
-    settings = load_config(config_path)
+    settings = load_config(config_path, for_replay=True)
     pool = replay_pool(settings)
     trace = load_trace(trace_path)
     run = simulate(settings, trace)

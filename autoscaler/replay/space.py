@@ -31,9 +31,15 @@ GRID: dict[str, dict[str, tuple[Any, ...]]] = {
 MODE_KEYS = {
     "step": ("step", "cooldown"),
     "proportional": ("target_utilization", "max_step", "tolerance", "cooldown"),
+    "demand": ("cooldown",),  # scale-out only, on a pending-GPUs rule (the alert's value is unmet demand in GPUs)
 }
 SCALE_IN_ONLY = {"step": ("delay_after_scale_out",),
                  "proportional": ("delay_after_scale_out", "stabilization_window")}
+#: The modes each kind of rule can drive: utilisation (above/below) sizes by steps or in proportion; pending GPUs
+#: (pending_above, where the schema has it) by steps or by the demand it reports.
+UTILIZATION_MODES = ("step", "proportional")
+PENDING_MODES = ("step", "demand")
+PENDING_ABOVE = (0, 1, 2, 4, 8, 16)  # GPUs
 ABOVE = (40, 50, 60, 70, 75, 80, 85, 90, 95)
 BELOW = (10, 20, 30, 40, 50, 60, 70)
 FOR = {Action.SCALE_OUT: (0, 30, 60, 120, 180, 300), Action.SCALE_IN: (60, 120, 300, 600, 900, 1800)}
@@ -53,21 +59,30 @@ class Space:
     def __init__(self, settings: Settings, pool: str) -> None:
         assert settings.config.replay is not None
         self.pool = pool
-        self.modes = modes()
+        offered = modes()
         self.rules: dict[str, tuple[Any, ...]] = {}
+        pending_out = False
         for i, rule in enumerate(settings.config.replay.rules):
             if rule.above is not None:
                 self.rules[f"rules.{i}.above"] = ABOVE
             elif rule.below is not None:
                 self.rules[f"rules.{i}.below"] = BELOW
+            elif getattr(rule, "pending_above", None) is not None:
+                self.rules[f"rules.{i}.pending_above"] = PENDING_ABOVE
+                pending_out = pending_out or rule.action is Action.SCALE_OUT
             self.rules[f"rules.{i}.for"] = FOR[rule.action]
+        out: tuple[str, ...] = PENDING_MODES if pending_out else UTILIZATION_MODES
+        if "demand" in out and not getattr(settings.pools[pool], "gpus_per_node", None):
+            out = tuple(m for m in out if m != "demand")  # demand mode needs the pool's gpus_per_node
+        self.modes = {"scale_out": tuple(m for m in out if m in offered),
+                      "scale_in": tuple(m for m in UTILIZATION_MODES if m in offered)}
 
     def grid(self, key: str) -> tuple[Any, ...]:
         """The values one knob takes."""
         if key in self.rules:
             return self.rules[key]
         direction, name = key.split(".", 1)
-        return self.modes if name == "mode" else GRID[direction][name]
+        return self.modes[direction] if name == "mode" else GRID[direction][name]
 
     @staticmethod
     def direction_keys(direction: str, mode: str) -> tuple[str, ...]:
@@ -82,7 +97,7 @@ class Space:
         """One candidate drawn uniformly, knob by knob."""
         out: Candidate = {}
         for direction in ("scale_out", "scale_in"):
-            out.update(self._direction(rng, direction, rng.choice(self.modes)))
+            out.update(self._direction(rng, direction, rng.choice(self.modes[direction])))
         out.update({k: rng.choice(grid) for k, grid in self.rules.items()})
         return ordered(out)
 
@@ -92,7 +107,7 @@ class Space:
         out = dict(candidate)
         if key.endswith(".mode"):
             direction = key.split(".")[0]
-            others = [m for m in self.modes if m != candidate[key]] or [candidate[key]]
+            others = [m for m in self.modes[direction] if m != candidate[key]] or [candidate[key]]
             for k in list(out):
                 if k.startswith(direction + "."):
                     del out[k]
@@ -128,6 +143,8 @@ def describe(settings: Settings, pool: str) -> Candidate:
             out[f"rules.{i}.above"] = rule.above
         elif rule.below is not None:
             out[f"rules.{i}.below"] = rule.below
+        elif getattr(rule, "pending_above", None) is not None:
+            out[f"rules.{i}.pending_above"] = rule.pending_above
         out[f"rules.{i}.for"] = rule.for_
     return ordered(out)
 

@@ -14,7 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from autoscaler.config import build_settings
+from autoscaler.config import build_settings, offline
 from autoscaler.replay.report import figures
 from autoscaler.replay.sim import Minute, simulate
 from autoscaler.replay.space import Candidate, Space, apply
@@ -88,7 +88,7 @@ def _init(raw: dict[str, Any], env: dict[str, str], pool: str, trace: Trace) -> 
 def evaluate(candidate: Candidate, begin: int, end: int, budget: int | None, bound: float | None) -> Score:
     """Replay minutes [begin, end) of the trace with the candidate (``budget``/``bound``: stop early; None: never)."""
     raw = apply(_WORK["raw"], _WORK["pool"], candidate)
-    settings = build_settings(raw, env=_WORK["env"])
+    settings = build_settings(offline(raw), env=_WORK["env"])
     trace: Trace = _WORK["trace"]
     span = Trace(trace.start + STEP * begin, trace.demand[begin:end])
     stop = _Stop(budget, bound) if budget is not None else None

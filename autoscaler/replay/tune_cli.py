@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from autoscaler.config import ConfigError, build_settings
+from autoscaler.config import ConfigError, build_settings, offline
 from autoscaler.replay.sim import replay_pool
 from autoscaler.replay.space import Candidate, Space, apply, describe, show
 from autoscaler.replay.trace import ReplayError, load_trace
@@ -42,13 +42,14 @@ def _load(config_path: str) -> tuple[dict[str, Any], Any]:
         raise ConfigError([f"cannot read: {exc.strerror}"]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([f"not valid YAML: {exc}"]) from None
-    return raw, build_settings(raw, env=dict(os.environ))
+    return raw, build_settings(offline(raw), env=dict(os.environ))  # a replay serves nothing: no auth needed
 
 
 def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, *, candidates: int = 405,
          workers: int = 2, seed: int = 0, holdout: float = DEFAULT_HOLDOUT, margin: float = DEFAULT_MARGIN,
          neighbours: int = 60,
-         utilization_expr: str = tune_files.UTILIZATION_EXPR, quiet: bool = False) -> dict[str, Any]:
+         utilization_expr: str = tune_files.UTILIZATION_EXPR, pending_expr: str = tune_files.PENDING_EXPR,
+         quiet: bool = False) -> dict[str, Any]:
     """Search, confirm and write DIR's files; returns what tuning.json holds. ConfigError / ReplayError on bad
     input."""
     started = time.monotonic()
@@ -105,7 +106,8 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
             "search_minutes_replayed": search.minutes_replayed,
             "seconds": round(time.monotonic() - started, 1), "workers": workers, "base": base, "tuned": chosen,
             "spans": spans}
-    _write(out_dir, raw, pool, data, search, frontier, chosen, chosen_score, scored[0], utilization_expr, env)
+    _write(out_dir, raw, pool, data, search, frontier, chosen, chosen_score, scored[0], utilization_expr, pending_expr,
+           env)
     data["seconds"] = round(time.monotonic() - started, 1)
     return data
 
@@ -119,7 +121,7 @@ def _about(data: dict[str, Any]) -> list[str]:
 
 def _write(out_dir: str, raw: dict[str, Any], pool: str, data: dict[str, Any], search: Search,
            frontier: list[tuple[Candidate, Score]], chosen: Candidate, chosen_score: Score, base_score: Score,
-           utilization_expr: str, env: dict[str, str]) -> None:
+           utilization_expr: str, pending_expr: str, env: dict[str, str]) -> None:
     tune_files.ensure_dir(out_dir)
     base = data["base"]
     changed = {k.rsplit(".", 1)[0] if k.startswith("rules.") else k.split(".")[0]
@@ -127,7 +129,7 @@ def _write(out_dir: str, raw: dict[str, Any], pool: str, data: dict[str, Any], s
     # Only what changed is written: an unchanged direction or rule keeps the base file's own text.
     tuned_raw = apply(raw, pool, {k: v for k, v in chosen.items()
                                   if (k.rsplit(".", 1)[0] if k.startswith("rules.") else k.split(".")[0]) in changed})
-    tuned_settings = build_settings(tuned_raw, env=env)
+    tuned_settings = build_settings(offline(tuned_raw), env=env)
     about = _about(data)
     with open(data["config"], encoding="utf-8") as fh:
         base_text = fh.read()
@@ -140,7 +142,8 @@ def _write(out_dir: str, raw: dict[str, Any], pool: str, data: dict[str, Any], s
     tune_files.write_plot(os.path.join(out_dir, "frontier.png"), search.results, frontier, chosen_score, base_score,
                           budget, title)
     assert tuned_settings.config.replay is not None
-    rules = tune_files.prometheus_rules(tuned_settings.config.replay, tuned_settings.config.routing, utilization_expr)
+    rules = tune_files.prometheus_rules(tuned_settings.config.replay, tuned_settings.config.routing, utilization_expr,
+                                        pending_expr)
     tune_files.write_rules(os.path.join(out_dir, "prometheus-rules.yml"), rules, about)
     data["frontier_points"] = len(frontier)
     with open(os.path.join(out_dir, "tuning.json"), "w", encoding="utf-8") as fh:
@@ -197,7 +200,8 @@ def run(args: Any) -> int:
         return 1
     try:
         data = tune(args.config, args.trace, args.out, pct, candidates=args.candidates, workers=args.workers,
-                    seed=args.seed, holdout=args.holdout, margin=args.margin, utilization_expr=args.utilization_expr)
+                    seed=args.seed, holdout=args.holdout, margin=args.margin, utilization_expr=args.utilization_expr,
+                    pending_expr=args.pending_expr)
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"{args.config}: {problem}", file=sys.stderr)

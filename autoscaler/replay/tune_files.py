@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 from datetime import datetime, timezone
 from typing import Any
 
@@ -15,6 +16,9 @@ from autoscaler.replay.yaml_edit import edit
 
 #: Average GPU utilisation (0-100) of one pool's GPUs, from dcgm-exporter; ``{pool}``/``{pool_label}`` filled in.
 UTILIZATION_EXPR = 'avg by ({pool_label}) (DCGM_FI_DEV_GPU_UTIL{{pool_label}="{pool}"})'
+#: GPUs requested by pods still pending (kube-state-metrics), for ``pending_above`` rules.
+PENDING_EXPR = ('sum(kube_pod_container_resource_requests{resource="nvidia_com_gpu"} * on(pod, namespace) '
+                'group_left kube_pod_status_phase{phase="Pending"} > 0)')
 FRONTIER_HEADER = ["node_hours", "saturated_minutes", "direction_changes", "settings"]
 
 
@@ -84,23 +88,32 @@ def write_plot(path: str, results: list[tuple[Candidate, Score]], frontier: list
     plt.close(fig)
 
 
-def prometheus_rules(replay: ReplayConfig, routing: RoutingConfig, utilization_expr: str) -> dict[str, Any]:
+def prometheus_rules(replay: ReplayConfig, routing: RoutingConfig, utilization_expr: str,
+                     pending_expr: str = PENDING_EXPR) -> dict[str, Any]:
     """Alerting rules for Prometheus with the chosen thresholds and ``for``, carrying our routing labels."""
     rules = []
-    expr = utilization_expr.replace("{pool_label}", routing.pool_label)
     for rule in replay.rules:
-        op, threshold = (">", rule.above) if rule.above is not None else ("<", rule.below)
+        pending = getattr(rule, "pending_above", None)
+        if pending is not None:
+            op, threshold, query = ">", pending, pending_expr
+            summary = f"Pods wait for more than {pending:g} GPUs of pool {rule.pool}"
+        else:
+            op, threshold = (">", rule.above) if rule.above is not None else ("<", rule.below)
+            query = utilization_expr
+            word = "above" if op == ">" else "below"
+            summary = f"Average GPU utilisation of pool {rule.pool} is {word} {threshold:g}%"
         labels = {**rule.labels, routing.pool_label: rule.pool, routing.action_label: rule.action.value}
         if rule.step:
             labels[routing.step_label] = str(rule.step)
-        word = "above" if op == ">" else "below"
+        query = query.replace("{pool_label}", routing.pool_label).replace("{pool}", rule.pool)
+        if re.search(r"\s(or|and|unless)\s", query, re.IGNORECASE):
+            query = f"({query})"  # set operators bind looser than the comparison that follows
         rules.append({
             "alert": rule.alert,
-            "expr": f"{expr.replace('{pool}', rule.pool)} {op} {threshold:g}",
+            "expr": f"{query} {op} {threshold:g}",
             "for": duration_text(rule.for_),
             "labels": labels,
-            "annotations": {"summary": f"Average GPU utilisation of pool {rule.pool} is {word} {threshold:g}%",
-                            "value": "{{ $value }}"},
+            "annotations": {"summary": summary, "value": "{{ $value }}"},
         })
     return {"groups": [{"name": "gpu-autoscaler-tuned", "rules": rules}]}
 
