@@ -7,23 +7,23 @@ import socket
 import threading
 import time
 import uuid
-from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 from autoscaler.config import Settings
 from autoscaler.events import EventLog
-from autoscaler.inflight import from_nodes, from_scale_outs
-from autoscaler.models import (Action, CloudStatus, Decision, Notification, Outcome, PoolFacts, PoolSpec, PoolState,
-                               Signal, Source)
-from autoscaler.nodes import Cluster, ClusterError, MarkedNodes, NodeView
-from autoscaler.policy import Plan, backoff_seconds, decide, settled
+from autoscaler.facts import pool_facts, view_after
+from autoscaler.lease import Lease
+from autoscaler.models import Action, Decision, Notification, Outcome, PoolFacts, PoolSpec, PoolState, Signal, Source
+from autoscaler.node_actions import NodeActions
+from autoscaler.nodes import Cluster, NodeView
+from autoscaler.outcomes import failed, plan_decision, result_label, said_by
+from autoscaler.policy import Plan, decide, settled
 from autoscaler.redact import redact_text
 from autoscaler.routing import Router
-from autoscaler.schedules import effective_min
+from autoscaler.scale_in import NodeScaleIn
 from autoscaler.store import DedupConfirm, PoolChange, PoolView, QuickState, Store, StoreUnavailable
-from autoscaler.scale_in import NodeScaleIn, Removal, summary
-from providers import NodePoolProvider, ProviderError, RemovesNamedNodes, Tracked
+from providers import NodePoolProvider, ProviderError, Tracked
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,7 @@ class Engine:
         self.owner_prefix = f"{socket.gethostname()}:{os.getpid()}"
         self._locks: dict[str, threading.Lock] = {name: threading.Lock() for name in settings.pools}
         self.nodes = NodeScaleIn(cluster, clock, sleep) if cluster is not None else None
+        self.node_actions = NodeActions(self.nodes)
 
     # -- notifications --------------------------------------------------------------------------------
     def handle_notification(self, note: Notification) -> list[Decision]:
@@ -121,16 +122,17 @@ class Engine:
                 pending: float, deadline: float) -> Decision:
         """Take the pool's lease, decide, act and record (lease released and dedup keys confirmed with it)."""
         alerts = list(signal.alerts)
+        lease = Lease(self.store, spec.name, owner, self.clock, self.lease_ttl)
         try:
-            state = self._acquire(spec.name, owner, deadline)
+            state = lease.take(deadline)
         except StoreUnavailable:
             self._forget(keys, claim)
             raise
         if state is None:
             return self._busy(signal, spec, keys, claim)
         try:
-            with self._renewing(spec.name, owner):
-                decision, change, view = self._decide_and_act(signal, spec, state, owner)
+            with lease.kept(self.max_decision):
+                decision, change, view = self._decide_and_act(signal, spec, state, lease)
             if decision.retry_after is not None:
                 self.store.release_dedup(keys, claim)  # let the sender's retry act
             confirm = None
@@ -141,44 +143,8 @@ class Engine:
             self._remember_view(view)
             return recorded
         except BaseException:
-            self._release(spec.name, owner)  # finish did not commit: the lease is still ours
+            lease.release()  # finish did not commit: the lease is still ours
             raise
-
-    @contextmanager
-    def _renewing(self, pool: str, owner: str) -> Iterator[None]:
-        """Keep the pool's lease while the decision runs (the cloud call may outlast ``lease_ttl``): a small thread
-        bound to this decision extends it every third of the TTL, so only a dead worker's lease ever lapses. A
-        decision still running after ``max_decision`` (a call that hangs for good) is let go: its lease lapses, so a
-        hung worker cannot hold its pool forever."""
-        stop = threading.Event()
-        give_up = time.monotonic() + self.max_decision
-
-        def renew() -> None:
-            while not stop.wait(max(self.lease_ttl / 3, 0.05)):
-                if time.monotonic() >= give_up:
-                    log.error("decision on pool %s still running after %.0fs: its lease is left to lapse",
-                              pool, self.max_decision)
-                    return
-                try:
-                    if not self.store.renew(pool, owner, self.clock(), self.lease_ttl):
-                        log.error("lease of pool %s was lost while its decision ran (held past lease_ttl?)", pool)
-                        return
-                except StoreUnavailable:
-                    log.warning("could not renew the lease of pool %s: store unavailable; retrying", pool)
-
-        thread = threading.Thread(target=renew, name=f"lease-{pool}", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            stop.set()  # a renewal racing the release is harmless: it only touches a lease this owner still holds
-
-    def _release(self, pool: str, owner: str) -> None:
-        """Best effort: give the pool's lease back (it expires by itself when the store is away)."""
-        try:
-            self.store.release(pool, owner)
-        except StoreUnavailable:
-            log.warning("lease of pool %s left to expire by itself: store unavailable", pool)
 
     def _unexpected(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str,
                     exc: Exception) -> Decision:
@@ -208,7 +174,7 @@ class Engine:
         if self.providers[spec.name].tracks_count and state.tracked_count is not None:
             current = state.tracked_count
         plan = settled(signal, spec, state, now, current)
-        return None if plan is None else self._plan_decision(spec, _said_by(signal, plan))
+        return None if plan is None else plan_decision(spec, said_by(signal, plan))
 
     def _busy(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str) -> Decision:
         """Give up on a pool whose decision stays taken (our lock or lease, maybe a dead worker's until it lapses):
@@ -228,26 +194,12 @@ class Engine:
         except StoreUnavailable:
             log.warning("dedup claim %s left to expire by itself: store unavailable", claim)
 
-    def _acquire(self, pool: str, owner: str, deadline: float) -> PoolState | None:
-        """The pool's state once its lease is ours; None when it stays taken until ``deadline`` (monotonic)."""
-        delay = 0.005
-        while True:
-            state = self.store.acquire(pool, owner, self.clock(), self.lease_ttl)
-            if state is not None:
-                return state
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
-
     def names_nodes(self, spec: PoolSpec) -> bool:
-        """Whether this pool's nodes can be removed by name: a cluster is configured, the pool's nodes have a
-        selector and its provider removes named nodes."""
-        return (self.nodes is not None and bool(spec.node_selector)
-                and isinstance(self.providers[spec.name], RemovesNamedNodes))
+        """Whether this pool's nodes can be removed by name (see ``NodeActions.names_nodes``)."""
+        return self.node_actions.names_nodes(spec, self.providers[spec.name])
 
     def _decide_and_act(self, signal: Signal, spec: PoolSpec, state: PoolState,
-                        owner: str) -> tuple[Decision, PoolChange, PoolView | None]:
+                        lease: Lease) -> tuple[Decision, PoolChange, PoolView | None]:
         provider = self.providers[spec.name]
         now = self.clock()
         try:
@@ -262,114 +214,35 @@ class Engine:
         named = self.names_nodes(spec) and (spec.victims != "cloud" or (signal.source is Source.MANUAL
                                                                          and bool(signal.nodes)))
         sizing = signal.action is Action.SCALE_OUT or signal.target is not None  # where in flight changes the size
-        views = self._marked_nodes(spec) if sizing else None  # one node list, shared with the sweep below
+        views = self.node_actions.marked(spec) if sizing else None  # one node list, shared with the sweep below
         facts = self.pool_facts(spec, cloud.current, now, views)
         plan = decide(signal, spec, state, cloud, now, recent, facts, named_scale_in=named)
         if plan.details.get("recommendation") is not None:
             self.store.add_recommendation(spec.name, now, int(plan.details["recommendation"]), now - window)
-        plan = _said_by(signal, plan)
+        plan = said_by(signal, plan)
         by_name = named and plan.action is Action.SCALE_IN
         if plan.outcome is Outcome.SCALED and by_name:
-            decision, change = self._act_nodes(provider, spec, state.failures, plan, now, signal, owner)
-            return decision, change, _view_after(spec, cloud, facts, decision, now)
+            started = time.monotonic()
+            decision, change, result = self.node_actions.remove(provider, spec, state.failures, plan, now, signal,
+                                                                lease)
+            if result is not None:
+                self._observe(spec, result, time.monotonic() - started)
+            return decision, change, view_after(spec, cloud, facts, decision, now)
         if self.names_nodes(spec):
-            self._sweep(spec, now, views)
+            self.node_actions.sweep(spec, now, views)
         if plan.outcome is Outcome.DRY_RUN and by_name and not signal.nodes:
-            preview = self._preview(spec, plan, signal)
-            return preview, PoolChange(), _view_after(spec, cloud, facts, preview, now)
+            preview = self.node_actions.preview(spec, plan, signal)
+            return preview, PoolChange(), view_after(spec, cloud, facts, preview, now)
         if plan.outcome is not Outcome.SCALED:
-            decision, change = self._plan_decision(spec, plan), PoolChange()
+            decision, change = plan_decision(spec, plan), PoolChange()
         else:
             decision, change = self._act(provider, spec, state.failures, plan, now)
-        return decision, change, _view_after(spec, cloud, facts, decision, now)
+        return decision, change, view_after(spec, cloud, facts, decision, now)
 
     def pool_facts(self, spec: PoolSpec, current: int | None, now: float,
                    nodes: Sequence[NodeView] | None = None) -> PoolFacts:
-        """Nodes in flight and the floor in force now: what a decision needs besides the cloud's count.
-
-        In flight is counted from the pool's ``nodes`` when the cluster gave them, else from the recorded
-        scale-outs of the last ``provision_time`` (one small query)."""
-        floor, floor_how = effective_min(spec, now)
-        counted = from_nodes(nodes, current or 0, now, spec.provision_time) if nodes is not None else None
-        if counted is None:
-            since = now - spec.provision_time
-            counted = from_scale_outs(self.store.scale_outs(spec.name, since), current or 0, now, spec.provision_time)
-        return PoolFacts(in_flight=counted[0], in_flight_how=counted[1], floor=floor, floor_how=floor_how)
-
-    def _marked_nodes(self, spec: PoolSpec) -> list[NodeView] | None:
-        """The pool's nodes without their pods (one list call), where ``kubernetes:`` is configured, the pool's
-        nodes are selectable and the cluster lists them so; None otherwise or when it cannot be read."""
-        cluster = self.nodes.cluster if self.nodes is not None else None
-        if cluster is None or not spec.node_selector or not isinstance(cluster, MarkedNodes):
-            return None
-        try:
-            return cluster.marked(dict(spec.node_selector))
-        except ClusterError as exc:
-            log.warning("pool=%s in flight from recorded scale-outs: cluster unreadable: %s", spec.name,
-                        redact_text(str(exc)))
-            return None
-
-    def _sweep(self, spec: PoolSpec, since: float, views: Sequence[NodeView] | None = None) -> None:
-        """Best effort: uncordon what a stopped decision left cordoned (the next one retries on failure)."""
-        assert self.nodes is not None
-        try:
-            self.nodes.sweep(spec, since, views)
-        except ClusterError as exc:
-            log.warning("pool=%s stale-cordon sweep: %s", spec.name, redact_text(str(exc)))
-
-    def _preview(self, spec: PoolSpec, plan: Plan, signal: Signal) -> Decision:
-        """A dry-run scale-in that names its nodes: which would go and which stay (read only)."""
-        assert self.nodes is not None and plan.from_ is not None and plan.to is not None
-        decision = self._plan_decision(spec, plan)
-        try:
-            done = self.nodes.preview(spec, plan.from_ - plan.to, signal.nodes)
-        except ClusterError as exc:
-            return replace(decision, reason=f"{decision.reason}; nodes unknown: {redact_text(str(exc))}")
-        return replace(decision, reason=f"{decision.reason}; {done.reason}",
-                       details={**decision.details, **done.details()})
-
-    def _act_nodes(self, provider: NodePoolProvider, spec: PoolSpec, failures: int, plan: Plan, now: float,
-                   signal: Signal, owner: str) -> tuple[Decision, PoolChange]:
-        """A scale-in that names its nodes: pick (or take the operator's), cordon, re-check, remove exactly those."""
-        assert self.nodes is not None and isinstance(provider, RemovesNamedNodes)
-        assert plan.from_ is not None and plan.to is not None
-        started = time.monotonic()
-
-        def renew() -> bool:
-            return bool(self.store.renew(spec.name, owner, self.clock(), self.lease_ttl))
-
-        try:
-            if signal.source is Source.MANUAL and signal.nodes:
-                done = self.nodes.remove_named(spec, provider, plan.from_, signal.nodes, plan.from_ - plan.to,
-                                               signal.force, owner, now, renew)
-            else:
-                done = self.nodes.scale_in(spec, provider, plan.from_, plan.from_ - plan.to, signal.nodes, owner,
-                                           now, renew)
-        except ClusterError as exc:
-            err = ProviderError(f"kubernetes: {redact_text(str(exc))}", retryable=True, code="KubernetesApi")
-            return self._failed(provider, spec, failures, plan, now, err, time.monotonic() - started)
-        return self._removal_decision(provider, spec, failures, plan, now, done, time.monotonic() - started)
-
-    def _removal_decision(self, provider: NodePoolProvider, spec: PoolSpec, failures: int, plan: Plan, now: float,
-                          done: Removal, elapsed: float) -> tuple[Decision, PoolChange]:
-        details = {**plan.details, **done.details()}
-        if done.error is not None:
-            decision, change = self._failed(provider, spec, failures, plan, now, done.error, elapsed)
-            return replace(decision, details={**decision.details, **details}), change
-        if done.outcome is not Outcome.SCALED:  # nothing asked of the cloud: no cooldown, no backoff
-            return Decision(spec.name, plan.action, done.outcome, plan.from_, plan.from_,
-                            f"{plan.reason}; {done.reason}", details=details), PoolChange()
-        self._observe(spec, "ok", elapsed)
-        change = PoolChange(at=now, acted=plan.action, failures=0, backoff_until=None,
-                            tracked_count=done.reached if provider.tracks_count else None)
-        return Decision(spec.name, plan.action, Outcome.SCALED, plan.from_, done.reached,
-                        f"{plan.reason}; {done.reason}" + (f"; kept {summary(done.kept)}" if done.kept else ""),
-                        details=details), change
-
-    @staticmethod
-    def _plan_decision(spec: PoolSpec, plan: Plan) -> Decision:
-        return Decision(spec.name, plan.action, plan.outcome, plan.from_, plan.to,
-                        plan.reason, retry_after=plan.retry_after, details=dict(plan.details))
+        """Nodes in flight and the floor in force now (see ``facts.pool_facts``)."""
+        return pool_facts(self.store, spec, current, now, nodes)
 
     def _act(self, provider: NodePoolProvider, spec: PoolSpec, failures: int, plan: Plan,
              now: float) -> tuple[Decision, PoolChange]:
@@ -389,40 +262,15 @@ class Engine:
         self._observe(spec, "ok", time.monotonic() - started)
         change = PoolChange(at=now, acted=plan.action, failures=0, backoff_until=None,
                             tracked_count=reached if provider.tracks_count else None)
-        decision = self._plan_decision(spec, plan)
+        decision = plan_decision(spec, plan)
         return replace(decision, to=reached), change
 
     def _failed(self, provider: NodePoolProvider, spec: PoolSpec, failures: int, plan: Plan, now: float,
                 exc: ProviderError, elapsed: float) -> tuple[Decision, PoolChange]:
-        self._observe(spec, exc.code or ("retryable" if exc.retryable else "error"), elapsed)
-        failures += 1
-        wait = backoff_seconds(failures)
-        reached = plan.from_
-        if exc.applied is not None and exc.applied != plan.from_:
-            reached = exc.applied
-        tracked = reached if provider.tracks_count and reached != plan.from_ else None
-        change = PoolChange(at=now, failures=failures, backoff_until=now + wait, tracked_count=tracked)
-        code = f" [{exc.code}]" if exc.code else ""
-        reason = (f"{plan.reason} failed{code}: {redact_text(exc.message)}; "
-                  f"backing off {wait:.0f}s (failure {failures})")
-        retry = max(wait, exc.retry_after or 0.0) if exc.retryable else None
-        return Decision(spec.name, plan.action, Outcome.FAILED, plan.from_, reached,
-                        reason, retry_after=retry, details={"code": exc.code, "retryable": exc.retryable}), change
+        self._observe(spec, result_label(exc), elapsed)
+        return failed(spec, provider.tracks_count, failures, plan, now, exc)
 
     def _observe(self, spec: PoolSpec, result: str, seconds: float) -> None:
         if self.metrics is not None:
             self.metrics.provider_call(spec.provider, spec.name, result, seconds)
 
-
-def _view_after(spec: PoolSpec, cloud: CloudStatus, facts: PoolFacts, decision: Decision, now: float) -> PoolView:
-    """The pool's cloud view once a decision read it and, if it scaled, asked for ``decision.to`` nodes."""
-    if decision.outcome is not Outcome.SCALED or decision.to is None or decision.from_ is None:
-        return PoolView(spec.name, cloud.current, cloud.busy, cloud.detail, facts.in_flight, None, now)
-    added = max(0, decision.to - decision.from_)
-    return PoolView(spec.name, decision.to, cloud.busy, f"{decision.from_} -> {decision.to} asked for by this service",
-                    min(facts.in_flight + added, decision.to), None, now)
-
-
-def _said_by(signal: Signal, plan: Plan) -> Plan:
-    """The plan with its reason prefixed by what the signal says of itself (e.g. ``alert GPUUtilizationHigh``)."""
-    return replace(plan, reason=f"{signal.reason}: {plan.reason}") if signal.reason else plan

@@ -1,0 +1,99 @@
+"""The engine's door to node-aware scale-in: each step of a leased decision that touches the pool's nodes.
+
+Where ``kubernetes:`` is configured, a pool's nodes have a selector and its provider removes named nodes, a
+scale-in names its nodes (``autoscaler/scale_in.py`` over ``autoscaler/nodes.py``). This module answers, for the
+engine: whether a pool names its nodes, the pool's node list (for nodes in flight), the stale-cordon sweep, a dry
+run's preview and the removal itself as the ``Decision`` and ``PoolChange`` to record. A cluster that cannot be read
+is logged or turned into a decision here, its message redacted.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Sequence
+
+from autoscaler.lease import Lease
+from autoscaler.models import Decision, Outcome, PoolSpec, Signal, Source
+from autoscaler.nodes import ClusterError, MarkedNodes, NodeView
+from autoscaler.outcomes import failed, plan_decision, result_label
+from autoscaler.policy import Plan
+from autoscaler.redact import redact_text
+from autoscaler.scale_in import NodeScaleIn, summary
+from autoscaler.store import PoolChange
+from providers import NodePoolProvider, ProviderError, RemovesNamedNodes
+
+log = logging.getLogger(__name__)
+
+
+class NodeActions:
+    """Node-aware steps over one :class:`NodeScaleIn` (None: no ``kubernetes:`` configured, no pool names nodes)."""
+
+    def __init__(self, scale_in: NodeScaleIn | None) -> None:
+        self.scale_in = scale_in
+
+    def names_nodes(self, spec: PoolSpec, provider: NodePoolProvider) -> bool:
+        """Whether this pool's nodes can be removed by name: a cluster is configured, the pool's nodes have a
+        selector and its provider removes named nodes."""
+        return self.scale_in is not None and bool(spec.node_selector) and isinstance(provider, RemovesNamedNodes)
+
+    def marked(self, spec: PoolSpec) -> list[NodeView] | None:
+        """The pool's nodes without their pods (one list call), where ``kubernetes:`` is configured, the pool's
+        nodes are selectable and the cluster lists them so; None otherwise or when it cannot be read."""
+        cluster = self.scale_in.cluster if self.scale_in is not None else None
+        if cluster is None or not spec.node_selector or not isinstance(cluster, MarkedNodes):
+            return None
+        try:
+            return cluster.marked(dict(spec.node_selector))
+        except ClusterError as exc:
+            log.warning("pool=%s in flight from recorded scale-outs: cluster unreadable: %s", spec.name,
+                        redact_text(str(exc)))
+            return None
+
+    def sweep(self, spec: PoolSpec, since: float, views: Sequence[NodeView] | None = None) -> None:
+        """Best effort: uncordon what a stopped decision left cordoned (the next one retries on failure)."""
+        assert self.scale_in is not None
+        try:
+            self.scale_in.sweep(spec, since, views)
+        except ClusterError as exc:
+            log.warning("pool=%s stale-cordon sweep: %s", spec.name, redact_text(str(exc)))
+
+    def preview(self, spec: PoolSpec, plan: Plan, signal: Signal) -> Decision:
+        """A dry-run scale-in that names its nodes: which would go and which stay (read only)."""
+        assert self.scale_in is not None and plan.from_ is not None and plan.to is not None
+        decision = plan_decision(spec, plan)
+        try:
+            done = self.scale_in.preview(spec, plan.from_ - plan.to, signal.nodes)
+        except ClusterError as exc:
+            return replace(decision, reason=f"{decision.reason}; nodes unknown: {redact_text(str(exc))}")
+        return replace(decision, reason=f"{decision.reason}; {done.reason}",
+                       details={**decision.details, **done.details()})
+
+    def remove(self, provider: NodePoolProvider, spec: PoolSpec, failures: int, plan: Plan, now: float,
+               signal: Signal, lease: Lease) -> tuple[Decision, PoolChange, str | None]:
+        """A scale-in that names its nodes: pick (or take the operator's), cordon, re-check, remove exactly those.
+
+        Also the provider-call metric's result (``outcomes.result_label``), None when the cloud was not asked."""
+        assert self.scale_in is not None and isinstance(provider, RemovesNamedNodes)
+        assert plan.from_ is not None and plan.to is not None
+        try:
+            if signal.source is Source.MANUAL and signal.nodes:
+                done = self.scale_in.remove_named(spec, provider, plan.from_, signal.nodes, plan.from_ - plan.to,
+                                                  signal.force, lease.owner, now, lease.renew)
+            else:
+                done = self.scale_in.scale_in(spec, provider, plan.from_, plan.from_ - plan.to, signal.nodes,
+                                              lease.owner, now, lease.renew)
+        except ClusterError as exc:
+            err = ProviderError(f"kubernetes: {redact_text(str(exc))}", retryable=True, code="KubernetesApi")
+            return (*failed(spec, provider.tracks_count, failures, plan, now, err), result_label(err))
+        details = {**plan.details, **done.details()}
+        if done.error is not None:
+            decision, change = failed(spec, provider.tracks_count, failures, plan, now, done.error)
+            return replace(decision, details={**decision.details, **details}), change, result_label(done.error)
+        if done.outcome is not Outcome.SCALED:  # nothing asked of the cloud: no cooldown, no backoff
+            return Decision(spec.name, plan.action, done.outcome, plan.from_, plan.from_,
+                            f"{plan.reason}; {done.reason}", details=details), PoolChange(), None
+        change = PoolChange(at=now, acted=plan.action, failures=0, backoff_until=None,
+                            tracked_count=done.reached if provider.tracks_count else None)
+        return Decision(spec.name, plan.action, Outcome.SCALED, plan.from_, done.reached,
+                        f"{plan.reason}; {done.reason}" + (f"; kept {summary(done.kept)}" if done.kept else ""),
+                        details=details), change, "ok"

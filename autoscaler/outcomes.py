@@ -1,0 +1,44 @@
+"""A plan and what its act did, as the ``Decision`` recorded and the ``PoolChange`` stored with it (pure)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from autoscaler.models import Decision, Outcome, PoolSpec, Signal
+from autoscaler.policy import Plan, backoff_seconds
+from autoscaler.redact import redact_text
+from autoscaler.store import PoolChange
+from providers import ProviderError
+
+
+def plan_decision(spec: PoolSpec, plan: Plan) -> Decision:
+    """The plan as it stands (nothing acted on yet)."""
+    return Decision(spec.name, plan.action, plan.outcome, plan.from_, plan.to,
+                    plan.reason, retry_after=plan.retry_after, details=dict(plan.details))
+
+
+def said_by(signal: Signal, plan: Plan) -> Plan:
+    """The plan with its reason prefixed by what the signal says of itself (e.g. ``alert GPUUtilizationHigh``)."""
+    return replace(plan, reason=f"{signal.reason}: {plan.reason}") if signal.reason else plan
+
+
+def result_label(exc: ProviderError) -> str:
+    """The ``result`` label of the provider-call metric for a failed act."""
+    return exc.code or ("retryable" if exc.retryable else "error")
+
+
+def failed(spec: PoolSpec, tracks_count: bool, failures: int, plan: Plan, now: float,
+           exc: ProviderError) -> tuple[Decision, PoolChange]:
+    """A failed act: one more failure, backing off (``policy.backoff_seconds``), the count the cloud did reach."""
+    failures += 1
+    wait = backoff_seconds(failures)
+    reached = plan.from_
+    if exc.applied is not None and exc.applied != plan.from_:
+        reached = exc.applied
+    tracked = reached if tracks_count and reached != plan.from_ else None
+    change = PoolChange(at=now, failures=failures, backoff_until=now + wait, tracked_count=tracked)
+    code = f" [{exc.code}]" if exc.code else ""
+    reason = (f"{plan.reason} failed{code}: {redact_text(exc.message)}; "
+              f"backing off {wait:.0f}s (failure {failures})")
+    retry = max(wait, exc.retry_after or 0.0) if exc.retryable else None
+    return Decision(spec.name, plan.action, Outcome.FAILED, plan.from_, reached,
+                    reason, retry_after=retry, details={"code": exc.code, "retryable": exc.retryable}), change
