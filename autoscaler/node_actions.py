@@ -24,6 +24,8 @@ from providers import NodePoolProvider, ProviderError, RemovesNamedNodes
 
 log = logging.getLogger(__name__)
 
+CLUSTER_RETRY = 30.0  # seconds: when a sender may retry a scale-in the Kubernetes API failed
+
 
 class NodeActions:
     """Node-aware steps over one :class:`NodeScaleIn` (None: no ``kubernetes:`` configured, no pool names nodes)."""
@@ -83,8 +85,14 @@ class NodeActions:
                 done = self.scale_in.scale_in(spec, provider, plan.from_, plan.from_ - plan.to, signal.nodes,
                                               lease.owner, now, lease.renew)
         except ClusterError as exc:
-            err = ProviderError(f"kubernetes: {redact_text(str(exc))}", retryable=True, code="KubernetesApi")
-            return (*failed(spec, provider.tracks_count, failures, plan, now, err), result_label(err))
+            # The API server failed, not the cloud: nothing was asked of the cloud, so the pool does not back off
+            # (a scale-out must not wait for a cordon RBAC fix); the sender's retry comes back after CLUSTER_RETRY.
+            reason = (f"{plan.reason} failed [KubernetesApi]: kubernetes: {redact_text(str(exc))}; the cloud was "
+                      "not asked (no backoff)")
+            return (Decision(spec.name, plan.action, Outcome.FAILED, plan.from_, plan.from_, reason,
+                             retry_after=CLUSTER_RETRY, details={**plan.details, "code": "KubernetesApi",
+                                                                 "retryable": True}),
+                    PoolChange(), "KubernetesApi")
         details = {**plan.details, **done.details()}
         if done.error is not None:
             decision, change = failed(spec, provider.tracks_count, failures, plan, now, done.error)

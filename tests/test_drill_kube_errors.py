@@ -85,3 +85,17 @@ def test_unreachable_api_server_is_named_with_its_cause(tmp_path: Path) -> None:
     assert d["outcome"] == "failed"
     assert f"API server {host} unreachable" in d["reason"] and "Connection refused" in d["reason"], d["reason"]
     assert "MaxRetryError" not in d["reason"]
+
+
+def test_a_kubernetes_failure_does_not_back_the_pool_off(tmp_path: Path) -> None:
+    """The API server refused the cordon: the cloud was never asked, so a scale-out right after still acts (it
+    would otherwise wait out a backoff meant for a failing cloud, while the cluster is the one to fix)."""
+    with RefusingKube() as kube:
+        for day, name in enumerate(NAMES, start=1):
+            kube.add_node(name, {"pool": "gpu"}, created=f"2026-11-0{day}T00:00:00Z")
+        client = _client(tmp_path, kube.url, kube.token)
+        d = _scale_in(client)
+        assert d["outcome"] == "failed" and "no backoff" in d["reason"], d["reason"]
+        resp = post(client, "/webhook/alertmanager", am_payload(am_alert("GPUUtilizationHigh", fingerprint="e")))
+        assert resp.status_code == 200, resp.get_data(as_text=True)
+        assert [x["outcome"] for x in resp.get_json()["decisions"]] == ["scaled"]
