@@ -20,7 +20,7 @@ from autoscaler.policy import Plan
 from autoscaler.redact import redact_text
 from autoscaler.scale_in import NodeScaleIn, summary
 from autoscaler.store import PoolChange
-from providers import NodePoolProvider, ProviderError, RemovesNamedNodes
+from providers import NodePoolProvider, RemovesNamedNodes
 
 log = logging.getLogger(__name__)
 
