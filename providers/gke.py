@@ -16,6 +16,7 @@ import logging
 import re
 import threading
 import time
+import warnings
 from typing import Any, Callable, Sequence, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -37,6 +38,16 @@ _BUSY_STATUS = frozenset({409, 412})
 _GCE = re.compile(r"^gce://(?P<project>[^/]+)/(?P<zone>[^/]+)/(?P<instance>[^/]+)$")
 _MIG = re.compile(r"/zones/(?P<zone>[^/]+)/instance(?:GroupManagers|Groups)/(?P<name>[^/?]+)$")
 _ID = re.compile(r"^[a-z][-a-z0-9]*$")
+
+
+def _load_google() -> None:
+    """Import google-api-core and the GKE client, once, with their notice about this Python version's support window
+    silenced: a dated FutureWarning about the runtime, printed at import, not about anything this provider does
+    (under pytest's warnings-as-errors it would fail the first call instead)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\.")
+        import google.api_core  # noqa: F401
+        import google.cloud.container_v1  # noqa: F401
 
 
 class GkeSettings(BaseModel):
@@ -121,6 +132,7 @@ class GkeProvider:
 
     def scale(self, current: int, target: int, now: float) -> int:
         """SetNodePoolSize with ``target`` / zones nodes per zone; returns once GKE accepted the operation."""
+        _load_google()
         from google.cloud.container_v1 import SetNodePoolSizeRequest
 
         pool = self._recent()
@@ -267,6 +279,7 @@ class GkeProvider:
 
     def _creds(self) -> Any:
         if self._credentials is None:
+            _load_google()
             import google.auth
 
             self._credentials, _ = google.auth.default(scopes=[SCOPE])
@@ -275,6 +288,7 @@ class GkeProvider:
     def _client(self) -> Any:
         with self._lock:
             if self._cluster_manager is None:
+                _load_google()
                 from google.cloud.container_v1 import ClusterManagerClient
 
                 options = {"api_endpoint": self.settings.api_endpoint} if self.settings.api_endpoint else None
@@ -285,6 +299,7 @@ class GkeProvider:
     def _authorized(self) -> Any:
         with self._lock:
             if self._session is None:
+                _load_google()
                 from google.auth.transport.requests import AuthorizedSession
 
                 self._session = AuthorizedSession(self._creds())
@@ -298,6 +313,7 @@ def _manager_url(url: str) -> str:
 
 def _compute_attempt(session: Any, method: str, url: str, body: Any, timeout: float) -> dict[str, Any]:
     """One Compute REST request; a non-2xx answer raised as google-api-core's exception for its status."""
+    _load_google()
     from google.api_core import exceptions
 
     response = session.request(method, url, json=body, timeout=timeout)
@@ -321,6 +337,7 @@ def _google_error(exc: Any) -> tuple[str, str]:
 def _translated(call: Callable[[], T], what: str) -> T:
     """Run one call; errors become Transient (retry now) or ProviderError with Google's status and message."""
     import requests
+    _load_google()
     from google.api_core import exceptions
     from google.auth.exceptions import DefaultCredentialsError, RefreshError, TransportError
 
