@@ -28,9 +28,11 @@ def on_starting(server):  # noqa: ANN001 - gunicorn hook
         for name in os.listdir(path):
             if name.endswith(".db"):
                 os.remove(os.path.join(path, name))
-    from autoscaler.store.sqlite_file import pin_store
+    from autoscaler.store.boot import check_at_start
 
-    pin_store()  # a SQLite store's file is created here, once; workers never create it
+    # A SQLite store's file is created here, once (workers never create it); a PostgreSQL store must answer now
+    # (the first start fails fast), while a worker forked later boots without it (docs/failures.md).
+    check_at_start()
 
 
 def child_exit(server, worker):  # noqa: ANN001 - gunicorn hook

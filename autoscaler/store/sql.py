@@ -33,6 +33,7 @@ from autoscaler.store.connections import (StoreOptions, after_fork_dispose, make
                                           postgres_engine, sqlite_file)
 from autoscaler.store.sqlite_file import SqliteFile
 from autoscaler.store.migrate import upgrade
+from autoscaler.store.boot import supervised
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +88,12 @@ class SqlStore(Store):
             if migrate:
                 self.migrate()
         except StoreUnavailable:
-            if self.file is None or not self.file.pinned:
+            if not (self.file.pinned if self.file is not None else self.dialect == "postgresql" and supervised()):
                 raise  # a first start: say what is wrong and stop
             # A gunicorn worker started (after a crash or a timeout) while the file its master opened is gone or
-            # read-only: serve 503 like its siblings, rather than stop the whole service or create a fresh file.
-            log.error("store not usable as this worker starts; it answers 503 until the file is back")
+            # read-only, or while PostgreSQL is down: serve 503 like its siblings, rather than fail to boot (which
+            # makes gunicorn's master exit: the whole service gone) or create a fresh file.
+            log.error("store not usable as this worker starts; it answers 503 until the store is back")
             self._later = (migrate, [])
 
     def migrate(self) -> None:
@@ -135,6 +137,7 @@ class SqlStore(Store):
             except BaseException:
                 self._later = later
                 raise
+            log.warning("store: set up at last (schema migrated, pool rows written); this worker is ready")
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
