@@ -87,12 +87,33 @@ class EventLog:
                          from_=from_, to=to, reason=redact_text(reason), alerts=[],
                          details=_redacted({"actor": actor, **(details or {})}))
         event_id = self.store.update_pool(pool, ev, change)
-        self._emit(replace(ev, id=event_id), count=False)  # not a decision: no decisions_total sample
+        self._publish(replace(ev, id=event_id), count=False)  # not a decision: no decisions_total sample
         return event_id or 0
 
     def _published(self, d: Decision, ev: EventRecord) -> Decision:
-        self._emit(ev)
+        self._publish(ev)
         return replace(d, event_id=ev.id)
+
+    def _publish(self, ev: EventRecord, count: bool = True) -> None:
+        """Log, count and send an event already committed. Nothing here may raise: an exception would reach the
+        engine's unexpected-error handling, which frees the dedup claims, so the sender's retry would act a second
+        time on a decision that already happened (and the answer would say ``failed``)."""
+        try:
+            self._emit(ev, count)
+        except Exception:  # a log handler, the metrics' files, an event's serialisation
+            self._dropped("_publish")
+            try:
+                log.error("event %s (pool %s) committed, but publishing it failed", ev.id, ev.pool, exc_info=True)
+            except Exception:  # noqa: BLE001 - the log itself is what failed
+                pass
+
+    def _dropped(self, sink: str) -> None:
+        """Count one event a sink (or the publishing step, ``_publish``) did not take; best effort."""
+        try:
+            if self.metrics is not None:
+                self.metrics.sink_dropped.labels(sink[:64]).inc()
+        except Exception:  # noqa: BLE001 - counting must not fail a committed decision either
+            pass
 
     def _emit(self, ev: EventRecord, count: bool = True) -> None:
         body = event_json(ev) if self.json_logs or self.sinks else {}
@@ -109,4 +130,5 @@ class EventLog:
             try:
                 sink.emit(body)
             except Exception:  # a sink must never fail a decision
+                self._dropped(type(sink).__name__)
                 log.warning("event sink %s failed", type(sink).__name__, exc_info=True)
