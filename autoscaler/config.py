@@ -70,8 +70,9 @@ def _direction(base: DirectionConfig, override: DirectionConfig) -> DirectionPol
     return DirectionPolicy(**merged)
 
 
-def build_settings(raw: Any, env: dict[str, str] | None = None) -> Settings:
-    """Validate a parsed YAML document; ConfigError lists every problem."""
+def build_settings(raw: Any, env: dict[str, str] | None = None, *, replay: bool = False) -> Settings:
+    """Validate a parsed YAML document; ConfigError lists every problem. ``replay``: read for the what-if replay,
+    whose in-memory cluster stands in for ``kubernetes:`` (see :func:`offline`)."""
     problems: list[str] = []
     if not isinstance(raw, dict):
         raise ConfigError(["(top level): must be a mapping of config keys"])
@@ -100,7 +101,7 @@ def build_settings(raw: Any, env: dict[str, str] | None = None) -> Settings:
             gpus_per_node=pool.gpus_per_node,
             provision_time=pool.provision_time,
             schedules=tuple(Schedule(w.cron, w.duration, w.min, w.timezone) for w in pool.schedules),
-            **_node_aware(config, index, pool, settings, problems),
+            **_node_aware(config, index, pool, settings, problems, replay),
         )
         if pools[pool.name].scale_out.mode is Mode.DEMAND and pool.gpus_per_node is None:
             problems.append(_NO_GPUS_PER_NODE.format(index=index))
@@ -216,8 +217,11 @@ def parse_selector(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, problems: list[str]) -> dict[str, Any]:
-    """``victims``, ``drain_timeout`` and ``node_selector`` of one pool, defaults applied, combinations checked."""
+def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, problems: list[str],
+                replay: bool = False) -> dict[str, Any]:
+    """``victims``, ``drain_timeout`` and ``node_selector`` of one pool, defaults applied, combinations checked
+    (``replay``: the replay's own cluster holds the pool's nodes, so an explicit ``victims`` needs neither a
+    ``kubernetes:`` section nor a selector there)."""
     import providers
 
     where = f"pools[{index}]"
@@ -249,10 +253,10 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
         if not removes:
             problems.append(f"{where}.scale_in.victims: {victims} needs a provider that removes named nodes; "
                             f"{pool.provider} can't name a node (it only changes the count): use victims: cloud")
-        elif config.kubernetes is None:
+        elif config.kubernetes is None and not replay:
             problems.append(f"{where}.scale_in.victims: {victims} needs the top-level `kubernetes:` section "
                             "(the service must see the pool's nodes and pods to pick them)")
-        elif text is None:
+        elif text is None and not replay:
             problems.append(f"{where}.node_selector: required with victims: {victims} (provider {pool.provider} "
                             "has no default), e.g. node_selector: \"nodepool=gpu\"")
     return {"victims": victims, "drain_timeout": drain, "node_selector": selector}
@@ -280,4 +284,4 @@ def load_config(path: str, env: dict[str, str] | None = None, *, for_replay: boo
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
         raise ConfigError([f"{path}: not valid YAML at {where}: {getattr(exc, 'problem', exc)}"]) from None
-    return build_settings(offline(raw) if for_replay else raw, env)
+    return build_settings(offline(raw), env, replay=True) if for_replay else build_settings(raw, env)

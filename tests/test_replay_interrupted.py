@@ -197,3 +197,23 @@ def test_packed_work_leaves_an_idle_node(victims: str, outcome: Outcome, ready: 
     (_, decision), *_ = run.decisions
     assert decision.outcome is outcome and run.minutes[-1].ready == ready
     assert run.interrupted_node_minutes == interrupted
+
+
+def test_a_replay_config_needs_no_cluster_section_for_victims(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The replay's own cluster holds the pool's nodes: `victims: idle` replays without a `kubernetes:` section or a
+    `node_selector` (which the service itself needs, and check-config still asks for), with the same figures."""
+    raw = config()
+    raw["pools"][0].update(scale_in={**raw["pools"][0]["scale_in"], "victims": "idle"})
+    (tmp_path / "idle.yaml").write_text(yaml.safe_dump(raw))
+    rows = ["timestamp,demand"] + [f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(T0 + 60 * i))},{d}"
+                                   for i, d in enumerate(BUSY_BOTH)]
+    (tmp_path / "trace.csv").write_text("\n".join(rows) + "\n")
+    code = main(["replay", "--config", str(tmp_path / "idle.yaml"), "--trace", str(tmp_path / "trace.csv"),
+                 "--out", str(tmp_path / "out")])
+    assert code == 0, capsys.readouterr().err
+    data = json.loads((tmp_path / "out/summary.json").read_text())
+    assert data["victims"] == "idle" and data["outcomes"] == {"skipped_in_use": 8}
+    assert data["interrupted_node_minutes_by_victims"] == {"idle": 0.0, "cloud": 2 * 20.5 / 8}
+    assert main(["check-config", str(tmp_path / "idle.yaml")]) == 1  # the service would need the cluster
+    assert "needs the top-level `kubernetes:` section" in capsys.readouterr().err

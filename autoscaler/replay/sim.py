@@ -114,6 +114,8 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     pool = replay_pool(settings)
     if victims is not None and victims != victims_of(settings, pool):
         settings = with_victims(settings, pool, victims)
+    elif victims_of(settings, pool) != "cloud" and not settings.pools[pool].node_selector:
+        settings = with_victims(settings, pool, victims_of(settings, pool))  # the replay's cluster needs no selector
     cfg = settings.config.replay
     assert cfg is not None
     sim: SimulatedSettings = settings.pools[pool].provider_settings

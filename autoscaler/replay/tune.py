@@ -88,7 +88,7 @@ def _init(raw: dict[str, Any], env: dict[str, str], pool: str, trace: Trace) -> 
 def evaluate(candidate: Candidate, begin: int, end: int, budget: int | None, bound: float | None) -> Score:
     """Replay minutes [begin, end) of the trace with the candidate (``budget``/``bound``: stop early; None: never)."""
     raw = apply(_WORK["raw"], _WORK["pool"], candidate)
-    settings = build_settings(offline(raw), env=_WORK["env"])
+    settings = build_settings(offline(raw), env=_WORK["env"], replay=True)
     trace: Trace = _WORK["trace"]
     span = Trace(trace.start + STEP * begin, trace.demand[begin:end])
     stop = _Stop(budget, bound) if budget is not None else None

@@ -42,7 +42,7 @@ def _load(config_path: str) -> tuple[dict[str, Any], Any]:
         raise ConfigError([f"cannot read: {exc.strerror}"]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([f"not valid YAML: {exc}"]) from None
-    return raw, build_settings(offline(raw), env=dict(os.environ))  # a replay serves nothing: no auth needed
+    return raw, build_settings(offline(raw), env=dict(os.environ), replay=True)  # a replay serves nothing: no auth needed
 
 
 def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, *, candidates: int = 405,
@@ -129,7 +129,7 @@ def _write(out_dir: str, raw: dict[str, Any], pool: str, data: dict[str, Any], s
     # Only what changed is written: an unchanged direction or rule keeps the base file's own text.
     tuned_raw = apply(raw, pool, {k: v for k, v in chosen.items()
                                   if (k.rsplit(".", 1)[0] if k.startswith("rules.") else k.split(".")[0]) in changed})
-    tuned_settings = build_settings(offline(tuned_raw), env=env)
+    tuned_settings = build_settings(offline(tuned_raw), env=env, replay=True)
     about = _about(data)
     with open(data["config"], encoding="utf-8") as fh:
         base_text = fh.read()
