@@ -273,15 +273,31 @@ def offline(raw: Any) -> Any:
     return {**raw, "server": {**rest, "auth": {"disabled": True}}}
 
 
-def load_config(path: str, env: dict[str, str] | None = None, *, for_replay: bool = False) -> Settings:
-    """Read and validate a YAML config file (``for_replay``: as :func:`offline` reads it)."""
+def read_yaml(path: str) -> Any:
+    """The parsed YAML file; ConfigError when it cannot be read or parsed (the message does not name the file: the
+    caller does, once)."""
     try:
         with open(path, encoding="utf-8") as fh:
-            raw = yaml.safe_load(fh)
+            return yaml.safe_load(fh)
     except OSError as exc:
-        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
+        raise ConfigError([f"cannot read: {exc.strerror}"]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
-        raise ConfigError([f"{path}: not valid YAML at {where}: {getattr(exc, 'problem', exc)}"]) from None
-    return build_settings(offline(raw), env, replay=True) if for_replay else build_settings(raw, env)
+        raise ConfigError([f"not valid YAML at {where}: {getattr(exc, 'problem', exc)}"]) from None
+
+
+def load_config(path: str, env: dict[str, str] | None = None) -> Settings:
+    """Read and validate a YAML config file for the service."""
+    try:
+        raw = read_yaml(path)
+    except ConfigError as exc:
+        raise ConfigError([f"{path}: {problem}" for problem in exc.problems]) from None
+    return build_settings(raw, env)
+
+
+def load_replay_config(path: str, env: dict[str, str] | None = None) -> tuple[Any, Settings]:
+    """A config file as the replay reads it (:func:`offline`, ``replay=True``): the parsed file and its settings.
+    Problems do not name the file; the replay's commands print it before each."""
+    raw = read_yaml(path)
+    return raw, build_settings(offline(raw), env, replay=True)

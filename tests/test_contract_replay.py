@@ -115,3 +115,17 @@ def test_the_proportional_example_tunes_as_written(tmp_path: Path, capsys: pytes
     assert main(["replay", "--config", str(out / "tuned.yaml"), "--trace", str(trace), "--out",
                  str(tmp_path / "replayed")]) == 0
     assert KEYS <= json.loads((tmp_path / "replayed" / "summary.json").read_text()).keys()
+
+
+@pytest.mark.parametrize("tune", [False, True], ids=["replay", "tune"])
+def test_an_unreadable_config_is_named_once_on_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        tune: bool) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [\n")
+    trace = write_trace(tmp_path / "t.csv", surge())
+    for path, what in ((bad, "not valid YAML at line 2, column 1"), (tmp_path / "missing.yaml", "cannot read")):
+        code = main(["replay", *(["--tune"] if tune else []), "--config", str(path), "--trace", str(trace),
+                     "--out", str(tmp_path / "out")])
+        err = capsys.readouterr().err
+        assert code == 1 and err.count(str(path)) == 1 and len(err.strip().splitlines()) == 1, err
+        assert err.startswith(f"{path}: {what}"), err

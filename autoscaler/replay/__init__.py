@@ -5,7 +5,7 @@ import sys
 import time
 from typing import Any
 
-from autoscaler.config import ConfigError, load_config
+from autoscaler.config import ConfigError, load_replay_config
 from autoscaler.replay.report import summary, write_all
 from autoscaler.replay.sim import fixed_step, replay_pool, simulate, static_peak, victims_of
 from autoscaler.replay.trace import ReplayError, load_trace
@@ -15,7 +15,7 @@ __all__ = ["ReplayError", "replay", "run_replay"]
 
 def run_replay(config_path: str, trace_path: str, out_dir: str) -> dict[str, Any]:
     """Replay a trace and write its outputs; ConfigError or ReplayError when an input is bad."""
-    settings = load_config(config_path, for_replay=True)
+    _, settings = load_replay_config(config_path)
     pool = replay_pool(settings)
     trace = load_trace(trace_path)
     run = simulate(settings, trace)

@@ -13,9 +13,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-import yaml
-
-from autoscaler.config import ConfigError, build_settings, offline
+from autoscaler.config import ConfigError, build_settings, load_replay_config, offline
 from autoscaler.replay.sim import replay_pool
 from autoscaler.replay.space import Candidate, Space, apply, describe, show
 from autoscaler.replay.trace import ReplayError, load_trace
@@ -35,14 +33,8 @@ def parse_percent(text: str) -> float:
 
 
 def _load(config_path: str) -> tuple[dict[str, Any], Any]:
-    try:
-        with open(config_path, encoding="utf-8") as fh:
-            raw = yaml.safe_load(fh)
-    except OSError as exc:
-        raise ConfigError([f"cannot read: {exc.strerror}"]) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"not valid YAML: {exc}"]) from None
-    return raw, build_settings(offline(raw), env=dict(os.environ), replay=True)  # a replay serves nothing: no auth needed
+    raw, settings = load_replay_config(config_path)  # a replay serves nothing: no auth needed
+    return raw, settings
 
 
 def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, *, candidates: int = 405,
