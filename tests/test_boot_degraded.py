@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -13,6 +12,7 @@ import requests
 
 from tests import pg
 from tests.fakes.tcpproxy import TcpProxy
+from tests.pipeline import wait_for
 from tests.servers import Service, free_port, wait_http
 
 pytestmark = pytest.mark.slow
@@ -43,15 +43,6 @@ def notification(fingerprint: str) -> dict[str, Any]:
 
 def post(base: str, body: dict[str, Any]) -> requests.Response:
     return requests.post(f"{base}/webhook/alertmanager", json=body, headers=AUTH, timeout=30)
-
-
-def wait_for(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture

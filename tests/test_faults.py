@@ -18,6 +18,7 @@ import yaml
 from sqlalchemy import create_engine, text
 
 from tests.fakes.fault_cloud import FakeCloud, HttpTestProvider, Reply
+from tests.pipeline import wait_for
 from tests.servers import Service
 from tests.support import AUTH, FakeClock, am_alert, am_payload, config, make_app
 
@@ -88,16 +89,6 @@ def _gunicorn_config(tmp_path: Path) -> Path:
     return path
 
 
-def _wait(predicate: Any, timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
 @pytest.mark.slow
 def test_worker_killed_mid_decision(tmp_path: Path, cloud: FakeCloud) -> None:
     cloud.script = [Reply(block=True)]  # the cloud takes the change, then hangs before answering
@@ -116,11 +107,11 @@ def test_worker_killed_mid_decision(tmp_path: Path, cloud: FakeCloud) -> None:
 
         sender = threading.Thread(target=deliver)
         sender.start()
-        victim = _wait(lambda: cloud.calls and cloud.calls[0]["pid"])
+        victim = wait_for(lambda: cloud.calls and cloud.calls[0]["pid"], 15, "the cloud call")
         os.kill(victim, signal.SIGKILL)
         sender.join(10)
         assert lost, "the request to the killed worker should have failed"
-        _wait(lambda: len(server.worker_pids()) == 2 and victim not in server.worker_pids())
+        wait_for(lambda: len(server.worker_pids()) == 2 and victim not in server.worker_pids(), 15, "a new worker")
 
         retry = requests.post(hook, json=body, headers=AUTH, timeout=10)  # Alertmanager sends it again
         assert retry.status_code == 200
@@ -137,7 +128,7 @@ def test_worker_killed_mid_decision(tmp_path: Path, cloud: FakeCloud) -> None:
             statuses.append((answer.status_code, answer.headers.get("Retry-After")))
             return seen[-1] == "scaled"
 
-        _wait(new_alert_scaled, timeout=10)
+        wait_for(new_alert_scaled, 10, "the new alert to scale")
         assert set(seen[:-1]) <= {"skipped_busy"}
         assert seen[:-1], "the first retry came after the lease had already lapsed"
         assert all(code == 503 and after and int(after) >= 1 for code, after in statuses[:-1]), statuses
@@ -219,7 +210,7 @@ def _hook_answers(server: Service, fps: list[str]) -> list[requests.Response]:
 
 def _booted(server: Service, workers: int = 2) -> None:
     """Wait until every worker has built its app (gunicorn answers as soon as the first one has)."""
-    _wait(lambda: server.read_log().count("effective config:") >= workers)
+    wait_for(lambda: server.read_log().count("effective config:") >= workers, 15, "every worker to start")
 
 
 def _store_up(server: Service) -> str:
@@ -245,8 +236,8 @@ def test_store_file_deleted_under_gunicorn(tmp_path: Path) -> None:
 
         victim = sorted(server.worker_pids())[0]  # a worker restarted now (a crash, a timeout) must not create one
         os.kill(victim, signal.SIGKILL)
-        _wait(lambda: len(server.worker_pids()) == 2 and victim not in server.worker_pids())
-        _wait(lambda: server.read_log().count("effective config:") >= 3)
+        wait_for(lambda: len(server.worker_pids()) == 2 and victim not in server.worker_pids(), 15, "a new worker")
+        wait_for(lambda: server.read_log().count("effective config:") >= 3, 15, "the restarted worker to start")
         answers = _hook_answers(server, [f"fp-after-{i}" for i in range(6)])
         assert all(r.status_code == 503 for r in answers), [r.text for r in answers]
         assert all(requests.get(f"{server.url}/readyz", timeout=10).status_code == 503 for _ in range(4))

@@ -9,9 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
-from typing import Any, Callable
 
 import pytest
 import requests
@@ -19,6 +17,7 @@ import requests
 from autoscaler.nodes import CORDON_ANNOTATION
 from tests.cloud_stack import CLOUD_APP, AckCloud, AksCloud, KubeNode, service_config
 from tests.fakes.kube import FakeKube
+from tests.pipeline import wait_for
 from tests.servers import ROOT, Service
 from tests.support import AUTH, TOKEN, am_alert, am_payload
 
@@ -34,16 +33,6 @@ def seed(kube: FakeKube, nodes: list[KubeNode], busy: int) -> None:
     for i, node in enumerate(nodes):
         kube.add_node(node.name, node.labels, provider_id=node.provider_id, created=f"2026-11-{10 + i:02d}T00:00:00Z")
     kube.add_pod(f"train-{busy}", nodes[busy].name, gpus=8)
-
-
-def wait(condition: Callable[[], Any], timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def test_idle_nodes_go_by_name_busy_ones_stay(tmp_path: Path) -> None:
@@ -111,13 +100,13 @@ def test_worker_killed_between_cordon_and_removal(tmp_path: Path) -> None:
 
             sender = threading.Thread(target=deliver)
             sender.start()
-            wait(lambda: any(r.path.endswith("/deleteMachines") for r in aks.arm.requests))
+            wait_for(lambda: any(r.path.endswith("/deleteMachines") for r in aks.arm.requests), 15, "deleteMachines")
             assert kube.nodes[victim]["spec"]["unschedulable"] is True  # cordoned, removal asked, no answer yet
             (worker,) = svc.worker_pids()
             os.kill(worker, signal.SIGKILL)
             sender.join(15)
             assert lost, "the request to the killed worker should have failed"
-            wait(lambda: len(svc.worker_pids()) == 1 and worker not in svc.worker_pids())
+            wait_for(lambda: len(svc.worker_pids()) == 1 and worker not in svc.worker_pids(), 15, "a new worker")
             assert kube.nodes[victim]["spec"]["unschedulable"] is True  # the dead worker could not clean up
             outcomes: list[str] = []
 
@@ -127,7 +116,7 @@ def test_worker_killed_between_cordon_and_removal(tmp_path: Path) -> None:
                 outcomes.append(answer.json()["decisions"][0]["outcome"])
                 return outcomes[-1] != "skipped_busy"
 
-            wait(next_decision_ran, timeout=20)
+            wait_for(next_decision_ran, 20, "the next decision")
             assert outcomes[-1] == "scaled", outcomes
             node = kube.nodes[victim]
             assert "unschedulable" not in node["spec"] and CORDON_ANNOTATION not in node["metadata"]["annotations"]

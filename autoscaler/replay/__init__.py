@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from autoscaler.config import ConfigError, load_replay_config
 from autoscaler.replay.report import summary, write_all
 from autoscaler.replay.sim import fixed_step, replay_pool, simulate, static_peak, victims_of
 from autoscaler.replay.trace import ReplayError, load_trace
 
-__all__ = ["ReplayError", "replay", "run_replay"]
+__all__ = ["ReplayError", "command", "replay", "run_replay"]
 
 
 def run_replay(config_path: str, trace_path: str, out_dir: str) -> dict[str, Any]:
@@ -31,20 +31,29 @@ def run_replay(config_path: str, trace_path: str, out_dir: str) -> dict[str, Any
     return data
 
 
-def replay(config_path: str, trace_path: str, out_dir: str) -> int:
-    """The CLI: exit 0 with a one-line result, or 1 with each problem on its own line."""
-    started = time.monotonic()
+T = TypeVar("T")
+
+
+def command(work: Callable[[], T], config_path: str, out_dir: str) -> T | None:
+    """A replay command's work (``replay``, ``replay --tune``); None once each problem is printed on its own line
+    (a config problem after the file's name), for the command to exit 1."""
     try:
-        data = run_replay(config_path, trace_path, out_dir)
+        return work()
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"{config_path}: {problem}", file=sys.stderr)
-        return 1
     except ReplayError as exc:
         print(str(exc), file=sys.stderr)
-        return 1
     except OSError as exc:
         print(f"{out_dir}: cannot write: {exc.strerror}", file=sys.stderr)
+    return None
+
+
+def replay(config_path: str, trace_path: str, out_dir: str) -> int:
+    """The CLI: exit 0 with a one-line result, or 1 with each problem on its own line."""
+    started = time.monotonic()
+    data = command(lambda: run_replay(config_path, trace_path, out_dir), config_path, out_dir)
+    if data is None:
         return 1
     static = data["baselines"]["static_peak"]
     step = data["baselines"]["fixed_step"]

@@ -13,12 +13,12 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from autoscaler.config import ConfigError, build_settings, load_replay_config, offline
+from autoscaler.config import build_settings, load_replay_config, offline
 from autoscaler.replay.sim import replay_pool
 from autoscaler.replay.space import Candidate, Space, apply, describe, show
 from autoscaler.replay.trace import ReplayError, load_trace
 from autoscaler.replay.tune import Score, Search, choose, make_pool, pareto, evaluate_task
-from autoscaler.replay import tune_files
+from autoscaler.replay import command, tune_files
 
 DEFAULT_HOLDOUT = 2 / 7
 DEFAULT_MARGIN = 0.25
@@ -190,19 +190,11 @@ def run(args: Any) -> int:
     except ValueError as exc:
         print(f"--max-saturated {args.max_saturated!r}: {exc} (write it like 1%)", file=sys.stderr)
         return 1
-    try:
-        data = tune(args.config, args.trace, args.out, pct, candidates=args.candidates, workers=args.workers,
-                    seed=args.seed, holdout=args.holdout, margin=args.margin, utilization_expr=args.utilization_expr,
-                    pending_expr=args.pending_expr)
-    except ConfigError as exc:
-        for problem in exc.problems:
-            print(f"{args.config}: {problem}", file=sys.stderr)
-        return 1
-    except ReplayError as exc:
-        print(str(exc), file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"{args.out}: cannot write: {exc.strerror}", file=sys.stderr)
+    data = command(lambda: tune(args.config, args.trace, args.out, pct, candidates=args.candidates,
+                                workers=args.workers, seed=args.seed, holdout=args.holdout, margin=args.margin,
+                                utilization_expr=args.utilization_expr, pending_expr=args.pending_expr),
+                   args.config, args.out)
+    if data is None:
         return 1
     print(report(data, args.out))
     return 0
