@@ -5,29 +5,18 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable
 
 import pytest
 import requests
 
 from tests.cloud_stack import service_config
 from tests.fakes.moto_eks import AWS_ENV, MotoServer, asg_instances, client, create_node_group
+from tests.pipeline import wait_for
 from tests.pipeline_stack import POOL, Stack
 from tests.servers import Service
 from tests.support import AUTH, TOKEN, am_alert, am_payload
 
 pytestmark = pytest.mark.slow
-
-
-def _until(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} within {timeout:g}s")
-        time.sleep(0.2)
 
 
 def test_prometheus_alert_scales_an_eks_node_group_through_gunicorn(pipeline: Stack, moto: MotoServer,
@@ -48,13 +37,13 @@ def test_prometheus_alert_scales_an_eks_node_group_through_gunicorn(pipeline: St
         try:
             changed = time.monotonic()
             pipeline.dcgm.set_utilization(95)
-            _until(lambda: desired() == 3, 15, "scale-out of the node group to 3")
+            wait_for(lambda: desired() == 3, 15, "scale-out of the node group to 3")
             print(f"\nmetric change -> EKS desiredSize 3: {time.monotonic() - changed:.2f}s")
             assert len(asg_instances(moto.url, asg)) == 3
 
             changed = time.monotonic()
             pipeline.dcgm.set_utilization(5)
-            _until(lambda: desired() == 2, 15, "scale-in of the node group to 2")
+            wait_for(lambda: desired() == 2, 15, "scale-in of the node group to 2")
             print(f"metric change -> EKS desiredSize 2: {time.monotonic() - changed:.2f}s")
         finally:
             pipeline.reset()
