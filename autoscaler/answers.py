@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaler.durations import rfc3339
 from autoscaler.models import Action, Decision, OperatorOutcome, Outcome, Source
-from autoscaler.nodes import NodeView
+from autoscaler.cluster.nodes import NodeView
 from autoscaler.store import EventRecord
 
 

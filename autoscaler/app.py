@@ -22,9 +22,9 @@ from autoscaler.redact import Redactor, active, install, redact_tree
 from autoscaler.service import Service
 from autoscaler.retention import Pruner
 from autoscaler.store import Store, StoreOptions, open_store
-from autoscaler.nodes import Cluster
+from autoscaler.cluster.kube import build_cluster
+from autoscaler.cluster.nodes import Cluster
 from providers import NodePoolProvider, ProviderError, build
-from providers import cluster as build_cluster
 
 log = logging.getLogger("autoscaler")
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import math
 from typing import Callable, Union
 
-from autoscaler.config_schema import SCOPES, AuthConfig, BasicUser, BearerToken
+from autoscaler.settings import SCOPES, AuthConfig, BasicUser, BearerToken
 
 MAX_HEADER = 8192
 NonceCache = Callable[[str, float], bool]  # (key, window seconds) -> True when the key is new

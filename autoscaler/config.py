@@ -14,8 +14,8 @@ from pydantic import ValidationError
 
 from autoscaler import validation
 from autoscaler.models import DirectionPolicy, Mode, PoolSpec, Schedule
-from autoscaler.config_schema import (AuthConfig, Config, DirectionConfig, PoolConfig, credential_problems,
-                                      reference_problems)
+from autoscaler.settings import (AuthConfig, Config, DirectionConfig, PoolConfig, credential_problems,
+                                 reference_problems)
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 
@@ -78,7 +78,7 @@ def build_settings(raw: Any, env: dict[str, str] | None = None, *, replay: bool 
         raise ConfigError(["(top level): must be a mapping of config keys"])
     data = _substitute(raw, (), dict(os.environ) if env is None else env, problems)
     try:
-        config = Config.model_validate(data)
+        config = Config.model_validate(data, context=_context())
     except ValidationError as exc:
         # cross-field checks on the whole file already start with their own path
         problems.extend(validation.problems(exc))
@@ -86,7 +86,7 @@ def build_settings(raw: Any, env: dict[str, str] | None = None, *, replay: bool 
         raise ConfigError(_unique(problems)) from None
     pools: dict[str, PoolSpec] = {}
     for index, pool in enumerate(config.pools):
-        settings, pool_problems = pool.provider_settings(index)
+        settings, pool_problems = provider_settings(pool, index)
         problems += pool_problems
         pools[pool.name] = PoolSpec(
             name=pool.name,
@@ -108,6 +108,27 @@ def build_settings(raw: Any, env: dict[str, str] | None = None, *, replay: bool 
     if problems:
         raise ConfigError(_unique(problems))
     return Settings(config=config, pools=pools)
+
+
+def _context() -> dict[str, Any]:
+    """What the settings check against but must not look up themselves: the registered provider names."""
+    import providers
+
+    return {"providers": providers.available()}
+
+
+def provider_settings(pool: PoolConfig, index: int) -> tuple[Any, list[str]]:
+    """Validate the pool's section named after its provider; return (settings, problems with their paths)."""
+    import providers
+
+    where = f"pools[{index}]"
+    extra = dict(pool.model_extra or {})
+    problems = [f"{where}.{key}: unknown key (is the provider {key!r}?)" for key in extra if key != pool.provider]
+    model = providers.factory(pool.provider).settings_model
+    try:
+        return model.model_validate(extra.get(pool.provider) or {}), problems
+    except ValidationError as exc:
+        return None, problems + validation.problems(exc, prefix=f"{where}.{pool.provider}")
 
 
 def warnings(settings: Settings) -> list[str]:
@@ -175,10 +196,10 @@ def _beside_field_errors(data: Any) -> list[str]:
     for index, raw_pool in enumerate(pools):
         problems += _pool_rules(index, _dict(raw_pool), default_mode)
         try:
-            pool = PoolConfig.model_validate(raw_pool)
+            pool = PoolConfig.model_validate(raw_pool, context=_context())
         except ValidationError:
             continue
-        problems += pool.provider_settings(index)[1]
+        problems += provider_settings(pool, index)[1]
     return problems
 
 

@@ -16,7 +16,7 @@ from autoscaler.facts import pool_facts, view_after
 from autoscaler.lease import Lease
 from autoscaler.models import Action, Decision, Notification, Outcome, PoolFacts, PoolSpec, PoolState, Signal, Source
 from autoscaler.node_actions import NodeActions
-from autoscaler.nodes import Cluster, NodeView
+from autoscaler.cluster.nodes import Cluster, NodeView
 from autoscaler.outcomes import failed, plan_decision, result_label, said_by
 from autoscaler.policy import Plan, decide, settled
 from autoscaler.redact import redact_text

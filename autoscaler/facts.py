@@ -10,7 +10,7 @@ from typing import Sequence
 
 from autoscaler.inflight import from_nodes, from_scale_outs
 from autoscaler.models import CloudStatus, Decision, Outcome, PoolFacts, PoolSpec
-from autoscaler.nodes import NodeView
+from autoscaler.cluster.nodes import NodeView
 from autoscaler.schedules import effective_min
 from autoscaler.store import PoolView, Store
 

@@ -13,7 +13,7 @@ from typing import Iterable, Protocol, Sequence
 
 
 class NodeLike(Protocol):
-    """What ``from_nodes`` reads of a node (``autoscaler.nodes.NodeView`` has these fields)."""
+    """What ``from_nodes`` reads of a node (``autoscaler.cluster.nodes.NodeView`` has these fields)."""
 
     @property
     def ready(self) -> bool: ...

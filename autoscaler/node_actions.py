@@ -1,7 +1,7 @@
 """The engine's door to node-aware scale-in: each step of a leased decision that touches the pool's nodes.
 
 Where ``kubernetes:`` is configured, a pool's nodes have a selector and its provider removes named nodes, a
-scale-in names its nodes (``autoscaler/scale_in.py`` over ``autoscaler/nodes.py``). This module answers, for the
+scale-in names its nodes (``autoscaler/scale_in.py`` over ``autoscaler/cluster/nodes.py``). This module answers, for the
 engine: whether a pool names its nodes, the pool's node list (for nodes in flight), the stale-cordon sweep, a dry
 run's preview and the removal itself as the ``Decision`` and ``PoolChange`` to record. A cluster that cannot be read
 is logged or turned into a decision here, its message redacted.
@@ -14,7 +14,7 @@ from typing import Sequence
 
 from autoscaler.lease import Lease
 from autoscaler.models import Decision, Outcome, PoolSpec, Signal, Source
-from autoscaler.nodes import ClusterError, MarkedNodes, NodeView
+from autoscaler.cluster.nodes import ClusterError, MarkedNodes, NodeView
 from autoscaler.outcomes import failed, plan_decision, result_label
 from autoscaler.policy import Plan
 from autoscaler.redact import redact_text

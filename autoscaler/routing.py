@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from autoscaler.config_schema import MAX_MATCHED_LABEL, RoutingConfig, RuleConfig
+from autoscaler.settings import MAX_MATCHED_LABEL, RoutingConfig, RuleConfig
 from autoscaler.models import (Action, Alert, AlertStatus, Decision, Notification, Outcome, PoolSpec, Signal,
                                usable_value)
 

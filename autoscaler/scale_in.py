@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from autoscaler.models import Outcome, PoolSpec
-from autoscaler.nodes import (REMOVING, Cluster, ClusterError, MarkedNodes, NodeView, kept_reason, pick_victims)
+from autoscaler.cluster.nodes import (REMOVING, Cluster, ClusterError, MarkedNodes, NodeView, kept_reason, pick_victims)
 from providers import NodeRef, ProviderError, RemovesNamedNodes
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from autoscaler.answers import Cooldown, PoolBody, dump, event_body, node_body
 from autoscaler.events import EventLog
 from autoscaler.metrics import Metrics
 from autoscaler.models import PoolSpec
-from autoscaler.nodes import ClusterError
+from autoscaler.cluster.nodes import ClusterError
 from autoscaler.policy import cooldown_remaining
 from autoscaler.redact import redact_text
 from autoscaler.schedules import effective_min

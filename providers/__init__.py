@@ -11,7 +11,7 @@ from typing import Any
 
 from providers.base import NodePoolProvider, NodeRef, ProviderError, ProviderFactory, RemovesNamedNodes, Tracked
 
-__all__ = ["NodePoolProvider", "NodeRef", "ProviderError", "RemovesNamedNodes", "ProviderFactory", "Tracked", "available", "factory", "build", "cluster"]
+__all__ = ["NodePoolProvider", "NodeRef", "ProviderError", "RemovesNamedNodes", "ProviderFactory", "Tracked", "available", "factory", "build"]
 
 _MODULES: dict[str, str] = {
     "simulated": "providers.simulated",
@@ -45,9 +45,3 @@ def build(name: str, pool: str, settings: Any) -> NodePoolProvider:
     """Build the provider for one pool from its validated settings."""
     return factory(name).build(pool, settings)
 
-
-def cluster(settings: Any) -> Any:
-    """The :class:`autoscaler.nodes.Cluster` for the config's ``kubernetes:`` section (``providers.kube``, imported
-    by name like the providers, so the kubernetes client loads only when the config has that section)."""
-    module = importlib.import_module("providers.kube")
-    return module.build_cluster(settings)

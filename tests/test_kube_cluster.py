@@ -1,4 +1,4 @@
-"""providers/kube.py: the real kubernetes client against the fake API server."""
+"""autoscaler/cluster/kube.py: the real kubernetes client against the fake API server."""
 from __future__ import annotations
 
 import re
@@ -8,9 +8,9 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from autoscaler.config_schema import KubernetesConfig
-from autoscaler.nodes import CORDON_ANNOTATION, ClusterError, GpuPod
-from providers.kube import KubeCluster
+from autoscaler.settings import KubernetesConfig
+from autoscaler.cluster.nodes import CORDON_ANNOTATION, ClusterError, GpuPod
+from autoscaler.cluster.kube import KubeCluster
 from tests.fakes.kube import FakeKube
 
 POOL = {"kubernetes.azure.com/agentpool": "gpunp"}

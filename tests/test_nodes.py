@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from autoscaler.nodes import (CORDON_ANNOTATION, GpuPod, NodeView, cordon_mark, gpu_pod, node_view, pick_victims,
+from autoscaler.cluster.nodes import (CORDON_ANNOTATION, GpuPod, NodeView, cordon_mark, gpu_pod, node_view, pick_victims,
                               pod_protection)
 
 GPU_PATTERNS = ("nvidia.com/gpu", "nvidia.com/mig-*")

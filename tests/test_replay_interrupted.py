@@ -13,7 +13,7 @@ import yaml
 from autoscaler.__main__ import main
 from autoscaler.config import build_settings
 from autoscaler.models import Outcome
-from autoscaler.nodes import pick_victims
+from autoscaler.cluster.nodes import pick_victims
 from autoscaler.replay.cluster import ReplayCluster
 from autoscaler.replay.report import figures, summary
 from autoscaler.replay.sim import simulate, static_peak

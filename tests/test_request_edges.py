@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from autoscaler.auth import Authenticator
-from autoscaler.config_schema import AuthConfig
+from autoscaler.settings import AuthConfig
 from tests.support import AUTH, HMAC_SECRET, am_alert, am_payload, events, make_app
 
 LIMIT = 2048

@@ -10,7 +10,7 @@ from flask.testing import FlaskClient
 from autoscaler.app import create_app
 from autoscaler.config import ConfigError, build_settings
 from autoscaler.models import Outcome
-from autoscaler.nodes import CORDON_ANNOTATION, cordon_mark
+from autoscaler.cluster.nodes import CORDON_ANNOTATION, cordon_mark
 from autoscaler.scale_in import Removal
 from tests.fakes.kube import FakeKube
 from tests.fakes.webhook_receiver import WebhookReceiver

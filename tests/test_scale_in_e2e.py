@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from autoscaler.nodes import CORDON_ANNOTATION
+from autoscaler.cluster.nodes import CORDON_ANNOTATION
 from tests.cloud_stack import CLOUD_APP, AckCloud, AksCloud, KubeNode, service_config
 from tests.fakes.kube import FakeKube
 from tests.pipeline import wait_for

@@ -14,7 +14,7 @@ import yaml
 
 from autoscaler.__main__ import main
 from autoscaler.config import build_settings
-from autoscaler.config_schema import ReplayRule
+from autoscaler.settings import ReplayRule
 from autoscaler.replay.space import Space, apply, describe, duration_text, modes
 from autoscaler.replay.tune_files import prometheus_rules
 from autoscaler.replay.trace import Trace, parse_time

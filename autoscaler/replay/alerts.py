@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoscaler.durations import rfc3339
-from autoscaler.config_schema import ReplayConfig, ReplayRule, RoutingConfig
+from autoscaler.settings import ReplayConfig, ReplayRule, RoutingConfig
 from autoscaler.sources import fingerprint_of
 
 ZERO_TIME = "0001-01-01T00:00:00Z"

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from autoscaler.nodes import GpuPod, NodeView
+from autoscaler.cluster.nodes import GpuPod, NodeView
 
 RESOURCE = "nvidia.com/gpu"
 NAMESPACE = "replay"
@@ -32,7 +32,7 @@ class _Node:
 
 
 class ReplayCluster:
-    """An in-memory :class:`autoscaler.nodes.Cluster` that follows the simulated provider's node names."""
+    """An in-memory :class:`autoscaler.cluster.nodes.Cluster` that follows the simulated provider's node names."""
 
     def __init__(self, names: Sequence[str], gpus_per_node: int, provision_seconds: float, start: float,
                  pack: bool = False) -> None:

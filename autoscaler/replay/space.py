@@ -13,7 +13,7 @@ import typing
 from typing import Any
 
 from autoscaler.config import Settings
-from autoscaler.config_schema import DirectionConfig
+from autoscaler.settings import DirectionConfig
 from autoscaler.models import Action, DirectionPolicy
 
 Candidate = dict[str, Any]

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from autoscaler.config_schema import ReplayConfig, RoutingConfig
+from autoscaler.settings import ReplayConfig, RoutingConfig
 from autoscaler.replay.space import Candidate, duration_text, settings_text, show
 from autoscaler.replay.tune import Score
 from autoscaler.replay.yaml_edit import edit

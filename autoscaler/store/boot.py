@@ -27,16 +27,21 @@ def check_at_start(config_path: str | None = None) -> None:
     """In the gunicorn master, before it forks: pin a SQLite store's file, and make sure a PostgreSQL store answers
     (SystemExit with the reason when it does not). A config that does not load is left for the workers to report."""
     from autoscaler.config import load_config
-    from autoscaler.store.connections import StoreOptions, normalize_url, postgres_engine
-    from autoscaler.store.sqlite_file import pin_store
+    from autoscaler.store.connections import StoreOptions, normalize_url, postgres_engine, sqlite_file
+    from autoscaler.store.sqlite_file import pin
 
-    pin_store(config_path)
     try:
         settings = load_config(config_path or os.environ.get("AUTOSCALER_CONFIG", "config.example.yaml"))
+        url = normalize_url(settings.config.store.url)
     except Exception:  # noqa: BLE001 - the workers load the same config and say what is wrong with it
         log.debug("store not checked by the master", exc_info=True)
         return
-    url = normalize_url(settings.config.store.url)
+    path = sqlite_file(url) if url.get_backend_name() == "sqlite" else None
+    if path is not None:  # create the file once and pin its identity for the workers to come
+        try:
+            pin(path)
+        except OSError:  # the workers report a store they cannot open
+            log.debug("store not pinned by the master", exc_info=True)
     if url.get_backend_name() == "postgresql":
         from sqlalchemy import text
         from sqlalchemy.exc import SQLAlchemyError

@@ -34,11 +34,6 @@ def normalize_url(url: str) -> URL:
     return parsed
 
 
-def dialect_of(url: str) -> str:
-    """``sqlite`` or ``postgresql``."""
-    return normalize_url(url).get_backend_name()
-
-
 def _wal(cursor: Any) -> None:
     """Switch the file to WAL; retried, because SQLite answers "locked" at once (no busy wait) when two fresh
     connections both hold a read lock and both want the exclusive lock the switch needs."""

@@ -33,23 +33,6 @@ def pin(path: str) -> None:
     os.environ[PIN_ENV] = f"{st.st_dev}:{st.st_ino}:{path}"
 
 
-def pin_store(config_path: str | None = None) -> None:
-    """In the gunicorn master, before it forks: create a SQLite store's file once and pin its identity, so that a
-    worker started later (a crash, a timeout) refuses a file removed or replaced meanwhile instead of creating a
-    fresh, empty database beside its siblings. Anything wrong with the config is left for the workers to report."""
-    from autoscaler.config import load_config
-    from autoscaler.store.connections import normalize_url, sqlite_file
-
-    try:
-        settings = load_config(config_path or os.environ.get("AUTOSCALER_CONFIG", "config.example.yaml"))
-        url = normalize_url(settings.config.store.url)
-        path = sqlite_file(url) if url.get_backend_name() == "sqlite" else None
-        if path is not None:
-            pin(path)
-    except Exception:  # noqa: BLE001 - the workers load the same config and say what is wrong with it
-        log.debug("store not pinned by the master", exc_info=True)
-
-
 def pinned(path: str) -> tuple[int, int] | None:
     """The identity the master pinned for ``path``; None when there is none (no gunicorn, another file)."""
     dev, _, rest = os.environ.get(PIN_ENV, "").partition(":")

@@ -1,6 +1,6 @@
 """What the service sees of a pool's Kubernetes nodes, and which of them may go (pure: stdlib and models only).
 
-The cluster itself (list, cordon, evict) is behind :class:`Cluster`; ``providers/kube.py`` implements it with the
+The cluster itself (list, cordon, evict) is behind :class:`Cluster`; ``autoscaler/cluster/kube.py`` implements it with the
 official client, the replay with an in-memory one. This module turns the API's plain JSON (camelCase keys, as
 the API server sends them) into :class:`NodeView` facts and picks victims from them, so every rule here is
 table-tested without a cluster.
@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
+from autoscaler.settings.common import DEFAULT_GPU_RESOURCES
+
 #: The annotation the service puts on a node it cordons: ``<owner>@<rfc3339 time>``.
 CORDON_ANNOTATION = "gpu-autoscaler/cordoned"
 #: Appended to the owner once the cloud was asked to remove the node (the sweep then leaves it to the cloud).
 REMOVING = "/removing"
-DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-*")
-VICTIMS = ("cloud", "alerted", "idle")
 
 #: Node annotations that keep a node, with the value that means "keep".
 NODE_PROTECTION = {

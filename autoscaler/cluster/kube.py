@@ -1,7 +1,7 @@
 """The cluster as the node-aware scale-in sees it, through the official ``kubernetes`` client.
 
 The client is imported inside functions, so it loads only when the config has a ``kubernetes:`` section. Reads
-ask for raw JSON (``_preload_content=False``) and hand plain dicts to :mod:`autoscaler.nodes`, which decides what
+ask for raw JSON (``_preload_content=False``) and hand plain dicts to :mod:`autoscaler.cluster.nodes`, which decides what
 they mean. A pool's read is one node list by label selector, then one pod list per node by field selector (run a
 few at a time); a re-read is one node GET and one pod list.
 """
@@ -13,8 +13,8 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
-from autoscaler.config_schema import KubernetesConfig
-from autoscaler.nodes import CORDON_ANNOTATION, ClusterError, NodeView, cordon_mark, node_view
+from autoscaler.settings import KubernetesConfig
+from autoscaler.cluster.nodes import CORDON_ANNOTATION, ClusterError, NodeView, cordon_mark, node_view
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ _PARALLEL = 8  # pod lists in flight at once
 
 
 class KubeCluster:
-    """:class:`autoscaler.nodes.Cluster` over the Kubernetes API."""
+    """:class:`autoscaler.cluster.nodes.Cluster` over the Kubernetes API."""
 
     def __init__(self, settings: KubernetesConfig) -> None:
         self.settings = settings

@@ -1,0 +1,68 @@
+"""The config file's shape as pydantic models, one module per section (validation only; the core reads
+``models.PoolSpec``). A leaf: nothing here looks up the provider registry; the loader (``autoscaler.config``) passes
+the provider names in the validation context and validates each provider's own section itself."""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from autoscaler.settings.cluster import KubernetesConfig
+from autoscaler.settings.common import (DEFAULT_GPU_RESOURCES, MAX_MATCHED_LABEL, POOL_NAME, Count, Frozen, Step,
+                                        regex_risk)
+from autoscaler.settings.pools import (DefaultsConfig, DirectionConfig, PoolConfig, ScaleInConfig, ScheduleConfig,
+                                       Victims)
+from autoscaler.settings.replay import ReplayConfig, ReplayRule
+from autoscaler.settings.routing import RoutingConfig, RuleConfig
+from autoscaler.settings.server import (SCOPES, AuthConfig, BasicUser, BearerToken, GrafanaHmac, InfluxConfig, Scope,
+                                        ServerConfig, StoreConfig, credential_problems)
+
+__all__ = ["AuthConfig", "BasicUser", "BearerToken", "Config", "Count", "DEFAULT_GPU_RESOURCES", "DefaultsConfig",
+           "DirectionConfig", "GrafanaHmac", "InfluxConfig", "KubernetesConfig", "MAX_MATCHED_LABEL", "POOL_NAME",
+           "PoolConfig", "ReplayConfig", "ReplayRule", "RoutingConfig", "RuleConfig", "SCOPES", "ScaleInConfig",
+           "ScheduleConfig", "Scope", "ServerConfig", "Step", "StoreConfig", "Victims", "credential_problems",
+           "reference_problems", "regex_risk"]
+
+
+class Config(Frozen):
+    """The whole config file."""
+
+    server: ServerConfig
+    store: StoreConfig = StoreConfig()
+    defaults: DefaultsConfig = DefaultsConfig()
+    routing: RoutingConfig = RoutingConfig()
+    rules: list[RuleConfig] = Field(default_factory=list)
+    pools: list[PoolConfig] = Field(min_length=1)
+    influxdb: InfluxConfig | None = None
+    replay: ReplayConfig | None = None
+    kubernetes: KubernetesConfig | None = None
+
+    @model_validator(mode="after")
+    def _references(self) -> "Config":
+        problems = reference_problems([p.name for p in self.pools], [r.pool for r in self.rules],
+                                      [r.pool for r in self.replay.rules] if self.replay else [])
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    @model_validator(mode="after")
+    def _credentials(self) -> "Config":
+        """Credential names are unique (they are the actor in the event log) and name configured pools."""
+        problems = credential_problems(self.server.auth, {p.name for p in self.pools})
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+
+def reference_problems(pools: list[Any], rule_pools: list[Any], replay_pools: list[Any]) -> list[str]:
+    """Every duplicate pool name and every rule naming no configured pool (cross-field: checked on the raw file
+    too, so that check-config reports them beside the field errors)."""
+    names = [n for n in pools if isinstance(n, str)]
+    problems = []
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        problems.append(f"pools: duplicate pool names: {', '.join(dupes)}")
+    for where, refs in (("rules", rule_pools), ("replay.rules", replay_pools)):
+        problems += [f"{where}[{i}].pool: no pool named {pool!r}" for i, pool in enumerate(refs)
+                     if isinstance(pool, str) and pool not in names]
+    return problems

@@ -1,0 +1,148 @@
+"""``defaults:`` and ``pools:``: each direction's settings, node-aware scale-in, schedule windows, one pool."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from autoscaler.durations import Duration
+from autoscaler.settings.common import POOL_NAME, Count, Frozen, Step
+
+class DirectionConfig(Frozen):
+    """Settings of one direction; unset keys come from ``defaults``."""
+
+    step: Step | None = None
+    cooldown: Duration | None = None
+    delay_after_scale_out: Duration | None = None
+    mode: Literal["step", "proportional", "demand"] | None = None
+    target_utilization: float | None = Field(default=None, gt=0, le=100)
+    max_step: Step | None = None
+    tolerance: float | None = Field(default=None, ge=0, lt=1)
+    stabilization_window: Duration | None = None
+    value_ref: str | None = None
+
+
+Victims = Literal["cloud", "alerted", "idle"]
+
+
+class ScaleInConfig(DirectionConfig):
+    """Scale-in settings: a direction's, plus which nodes go (node-aware scale-in)."""
+
+    victims: Victims | None = Field(default=None, description="cloud | alerted | idle (default: idle with "
+                                    "`kubernetes` and a provider that removes named nodes, else cloud).")
+    drain_timeout: Duration | None = Field(default=None, gt=0, description="How long a forced removal retries "
+                                           "evictions a PodDisruptionBudget refuses (default 10m).")
+
+
+class DefaultsConfig(Frozen):
+    """Settings every pool inherits."""
+
+    scale_out: DirectionConfig = DirectionConfig(step=1, cooldown=300)
+    scale_in: ScaleInConfig = ScaleInConfig(step=1, cooldown=900, delay_after_scale_out=600)
+    dedup_window: Duration = 600.0
+
+    @model_validator(mode="after")
+    def _demand_scales_out(self) -> "DefaultsConfig":
+        if self.scale_in.mode == "demand":
+            raise ValueError("scale_in.mode: `demand` sizes scale-outs only (use step or proportional)")
+        return self
+
+
+class ScheduleConfig(Frozen):
+    """A window that raises the pool's floor: opens at each ``cron`` time in ``timezone``, lasts ``duration``."""
+
+    cron: str = Field(description="Five-field cron expression of the window's starts, in `timezone`.")
+    duration: Duration = Field(description="How long each window lasts (elapsed time).")
+    min: Count = Field(description="The pool's floor inside the window.")
+    timezone: str = Field(default="UTC", description="IANA time zone of the cron expression (Europe/Warsaw).")
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        from autoscaler.schedules import valid_cron
+
+        if not valid_cron(v):
+            raise ValueError(f"{v[:80]!r} is not a five-field cron expression (minute hour day month weekday)")
+        return v
+
+    @field_validator("duration")
+    @classmethod
+    def _duration(cls, v: float) -> float:
+        if not 0 < v <= 7 * 86400:
+            raise ValueError("must be more than 0 and at most 7d")
+        return v
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, v: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"{v[:80]!r} is not an IANA time zone (e.g. Europe/Warsaw, UTC)") from None
+        return v
+
+
+class PoolConfig(BaseModel):
+    """One node pool; the provider's own settings sit under a key named after the provider."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = Field(pattern=POOL_NAME)
+    provider: str
+    min: Count
+    max: Count
+    dry_run: bool = False
+    scale_out: DirectionConfig = DirectionConfig()
+    scale_in: ScaleInConfig = ScaleInConfig()
+    dedup_window: Duration | None = None
+    node_selector: str | None = Field(default=None, min_length=1, description="Label selector of the pool's "
+                                      "nodes, e.g. kubernetes.azure.com/agentpool=gpunp (default per provider).")
+    gpus_per_node: int | None = Field(default=None, ge=1, le=64, description="GPUs one node adds (demand mode "
+                                      "divides by it and needs it; the replay assumes 8 without it).")
+    provision_time: Duration = Field(default=600.0, description="Request to GPUs allocatable; nodes asked for "
+                                     "within it and not ready yet are in flight.")
+    schedules: list[ScheduleConfig] = Field(default_factory=list)
+
+    @field_validator("node_selector", mode="before")
+    @classmethod
+    def _selector_string(cls, v: Any) -> Any:
+        if isinstance(v, dict):  # a Kubernetes nodeSelector mapping: say the string it means
+            text = ",".join(f"{k}={val}" for k, val in v.items())
+            raise ValueError(f'a mapping; write the selector as one string: node_selector: "{text}"')
+        return v
+
+    @field_validator("provision_time")
+    @classmethod
+    def _provision_time(cls, v: float) -> float:
+        if not 0 <= v <= 86400:
+            raise ValueError("must be from 0 to 24h")
+        return v
+
+    @model_validator(mode="after")
+    def _demand_and_floors(self) -> "PoolConfig":
+        if self.scale_in.mode == "demand":
+            raise ValueError("scale_in.mode: `demand` sizes scale-outs only (use step or proportional)")
+        for i, window in enumerate(self.schedules):
+            if window.min > self.max:
+                raise ValueError(f"schedules[{i}].min: must be <= max ({self.max})")
+        return self
+
+    @field_validator("max")
+    @classmethod
+    def _max_ge_min(cls, v: int, info: Any) -> int:
+        low = info.data.get("min")
+        if low is not None and v < low:
+            raise ValueError(f"must be >= min ({low})")
+        return v
+
+    @field_validator("provider")
+    @classmethod
+    def _known(cls, v: str, info: ValidationInfo) -> str:
+        """Checked against the provider names the loader passes in ``context["providers"]`` (the settings never
+        look the registry up themselves: they are a leaf)."""
+        known = (info.context or {}).get("providers")
+        if known is not None and v not in known:
+            raise ValueError(f"unknown provider {v!r} (known: {', '.join(known)})")
+        return v
