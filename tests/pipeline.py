@@ -19,6 +19,7 @@ from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "gpu-autoscaler-rules.yml"
+DEMAND_RULES = ROOT / "deploy" / "prometheus" / "gpu-demand-rules.yml"
 PROMETHEUS = ("prometheus",)
 ALERTMANAGER = ("prometheus-alertmanager", "alertmanager")
 AMTOOL = ("amtool",)
@@ -135,20 +136,36 @@ def _started(proc: P, path: str) -> P:
     return proc
 
 
-def test_rules(for_high: str = "0s", for_low: str = "0s") -> dict[str, Any]:
-    """The shipped rule file with its ``for`` durations shortened for a test."""
-    doc = yaml.safe_load(RULES.read_text())
-    for rule in doc["groups"][0]["rules"]:
-        rule["for"] = for_high if rule["alert"] == "GPUUtilizationHigh" else for_low
-    return doc
+def test_rules(for_high: str = "0s", for_low: str = "0s", pool_map: dict[str, str] | None = None,
+               default_pool: str | None = None) -> dict[str, Any]:
+    """The shipped scaling and demand rules with their ``for`` shortened for a test (``for_high`` for
+    GPUUtilizationHigh, ``for_low`` for the others), ``pool_map`` (cloud pool -> pool) in place of the example map
+    and ``default_pool`` in place of the example default pool of the demand rules (None: no default pool)."""
+    groups = [g for path in (RULES, DEMAND_RULES) for g in yaml.safe_load(path.read_text())["groups"]]
+    for group in groups:
+        rules = [r for r in group["rules"] if r.get("record") not in ("autoscaler_pool_map", "autoscaler_default_pool")]
+        for rule in rules:
+            if "alert" in rule:
+                rule["for"] = for_high if rule["alert"] == "GPUUtilizationHigh" else for_low
+        group["rules"] = rules
+    # first in their group, so that the later rules see them in the same evaluation
+    groups[0]["rules"] = [{"record": "autoscaler_pool_map", "expr": "vector(1)",
+                           "labels": {"cloud_pool": cloud, "autoscaler_pool": pool}}
+                          for cloud, pool in (pool_map or {}).items()] + groups[0]["rules"]
+    if default_pool:
+        groups[1]["rules"].insert(0, {"record": "autoscaler_default_pool", "expr": "vector(1)",
+                                      "labels": {"autoscaler_pool": default_pool}})
+    return {"groups": groups}
 
 
 test_rules.__test__ = False  # type: ignore[attr-defined]  # a helper, not a pytest test
 
 
-def start_prometheus(workdir: Path, scrape_target: str, alertmanager: str, rules: dict[str, Any],
+def start_prometheus(workdir: Path, scrape_target: str | dict[str, str], alertmanager: str, rules: dict[str, Any],
                      interval: str = "250ms") -> Process:
-    """Prometheus scraping ``scrape_target`` and evaluating ``rules`` every ``interval``, alerting ``alertmanager``."""
+    """Prometheus scraping ``scrape_target`` (one target of job dcgm-exporter, or job name -> target) and evaluating
+    ``rules`` every ``interval``, alerting ``alertmanager``."""
+    targets = scrape_target if isinstance(scrape_target, dict) else {"dcgm-exporter": scrape_target}
     binary = require_binary(*PROMETHEUS)
     port = free_port()
     (workdir / "rules.yml").write_text(yaml.safe_dump(rules))
@@ -156,7 +173,7 @@ def start_prometheus(workdir: Path, scrape_target: str, alertmanager: str, rules
         "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
         "rule_files": [str(workdir / "rules.yml")],
         "alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]},
-        "scrape_configs": [{"job_name": "dcgm-exporter", "static_configs": [{"targets": [scrape_target]}]}],
+        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [target]}]} for job, target in targets.items()],
     }
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
     return _started(Process("prometheus", [

@@ -53,22 +53,32 @@ def test_prometheus_config_and_rules_pass_promtool() -> None:
     assert config.returncode == 0, config.stdout + config.stderr
     rules = _run([promtool, "check", "rules", str(DEPLOY / "prometheus" / "gpu-autoscaler-rules.yml")])
     assert rules.returncode == 0, rules.stdout + rules.stderr
-    assert "SUCCESS: 2 rules found" in rules.stdout
+    assert "SUCCESS: 8 rules found" in rules.stdout  # map, node pools (2), per GPU, per pool (2), 2 alerts
     demand = _run([promtool, "check", "rules", str(DEPLOY / "prometheus" / "gpu-demand-rules.yml")])
-    assert demand.returncode == 0 and "SUCCESS: 1 rules found" in demand.stdout, demand.stdout + demand.stderr
+    assert demand.returncode == 0 and "SUCCESS: 8 rules found" in demand.stdout, demand.stdout + demand.stderr
+
+
+def _by_name(path: Path) -> dict[str, dict[str, Any]]:
+    """Every rule of a rule file by its alert or record name (a map record may repeat: the last one wins)."""
+    return {r.get("alert") or r["record"]: r for g in _docs(path)[0]["groups"] for r in g["rules"]}
 
 
 def test_demand_rule_sends_pending_gpus_as_its_value() -> None:
-    rule = _docs(DEPLOY / "prometheus" / "gpu-demand-rules.yml")[0]["groups"][0]["rules"][0]
-    assert 'kube_pod_status_phase{phase="Pending"}' in rule["expr"] and 'resource="nvidia_com_gpu"' in rule["expr"]
+    rules = _by_name(DEPLOY / "prometheus" / "gpu-demand-rules.yml")
+    rule = rules["GPUDemandPending"]
+    assert rule["expr"] == "autoscaler_pool:gpus_pending:sum > 0"
+    assert 'kube_pod_status_phase{phase="Pending"}' in rules["namespace_pod:autoscaler_unschedulable:info"]["expr"]
+    assert 'resource="nvidia_com_gpu"' in rules["namespace_pod:autoscaler_gpu_requests:sum"]["expr"]
     assert rule["labels"]["autoscaler_action"] == "scale_out" and rule["annotations"]["value"] == "{{ $value }}"
 
 
 def test_shipped_rules_route_to_the_autoscaler() -> None:
-    rules = {r["alert"]: r for r in _docs(DEPLOY / "prometheus" / "gpu-autoscaler-rules.yml")[0]["groups"][0]["rules"]}
+    rules = _by_name(DEPLOY / "prometheus" / "gpu-autoscaler-rules.yml")
     high, low = rules["GPUUtilizationHigh"], rules["GPUUtilizationLow"]
-    assert "avg by (autoscaler_pool)" in high["expr"] and high["expr"].endswith("> 80") and high["for"] == "2m"
-    assert low["expr"].endswith("< 20") and low["for"] == "15m"
+    assert "sum by (autoscaler_pool)" in rules["autoscaler_pool:gpu_utilization:avg"]["expr"]
+    assert "kube_node_labels" in rules["node:autoscaler_cloud_pool:info"]["expr"]
+    assert high["expr"] == "autoscaler_pool:gpu_utilization:avg > 80" and high["for"] == "2m"
+    assert low["expr"] == "autoscaler_pool:gpu_utilization:avg < 20" and low["for"] == "15m"
     assert (high["labels"]["autoscaler_action"], low["labels"]["autoscaler_action"]) == ("scale_out", "scale_in")
     assert high["annotations"]["value"] == "{{ $value }}"
 
@@ -156,7 +166,10 @@ def test_grafana_provisioning_parses_and_points_at_the_autoscaler() -> None:
     assert receiver["type"] == "webhook" and receiver["settings"]["url"].endswith("/webhook/grafana")
     rules = _docs(grafana / "provisioning" / "alerting" / "alert-rules.yml")[0]["groups"][0]["rules"]
     assert {r["labels"]["autoscaler_action"] for r in rules} == {"scale_out", "scale_in"}
-    assert all("DCGM_FI_DEV_GPU_UTIL" in r["data"][0]["model"]["expr"] for r in rules)
+    queries = {r["title"]: r["data"][0]["model"]["expr"] for r in rules}
+    assert all("DCGM_FI_DEV_GPU_UTIL" in queries[t] and "kube_node_labels" in queries[t]
+               for t in ("GPUUtilizationHigh", "GPUUtilizationLow"))
+    assert "kube_pod_status_phase" in queries["GPUDemandPending"]  # same queries as the Prometheus rules: test_rules
     policy = _docs(grafana / "provisioning" / "alerting" / "policies.yml")[0]["policies"][0]
     assert policy["receiver"] == contact["contactPoints"][0]["name"]
     dashboard = json.loads((grafana / "dashboards" / "gpu-autoscaler.json").read_text())

@@ -1,4 +1,9 @@
-"""A stand-in for NVIDIA's dcgm-exporter: serves ``DCGM_FI_DEV_GPU_UTIL`` per GPU with values the test sets."""
+"""A stand-in for NVIDIA's dcgm-exporter: serves ``DCGM_FI_DEV_GPU_UTIL`` per GPU with values the test sets.
+
+The labels are dcgm-exporter's own (internal/pkg/rendermetrics/render_metrics.go): ``gpu``, ``UUID``,
+``pci_bus_id``, ``device``, ``modelName`` and ``Hostname``, the node's name (the NODE_NAME its Helm chart and the GPU
+Operator set). No pool label: the rules find the pool through kube-state-metrics (``tests.fakes.kube_state_metrics``).
+"""
 from __future__ import annotations
 
 import threading
@@ -9,7 +14,7 @@ from tests.fakes.httpbase import FakeHttpServer, Reply, Request
 
 @dataclass(frozen=True)
 class Gpu:
-    """One GPU as dcgm-exporter labels it."""
+    """One GPU as dcgm-exporter labels it; ``pool`` is the stand-in's bookkeeping, never exported."""
 
     index: int
     uuid: str
@@ -19,8 +24,8 @@ class Gpu:
 
 
 def _labels(gpu: Gpu) -> str:
-    pairs = {"gpu": str(gpu.index), "UUID": gpu.uuid, "device": f"nvidia{gpu.index}",
-             "modelName": gpu.model, "Hostname": gpu.hostname, "autoscaler_pool": gpu.pool}
+    pairs = {"gpu": str(gpu.index), "UUID": gpu.uuid, "pci_bus_id": f"00000000:{gpu.index + 0x18:02X}:00.0",
+             "device": f"nvidia{gpu.index}", "modelName": gpu.model, "Hostname": gpu.hostname}
     return ",".join(f'{k}="{v}"' for k, v in pairs.items())
 
 
@@ -71,6 +76,6 @@ class DcgmExporter(FakeHttpServer):
 
 
 def h100_pool(pool: str, nodes: int = 2, gpus_per_node: int = 2) -> list[Gpu]:
-    """GPUs of a pool of ``nodes`` nodes, as dcgm-exporter on each node would label them."""
-    return [Gpu(index=i, uuid=f"GPU-{pool}-{n:02d}{i:02d}-5f3c-4b1e-9a2d-000000000000", hostname=f"{pool}-node-{n}",
-                pool=pool) for n in range(nodes) for i in range(gpus_per_node)]
+    """GPUs of a pool of ``nodes`` nodes, as dcgm-exporter on each node would label them (AKS-style node names)."""
+    return [Gpu(index=i, uuid=f"GPU-{pool}-{n:02d}{i:02d}-5f3c-4b1e-9a2d-000000000000",
+                hostname=f"aks-{pool}-12345678-vmss{n:06d}", pool=pool) for n in range(nodes) for i in range(gpus_per_node)]
