@@ -114,12 +114,30 @@ class PoolBody(BaseModel):
     nodes: list[NodeBody] | None = Field(default=None, description="With `kubernetes:` and a node selector: the "
                                          "pool's nodes, newest first (GET of one pool and the status page).")
     nodes_error: str | None = Field(default=None, description="Why the nodes could not be read.")
+    short_until: str | None = Field(default=None, description="RFC 3339: until when the pool is passed over by its "
+                                    "group because its cloud could not deliver (null: not short).")
+    short_reason: str | None = Field(default=None, description="The cloud's code and message, nodes asked for and "
+                                     "delivered.")
+    group: str | None = Field(default=None, description="The fallback group the pool is in.")
 
 
 class PoolList(BaseModel):
     """GET /api/v1/pools."""
 
     pools: list[PoolBody]
+
+
+class GroupBody(BaseModel):
+    """A fallback group: its pools, most preferred first."""
+
+    name: str
+    pools: list[PoolBody]
+
+
+class GroupList(BaseModel):
+    """GET /api/v1/groups."""
+
+    groups: list[GroupBody]
 
 
 class EventList(BaseModel):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from autoscaler import validation
 from autoscaler.models import DirectionPolicy, Mode, PoolSpec, Schedule
 from autoscaler.settings import (AuthConfig, Config, DirectionConfig, PoolConfig, credential_problems,
-                                 reference_problems)
+                                 group_problems, reference_problems)
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 
@@ -30,10 +30,12 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class Settings:
-    """The validated config plus each pool's effective spec (defaults merged, provider settings typed)."""
+    """The validated config plus each pool's effective spec (defaults merged, provider settings typed) and each
+    fallback group's pools, most preferred first."""
 
     config: Config
     pools: dict[str, PoolSpec]
+    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def _substitute(node: Any, loc: tuple[Any, ...], env: dict[str, str], problems: list[str]) -> Any:
@@ -85,6 +87,8 @@ def build_settings(raw: Any, env: dict[str, str] | None = None, *, replay: bool 
         problems.extend(_beside_field_errors(data))
         raise ConfigError(_unique(problems)) from None
     pools: dict[str, PoolSpec] = {}
+    groups = {g.name: tuple(g.pools) for g in config.groups}
+    group_of = {member: name for name, members in groups.items() for member in members}
     for index, pool in enumerate(config.pools):
         settings, pool_problems = provider_settings(pool, index)
         problems += pool_problems
@@ -101,13 +105,15 @@ def build_settings(raw: Any, env: dict[str, str] | None = None, *, replay: bool 
             gpus_per_node=pool.gpus_per_node,
             provision_time=pool.provision_time,
             schedules=tuple(Schedule(w.cron, w.duration, w.min, w.timezone) for w in pool.schedules),
+            short_for=pool.capacity.short_for,
+            group=group_of.get(pool.name, ""),
             **_node_aware(config, index, pool, settings, problems, replay),
         )
         if pools[pool.name].scale_out.mode is Mode.DEMAND and pool.gpus_per_node is None:
             problems.append(_NO_GPUS_PER_NODE.format(index=index))
     if problems:
         raise ConfigError(_unique(problems))
-    return Settings(config=config, pools=pools)
+    return Settings(config=config, pools=pools, groups=groups)
 
 
 def _context() -> dict[str, Any]:
@@ -183,8 +189,11 @@ def _beside_field_errors(data: Any) -> list[str]:
     pools, rules = _list(data.get("pools")), _list(data.get("rules"))
     replay_rules = _list(_dict(data.get("replay")).get("rules"))
     names = [p.get("name") for p in pools if isinstance(p, dict)]
+    groups = [g for g in _list(data.get("groups")) if isinstance(g, dict)]
     problems = reference_problems(names, [r.get("pool") for r in rules if isinstance(r, dict)],
-                                  [r.get("pool") for r in replay_rules if isinstance(r, dict)])
+                                  [r.get("pool") for r in replay_rules if isinstance(r, dict)],
+                                  [g.get("name") for g in groups])
+    problems += group_problems(groups, names)
     server = _dict(data.get("server"))
     try:
         auth = AuthConfig.model_validate(server.get("auth"))

@@ -46,7 +46,7 @@ class Engine:
         self.events = events
         self.clock = clock
         self.metrics = metrics
-        self.router = Router(settings.config.routing, settings.config.rules)
+        self.router = Router(settings.config.routing, settings.config.rules, settings.groups)
         self.lock_wait = settings.config.server.lock_wait
         self.lease_ttl = settings.config.server.lease_ttl
         self.max_decision = MAX_DECISION

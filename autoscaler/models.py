@@ -24,6 +24,7 @@ class Outcome(str, enum.Enum):
     UNKNOWN_POOL = "unknown_pool"
     FAILED = "failed"
     SKIPPED_IN_USE = "skipped_in_use"  # a scale-in found no node it may remove (GPU work, protection)
+    NO_CAPACITY = "no_capacity"  # the cloud accepted a size and could not create the nodes (stockout, quota)
 
 
 class Action(str, enum.Enum):
@@ -131,12 +132,14 @@ class Signal:
     value_problem: str = ""  # why the value the sender gave is none (e.g. ``nan is not a finite number``)
     nodes: tuple[str, ...] = ()  # nodes named by the alerts (routing.node_label) or by the operator
     floor: bool = False  # raise the pool to its effective min: a limit, so no cooldown applies (backoff does)
+    group: str = ""  # the fallback group the signal was routed to; ``pool`` is then the member chosen to act
 
     @property
     def dedup_keys(self) -> tuple[str, ...]:
         """The alerts' keys for this destination: the same alert routed to another pool or action (a second
-        receiver or notification channel) is another request, not a duplicate."""
-        where = f"{self.pool}|{self.action.value if self.action else '-'}|"
+        receiver or notification channel) is another request, not a duplicate. A group's alerts are keyed by the
+        group, so two replicas that chose different members for one alert still claim the same key."""
+        where = f"{self.group or self.pool}|{self.action.value if self.action else '-'}|"
         return tuple(where + a.dedup_key for a in self.alerts if a.dedup_key)
 
 
@@ -184,6 +187,8 @@ class PoolSpec:
     gpus_per_node: int | None = None  # GPUs one node adds; required by demand mode (the replay assumes 8)
     provision_time: float = 600.0  # request -> GPUs allocatable; nodes asked for within it are "in flight"
     schedules: tuple[Schedule, ...] = ()
+    short_for: float = 600.0  # capacity.short_for: how long a pool that could not deliver is passed over
+    group: str = ""  # the fallback group the pool is in ("" when none)
 
     def direction(self, action: Action) -> DirectionPolicy:
         return self.scale_out if action is Action.SCALE_OUT else self.scale_in
@@ -222,6 +227,8 @@ class PoolState:
     failures: int = 0
     backoff_until: float | None = None
     last_event_id: int | None = None
+    short_until: float | None = None  # the cloud could not deliver: passed over by its group until then
+    short_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -255,13 +262,32 @@ class CloudLimits:
 
 
 @dataclass(frozen=True)
+class Shortfall:
+    """The cloud accepted a size and reports it could not create the nodes: its own code and message, the nodes
+    asked for and delivered, whether it is a quota (else capacity: a stockout), and whether the undelivered part
+    may be given back by asking for ``delivered`` (cluster-autoscaler's ``DecreaseTargetSize``)."""
+
+    asked: int
+    delivered: int
+    code: str
+    message: str
+    quota: bool = False
+    give_back: bool = True
+
+    @property
+    def undelivered(self) -> int:
+        return max(0, self.asked - self.delivered)
+
+
+@dataclass(frozen=True)
 class CloudStatus:
-    """What the provider reports of a pool right now."""
+    """What the provider reports of a pool right now; ``shortfall`` when the cloud says it could not deliver."""
 
     current: int | None
     busy: bool = False
     detail: str = ""
     limits: CloudLimits | None = None  # the cloud's own bounds, when it has any beyond the pool's min/max
+    shortfall: Shortfall | None = None
 
 
 @dataclass(frozen=True)

@@ -49,8 +49,10 @@ _Key = tuple[GroupKind, "str | None", "Action | None", str]  # kind, pool, actio
 class Router:
     """Routes alerts with the config's label names and rules (regexes compiled once)."""
 
-    def __init__(self, routing: RoutingConfig, rules: list[RuleConfig]) -> None:
+    def __init__(self, routing: RoutingConfig, rules: list[RuleConfig],
+                 groups: Mapping[str, tuple[str, ...]] | None = None) -> None:
         self.routing = routing
+        self.groups = dict(groups or {})  # a group's name routes like a pool's; the engine picks the member
         self.rules = [(rule, {k: re.compile(v) for k, v in rule.match_re.items()}) for rule in rules]
 
     def _rule(self, labels: dict[str, str]) -> RuleConfig | None:
@@ -97,7 +99,7 @@ class Router:
                 key = (GroupKind.IGNORED, route.pool, route.action, "")
             elif route.problem:
                 key = (GroupKind.UNROUTED, route.pool, None, route.problem)
-            elif route.pool not in pools:
+            elif route.pool not in pools and route.pool not in self.groups:
                 key = (GroupKind.UNKNOWN, route.pool, route.action, "")
             else:
                 key = (GroupKind.ACT, route.pool, route.action, "")
@@ -105,7 +107,7 @@ class Router:
                     steps[key] = max(steps.get(key, 0), route.step)
             groups.setdefault(key, []).append(alert)
         out = [_group(note, kind, pool, action, problem, tuple(alerts), steps.get((kind, pool, action, problem)),
-                      pools)
+                      pools, self.groups)
                for (kind, pool, action, problem), alerts in groups.items()]
         return [self._named_nodes(item) for item in out]
 
@@ -118,7 +120,8 @@ class Router:
 
 
 def _group(note: Notification, kind: GroupKind, pool: str | None, action: Action | None, problem: str,
-           alerts: tuple[Alert, ...], step: int | None, pools: Mapping[str, PoolSpec]) -> Signal | Unacted:
+           alerts: tuple[Alert, ...], step: int | None, pools: Mapping[str, PoolSpec],
+           groups: Mapping[str, tuple[str, ...]]) -> Signal | Unacted:
     names = _names(alerts)
 
     def unacted(outcome: Outcome, reason: str, with_action: bool = True) -> Unacted:
@@ -135,9 +138,10 @@ def _group(note: Notification, kind: GroupKind, pool: str | None, action: Action
         return unacted(Outcome.UNROUTED, f"{names}: {problem}", False)
     if kind is GroupKind.UNKNOWN:
         return unacted(Outcome.UNKNOWN_POOL, f"{names} asks for pool {_short_text(pool or '')!r}, which is not "
-                                             "configured")
-    assert pool is not None and action is not None  # an ACT group is routed to a configured pool
-    value_ref = pools[pool].direction(action).value_ref
+                                             "configured (as a pool or a group)")
+    assert pool is not None and action is not None  # an ACT group is routed to a configured pool or group
+    spec = pools[groups[pool][0]] if pool in groups else pools[pool]  # a group reads its first pool's settings
+    value_ref = spec.direction(action).value_ref
     value, problem = usable_value([v for v in (a.value_for(value_ref) for a in alerts) if v is not None])
     return Signal(pool=pool, action=action, source=note.source, step=step, alerts=alerts, reason=f"alert {names}",
                   value=value, value_problem=problem)

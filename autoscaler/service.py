@@ -9,6 +9,7 @@ from autoscaler.auth import Authenticator
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
 from autoscaler.answers import Cooldown, PoolBody, dump, event_body, node_body
+from autoscaler.durations import rfc3339
 from autoscaler.events import EventLog
 from autoscaler.metrics import Metrics
 from autoscaler.models import PoolSpec
@@ -73,6 +74,7 @@ class Service:
         extra: dict[str, Any] = self._nodes(spec) if with_nodes else {}
         if error:
             extra["error"] = error
+        short = state.short_until is not None and state.short_until > now
         body = PoolBody(
             name=spec.name,
             provider=spec.provider,
@@ -96,6 +98,9 @@ class Service:
             in_flight=view.in_flight if view is not None else None,
             view_read_at=view.read_at if view is not None else None,
             view_age_s=round(max(0.0, now - view.read_at), 1) if view is not None else None,
+            short_until=rfc3339(state.short_until) if short and state.short_until is not None else None,
+            short_reason=state.short_reason or None if short else None,
+            group=spec.group or None,
             **extra,
         )
         return dump(body)
@@ -114,6 +119,13 @@ class Service:
         except ClusterError as exc:
             return {"nodes_error": redact_text(str(exc))}
         return {"nodes": [node_body(v) for v in sorted(views, key=lambda v: (-v.created, v.name))]}
+
+    def groups_json(self, visible: Callable[[str], bool]) -> list[dict[str, Any]]:
+        """Each fallback group with the pools of it the caller may see, most preferred first."""
+        views = self.store.views()
+        pools = self.settings.pools
+        return [{"name": name, "pools": [self.pool_json(pools[p], views=views) for p in members if visible(p)]}
+                for name, members in self.settings.groups.items() if any(visible(p) for p in members)]
 
     def pool_rows(self) -> list[dict[str, Any]]:
         """Every pool, for /metrics (no last event, no cloud call)."""

@@ -8,7 +8,8 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from autoscaler import __version__
-from autoscaler.answers import DecisionBody, ErrorBody, EventList, PoolBody, PoolList, WebhookAnswer
+from autoscaler.answers import (DecisionBody, ErrorBody, EventList, GroupBody, GroupList, PoolBody, PoolList,
+                                WebhookAnswer)
 from autoscaler.api.pools import CountRequest, PauseRequest, ScaleRequest
 from autoscaler.models import Action
 from autoscaler.sources.alertmanager import AlertmanagerPayload
@@ -20,7 +21,8 @@ REF = "#/components/schemas/{model}"
 
 _REQUESTS: list[type[BaseModel]] = [ScaleRequest, PauseRequest, CountRequest, AlertmanagerPayload, GrafanaPayload,
                                     LegacyPayload]
-_RESPONSES: list[type[BaseModel]] = [ErrorBody, DecisionBody, PoolBody, PoolList, EventList, WebhookAnswer]
+_RESPONSES: list[type[BaseModel]] = [ErrorBody, DecisionBody, PoolBody, PoolList, GroupBody, GroupList, EventList,
+                                     WebhookAnswer]
 
 
 def _schemas() -> dict[str, Any]:
@@ -103,6 +105,9 @@ def _paths(pools: list[str]) -> dict[str, Any]:
                                                {"anyOf": [_ref(GrafanaPayload), _ref(LegacyPayload)]})),
         "/api/v1/pools": {"get": {"summary": "Every pool", "responses": {
             "200": _json(_ref(PoolList), "The pools the credential may read."), **_errors("401", "403", "503")}}},
+        "/api/v1/groups": {"get": {"summary": "Every fallback group with its pools", "responses": {
+            "200": _json(_ref(GroupList), "The groups and pools the credential may read."),
+            **_errors("401", "403", "503")}}},
         "/api/v1/pools/{pool}": {"get": {"summary": "One pool", "parameters": pool, "responses": {
             "200": _json(_ref(PoolBody), "The pool."), **_errors("401", "403", "404", "503")}}},
         "/api/v1/pools/{pool}/scale": {"post": {

@@ -115,6 +115,11 @@ def list_pools() -> Response:
                                              if principal().sees(spec.name)])})
 
 
+@bp.get("/groups")
+def list_groups() -> Response:
+    return jsonify({"groups": _svc().groups_json(principal().sees)})
+
+
 @bp.get("/pools/<pool>")
 def get_pool(pool: str) -> Response:
     return jsonify(_svc().pool_json(_spec(pool), with_nodes=True))

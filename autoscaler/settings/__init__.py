@@ -3,13 +3,14 @@
 the provider names in the validation context and validates each provider's own section itself."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from pydantic import Field, model_validator
 
 from autoscaler.settings.cluster import KubernetesConfig
 from autoscaler.settings.common import (DEFAULT_GPU_RESOURCES, MAX_MATCHED_LABEL, POOL_NAME, Count, Frozen, Step,
                                         regex_risk)
+from autoscaler.settings.groups import CapacityConfig, GroupConfig, group_problems
 from autoscaler.settings.pools import (DefaultsConfig, DirectionConfig, PoolConfig, ScaleInConfig, ScheduleConfig,
                                        Victims)
 from autoscaler.settings.replay import ReplayConfig, ReplayRule
@@ -17,11 +18,11 @@ from autoscaler.settings.routing import RoutingConfig, RuleConfig
 from autoscaler.settings.server import (SCOPES, AuthConfig, BasicUser, BearerToken, GrafanaHmac, InfluxConfig, Scope,
                                         ServerConfig, StoreConfig, credential_problems)
 
-__all__ = ["AuthConfig", "BasicUser", "BearerToken", "Config", "Count", "DEFAULT_GPU_RESOURCES", "DefaultsConfig",
-           "DirectionConfig", "GrafanaHmac", "InfluxConfig", "KubernetesConfig", "MAX_MATCHED_LABEL", "POOL_NAME",
+__all__ = ["AuthConfig", "BasicUser", "BearerToken", "CapacityConfig", "Config", "Count", "DEFAULT_GPU_RESOURCES", "DefaultsConfig",
+           "DirectionConfig", "GrafanaHmac", "GroupConfig", "InfluxConfig", "KubernetesConfig", "MAX_MATCHED_LABEL", "POOL_NAME",
            "PoolConfig", "ReplayConfig", "ReplayRule", "RoutingConfig", "RuleConfig", "SCOPES", "ScaleInConfig",
            "ScheduleConfig", "Scope", "ServerConfig", "Step", "StoreConfig", "Victims", "credential_problems",
-           "reference_problems", "regex_risk"]
+           "group_problems", "reference_problems", "regex_risk"]
 
 
 class Config(Frozen):
@@ -33,6 +34,7 @@ class Config(Frozen):
     routing: RoutingConfig = RoutingConfig()
     rules: list[RuleConfig] = Field(default_factory=list)
     pools: list[PoolConfig] = Field(min_length=1)
+    groups: list[GroupConfig] = Field(default_factory=list)
     influxdb: InfluxConfig | None = None
     replay: ReplayConfig | None = None
     kubernetes: KubernetesConfig | None = None
@@ -40,7 +42,9 @@ class Config(Frozen):
     @model_validator(mode="after")
     def _references(self) -> "Config":
         problems = reference_problems([p.name for p in self.pools], [r.pool for r in self.rules],
-                                      [r.pool for r in self.replay.rules] if self.replay else [])
+                                      [r.pool for r in self.replay.rules] if self.replay else [],
+                                      [g.name for g in self.groups])
+        problems += group_problems(self.groups, [p.name for p in self.pools])
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -54,15 +58,17 @@ class Config(Frozen):
         return self
 
 
-def reference_problems(pools: list[Any], rule_pools: list[Any], replay_pools: list[Any]) -> list[str]:
-    """Every duplicate pool name and every rule naming no configured pool (cross-field: checked on the raw file
-    too, so that check-config reports them beside the field errors)."""
+def reference_problems(pools: list[Any], rule_pools: list[Any], replay_pools: list[Any],
+                       groups: Sequence[Any] = ()) -> list[str]:
+    """Every duplicate pool name and every rule naming no configured pool or group (cross-field: checked on the raw
+    file too, so that check-config reports them beside the field errors). The replay's rules name pools only."""
     names = [n for n in pools if isinstance(n, str)]
+    routable = names + [n for n in groups if isinstance(n, str)]
     problems = []
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         problems.append(f"pools: duplicate pool names: {', '.join(dupes)}")
-    for where, refs in (("rules", rule_pools), ("replay.rules", replay_pools)):
+    for where, refs, known in (("rules", rule_pools, routable), ("replay.rules", replay_pools, names)):
         problems += [f"{where}[{i}].pool: no pool named {pool!r}" for i, pool in enumerate(refs)
-                     if isinstance(pool, str) and pool not in names]
+                     if isinstance(pool, str) and pool not in known]
     return problems

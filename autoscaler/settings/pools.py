@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from autoscaler.durations import Duration
 from autoscaler.settings.common import POOL_NAME, Count, Frozen, Step
+from autoscaler.settings.groups import CapacityConfig
 
 class DirectionConfig(Frozen):
     """Settings of one direction; unset keys come from ``defaults``."""
@@ -104,6 +105,7 @@ class PoolConfig(BaseModel):
     provision_time: Duration = Field(default=600.0, description="Request to GPUs allocatable; nodes asked for "
                                      "within it and not ready yet are in flight.")
     schedules: list[ScheduleConfig] = Field(default_factory=list)
+    capacity: CapacityConfig = CapacityConfig()
 
     @field_validator("node_selector", mode="before")
     @classmethod

@@ -55,6 +55,8 @@ class PoolChange:
     tracked_count: int | None = None  # the size we now know the pool has (providers that cannot read it)
     paused: bool | None = None  # with pause_reason
     pause_reason: str = ""
+    short_until: float | None = None  # with short_reason: the cloud could not deliver (``no_capacity``)
+    short_reason: str = ""
 
     def columns(self) -> dict[str, Any]:
         """The pool row's columns this change sets, by name."""
@@ -69,6 +71,8 @@ class PoolChange:
                 out["count_changed_at"] = self.at
         if self.paused is not None:
             out.update(paused=self.paused, pause_reason=self.pause_reason)
+        if self.short_until is not None:
+            out.update(short_until=self.short_until, short_reason=self.short_reason)
         return out
 
 

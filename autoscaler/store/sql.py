@@ -166,7 +166,7 @@ class SqlStore(Store):
     def _ensure_pools(self, names: list[str]) -> None:
         with self._tx() as conn:
             conn.execute(self._insert_ignore(tables.pools, [{"name": n, "paused": False, "pause_reason": "",
-                                                             "failures": 0} for n in names]))
+                                                             "short_reason": "", "failures": 0} for n in names]))
 
     @staticmethod
     def _state(row: Any) -> PoolState:

@@ -20,6 +20,8 @@ pools = Table(
     Column("lease_owner", String(128), nullable=True),
     Column("lease_until", Float, nullable=True),
     Column("last_event_id", Integer, nullable=True),
+    Column("short_until", Float, nullable=True),
+    Column("short_reason", Text, nullable=False, default=""),
 )
 
 events = Table(
