@@ -10,6 +10,7 @@ import uuid
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
+from autoscaler import fallback
 from autoscaler.config import Settings
 from autoscaler.events import EventLog
 from autoscaler.facts import pool_facts, view_after
@@ -73,6 +74,11 @@ class Engine:
         spec = self.settings.pools.get(signal.pool)
         alerts = list(signal.alerts)
         now = self.clock()
+        if spec is None and signal.pool in self.settings.groups:
+            routed = fallback.route(self.settings, self.store, self.providers, signal, now)
+            if isinstance(routed, Decision):
+                return self.events.record(routed, signal.source.value, alerts, now)
+            signal, spec = routed, self.settings.pools[routed.pool]
         if spec is None:
             decision = Decision(signal.pool, signal.action, Outcome.UNKNOWN_POOL, None, None,
                                 f"pool {signal.pool!r} is not configured")
@@ -100,6 +106,7 @@ class Engine:
         quick = self.store.quick_state(spec.name)
         settled_decision = self._settled(signal, spec, quick, self.clock()) if quick else None
         if settled_decision is not None:
+            settled_decision = _in_group(signal, settled_decision)
             return self.events.record_settled(spec.name, settled_decision, duplicate, signal.source.value, alerts,
                                               now, keys, claim, now + spec.dedup_window)
         # Claimed for a short while first, for the full window once recorded: a claim left by a lost
@@ -133,6 +140,7 @@ class Engine:
         try:
             with lease.kept(self.max_decision):
                 decision, change, view = self._decide_and_act(signal, spec, state, lease)
+            decision = _in_group(signal, decision)
             if decision.retry_after is not None:
                 self.store.release_dedup(keys, claim)  # let the sender's retry act
             confirm = None
@@ -215,7 +223,8 @@ class Engine:
                                                                          and bool(signal.nodes)))
         sizing = signal.action is Action.SCALE_OUT or signal.target is not None  # where in flight changes the size
         views = self.node_actions.marked(spec) if sizing else None  # one node list, shared with the sweep below
-        facts = self.pool_facts(spec, cloud.current, now, views)
+        undelivered = cloud.shortfall.undelivered if cloud.shortfall is not None else 0
+        facts = self.pool_facts(spec, cloud.current, now, views, undelivered)
         plan = decide(signal, spec, state, cloud, now, recent, facts, named_scale_in=named)
         if plan.details.get("recommendation") is not None:
             self.store.add_recommendation(spec.name, now, int(plan.details["recommendation"]), now - window)
@@ -240,9 +249,9 @@ class Engine:
         return decision, change, view_after(spec, cloud, facts, decision, now)
 
     def pool_facts(self, spec: PoolSpec, current: int | None, now: float,
-                   nodes: Sequence[NodeView] | None = None) -> PoolFacts:
+                   nodes: Sequence[NodeView] | None = None, undelivered: int = 0) -> PoolFacts:
         """Nodes in flight and the floor in force now (see ``facts.pool_facts``)."""
-        return pool_facts(self.store, spec, current, now, nodes)
+        return pool_facts(self.store, spec, current, now, nodes, undelivered)
 
     def _act(self, provider: NodePoolProvider, spec: PoolSpec, failures: int, plan: Plan,
              now: float) -> tuple[Decision, PoolChange]:
@@ -274,3 +283,7 @@ class Engine:
         if self.metrics is not None:
             self.metrics.provider_call(spec.provider, spec.name, result, seconds)
 
+
+def _in_group(signal: Signal, decision: Decision) -> Decision:
+    """A decision taken for a group names the group in its details (the pool that acted is its ``pool``)."""
+    return replace(decision, details={**decision.details, "group": signal.group}) if signal.group else decision

@@ -16,17 +16,21 @@ from autoscaler.store import PoolView, Store
 
 
 def pool_facts(store: Store, spec: PoolSpec, current: int | None, now: float,
-               nodes: Sequence[NodeView] | None = None) -> PoolFacts:
+               nodes: Sequence[NodeView] | None = None, undelivered: int = 0) -> PoolFacts:
     """Nodes in flight and the floor in force now: what a decision needs besides the cloud's count.
 
     In flight is counted from the pool's ``nodes`` when the cluster gave them, else from the recorded
-    scale-outs of the last ``provision_time`` (one small query)."""
+    scale-outs of the last ``provision_time`` (one small query); nodes the cloud reports it could not deliver
+    (``undelivered``) are not on their way and do not count."""
     floor, floor_how = effective_min(spec, now)
     counted = from_nodes(nodes, current or 0, now, spec.provision_time) if nodes is not None else None
     if counted is None:
         since = now - spec.provision_time
         counted = from_scale_outs(store.scale_outs(spec.name, since), current or 0, now, spec.provision_time)
-    return PoolFacts(in_flight=counted[0], in_flight_how=counted[1], floor=floor, floor_how=floor_how)
+    in_flight, how = counted
+    if undelivered > 0:
+        in_flight, how = max(0, in_flight - undelivered), f"{how}; {undelivered} the cloud could not deliver"
+    return PoolFacts(in_flight=in_flight, in_flight_how=how, floor=floor, floor_how=floor_how)
 
 
 def view_after(spec: PoolSpec, cloud: CloudStatus, facts: PoolFacts, decision: Decision, now: float) -> PoolView:

@@ -40,6 +40,9 @@ class Metrics:
                                           buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
         self.provider_errors = Counter(f"{PREFIX}_provider_errors_total", "Failed provider calls by code.",
                                        ["provider", "code"], registry=reg)
+        self.no_capacity_total = Counter(f"{PREFIX}_no_capacity_total", "Times a pool's cloud accepted a size and "
+                                         "could not deliver it, by pool and the cloud's code.", ["pool", "code"],
+                                         registry=reg)
         self.sink_dropped = Counter(f"{PREFIX}_event_sink_dropped_total", "Events an event sink dropped.",
                                     ["sink"], registry=reg)
         self.extra: list[Collector] = []
@@ -60,6 +63,9 @@ class Metrics:
                                      "ok" if result == "ok" else "error").observe(seconds)
         if result != "ok":
             self.provider_errors.labels(_label(provider), _label(result)).inc()
+
+    def no_capacity(self, pool: str, code: str) -> None:
+        self.no_capacity_total.labels(self.pool_label(pool), _label(code)).inc()
 
     def add_collector(self, collector: Collector) -> None:
         """A collector evaluated at scrape time (reads shared state, so it is right in every worker)."""
@@ -106,6 +112,9 @@ class PoolStateCollector(Collector):
         age = GaugeMetricFamily(f"{PREFIX}_pool_view_age_seconds", "Age of the stored cloud view (the reconciler "
                                 "refreshes it; scrapes never call the cloud).", labels=["pool"])
         paused_total = GaugeMetricFamily(f"{PREFIX}_pools_paused", "How many pools are paused.")
+        short = GaugeMetricFamily(f"{PREFIX}_pool_short", "1 while the pool is passed over because its cloud could "
+                                  "not deliver (capacity.short_for).", labels=["pool"])
+        short_total = GaugeMetricFamily(f"{PREFIX}_pools_short", "How many pools are short of capacity.")
         up = GaugeMetricFamily(f"{PREFIX}_store_up", "1 when the store answered this scrape.")
         try:
             rows = list(self.read())
@@ -116,6 +125,7 @@ class PoolStateCollector(Collector):
         for row in rows:
             name = row["name"]
             paused.add_metric([name], 1 if row["paused"] else 0)
+            short.add_metric([name], 1 if row.get("short_until") else 0)
             if row.get("current") is not None:
                 size.add_metric([name], row["current"])
             for direction in ("scale_out", "scale_in"):
@@ -131,4 +141,5 @@ class PoolStateCollector(Collector):
                 age.add_metric([name], row["view_age_s"])
         if rows:
             paused_total.add_metric([], sum(1 for row in rows if row["paused"]))
-        yield from (paused, paused_total, size, cooldown, backoff, last, in_flight, floor, age, up)
+            short_total.add_metric([], sum(1 for row in rows if row.get("short_until")))
+        yield from (paused, paused_total, short, short_total, size, cooldown, backoff, last, in_flight, floor, age, up)

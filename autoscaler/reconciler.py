@@ -19,6 +19,7 @@ from typing import Callable
 
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
+from autoscaler import shortage
 from autoscaler.models import CloudStatus, Decision, PoolFacts, PoolSpec, Signal, Source
 from autoscaler.redact import redact_text
 from autoscaler.store import PoolView, Store, StoreUnavailable
@@ -65,28 +66,41 @@ class Reconciler:
             return Tick(held=False)
         out = Tick(held=True)
         for spec in self.settings.pools.values():
-            view, facts = self.refresh(spec, now)
+            view, facts, short = self.refresh(spec, now)
             out.views.append(view)
+            if short:  # the cloud accepted a size it could not deliver: say so, give it back, ask the group
+                out.decisions += self._short(spec, now)
+                continue
             decision = self._floor(spec, view, facts, now)
             if decision is not None:
                 out.decisions.append(decision)
         return out
 
-    def refresh(self, spec: PoolSpec, now: float) -> tuple[PoolView, PoolFacts]:
-        """Read the pool's cloud once and store what it said (or why it could not be read)."""
+    def _short(self, spec: PoolSpec, now: float) -> list[Decision]:
+        """``no_capacity`` for the pool, then what it did not deliver asked of its group's next pool."""
+        recorded = shortage.check(self.engine, spec, now)
+        if recorded is None:
+            return []
+        fallback = shortage.fall_back(self.engine, spec, recorded)
+        return [recorded] + ([fallback] if fallback is not None else [])
+
+    def refresh(self, spec: PoolSpec, now: float) -> tuple[PoolView, PoolFacts, bool]:
+        """Read the pool's cloud once and store what it said (or why it could not be read); and whether the cloud
+        reports nodes it accepted and could not deliver."""
         state = self.store.pool(spec.name)
         try:
             cloud = self.providers[spec.name].status(Tracked(state.tracked_count, state.count_changed_at), now)
             error = None
         except ProviderError as exc:
             cloud, error = CloudStatus(current=None), redact_text(exc.message)
-        facts = self.engine.pool_facts(spec, cloud.current, now)
+        undelivered = cloud.shortfall.undelivered if cloud.shortfall is not None else 0
+        facts = self.engine.pool_facts(spec, cloud.current, now, undelivered=undelivered)
         view = PoolView(spec.name, cloud.current, cloud.busy, cloud.detail, facts.in_flight, error, now)
         last = self.store.views().get(spec.name) if error else None
         if last is not None:  # keep the last good read and its time: the view's age (and its alert) shows the outage
             view = replace(last, error=error)
         self.store.save_view(view)
-        return view, facts
+        return view, facts, undelivered > 0
 
     def _floor(self, spec: PoolSpec, view: PoolView, facts: PoolFacts, now: float) -> Decision | None:
         """Raise a pool below its effective min to it through the engine; None when there is nothing to do."""

@@ -2,15 +2,37 @@
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from autoscaler.durations import Duration
-from autoscaler.models import CloudStatus
+from autoscaler.models import CloudStatus, Shortfall
 from providers.base import NodeRef, ProviderError, ProviderFactory, Tracked
 
 log = logging.getLogger(__name__)
+
+
+class CapacityWindow(BaseModel):
+    """A time the simulated cloud can deliver only ``nodes`` nodes to the pool (a stockout, for trials and the
+    replay)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    start: AwareDatetime = Field(description="RFC 3339 with a zone, e.g. 2026-11-24T13:00:00Z.")
+    end: AwareDatetime
+    nodes: int = Field(ge=0, description="The most nodes the pool can have between start and end.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "CapacityWindow":
+        if self.end <= self.start:
+            raise ValueError("end must be after start")
+        return self
+
+
+#: The code the simulated cloud reports when it could not deliver (its own, as each cloud has its own).
+STOCKOUT = "SimulatedStockout"
 
 
 class SimulatedSettings(BaseModel):
@@ -26,6 +48,24 @@ class SimulatedSettings(BaseModel):
     nodes: tuple[str, ...] | None = Field(
         default=None, description="Names of the nodes the pool starts with, oldest first; default: generated "
                                   "names <pool>-node-0001, -0002, … (the highest is the newest).")
+    capacity: int | list[CapacityWindow] | None = Field(
+        default=None, description="The most nodes the cloud delivers: a number (always), or windows of "
+                                  "{start, end, nodes} (unlimited outside them). It accepts any size and reports "
+                                  "what it could not deliver.")
+
+    @field_validator("capacity")
+    @classmethod
+    def _capacity(cls, value: int | list[CapacityWindow] | None) -> int | list[CapacityWindow] | None:
+        if isinstance(value, int) and value < 0:
+            raise ValueError("must be 0 or more")
+        return value
+
+    def capacity_at(self, now: float) -> int | None:
+        """The most nodes the cloud delivers at ``now`` (None: no limit)."""
+        if self.capacity is None or isinstance(self.capacity, int):
+            return self.capacity
+        caps = [w.nodes for w in self.capacity if w.start.timestamp() <= now < w.end.timestamp()]
+        return min(caps) if caps else None
 
     @field_validator("nodes")
     @classmethod
@@ -74,24 +114,36 @@ class SimulatedProvider:
         """Nothing to check: a simulated pool can always be scaled."""
 
     def status(self, tracked: Tracked, now: float) -> CloudStatus:
+        """The asked-for count; once the cloud is no longer busy with it, what it could not deliver."""
         count = self.settings.initial_count if tracked.count is None else tracked.count
-        self.sync(count)
+        self.sync(count, now)
         busy = self.settings.provision_seconds if self.settings.busy_seconds is None else self.settings.busy_seconds
         if tracked.changed_at is not None and busy > 0:
             remaining = tracked.changed_at + busy - now
             if remaining > 0:
                 return CloudStatus(current=count, busy=True, detail=f"provisioning for another {remaining:.0f}s")
-        return CloudStatus(current=count)
+        return CloudStatus(current=count, shortfall=self.shortfall(count, now))
+
+    def shortfall(self, asked: int, now: float) -> Shortfall | None:
+        """What the simulated cloud could not deliver of ``asked`` nodes (None: all delivered)."""
+        delivered = len(self._names)
+        if delivered >= asked:
+            return None
+        cap = self.settings.capacity_at(now)
+        return Shortfall(asked=asked, delivered=delivered, code=STOCKOUT,
+                         message=f"simulated pool {self.pool} can deliver at most {cap if cap is not None else delivered}"
+                                 f" node(s) now; {asked} asked for, {delivered} delivered")
 
     def scale(self, current: int, target: int, now: float) -> int:
-        """New nodes get the next generated names; a scale-in drops the newest (the cloud's pick, here)."""
-        self.sync(current)
-        self.sync(target)
+        """New nodes get the next generated names up to the capacity; a scale-in drops the newest (the cloud's
+        pick, here). Any size is accepted: what could not be delivered shows in ``status``."""
+        self.sync(current, now)
+        self.sync(target, now)
         return target
 
     def remove_nodes(self, nodes: Sequence[NodeRef], current: int, now: float) -> int:
         """Remove exactly the named nodes; a name the pool does not have fails the whole call, nothing removed."""
-        self.sync(current)
+        self.sync(current, now)
         names = list(dict.fromkeys(node.name for node in nodes))
         unknown = [name for name in names if name not in self._names]
         if unknown:
@@ -106,10 +158,12 @@ class SimulatedProvider:
         """The pool's nodes, oldest first (the last is the newest)."""
         return tuple(self._names)
 
-    def sync(self, count: int) -> None:
-        """Bring the names to ``count``: generated names are added, the newest names dropped."""
+    def sync(self, count: int, now: float | None = None) -> None:
+        """Bring the names to ``count``: the newest names dropped, generated names added up to the capacity at
+        ``now`` (nodes the pool has stay when a stockout starts)."""
         del self._names[max(count, 0):]
-        while len(self._names) < count:
+        cap = self.settings.capacity_at(now) if now is not None else None
+        while len(self._names) < (count if cap is None else min(count, max(cap, len(self._names)))):
             self._serial += 1
             name = f"{self.pool}-node-{self._serial:04d}"
             if name not in self._names:

@@ -119,3 +119,34 @@ def test_groups_and_pools_answer_the_short_mark(tmp_path: Path) -> None:
     clock.advance(301)  # the mark ended: shown as not short
     assert client.get("/api/v1/pools/a100-spot", headers=AUTH).get_json()["short_until"] is None
     assert client.get("/api/v1/groups").status_code == 401
+
+
+def test_the_simulated_cloud_delivers_at_most_its_capacity() -> None:
+    from providers.base import Tracked
+    from providers.simulated import SimulatedProvider, SimulatedSettings
+
+    window = {"start": "2027-01-15T08:00:00Z", "end": "2027-01-15T11:00:00Z", "nodes": 1}
+    settings = SimulatedSettings.model_validate({"initial_count": 2, "capacity": [window]})
+    pool = SimulatedProvider("sim", settings)
+    before, inside, after = 1_800_000_000.0 - 60, 1_800_000_000.0 + 60, 1_800_000_000.0 + 3 * 3600
+    assert pool.status(Tracked(2, None), before).shortfall is None
+    assert pool.scale(2, 4, inside) == 4  # accepted: any size
+    short = pool.status(Tracked(4, inside), inside).shortfall
+    assert short is not None and (short.asked, short.delivered, short.undelivered) == (4, 2, 2)  # the 2 it had stay
+    assert pool.status(Tracked(4, inside), after).shortfall is None  # capacity returned: the asked size delivered
+    assert len(pool.node_names()) == 4
+
+
+@pytest.mark.parametrize("capacity, problem", [
+    pytest.param(-1, "must be 0 or more", id="negative"),
+    pytest.param([{"start": "2027-01-15T09:00:00Z", "end": "2027-01-15T08:00:00Z", "nodes": 1}],
+                 "end must be after start", id="end-before-start"),
+    pytest.param([{"start": "2027-01-15T08:00:00", "end": "2027-01-15T09:00:00Z", "nodes": 1}],
+                 "timezone", id="no-zone"),
+])
+def test_bad_simulated_capacity_is_a_config_error(capacity: Any, problem: str) -> None:
+    pools = [{**POOLS[0], "simulated": {"capacity": capacity}}, POOLS[1]]
+    with pytest.raises(ConfigError) as err:
+        build_settings(cfg(pools=pools), env={})
+    assert any(p.startswith("pools[0].simulated.capacity") and problem in p for p in err.value.problems), \
+        err.value.problems

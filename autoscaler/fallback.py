@@ -1,0 +1,61 @@
+"""A signal for a fallback group becomes a signal for one of its pools (``autoscaler/groups.py`` chooses, purely).
+
+Each member is read as a decision would read it: its stored state (paused, backing off, short of capacity) and its
+cloud's count now; a pool whose cloud reports nodes it could not deliver, not yet recorded by the reconciler, is
+passed over as short already. The chosen pool's decision then runs as any other (its lease, a fresh read, its
+cooldown), keyed for dedup by the group: two replicas that chose different pools for one alert still claim one key.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Mapping
+
+from autoscaler.config import Settings
+from autoscaler.groups import Member, choose
+from autoscaler.models import Action, Decision, Outcome, PoolSpec, Signal, Source
+from autoscaler.store import Store
+from providers import NodePoolProvider, ProviderError, Tracked
+
+
+def member(store: Store, provider: NodePoolProvider, spec: PoolSpec, now: float) -> Member:
+    """What the group's choice reads of one pool now."""
+    state = store.pool(spec.name)
+    short_until, short_reason = state.short_until, state.short_reason
+    try:
+        cloud = provider.status(Tracked(state.tracked_count, state.count_changed_at), now)
+        current = cloud.current
+        if cloud.shortfall is not None and cloud.shortfall.undelivered > 0:
+            short_until, short_reason = max(short_until or 0.0, now + 1), cloud.shortfall.code
+    except ProviderError:
+        current = None
+    return Member(spec.name, current, spec.min, spec.max, paused=state.paused, short_until=short_until,
+                  short_reason=short_reason, backoff_until=state.backoff_until)
+
+
+def route(settings: Settings, store: Store, providers: Mapping[str, NodePoolProvider], signal: Signal,
+          now: float) -> Signal | Decision:
+    """The signal for the pool of group ``signal.pool`` that should act, or the decision when none can."""
+    group = signal.pool
+    specs = [settings.pools[name] for name in settings.groups[group]]
+    action = signal.action or Action.SCALE_OUT
+    members = [member(store, providers[spec.name], spec, now) for spec in specs]
+    choice = choose(members, action, now)
+    chosen = choice.first
+    if chosen is None:
+        everyone_paused = all(why == "paused" for _, why in choice.passed)
+        first = specs[0] if action is Action.SCALE_OUT else specs[-1]
+        outcome = Outcome.SKIPPED_PAUSED if everyone_paused else Outcome.SKIPPED_LIMIT
+        reason = f"{signal.reason + ': ' if signal.reason else ''}no pool of group {group} can take it: " \
+                 f"{choice.why_none()}"
+        return Decision(first.name, action, outcome, None, None, reason,
+                        details={"group": group, "passed": dict(choice.passed)})
+    order = [m.name for m in (members if action is Action.SCALE_OUT else reversed(members))]
+    before = set(order[:order.index(chosen)])
+    passed = "; ".join(f"{name} passed over: {why}" for name, why in choice.passed if name in before)
+    reason = f"{signal.reason} (group {group}: {chosen}{', ' + passed if passed else ''})"
+    out = replace(signal, pool=chosen, group=group, reason=reason)
+    if signal.source is Source.RECONCILE and signal.step and signal.target is None:
+        current = next(m.current for m in members if m.name == chosen)
+        assert current is not None  # a pool whose count is unknown is never chosen
+        out = replace(out, step=None, action=None, target=current + signal.step)  # the missing nodes, in any mode
+    return out

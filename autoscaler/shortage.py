@@ -1,0 +1,102 @@
+"""A pool whose cloud accepted a size and could not deliver it: record ``no_capacity``, give the undelivered size
+back, mark the pool short, and ask the pool's group for what it did not deliver.
+
+The reconciler calls :func:`check` when a pool's status carries a :class:`~autoscaler.models.Shortfall` (each
+provider reports it from its cloud's own shapes; the pure classification of the clouds' codes decides capacity and
+quota from other failures). The work runs under the pool's lease like any decision, after a fresh read: two
+replicas, or a decision racing the reconciler, never record one shortfall twice.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+from autoscaler.lease import Lease
+from autoscaler.models import Action, CloudStatus, Decision, Outcome, PoolSpec, PoolState, Shortfall, Signal, Source
+from autoscaler.redact import redact_text
+from autoscaler.store import PoolChange
+from providers import ProviderError, Tracked
+
+if TYPE_CHECKING:
+    from autoscaler.engine import Engine
+
+log = logging.getLogger(__name__)
+
+
+def check(engine: Engine, spec: PoolSpec, now: float) -> Decision | None:
+    """Record the pool's shortfall under its lease, if the cloud still reports one; None when there is none (or the
+    pool is held by another decision: the next tick looks again)."""
+    owner = f"{engine.owner_prefix}:{uuid.uuid4().hex}"
+    lease = Lease(engine.store, spec.name, owner, engine.clock, engine.lease_ttl)
+    state = lease.take(time.monotonic() + engine.lock_wait)
+    if state is None:
+        return None
+    try:
+        provider = engine.providers[spec.name]
+        try:
+            cloud = provider.status(Tracked(state.tracked_count, state.count_changed_at), now)
+        except ProviderError:
+            cloud = CloudStatus(current=None)
+        short = cloud.shortfall
+        if short is None or short.undelivered <= 0 or _already_told(state, short, now):
+            lease.release()
+            return None
+        decision, change = _give_back(engine, spec, state, short, now)
+        recorded = engine.events.finish(spec.name, owner, decision, Source.RECONCILE.value, [], engine.clock(), change)
+    except BaseException:
+        lease.release()
+        raise
+    if engine.metrics is not None:
+        engine.metrics.no_capacity(spec.name, short.code)
+    log.warning("no_capacity pool=%s code=%s asked=%d delivered=%d", spec.name, short.code, short.asked,
+                short.delivered)
+    return recorded
+
+
+def _already_told(state: PoolState, short: Shortfall, now: float) -> bool:
+    """A shortfall the cloud keeps reporting (one it does not let us give back) is recorded once per short mark."""
+    return not short.give_back and state.short_until is not None and state.short_until > now
+
+
+def _give_back(engine: Engine, spec: PoolSpec, state: PoolState, short: Shortfall,
+               now: float) -> tuple[Decision, PoolChange]:
+    """Ask the cloud for what it delivered (cluster-autoscaler's ``DecreaseTargetSize``) where it allows it and the
+    pool may change (not paused, not dry-run); the decision and the pool's change (the short mark) to record."""
+    provider = engine.providers[spec.name]
+    kind = "quota" if short.quota else "capacity"
+    details = {"code": short.code, "message": redact_text(short.message), "asked": short.asked,
+               "delivered": short.delivered, "kind": kind}
+    to, note = short.asked, ""
+    if not short.give_back:
+        note = "the cloud keeps the asked size (it cannot be given back)"
+    elif state.paused:
+        note = "paused: the asked size is left as it is"
+    elif spec.dry_run:
+        note = "dry run: would give the undelivered size back"
+    else:
+        try:
+            to = provider.scale(short.asked, short.delivered, now)
+            note = f"asked size given back: {short.asked} -> {to}"
+        except ProviderError as exc:
+            note = f"giving the undelivered size back failed: {redact_text(exc.message)}"
+            details["give_back_error"] = exc.code
+    until = now + spec.short_for
+    reason = (f"the cloud accepted {short.asked} node(s) and delivered {short.delivered} ({kind}: {short.code}: "
+              f"{redact_text(short.message)}); {note}; passed over by its group for {spec.short_for:.0f}s")
+    change = PoolChange(at=now, short_until=until, short_reason=f"{short.code}: {redact_text(short.message)}"[:500],
+                        tracked_count=to if provider.tracks_count and to != short.asked else None)
+    return Decision(spec.name, Action.SCALE_OUT, Outcome.NO_CAPACITY, short.asked, to, reason,
+                    details=details), change
+
+
+def fall_back(engine: Engine, spec: PoolSpec, short: Decision) -> Decision | None:
+    """Ask the pool's group for what the pool did not deliver (the group's choice passes the short pool over)."""
+    asked, delivered = short.details.get("asked"), short.details.get("delivered")
+    if not spec.group or not isinstance(asked, int) or not isinstance(delivered, int) or asked <= delivered:
+        return None
+    missing = asked - delivered
+    return engine.handle(Signal(pool=spec.group, action=Action.SCALE_OUT, source=Source.RECONCILE, step=missing,
+                                force=True, reason=f"{spec.name} could not deliver {missing} node(s) "
+                                                   f"({short.details.get('code')}); asked of group {spec.group}"))
