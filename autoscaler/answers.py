@@ -118,6 +118,8 @@ class PoolBody(BaseModel):
                                     "group because its cloud could not deliver (null: not short).")
     short_reason: str | None = Field(default=None, description="The cloud's code and message, nodes asked for and "
                                      "delivered.")
+    short_for_s: float | None = Field(default=None, description="capacity.short_for: how long a shortfall marks "
+                                      "the pool short.")
     group: str | None = Field(default=None, description="The fallback group the pool is in.")
 
 

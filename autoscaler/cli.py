@@ -85,11 +85,17 @@ def _pool_rows(pools: list[dict[str, Any]]) -> str:
         last = p.get("last_event") or {}
         cool = p["cooldown"]
         rows.append([p["name"], p["provider"], "?" if p["current"] is None else p["current"], f"{p['min']}-{p['max']}",
-                     "yes" if p["busy"] else "no", "yes" if p["paused"] else "no",
+                     "yes" if p["busy"] else "no", "yes" if p["paused"] else "no", _short(p),
                      f"{cool['scale_out_remaining_s']:.0f}s/{cool['scale_in_remaining_s']:.0f}s",
                      last.get("outcome", "-"), (last.get("reason") or "")[:60]])
-    return table(["POOL", "PROVIDER", "CURRENT", "MIN-MAX", "BUSY", "PAUSED", "COOLDOWN(out/in)", "LAST", "REASON"],
-                 rows)
+    return table(["POOL", "PROVIDER", "CURRENT", "MIN-MAX", "BUSY", "PAUSED", "SHORT", "COOLDOWN(out/in)", "LAST",
+                  "REASON"], rows)
+
+
+def _short(pool: dict[str, Any]) -> str:
+    """``until <time>`` while the pool's cloud could not deliver (``no_capacity``), else ``no``."""
+    until = pool.get("short_until")
+    return f"until {until}" if until else "no"
 
 
 def _status(args: argparse.Namespace) -> tuple[Any, str]:

@@ -114,6 +114,8 @@ class PoolStateCollector(Collector):
         paused_total = GaugeMetricFamily(f"{PREFIX}_pools_paused", "How many pools are paused.")
         short = GaugeMetricFamily(f"{PREFIX}_pool_short", "1 while the pool is passed over because its cloud could "
                                   "not deliver (capacity.short_for).", labels=["pool"])
+        window = GaugeMetricFamily(f"{PREFIX}_pool_short_window_seconds", "capacity.short_for: how long one "
+                                   "shortfall marks the pool short.", labels=["pool"])
         short_total = GaugeMetricFamily(f"{PREFIX}_pools_short", "How many pools are short of capacity.")
         up = GaugeMetricFamily(f"{PREFIX}_store_up", "1 when the store answered this scrape.")
         try:
@@ -126,6 +128,8 @@ class PoolStateCollector(Collector):
             name = row["name"]
             paused.add_metric([name], 1 if row["paused"] else 0)
             short.add_metric([name], 1 if row.get("short_until") else 0)
+            if row.get("short_for_s") is not None:
+                window.add_metric([name], row["short_for_s"])
             if row.get("current") is not None:
                 size.add_metric([name], row["current"])
             for direction in ("scale_out", "scale_in"):
@@ -142,4 +146,4 @@ class PoolStateCollector(Collector):
         if rows:
             paused_total.add_metric([], sum(1 for row in rows if row["paused"]))
             short_total.add_metric([], sum(1 for row in rows if row.get("short_until")))
-        yield from (paused, paused_total, short, short_total, size, cooldown, backoff, last, in_flight, floor, age, up)
+        yield from (paused, paused_total, short, short_total, window, size, cooldown, backoff, last, in_flight, floor, age, up)

@@ -100,6 +100,7 @@ class Service:
             view_age_s=round(max(0.0, now - view.read_at), 1) if view is not None else None,
             short_until=rfc3339(state.short_until) if short and state.short_until is not None else None,
             short_reason=state.short_reason or None if short else None,
+            short_for_s=spec.short_for,
             group=spec.group or None,
             **extra,
         )

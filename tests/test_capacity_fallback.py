@@ -8,6 +8,7 @@ from typing import Any
 from flask import Flask
 from flask.testing import FlaskClient
 
+from autoscaler.cli import _pool_rows
 from autoscaler.reconciler import Reconciler
 from tests.support import AUTH, FakeClock, am_alert, am_payload, events, make_app, post
 
@@ -64,6 +65,13 @@ def test_accepted_but_not_delivered_is_no_capacity_given_back_and_marked_short(t
     assert 'gpu_autoscaler_no_capacity_total{code="SimulatedStockout",pool="a100-spot"} 1.0' in text
     assert 'gpu_autoscaler_pool_short{pool="a100-spot"} 1.0' in text
     assert "gpu_autoscaler_pools_short 1.0" in text
+    page = client.get("/", headers=AUTH).get_data(as_text=True)
+    assert "short of capacity until 2027-01-15T08:10:30.000Z: SimulatedStockout: simulated pool a100-spot" in page
+    listing = _pool_rows(client.get("/api/v1/pools", headers=AUTH).get_json()["pools"]).splitlines()
+    assert listing[0].split()[:7] == ["POOL", "PROVIDER", "CURRENT", "MIN-MAX", "BUSY", "PAUSED", "SHORT"]
+    assert listing[1].split()[:8] == ["a100-spot", "simulated", "2", "0-6", "no", "no", "until",
+                                      "2027-01-15T08:10:30.000Z"]
+    assert listing[2].split()[6] == "no"
 
 
 def test_a_group_falls_back_and_comes_back(tmp_path: Path) -> None:

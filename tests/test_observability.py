@@ -37,6 +37,14 @@ tests:
         values: '0+60x30'
       - series: 'gpu_autoscaler_pool_view_age_seconds{pool="spare"}'
         values: '0x30'
+      - series: 'gpu_autoscaler_pool_short{pool="gpu"}'
+        values: '1x40 0x50'
+      - series: 'gpu_autoscaler_pool_short{pool="spare"}'
+        values: '0x20 1x10 0x60'
+      - series: 'gpu_autoscaler_pool_short_window_seconds{pool="gpu"}'
+        values: '600x90'
+      - series: 'gpu_autoscaler_pool_short_window_seconds{pool="spare"}'
+        values: '600x90'
     alert_rule_test:
       - eval_time: 30m
         alertname: GPUAutoscalerPoolPaused
@@ -56,6 +64,16 @@ tests:
         alertname: GPUAutoscalerCloudViewStale
         exp_alerts:
           - exp_labels: {severity: warning, pool: gpu}
+      - eval_time: 12m
+        alertname: GPUAutoscalerPoolShortOfCapacity
+        exp_alerts: []
+      - eval_time: 25m
+        alertname: GPUAutoscalerPoolShortOfCapacity
+        exp_alerts:
+          - exp_labels: {severity: warning, pool: gpu}
+      - eval_time: 60m
+        alertname: GPUAutoscalerPoolShortOfCapacity
+        exp_alerts: []
       - eval_time: 80m
         alertname: GPUAutoscalerNotScalingUnderDemand
         exp_alerts:
@@ -79,7 +97,7 @@ def _promtool() -> str:
 def test_rules_pass_promtool_check() -> None:
     result = subprocess.run([_promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 8 rules found" in result.stdout
+    assert "SUCCESS: 9 rules found" in result.stdout
 
 
 def test_rules_fire_when_they_should(tmp_path: Path) -> None:
@@ -103,7 +121,8 @@ def test_every_metric_the_rules_use_is_exported(tmp_path: Path) -> None:
     for name in ("gpu_autoscaler_store_up 1.0", 'gpu_autoscaler_pool_paused{pool="spare"} 1.0',
                  "gpu_autoscaler_pools_paused 1.0", 'gpu_autoscaler_pool_backoff_remaining_seconds{pool="gpu"}',
                  'gpu_autoscaler_pool_last_scale_timestamp_seconds{pool="gpu"}',
-                 'gpu_autoscaler_pool_view_age_seconds{pool="gpu"}',
+                 'gpu_autoscaler_pool_view_age_seconds{pool="gpu"}', 'gpu_autoscaler_pool_short{pool="gpu"} 0.0',
+                 'gpu_autoscaler_pool_short_window_seconds{pool="gpu"} 600.0',
                  'gpu_autoscaler_decisions_total{action="scale_out",outcome="scaled",pool="gpu"} 1.0',
                  "# TYPE gpu_autoscaler_provider_call_seconds histogram",
                  "# TYPE gpu_autoscaler_provider_errors_total counter",
