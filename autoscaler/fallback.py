@@ -12,7 +12,8 @@ from typing import Mapping
 
 from autoscaler.config import Settings
 from autoscaler.groups import Member, choose
-from autoscaler.models import Action, Decision, Outcome, PoolSpec, Signal, Source
+from autoscaler.models import Action, Decision, Mode, Outcome, PoolSpec, Signal, Source
+from autoscaler.proportional import propose
 from autoscaler.store import Store
 from providers import NodePoolProvider, ProviderError, Tracked
 
@@ -54,8 +55,24 @@ def route(settings: Settings, store: Store, providers: Mapping[str, NodePoolProv
     passed = "; ".join(f"{name} passed over: {why}" for name, why in choice.passed if name in before)
     reason = f"{signal.reason} (group {group}: {chosen}{', ' + passed if passed else ''})"
     out = replace(signal, pool=chosen, group=group, reason=reason)
+    current = next(m.current for m in members if m.name == chosen)
+    assert current is not None  # a pool whose count is unknown is never chosen
     if signal.source is Source.RECONCILE and signal.step and signal.target is None:
-        current = next(m.current for m in members if m.name == chosen)
-        assert current is not None  # a pool whose count is unknown is never chosen
-        out = replace(out, step=None, action=None, target=current + signal.step)  # the missing nodes, in any mode
-    return out
+        return replace(out, step=None, target=current + signal.step)  # the missing nodes, in any mode
+    taken = _proportional_scale_in(out, specs, members, now)
+    return out if taken is None else replace(out, target=max(settings.pools[chosen].min, current - taken))
+
+
+def _proportional_scale_in(signal: Signal, specs: list[PoolSpec], members: list[Member], now: float) -> int | None:
+    """How many nodes a proportional scale-in takes from the group (the formula over the group's ready count, its
+    min and max the sums of its pools'); None when the signal is not one, or the formula keeps the group as it is
+    (the chosen pool's own decision then says why). The stabilization window is the pool's, not the group's."""
+    spec = next(s for s in specs if s.name == signal.pool)
+    if signal.action is not Action.SCALE_IN or spec.scale_in.mode is not Mode.PROPORTIONAL or signal.target is not None:
+        return None
+    total = sum(m.current or 0 for m in members)
+    group = replace(spec, min=sum(s.min for s in specs), max=sum(s.max for s in specs))
+    proposal = propose(signal, group, total, [], now)
+    if proposal is None or proposal.target is None or proposal.target >= total:
+        return None
+    return total - proposal.target

@@ -50,7 +50,7 @@ def check(engine: Engine, spec: PoolSpec, now: float) -> Decision | None:
         raise
     if engine.metrics is not None:
         engine.metrics.no_capacity(spec.name, short.code)
-    log.warning("no_capacity pool=%s code=%s asked=%d delivered=%d", spec.name, short.code, short.asked,
+    log.info("no_capacity pool=%s code=%s asked=%d delivered=%d", spec.name, short.code, short.asked,
                 short.delivered)
     return recorded
 

@@ -20,6 +20,7 @@ from autoscaler.cluster.nodes import GpuPod, NodeView
 RESOURCE = "nvidia.com/gpu"
 NAMESPACE = "replay"
 DEFAULT_GPUS_PER_NODE = 8
+POOL_LABEL = "gpu-autoscaler/replay-pool"  # the selector the replay gives a pool of a group (its nodes only)
 
 
 @dataclass
@@ -27,6 +28,7 @@ class _Node:
     name: str
     created: float
     ready_at: float
+    pool: str = ""  # the pool it belongs to, when the replay holds a group's pools
     cordon: tuple[str, float] | None = None  # (owner, time) of our cordon
     pods: dict[int, float] = field(default_factory=dict)  # pod serial -> when it started here
 
@@ -35,13 +37,16 @@ class ReplayCluster:
     """An in-memory :class:`autoscaler.cluster.nodes.Cluster` that follows the simulated provider's node names."""
 
     def __init__(self, names: Sequence[str], gpus_per_node: int, provision_seconds: float, start: float,
-                 pack: bool = False) -> None:
+                 pack: bool = False, owners: Mapping[str, str] | None = None,
+                 provision_by_pool: Mapping[str, float] | None = None) -> None:
         self.gpus_per_node = gpus_per_node
         self.pack = pack
         self.provision_seconds = provision_seconds
+        self.provision_by_pool = dict(provision_by_pool or {})  # a group's pools may boot at different speeds
         self.now = start
         self._nodes: dict[str, _Node] = {
-            name: _Node(name, start - len(names) + i, start) for i, name in enumerate(names)}
+            name: _Node(name, start - len(names) + i, start, (owners or {}).get(name, ""))
+            for i, name in enumerate(names)}
         self._arrived: list[int] = []  # pods in the system (running or waiting), by arrival
         self._where: dict[int, str | None] = {}  # pod -> its node, None while waiting
         self._serial = 0
@@ -50,14 +55,17 @@ class ReplayCluster:
         self.interrupted_pods = 0
 
     # -- what the replay drives -----------------------------------------------------------------------------------
-    def follow(self, names: Sequence[str], now: float) -> None:
-        """Match the provider's nodes: new names start provisioning, nodes gone take their pods with them."""
+    def follow(self, names: Sequence[str], now: float, owners: Mapping[str, str] | None = None) -> None:
+        """Match the providers' nodes (``owners``: each node's pool, for a group): new names start provisioning,
+        nodes gone take their pods with them."""
         self.now = now
         current = set(names)
         for name in [n for n in self._nodes if n not in current]:
             self._remove(name, now)
         for i, name in enumerate(n for n in names if n not in self._nodes):
-            self._nodes[name] = _Node(name, now + i * 1e-3, now + self.provision_seconds)
+            pool = (owners or {}).get(name, "")
+            boot = self.provision_by_pool.get(pool, self.provision_seconds)
+            self._nodes[name] = _Node(name, now + i * 1e-3, now + boot, pool)
         self.place(now)
 
     def set_demand(self, demand: float, now: float) -> None:
@@ -102,6 +110,14 @@ class ReplayCluster:
     def ready(self, now: float) -> int:
         return sum(1 for n in self._nodes.values() if n.ready_at <= now)
 
+    def ready_by_pool(self, now: float) -> dict[str, int]:
+        """Ready nodes of each pool (a group's replay)."""
+        out: dict[str, int] = {}
+        for node in self._nodes.values():
+            if node.ready_at <= now:
+                out[node.pool] = out.get(node.pool, 0) + 1
+        return out
+
     @property
     def requested(self) -> int:
         return len(self._nodes)
@@ -121,8 +137,9 @@ class ReplayCluster:
 
     # -- the Cluster protocol (what the engine's node-aware scale-in calls) ---------------------------------------
     def nodes(self, selector: Mapping[str, str]) -> list[NodeView]:
-        """Every node of the pool (the replay has one pool, so the selector selects them all)."""
-        return [self._view(n) for n in self._nodes.values()]
+        """The pool's nodes: all of them for one pool; a group's pool selects its own by ``POOL_LABEL``."""
+        pool = selector.get(POOL_LABEL)
+        return [self._view(n) for n in self._nodes.values() if not pool or not n.pool or n.pool == pool]
 
     def node(self, name: str) -> NodeView | None:
         found = self._nodes.get(name)

@@ -8,7 +8,7 @@ from collections import Counter
 from typing import Any
 
 from autoscaler.durations import rfc3339
-from autoscaler.models import Outcome
+from autoscaler.models import Action, Outcome
 from autoscaler.replay.sim import Run
 
 TIMELINE_HEADER = ["timestamp", "demand", "ready", "requested", "utilization", "outcomes"]
@@ -20,8 +20,14 @@ def figures(run: Run) -> dict[str, Any]:
     scaled = [d for _, d in run.decisions if d.outcome is Outcome.SCALED]
     changes = sum(1 for a, b in zip(scaled, scaled[1:]) if a.action != b.action)
     saturated = sum(1 for m in minutes if m.demand > m.ready + 1e-9)
+    by_pool: dict[str, float] = {}
+    for m in minutes:
+        for pool, ready in m.by_pool:
+            by_pool[pool] = by_pool.get(pool, 0.0) + ready / 60.0
     return {
         "node_hours": round(sum(m.ready for m in minutes) / 60.0, 4),
+        "node_hours_by_pool": {pool: round(hours, 4) for pool, hours in by_pool.items()},
+        "unmet_demand_gpu_minutes": round(sum(max(0.0, m.demand - m.ready) for m in minutes) * run.gpus_per_node, 4),
         "saturated_minutes": saturated,
         "minutes_above_90": sum(1 for m in minutes if m.utilization > 90.0),
         "scale_actions": len(scaled),
@@ -32,7 +38,32 @@ def figures(run: Run) -> dict[str, Any]:
         "outcomes": dict(sorted(Counter(d.outcome.value for _, d in run.decisions).items())),
         "interrupted_node_minutes": run.interrupted_node_minutes,
         "interrupted_pods": run.interrupted_pods,
+        "fallbacks": fallbacks(run),
     }
+
+
+def fallbacks(run: Run) -> list[dict[str, Any]]:
+    """Each shortfall (``no_capacity``) with the scale-out the cloud could not deliver and the next pool's request
+    that followed it: when each happened and how long after the undelivered request the fallback asked."""
+    out = []
+    for i, (when, short) in enumerate(run.decisions):
+        if short.outcome is not Outcome.NO_CAPACITY:
+            continue
+        asked = max((t for t, d in run.decisions[:i] if d.pool == short.pool and d.outcome is Outcome.SCALED
+                     and d.action is Action.SCALE_OUT), default=None)
+        after = next(((t, d) for t, d in run.decisions[i + 1:] if d.pool != short.pool
+                      and d.outcome is Outcome.SCALED and d.to is not None and d.from_ is not None
+                      and d.to > d.from_), None)
+        row: dict[str, Any] = {"pool": short.pool, "no_capacity_at": rfc3339(when),
+                               "undelivered": short.details.get("asked", 0) - short.details.get("delivered", 0)}
+        if asked is not None:
+            row["asked_at"] = rfc3339(asked)
+        if after is not None:
+            row.update(fallback_pool=after[1].pool, fallback_at=rfc3339(after[0]))
+            if asked is not None:
+                row["seconds_to_fallback"] = round(after[0] - asked, 1)
+        out.append(row)
+    return out
 
 
 def summary(run: Run, static: Run, step: Run, cloud: Run | None = None, victims: str = "cloud") -> dict[str, Any]:

@@ -12,7 +12,7 @@ from autoscaler.events import EventLog
 from autoscaler.models import Decision, Mode
 from autoscaler.reconciler import Reconciler
 from autoscaler.replay.alerts import AlertEmulator
-from autoscaler.replay.cluster import DEFAULT_GPUS_PER_NODE, ReplayCluster
+from autoscaler.replay.cluster import DEFAULT_GPUS_PER_NODE, POOL_LABEL, ReplayCluster
 from autoscaler.replay.trace import STEP, ReplayError, Trace
 from autoscaler.sources import alertmanager
 from autoscaler.store import SqlStore, Store
@@ -44,6 +44,7 @@ class Minute:
     requested: int
     utilization: float
     outcomes: tuple[str, ...]
+    by_pool: tuple[tuple[str, int], ...] = ()  # ready nodes of each pool (a group's pools, replayed together)
 
 
 @dataclass
@@ -57,28 +58,37 @@ class Run:
     interrupted_pods: int = 0
     stopped: bool = False  # the ``stop`` hook ended it before the trace did
     reconciles: list[float] = field(default_factory=list)  # times of reconciler ticks that decided something
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE  # what one node of demand is in GPUs (unmet demand's unit)
 
 
 #: Called with each new minute of a replay; True stops the replay there (the tuner drops a hopeless candidate).
 StopHook = Callable[[Minute], bool]
 
 
-def replay_pool(settings: Settings) -> str:
-    """The pool the rules drive (a trace is one pool's demand); ReplayError when that is ambiguous."""
+def replay_route(settings: Settings) -> tuple[str, tuple[str, ...]]:
+    """The pool or group the rules drive (a trace is one pool's or one group's demand) and its pools; ReplayError
+    when that is ambiguous or a pool is not simulated."""
     cfg = settings.config.replay
     if cfg is None:
         raise ReplayError("replay: missing; the config needs a `replay:` section with `rules`")
-    pool = cfg.rules[0].pool
+    route = cfg.rules[0].pool
     for i, rule in enumerate(cfg.rules):
-        if rule.pool != pool:
+        if rule.pool != route:
             raise ReplayError(f"replay.rules[{i}].pool: every rule must name the same pool as "
-                              f"replay.rules[0] ({pool}); a trace is one pool's demand")
-    spec = settings.pools[pool]
-    if spec.provider != "simulated":
-        index = list(settings.pools).index(pool)
-        raise ReplayError(f"pools[{index}].provider: the replay needs the simulated provider "
-                          f"(pool {pool} uses {spec.provider})")
-    return pool
+                              f"replay.rules[0] ({route}); a trace is one pool's demand")
+    members = settings.groups.get(route, (route,))
+    for pool in members:
+        spec = settings.pools[pool]
+        if spec.provider != "simulated":
+            index = list(settings.pools).index(pool)
+            raise ReplayError(f"pools[{index}].provider: the replay needs the simulated provider "
+                              f"(pool {pool} uses {spec.provider})")
+    return route, members
+
+
+def replay_pool(settings: Settings) -> str:
+    """The pool the rules drive; for a group, its most preferred pool (whose settings the tuner tunes)."""
+    return replay_route(settings)[1][0]
 
 
 def fixed_step(settings: Settings) -> Settings:
@@ -86,7 +96,7 @@ def fixed_step(settings: Settings) -> Settings:
     pools = {name: replace(spec, scale_out=replace(spec.scale_out, mode=Mode.STEP, step=1),
                            scale_in=replace(spec.scale_in, mode=Mode.STEP, step=1))
              for name, spec in settings.pools.items()}
-    return Settings(config=settings.config, pools=pools)
+    return Settings(config=settings.config, pools=pools, groups=settings.groups)
 
 
 def victims_of(settings: Settings, pool: str) -> str:
@@ -98,9 +108,9 @@ def with_victims(settings: Settings, pool: str, victims: str) -> Settings:
     """The same config with the pool's ``scale_in.victims`` set; a pool without ``node_selector`` gets one (the
     replay's cluster holds this pool's nodes only, so any selector selects them)."""
     spec = settings.pools[pool]
-    selector = spec.node_selector or (("gpu-autoscaler/replay-pool", pool),)
+    selector = spec.node_selector or ((POOL_LABEL, pool),)
     pools = {**settings.pools, pool: replace(spec, victims=victims, node_selector=selector)}
-    return Settings(config=settings.config, pools=pools)
+    return Settings(config=settings.config, pools=pools, groups=settings.groups)
 
 
 def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url: str = "sqlite://",
@@ -111,34 +121,50 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     ``store``: a fresh store to use instead of SQLite at ``store_url`` (the tuner's MemoryStore); ``stop``: see
     StopHook.
     """
-    pool = replay_pool(settings)
-    if victims is not None and victims != victims_of(settings, pool):
-        settings = with_victims(settings, pool, victims)
-    elif victims_of(settings, pool) != "cloud" and not settings.pools[pool].node_selector:
-        settings = with_victims(settings, pool, victims_of(settings, pool))  # the replay's cluster needs no selector
+    members = replay_route(settings)[1]
+    pool = members[0]
+    for member in members:
+        if victims is not None and victims != victims_of(settings, member):
+            settings = with_victims(settings, member, victims)
+        elif victims_of(settings, member) != "cloud" and not settings.pools[member].node_selector:
+            settings = with_victims(settings, member, victims_of(settings, member))  # the cluster needs no selector
     cfg = settings.config.replay
     assert cfg is not None
-    sim: SimulatedSettings = settings.pools[pool].provider_settings
+    sims: dict[str, SimulatedSettings] = {name: settings.pools[name].provider_settings for name in members}
+    sim = sims[pool]
     now = trace.start
     own_store = store is None
     store = SqlStore(store_url) if store is None else store
     store.ensure_pools(list(settings.pools))
     providers = {name: build(s.provider, name, s.provider_settings) for name, s in settings.pools.items()}
-    provider = providers[pool]
-    assert isinstance(provider, SimulatedProvider)
-    nodes = ReplayCluster(provider.node_names(), gpus_per_node(settings, pool), sim.provision_seconds, now,
-                          pack=cfg.placement == "pack")
+    simulated = [providers[name] for name in members]
+    assert all(isinstance(p, SimulatedProvider) for p in simulated)
+
+    def names() -> tuple[list[str], dict[str, str]]:
+        """Every node of the replayed pools, and each node's pool."""
+        owners = {node: name for name, p in zip(members, simulated) if isinstance(p, SimulatedProvider)
+                  for node in p.node_names()}
+        return list(owners), owners
+
+    def follow_at(when: float) -> tuple[list[str], float, dict[str, str]]:
+        listed, owners = names()
+        return listed, when, owners
+
+    start_names, start_owners = names()
+    nodes = ReplayCluster(start_names, gpus_per_node(settings, pool), sim.provision_seconds, now,
+                          pack=cfg.placement == "pack", owners=start_owners,
+                          provision_by_pool={name: s.provision_seconds for name, s in sims.items()})
     # The engine's own node-aware scale-in (pick, cordon, re-check, remove by name) runs against the replay's
     # cluster; a forced drain's retries would sleep, the replay never forces one.
     engine = Engine(settings, store, providers, EventLog(store), clock=lambda: now, cluster=nodes,
                     sleep=lambda _: None)
-    spec = settings.pools[pool]
     reconciler = Reconciler(settings, store, providers, engine, clock=lambda: now)
     reconcile_every = settings.config.server.reconcile_interval or 30.0
     emulator = AlertEmulator(cfg, settings.config.routing, use_steps=use_steps)
     queue: list[tuple[float, int, int]] = [(trace.start + STEP * i, SAMPLE, i) for i in range(len(trace.demand))]
     queue.append((trace.start, EVALUATE, 0))
-    if spec.schedules or sim.initial_count < spec.min:  # otherwise no tick could decide anything
+    if any(settings.pools[name].schedules or sims[name].initial_count < settings.pools[name].min
+           or sims[name].capacity is not None for name in members):  # otherwise no tick could decide anything
         queue.append((trace.start, RECONCILE, 0))
     reconciles: list[float] = []
     heapq.heapify(queue)
@@ -160,7 +186,9 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
             demand = trace.demand[index]
             nodes.set_demand(demand, now)
             ready = nodes.ready(now)
-            minutes.append(Minute(now, demand, ready, nodes.requested, utilization(demand, ready), ()))
+            by_pool = nodes.ready_by_pool(now)
+            minutes.append(Minute(now, demand, ready, nodes.requested, utilization(demand, ready), (),
+                                  tuple((name, by_pool.get(name, 0)) for name in members)))
             if stop is not None and stop(minutes[-1]):
                 stopped = True
                 break
@@ -178,7 +206,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
                 reconciles.append(now)
                 decisions += [(now, decision) for decision in ticked]
                 outcomes += [decision.outcome.value for decision in ticked]
-                nodes.follow(provider.node_names(), now)
+                nodes.follow(*follow_at(now))
             if now + reconcile_every < trace.end:
                 heapq.heappush(queue, (now + reconcile_every, RECONCILE, 0))
         else:
@@ -190,7 +218,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
                 for decision in engine.handle_notification(alertmanager.parse(body, {})):
                     decisions.append((now, decision))
                     outcomes.append(decision.outcome.value)
-                nodes.follow(provider.node_names(), now)
+                nodes.follow(*follow_at(now))
     else:
         raise ReplayError("replay did not finish: too many events (is evaluation_interval tiny?)")
     if minutes:
@@ -198,7 +226,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     if own_store and isinstance(store, SqlStore):
         store.engine.dispose()
     return Run(minutes, decisions, notifications, round(nodes.interrupted_node_minutes, 4), nodes.interrupted_pods,
-               stopped, reconciles)
+               stopped, reconciles, gpus_per_node(settings, pool))
 
 
 def gpus_per_node(settings: Settings, pool: str) -> int:
@@ -210,9 +238,9 @@ def gpus_per_node(settings: Settings, pool: str) -> int:
     return DEFAULT_GPUS_PER_NODE
 
 
-def static_peak(trace: Trace) -> Run:
+def static_peak(trace: Trace, gpus: int = DEFAULT_GPUS_PER_NODE) -> Run:
     """The baseline that provisions for the peak all the time."""
     peak = math.ceil(max(trace.demand) - 1e-9) if trace.demand else 0
     minutes = [Minute(trace.start + STEP * i, d, peak, peak, utilization(d, peak), ())
                for i, d in enumerate(trace.demand)]
-    return Run(minutes, [])
+    return Run(minutes, [], gpus_per_node=gpus)

@@ -61,14 +61,14 @@ class Config(Frozen):
 def reference_problems(pools: list[Any], rule_pools: list[Any], replay_pools: list[Any],
                        groups: Sequence[Any] = ()) -> list[str]:
     """Every duplicate pool name and every rule naming no configured pool or group (cross-field: checked on the raw
-    file too, so that check-config reports them beside the field errors). The replay's rules name pools only."""
+    file too, so that check-config reports them beside the field errors)."""
     names = [n for n in pools if isinstance(n, str)]
     routable = names + [n for n in groups if isinstance(n, str)]
     problems = []
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         problems.append(f"pools: duplicate pool names: {', '.join(dupes)}")
-    for where, refs, known in (("rules", rule_pools, routable), ("replay.rules", replay_pools, names)):
+    for where, refs, known in (("rules", rule_pools, routable), ("replay.rules", replay_pools, routable)):
         problems += [f"{where}[{i}].pool: no pool named {pool!r}" for i, pool in enumerate(refs)
                      if isinstance(pool, str) and pool not in known]
     return problems
