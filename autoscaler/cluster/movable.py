@@ -8,7 +8,7 @@ not cordoned, not going themselves).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Collection, Sequence
+from typing import Callable, Collection, Sequence
 
 from autoscaler.cluster.fit import place_all
 from autoscaler.cluster.nodes import NodeView, kept_reason, pick_victims
@@ -41,9 +41,10 @@ def cannot_move(node: NodeView, owners: Sequence[str], budgets: Sequence[Budget]
 
 def pick_movable(nodes: Sequence[NodeView], remove: int, alerted: Collection[str], floor: int,
                  owners: Sequence[str] = DEFAULT_MOVABLE_OWNERS,
-                 budgets: Sequence[Budget] | None = None) -> Pick:
+                 budgets: Callable[[], Sequence[Budget] | None] = lambda: None) -> Pick:
     """Idle nodes as ``victims: idle`` picks them; then, while the step and the floor leave room, the one busy
-    node that is cheapest to empty and whose pods fit on the nodes that stay."""
+    node that is cheapest to empty and whose pods fit on the nodes that stay. ``budgets`` reads the
+    PodDisruptionBudgets (None: unknown), called at most once and only when a busy node is weighed."""
     idle, kept = pick_victims(nodes, remove, alerted, "idle", floor)
     room = max(min(remove, len(nodes) - floor), 0)
     busy = [node for node, _ in kept if node.busy_reason()]
@@ -54,8 +55,9 @@ def pick_movable(nodes: Sequence[NodeView], remove: int, alerted: Collection[str
     order = sorted(busy, key=lambda n: (len(n.gpu_pods), len(n.pods), n.name not in named, -n.created, n.name))
     reasons: dict[str, str] = {}
     chosen: NodeView | None = None
+    known = budgets()
     for node in order:
-        why = cannot_move(node, owners, budgets)
+        why = cannot_move(node, owners, known)
         if why is None and chosen is not None:
             why = ONE_PER_DECISION
         if why is None:
