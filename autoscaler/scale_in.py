@@ -161,7 +161,7 @@ class NodeScaleIn:
             elif view.gpu_pods and not force:
                 kept.append((name, f"{view.busy_reason()} (add \"force\": true to evict it)"))
             else:
-                (busy if view.gpu_pods else chosen).append(view)
+                (busy if view.gpu_pods or (force and view.pods) else chosen).append(view)
         if not chosen and not busy:
             outcome = Outcome.SKIPPED_IN_USE if any(n in views for n, _ in kept) else Outcome.FAILED
             return Removal(outcome, current, f"no named node can go: {summary(kept)}", kept=tuple(kept),
