@@ -191,3 +191,13 @@ def test_cordoned_nodes_take_no_pods_and_the_floor_holds() -> None:
     nodes = [view("a", 1, [raw_pod(node="a")]), view("b", 2, [raw_pod("w2", node="b")])]
     assert pick_case(nodes, floor=2)[:2] == ([], None)  # two nodes, floor 2: nothing goes
     assert pick_case(nodes, floor=1)[1] == "b"
+
+
+def test_a_big_pool_tries_at_most_max_tried_busy_nodes() -> None:
+    from autoscaler.cluster.movable import MAX_TRIED, NOT_TRIED
+
+    full = [view(f"n{i:02d}", 1 + i % 28, [raw_pod(f"w{i}", node=f"n{i:02d}", gpus=8)]) for i in range(MAX_TRIED + 3)]
+    idle, drain, kept = pick_case(full)
+    assert (idle, drain) == ([], None)  # every node is full: no pod fits anywhere
+    assert sum(why.endswith(NOT_TRIED) for why in kept) == 3
+    assert sum("fits on none" in why for why in kept) == MAX_TRIED

@@ -15,6 +15,10 @@ from autoscaler.cluster.nodes import NodeView, kept_reason, pick_victims
 from autoscaler.cluster.pods import DEFAULT_MOVABLE_OWNERS, Budget, move_blocker
 
 ONE_PER_DECISION = "its pods could move, but one node with work goes per decision"
+#: Busy nodes whose pods a decision tries to place elsewhere (each try is pods x nodes checks; a big pool whose
+#: cheapest candidates do not fit is not searched to the end, as cluster-autoscaler bounds its candidates too).
+MAX_TRIED = 20
+NOT_TRIED = f"not weighed in this decision (its {MAX_TRIED} cheapest busy nodes were tried first)"
 
 
 @dataclass(frozen=True)
@@ -56,11 +60,15 @@ def pick_movable(nodes: Sequence[NodeView], remove: int, alerted: Collection[str
     reasons: dict[str, str] = {}
     chosen: NodeView | None = None
     known = budgets()
+    tried = 0
     for node in order:
         why = cannot_move(node, owners, known)
         if why is None and chosen is not None:
             why = ONE_PER_DECISION
+        elif why is None and tried >= MAX_TRIED:
+            why = NOT_TRIED
         if why is None:
+            tried += 1
             stay = [n.room() for n in nodes if n.name not in going and n.name != node.name
                     and n.ready and not n.cordoned]
             why = place_all(node.pods, stay)

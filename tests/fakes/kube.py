@@ -212,7 +212,7 @@ class FakeKube(FakeHttpServer):
 
     def _list_pods(self, request: Request, namespace: str | None) -> Reply:
         terms = _selector(request.param("fieldSelector"))
-        items = [copy.deepcopy(p) for p in self.pods.values()
+        items = [p for p in self.pods.values()
                  if (namespace is None or p["metadata"]["namespace"] == namespace) and _matches(_pod_fields(p), terms)]
         start = int(request.param("continue") or 0)
         limit = int(request.param("limit") or 0) or len(items)
@@ -220,7 +220,7 @@ class FakeKube(FakeHttpServer):
         if start + limit < len(items):
             meta["continue"] = str(start + limit)  # a real server's token is opaque; an offset serves here
         return Reply(200, {"kind": "PodList", "apiVersion": "v1", "metadata": meta,
-                           "items": items[start:start + limit]})
+                           "items": copy.deepcopy(items[start:start + limit])})
 
     def _evict(self, namespace: str, name: str) -> Reply:
         key = (namespace, name)
