@@ -8,9 +8,10 @@ says which pod held it.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
-from autoscaler.cluster.nodes import Cluster, NodeView
+from autoscaler.cluster.nodes import Cluster, GpuPod, NodeView
+from autoscaler.cluster.pods import PodFacts
 from autoscaler.models import PoolSpec
 
 RETRY_EVERY = 5.0  # seconds between eviction rounds
@@ -34,7 +35,8 @@ def drain(cluster: Cluster, spec: PoolSpec, view: NodeView, owner: str, renew: C
     pending = view
     refused: dict[str, str] = {}
     while True:
-        for pod in pending.pods or tuple(pending.gpu_pods):
+        pods: Sequence[PodFacts | GpuPod] = pending.pods or pending.gpu_pods  # a Cluster that lists GPU pods only
+        for pod in pods:
             answer = cluster.evict(pod.namespace, pod.name)
             if answer:
                 refused[f"{pod.namespace}/{pod.name}"] = answer

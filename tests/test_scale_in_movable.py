@@ -138,3 +138,34 @@ def test_dry_run_names_the_node_it_would_drain(tmp_path: Any, kube: FakeKube, re
     d = scale_in(make(tmp_path, kube, receiver.url, [], dry_run=True))
     assert d["outcome"] == "dry_run" and "would remove gpunp-2 (draining gpunp-2 first: 1 pods would move)" in d["reason"]
     assert kube.calls["PATCH nodes"] == 0 and kube.calls["CREATE eviction"] == 0
+
+
+def check(scale_in: dict[str, Any], kubernetes: bool = True) -> tuple[list[str], list[str], Any]:
+    """(problems, warnings, the pool's spec) of a webhook pool with these ``scale_in`` settings."""
+    from autoscaler.config import ConfigError, build_settings, warnings
+
+    pool = {"name": "gpu", "provider": "webhook", "min": 1, "max": 6, "node_selector": "agentpool=gpunp",
+            "webhook": {"url": "http://127.0.0.1:9/hook"}, "scale_in": scale_in}
+    raw = config("sqlite://", pools=[pool])
+    if kubernetes:
+        raw["kubernetes"] = {"host": "http://127.0.0.1:1", "token": "t"}
+    try:
+        settings = build_settings(raw)
+    except ConfigError as exc:
+        return exc.problems, [], None
+    return [], warnings(settings), settings.pools["gpu"]
+
+
+def test_config_movable_owners_and_what_movable_needs() -> None:
+    problems, _, spec = check({"victims": "movable"})
+    assert problems == [] and spec.movable_owners == ("ReplicaSet", "StatefulSet") and spec.victims == "movable"
+    _, _, spec = check({"victims": "movable", "movable_owners": ["StatefulSet", "RayCluster"]})
+    assert spec.movable_owners == ("StatefulSet", "RayCluster")
+    problems, _, _ = check({"victims": "movable"}, kubernetes=False)
+    assert problems == ["pools[0].scale_in.victims: movable needs the top-level `kubernetes:` section (the service "
+                        "must see the pool's nodes and pods to pick them)"]
+    problems, _, _ = check({"victims": "movable", "movable_owners": ["replica set"]})
+    assert [p.split(":")[0] for p in problems] == ["pools[0].scale_in.movable_owners[0]"]
+    _, warned, _ = check({"victims": "idle", "movable_owners": ["ReplicaSet"]})
+    assert "pools[0].scale_in.movable_owners: does nothing with victims: idle (only victims: movable moves pods)" \
+        in warned

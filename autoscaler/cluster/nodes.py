@@ -92,7 +92,7 @@ class Cluster(Protocol):
     """What the scale-in needs of a cluster. Calls may block on the API server for a few seconds."""
 
     def nodes(self, selector: Mapping[str, str]) -> list[NodeView]:
-        """The nodes matching the label selector, each with its pods (one list call + one pod list per node)."""
+        """The nodes matching the label selector, each with its pods (one node list and one pod list for them all)."""
 
     def node(self, name: str) -> NodeView | None:
         """Re-read one node and its pods; None when it no longer exists."""
