@@ -13,16 +13,15 @@ from typing import Any, Callable, Sequence
 
 from autoscaler.models import Outcome, PoolSpec
 from autoscaler.cluster.movable import Pick, pick_movable
-from autoscaler.cluster.nodes import (REMOVING, Budgets, Cluster, ClusterError, MarkedNodes, NodeView, kept_reason,
+from autoscaler.cluster.nodes import (REMOVING, Budgets, Cluster, ClusterError, MarkedNodes, NodeView,
                                       pick_victims)
 from autoscaler.cluster.pods import Budget
-from autoscaler.drain import RETRY_EVERY, drain
+from autoscaler.drain import drain
 from providers import NodeRef, ProviderError, RemovesNamedNodes
 
 log = logging.getLogger(__name__)
 
 REMOVAL_GRACE = 1800.0  # a node the cloud was asked to remove and still has after this is uncordoned again
-__all__ = ["RETRY_EVERY", "NodeScaleIn", "Removal", "summary"]
 SHOWN = 4  # kept nodes named in a reason (the details list more)
 KEPT_LISTED = 100  # kept nodes listed in an event's details (a big pool's event stays small)
 

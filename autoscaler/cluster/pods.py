@@ -14,8 +14,6 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Mapping, Sequence
 
 from autoscaler.settings.common import DEFAULT_MOVABLE_OWNERS
-
-__all__ = ["DEFAULT_MOVABLE_OWNERS"]  # re-exported: the rule's default beside the rule
 SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 KUBE_SYSTEM = "kube-system"
