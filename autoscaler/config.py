@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from autoscaler import validation
 from autoscaler.models import DirectionPolicy, Mode, PoolSpec, Schedule
+from autoscaler.settings.common import DEFAULT_MOVABLE_OWNERS
 from autoscaler.settings import (AuthConfig, Config, DirectionConfig, PoolConfig, credential_problems,
                                  reference_problems)
 
@@ -58,7 +59,7 @@ def _substitute(node: Any, loc: tuple[Any, ...], env: dict[str, str], problems: 
     return _VAR.sub(repl, node)
 
 
-_NODE_KEYS = {"victims", "drain_timeout"}  # scale_in keys that are not the direction's policy
+_NODE_KEYS = {"victims", "drain_timeout", "movable_owners"}  # scale_in keys that are not the direction's policy
 _LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$")
 
 
@@ -157,6 +158,9 @@ def warnings(settings: Settings) -> list[str]:
                                providers.RemovesNamedNodes)):
             out.append(f"pools[{index}].node_selector: not set, so the cloud picks which nodes a scale-in removes "
                        f"(provider {spec.provider} has no default); set it for node-aware scale-in (victims: idle)")
+        if pool.scale_in.movable_owners is not None and spec.victims != "movable":
+            out.append(f"pools[{index}].scale_in.movable_owners: does nothing with victims: {spec.victims} (only "
+                       "victims: movable moves pods)")
         floor_of = providers.factory(spec.provider).floor
         if floor_of is None or spec.provider_settings is None:
             continue
@@ -280,7 +284,11 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
         elif text is None and not replay:
             problems.append(f"{where}.node_selector: required with victims: {victims} (provider {pool.provider} "
                             "has no default), e.g. node_selector: \"nodepool=gpu\"")
-    return {"victims": victims, "drain_timeout": drain, "node_selector": selector}
+    owners = pool.scale_in.movable_owners
+    if owners is None:
+        owners = config.defaults.scale_in.movable_owners
+    return {"victims": victims, "drain_timeout": drain, "node_selector": selector,
+            "movable_owners": tuple(owners) if owners is not None else DEFAULT_MOVABLE_OWNERS}
 
 
 def offline(raw: Any) -> Any:

@@ -178,8 +178,9 @@ class PoolSpec:
     scale_in: DirectionPolicy
     dedup_window: float
     provider_settings: Any = None
-    victims: str = "cloud"  # scale_in.victims: cloud | alerted | idle (node-aware scale-in)
-    drain_timeout: float = 600.0  # scale_in.drain_timeout: how long a forced removal retries refused evictions
+    victims: str = "cloud"  # scale_in.victims: cloud | alerted | idle | movable (node-aware scale-in)
+    drain_timeout: float = 600.0  # scale_in.drain_timeout: how long a drain retries refused evictions
+    movable_owners: tuple[str, ...] = ("ReplicaSet", "StatefulSet")  # scale_in.movable_owners (victims: movable)
     node_selector: tuple[tuple[str, str], ...] = ()  # the pool's nodes' labels (empty: not known)
     gpus_per_node: int | None = None  # GPUs one node adds; required by demand mode (the replay assumes 8)
     provision_time: float = 600.0  # request -> GPUs allocatable; nodes asked for within it are "in flight"

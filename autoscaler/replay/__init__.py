@@ -21,7 +21,9 @@ def run_replay(config_path: str, trace_path: str, out_dir: str) -> dict[str, Any
     run = simulate(settings, trace)
     victims = victims_of(settings, pool)
     cloud = run if victims == "cloud" else simulate(settings, trace, victims="cloud")
-    data = summary(run, static_peak(trace), simulate(fixed_step(settings), trace, use_steps=False), cloud, victims)
+    idle = simulate(settings, trace, victims="idle") if victims == "movable" else None
+    data = summary(run, static_peak(trace), simulate(fixed_step(settings), trace, use_steps=False), cloud, victims,
+                   idle)
     spec = settings.pools[pool]
     title = (f"{pool}: scale_out {spec.scale_out.mode.value}, scale_in {spec.scale_in.mode.value} | "
              f"{data['node_hours']:.1f} node-h (static peak {data['baselines']['static_peak']['node_hours']:.1f}),"
@@ -62,5 +64,6 @@ def replay(config_path: str, trace_path: str, out_dir: str) -> int:
           f"{step['node_hours']:.1f}), saturated {data['saturated_minutes']} min (fixed step "
           f"{step['saturated_minutes']}), {data['scale_actions']} scale actions, interrupted work "
           f"{data['interrupted_node_minutes']:.1f} node-min with victims {data['victims']} "
-          f"(cloud picking the newest: {data['interrupted_node_minutes_by_victims']['cloud']:.1f})")
+          f"(cloud picking the newest: {data['interrupted_node_minutes_by_victims']['cloud']:.1f}), "
+          f"{data['evictions']} evictions")
     return 0

@@ -32,23 +32,29 @@ def figures(run: Run) -> dict[str, Any]:
         "outcomes": dict(sorted(Counter(d.outcome.value for _, d in run.decisions).items())),
         "interrupted_node_minutes": run.interrupted_node_minutes,
         "interrupted_pods": run.interrupted_pods,
+        "evictions": run.evictions,
     }
 
 
-def summary(run: Run, static: Run, step: Run, cloud: Run | None = None, victims: str = "cloud") -> dict[str, Any]:
+def summary(run: Run, static: Run, step: Run, cloud: Run | None = None, victims: str = "cloud",
+            idle: Run | None = None) -> dict[str, Any]:
     """summary.json: the run's figures and the baselines', plus savings against static provisioning.
 
     ``cloud`` is the same config with ``victims: cloud`` (a count scale-in, the cloud removing the newest node),
-    whose interrupted work is set beside the pool's own ``victims`` setting's.
+    whose interrupted work is set beside the pool's own ``victims`` setting's; ``idle`` (for ``victims: movable``)
+    the same with ``victims: idle``.
     """
     out = figures(run)
     out["victims"] = victims
     out["baselines"] = {"static_peak": figures(static), "fixed_step": figures(step)}
     if cloud is not None:
         out["baselines"]["cloud_newest"] = figures(cloud)
+    if idle is not None:
+        out["baselines"]["idle"] = figures(idle)
     out["interrupted_node_minutes_by_victims"] = {
         victims: out["interrupted_node_minutes"],
-        "cloud": out["baselines"].get("cloud_newest", out)["interrupted_node_minutes"]}
+        "cloud": out["baselines"].get("cloud_newest", out)["interrupted_node_minutes"],
+        **({"idle": out["baselines"]["idle"]["interrupted_node_minutes"]} if idle is not None else {})}
     peak_hours = out["baselines"]["static_peak"]["node_hours"]
     out["node_hours_saved_vs_static_peak_pct"] = (
         round(100.0 * (1 - out["node_hours"] / peak_hours), 2) if peak_hours else 0.0)

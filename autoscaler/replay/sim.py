@@ -55,6 +55,7 @@ class Run:
     notifications: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
     interrupted_node_minutes: float = 0.0  # GPU work running on nodes when they were removed (see cluster.py)
     interrupted_pods: int = 0
+    evictions: int = 0  # replicas (movable work) that started again elsewhere
     stopped: bool = False  # the ``stop`` hook ended it before the trace did
     reconciles: list[float] = field(default_factory=list)  # times of reconciler ticks that decided something
 
@@ -90,7 +91,7 @@ def fixed_step(settings: Settings) -> Settings:
 
 
 def victims_of(settings: Settings, pool: str) -> str:
-    """The pool's ``scale_in.victims``: cloud, alerted or idle."""
+    """The pool's ``scale_in.victims``: cloud, alerted, idle or movable."""
     return settings.pools[pool].victims
 
 
@@ -127,7 +128,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     provider = providers[pool]
     assert isinstance(provider, SimulatedProvider)
     nodes = ReplayCluster(provider.node_names(), gpus_per_node(settings, pool), sim.provision_seconds, now,
-                          pack=cfg.placement == "pack")
+                          pack=cfg.placement == "pack", movable_share=cfg.movable_share)
     # The engine's own node-aware scale-in (pick, cordon, re-check, remove by name) runs against the replay's
     # cluster; a forced drain's retries would sleep, the replay never forces one.
     engine = Engine(settings, store, providers, EventLog(store), clock=lambda: now, cluster=nodes,
@@ -198,7 +199,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     if own_store and isinstance(store, SqlStore):
         store.engine.dispose()
     return Run(minutes, decisions, notifications, round(nodes.interrupted_node_minutes, 4), nodes.interrupted_pods,
-               stopped, reconciles)
+               nodes.evictions, stopped, reconciles)
 
 
 def gpus_per_node(settings: Settings, pool: str) -> int:

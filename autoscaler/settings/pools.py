@@ -1,7 +1,7 @@
 """``defaults:`` and ``pools:``: each direction's settings, node-aware scale-in, schedule windows, one pool."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -22,16 +22,22 @@ class DirectionConfig(Frozen):
     value_ref: str | None = None
 
 
-Victims = Literal["cloud", "alerted", "idle"]
+#: A Kubernetes kind: ReplicaSet, StatefulSet, a custom resource's kind (RayCluster).
+OwnerKind = Annotated[str, Field(pattern=r"^[A-Z][A-Za-z0-9]{0,62}$")]
+Victims = Literal["cloud", "alerted", "idle", "movable"]
 
 
 class ScaleInConfig(DirectionConfig):
     """Scale-in settings: a direction's, plus which nodes go (node-aware scale-in)."""
 
-    victims: Victims | None = Field(default=None, description="cloud | alerted | idle (default: idle with "
-                                    "`kubernetes` and a provider that removes named nodes, else cloud).")
-    drain_timeout: Duration | None = Field(default=None, gt=0, description="How long a forced removal retries "
-                                           "evictions a PodDisruptionBudget refuses (default 10m).")
+    victims: Victims | None = Field(default=None, description="cloud | alerted | idle | movable (default: idle "
+                                    "with `kubernetes` and a provider that removes named nodes, else cloud).")
+    movable_owners: list[OwnerKind] | None = Field(default=None, max_length=32, description="Owner kinds whose "
+                                                   "pods victims: movable may move (default ReplicaSet, "
+                                                   "StatefulSet).")
+    drain_timeout: Duration | None = Field(default=None, gt=0, description="How long a drain (victims: movable, "
+                                           "a forced removal) retries evictions a PodDisruptionBudget refuses "
+                                           "(default 10m).")
 
 
 class DefaultsConfig(Frozen):
