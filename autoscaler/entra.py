@@ -15,6 +15,7 @@ import threading
 from typing import Any, Callable
 
 import jwt
+from jwt.types import Options
 
 from autoscaler.redact import redact_text
 from autoscaler.settings import EntraId
@@ -113,7 +114,8 @@ class EntraVerifier:
         return claims
 
     def _decode(self, token: str, key: Any) -> dict[str, Any]:
-        options = {"require": ["exp", "iss", "aud"], "verify_exp": False, "verify_nbf": False, "verify_iat": False}
+        options: Options = {"require": ["exp", "iss", "aud"], "verify_exp": False, "verify_nbf": False,
+                            "verify_iat": False}  # the times are checked against the injected clock below
         try:
             claims: dict[str, Any] = jwt.decode(token, key, algorithms=["RS256"], audience=self.cfg.audience,
                                                 issuer=self.cfg.expected_issuer(), options=options)
