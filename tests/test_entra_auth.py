@@ -12,8 +12,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from flask import Flask
 from pytest_httpserver import HTTPServer
 
+from autoscaler.config import ConfigError, build_settings
 from autoscaler.settings import AZURE_ACTION_GROUPS_APP
-from tests.support import AUTH, FakeClock
+from tests.support import AUTH, BASE_CONFIG, FakeClock
 
 TENANT = "72f988bf-86f1-41af-91ab-2d7cd011db47"
 AUDIENCE = "api://gpu-autoscaler"
@@ -179,3 +180,20 @@ def test_entra_alone_is_enough_auth_config(make_app: Callable[..., Flask], tenan
     app = make_app(server={"auth": {"entra_id": {"tenant_id": TENANT, "audience": AUDIENCE,
                                                  "jwks_url": tenant.server.url_for("/keys")}}})
     assert send(app, tenant.token()).status_code == 200
+
+
+@pytest.mark.parametrize("auth, words", [
+    pytest.param({"entra_id": {"tenant_id": "contoso", "audience": AUDIENCE}}, "server.auth.entra_id.tenant_id",
+                 id="tenant-not-a-guid"),
+    pytest.param({"entra_id": {"tenant_id": TENANT, "audience": []}}, "server.auth.entra_id.audience",
+                 id="no-audience"),
+    pytest.param({"entra_id": {"tenant_id": TENANT, "audience": AUDIENCE, "jwks_url": "file:///etc/keys"}},
+                 "http(s) URL", id="keys-not-over-http"),
+    pytest.param({"bearer_tokens": [{"token": "a-long-enough-token", "name": "azure_monitor"}],
+                  "entra_id": {"tenant_id": TENANT, "audience": AUDIENCE}}, "duplicate credential name",
+                 id="name-clash"),
+])
+def test_entra_config_problems_name_their_key(auth: dict[str, Any], words: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        build_settings({**BASE_CONFIG, "server": {"auth": auth}}, env={})
+    assert words in str(err.value), str(err.value)

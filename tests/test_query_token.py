@@ -15,7 +15,7 @@ from gunicorn.config import Config
 
 from autoscaler.config import ConfigError, build_settings
 from autoscaler.gunicorn_log import GunicornLogger
-from autoscaler.logjson import gunicorn_logconfig
+from autoscaler.logjson import TextFormatter, gunicorn_logconfig
 from tests.support import AUTH, BASE_CONFIG
 
 SECRET = "Az-mon_7f3c9e2b4d6a8f10.c5e7"
@@ -100,8 +100,6 @@ def test_gunicorn_access_lines_never_show_it(app: Flask, fmt: str, capsys: pytes
 
 
 def test_service_logs_never_show_it(app: Flask, caplog: pytest.LogCaptureFixture) -> None:
-    from autoscaler.logjson import TextFormatter
-
     with caplog.at_level(logging.DEBUG):
         app.test_client().post(f"{HOOK}?token={SECRET}", json=BODY)
         app.test_client().post(f"{HOOK}?token={SECRET}x", json=BODY)
