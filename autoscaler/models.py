@@ -55,6 +55,7 @@ class Source(str, enum.Enum):
     ALERTMANAGER = "alertmanager"
     GRAFANA = "grafana"
     GRAFANA_LEGACY = "grafana_legacy"
+    AZURE_MONITOR = "azure_monitor"  # Azure Monitor alerts (common alert schema), managed Prometheus among them
     MANUAL = "manual"
     OPERATOR = "operator"  # pause, resume, count correction: an event, not a decision
     SCHEDULE = "schedule"  # the reconciler raising a pool to a schedule's floor at the window's start
