@@ -25,7 +25,7 @@ def run_replay(config_path: str, trace_path: str, out_dir: str) -> dict[str, Any
     data = summary(run, static_peak(trace), simulate(fixed_step(settings), trace, use_steps=False), cloud, victims,
                    spec.min)
     title = (f"{pool}: scale_out {spec.scale_out.mode.value}, scale_in {spec.scale_in.mode.value} | "
-             f"{data['node_hours']:.1f} node-h ({ratio}the foresight limit {data['foresight_node_hours']:.1f}; static peak {data['baselines']['static_peak']['node_hours']:.1f}),"
+             f"{data['node_hours']:.1f} node-h (static peak {data['baselines']['static_peak']['node_hours']:.1f}),"
              f" saturated {data['saturated_minutes']} of {data['minutes']} min, interrupted "
              f"{data['interrupted_node_minutes']:.1f} node-min (victims {victims})")
     write_all(out_dir, run, data, title)
