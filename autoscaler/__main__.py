@@ -49,10 +49,10 @@ def main(argv: list[str] | None = None) -> int:
                         "`pending_above` rules in prometheus-rules.yml (default: kube-state-metrics)")
     tuning.add_argument("--margin", type=float, default=0.25, help="the choice keeps saturated minutes within "
                         "(1 - margin) x the budget on the tuning span, room for days that differ (default 0.25)")
-    tuning.add_argument("--robust", action=argparse.BooleanOptionalAction, default=True, help="choose by the "
+    tuning.add_argument("--robust", action=argparse.BooleanOptionalAction, default=False, help="choose by the "
                         "worst day: saturated minutes within (1 - margin) x the budget on every whole day of the "
-                        "tuning span (default); --no-robust: within that on the span's total and the budget on "
-                        "each day")
+                        "tuning span; default (--no-robust): within that on the span's total and the budget on "
+                        "each day (measured: docs/tuning.md)")
     tuning.add_argument("--utilization-expr", default=None, help="PromQL of a pool's average GPU utilisation for "
                         "prometheus-rules.yml ({pool} and {pool_label} filled in; default dcgm-exporter's "
                         "DCGM_FI_DEV_GPU_UTIL averaged by the pool label)")

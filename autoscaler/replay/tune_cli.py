@@ -40,7 +40,7 @@ def _load(config_path: str) -> tuple[dict[str, Any], Any]:
 
 def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, *, candidates: int = 405,
          workers: int = 2, seed: int = 0, holdout: float = DEFAULT_HOLDOUT, margin: float = DEFAULT_MARGIN,
-         neighbours: int = 60, robust: bool = True,
+         neighbours: int = 60, robust: bool = False,
          utilization_expr: str = tune_files.UTILIZATION_EXPR, pending_expr: str = tune_files.PENDING_EXPR,
          quiet: bool = False) -> dict[str, Any]:
     """Search, confirm and write DIR's files; returns what tuning.json holds. ConfigError / ReplayError on bad
@@ -88,16 +88,16 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
     def budget(minutes: int) -> int:
         return int(max_saturated / 100.0 * minutes + 1e-9)
 
-    spans = {"tune": {"minutes": [0, train], "budget": budget(train), "choice_budget": search.budget(train).total,
-                      "choice_budget_per_day": search.budget(train).per_day,
-                      "base": asdict(scored[0]),
-                      "tuned": asdict(chosen_score)}}
+    spans: dict[str, dict[str, Any]] = {
+        "tune": {"minutes": [0, train], "budget": budget(train), "choice_budget": search.budget(train).total,
+                 "choice_budget_per_day": search.budget(train).per_day, "base": asdict(scored[0]),
+                 "tuned": asdict(chosen_score)}}
     if train < total:
         spans["confirm"] = {"minutes": [train, total], "budget": budget(total - train),
                             "base": asdict(scored[2]), "tuned": asdict(scored[1])}
     low = settings.pools[pool].min
     for span in spans.values():
-        first, last = span["minutes"]
+        first, last = int(span["minutes"][0]), int(span["minutes"][1])
         span["foresight_days"] = [foresight_node_hours(trace.demand[d:d + 1440], low)
                                   for d in range(first, last - 1439, 1440)]
     data = {"config": config_path, "trace": trace_path, "pool": pool, "max_saturated_pct": max_saturated,
