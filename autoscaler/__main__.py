@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
                         "worst day: saturated minutes within (1 - margin) x the budget on every whole day of the "
                         "tuning span; default (--no-robust): within that on the span's total and the budget on "
                         "each day (measured: docs/tuning.md)")
+    tuning.add_argument("--max-direction-changes", type=float, default=None, help="direction changes (a scale-in "
+                        "after a scale-out or back) a day the choice may make on average (default: any)")
     tuning.add_argument("--utilization-expr", default=None, help="PromQL of a pool's average GPU utilisation for "
                         "prometheus-rules.yml ({pool} and {pool_label} filled in; default dcgm-exporter's "
                         "DCGM_FI_DEV_GPU_UTIL averaged by the pool label)")

@@ -1,9 +1,9 @@
 """Tuning on history: tune on a week of each trace family, then replay on days from other seeds.
 
 For each family of bench/traces: generate a week (seeded), run ``replay --tune`` on it with each choice rule
-(``--no-robust``, the default: the span's total within the budget less the margin and each day within the
-budget; ``--robust``: every day within the budget less the margin) (2 processes; the wall time against the 3-minute limit is the ratio),
-then replay the base config and each tuned one on five days the tuner never saw (other seeds) beside perfect
+(the default: the span's total within the budget less the margin and each day within the budget; ``--robust``:
+every day within the budget less the margin) with 2 processes (the wall time against the 3-minute limit is the
+ratio), then replay the base config and each tuned one on five days the tuner never saw (other seeds) beside perfect
 foresight (ceil(demand) every minute, never below the pool's min): node-hours, saturated minutes, direction
 changes. ``python -m bench.run tune``; ``python -m bench.tune --config tuned.yaml --family F`` replays any config
 (another tuner's choice) on the same unseen days.

@@ -249,6 +249,14 @@ def test_choose_robust(scores: list[Score], want: int, flag: str) -> None:
     assert cand == {"i": want} and got == flag
 
 
+def test_choose_with_a_direction_change_budget() -> None:
+    calm, busy = _score(9, 5, changes=1), _score(8, 5, changes=9)
+    results = [({"i": 0}, busy), ({"i": 1}, calm)]
+    assert choose(results, Budget(5, None, 2))[0] == {"i": 1}  # the churn rules out the cheaper one
+    assert choose(results, Budget(5))[0] == {"i": 0}
+    assert choose([({"i": 0}, busy)], Budget(5, None, 2))[2] == "changes_over"  # none calm enough: said so
+
+
 def test_robust_choice_on_a_history_where_the_mean_hides_one_bad_day() -> None:
     """Two calm days around a day of training bursts: the cheap settings are within 2% of the three days' minutes
     (less the margin) but over it on the bursty day; the robust choice takes the settings that hold every day."""

@@ -11,7 +11,7 @@ import math
 import os
 import random
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from autoscaler.config import build_settings, offline
@@ -31,6 +31,7 @@ class Budget:
 
     total: int
     per_day: int | None = None
+    changes: int | None = None  # direction changes allowed over the span (None: any)
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,8 @@ class Score:
 
     def feasible(self, budget: Budget) -> bool:
         return (not self.stopped and self.saturated_minutes <= budget.total
-                and (budget.per_day is None or self.worst_day <= budget.per_day))
+                and (budget.per_day is None or self.worst_day <= budget.per_day)
+                and (budget.changes is None or self.direction_changes <= budget.changes))
 
     def rank(self, budget: Budget) -> tuple[float, ...]:
         """Feasible by node-hours, then those stopped for cost, then the rest by how saturated they were."""
@@ -122,6 +124,7 @@ class Search:
     train_minutes: int
     budget_pct: float  # the budget the choice must keep, a % of minutes (the margin already taken off)
     day_pct: float | None = None  # and on every whole day, a % of its minutes (None: no daily limit)
+    changes_per_day: float | None = None  # direction changes allowed a day (None: any)
     candidates: int = 405
     eta: int = 3
     neighbours: int = 60
@@ -133,7 +136,8 @@ class Search:
 
     def budget(self, minutes: int) -> Budget:
         per_day = None if self.day_pct is None else int(math.floor(self.day_pct / 100.0 * 1440 + 1e-9))
-        return Budget(int(math.floor(self.budget_pct / 100.0 * minutes + 1e-9)), per_day)
+        changes = None if self.changes_per_day is None else int(self.changes_per_day * minutes / 1440 + 1e-9)
+        return Budget(int(math.floor(self.budget_pct / 100.0 * minutes + 1e-9)), per_day, changes)
 
     def rungs(self) -> list[int]:
         """Prefix lengths in minutes: the whole span, and spans eta, eta^2 ... times shorter, the shortest a day."""
@@ -225,9 +229,11 @@ def choose(results: list[tuple[Candidate, Score]], budget: Budget,
     Robust (``day_budget`` given: the whole budget of one day, ``budget.per_day`` being that less the margin): the
     worst day decides, not the span's total. Within the margin on every day first; else within the budget on every
     day (``span`` is then never used: a span's total hides a bad day); else the least saturated worst day."""
-    tries = (("every_day", budget), ("span", Budget(budget.total)))
+    tries = (("every_day", budget), ("span", Budget(budget.total, None, budget.changes)))
     if day_budget is not None:
-        tries = (("every_day", budget), ("every_day_no_margin", Budget(10 ** 9, day_budget)))
+        tries = (("every_day", budget), ("every_day_no_margin", Budget(10 ** 9, day_budget, budget.changes)))
+    if budget.changes is not None:  # no candidate calm enough: the saturation budget alone, and the report says so
+        tries += (("changes_over", replace(budget, changes=None)),)
 
     def least_saturated(cs: tuple[Candidate, Score]) -> tuple[float, ...]:
         score = cs[1]

@@ -40,7 +40,7 @@ def _load(config_path: str) -> tuple[dict[str, Any], Any]:
 
 def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, *, candidates: int = 405,
          workers: int = 2, seed: int = 0, holdout: float = DEFAULT_HOLDOUT, margin: float = DEFAULT_MARGIN,
-         neighbours: int = 60, robust: bool = False,
+         neighbours: int = 60, robust: bool = False, max_changes: float | None = None,
          utilization_expr: str = tune_files.UTILIZATION_EXPR, pending_expr: str = tune_files.PENDING_EXPR,
          quiet: bool = False) -> dict[str, Any]:
     """Search, confirm and write DIR's files; returns what tuning.json holds. ConfigError / ReplayError on bad
@@ -65,8 +65,8 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
     # days differ, and the days the search never saw must hold the budget too.
     # Robust: the worst day decides, with the margin on each day (the span's total is then within it too).
     day_pct = max_saturated * (1 - margin) if robust else max_saturated
-    search = Search(space, train, max_saturated * (1 - margin), day_pct=day_pct, candidates=candidates,
-                    neighbours=neighbours, seed=seed)
+    search = Search(space, train, max_saturated * (1 - margin), day_pct=day_pct, changes_per_day=max_changes,
+                    candidates=candidates, neighbours=neighbours, seed=seed)
     executor = make_pool(workers, raw, env, pool, trace)
     try:
         search.run(executor, progress)
@@ -101,7 +101,7 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
         span["foresight_days"] = [foresight_node_hours(trace.demand[d:d + 1440], low)
                                   for d in range(first, last - 1439, 1440)]
     data = {"config": config_path, "trace": trace_path, "pool": pool, "max_saturated_pct": max_saturated,
-            "margin": margin, "robust": robust, "day_budget": int(max_saturated / 100.0 * 1440 + 1e-9),
+            "margin": margin, "robust": robust, "max_direction_changes": max_changes, "day_budget": int(max_saturated / 100.0 * 1440 + 1e-9),
             "within_budget": within != "over", "choice": within, "candidates": len(search.results),
             "sampled": candidates, "replays": search.evaluated + len(jobs),
             "search_minutes_replayed": search.minutes_replayed,
@@ -180,6 +180,9 @@ def report(data: dict[str, Any], out_dir: str) -> str:
             f"{data['replays']} replays, {data['seconds']:.0f}s on {data['workers']} worker(s)")
     tail = [f"-> {out_dir}: tuned.yaml, frontier.csv ({data['frontier_points']} points), frontier.png, "
             "prometheus-rules.yml, tuning.json"]
+    if data["choice"] == "changes_over":
+        tail.insert(0, f"note: no candidate within the budget kept to {data['max_direction_changes']:g} direction "
+                       "changes a day; the choice ignores that limit")
     if data["choice"] == "every_day_no_margin":
         tail.insert(0, "note: no candidate kept the margin under the budget on every day of the tuning span; the "
                        "choice keeps the budget itself on every day")
@@ -224,7 +227,7 @@ def run(args: Any) -> int:
         return 1
     data = command(lambda: tune(args.config, args.trace, args.out, pct, candidates=args.candidates,
                                 workers=args.workers, seed=args.seed, holdout=args.holdout, margin=args.margin,
-                                robust=args.robust,
+                                robust=args.robust, max_changes=args.max_direction_changes,
                                 utilization_expr=args.utilization_expr, pending_expr=args.pending_expr),
                    args.config, args.out)
     if data is None:
