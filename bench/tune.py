@@ -44,12 +44,13 @@ class Family:
     budget: float  # --max-saturated, %
     week_seed: int  # the week tuned on
     day_seeds: tuple[int, ...]  # the days it is tried on (never seen by the tuner)
+    max_changes: float | None = None  # --max-direction-changes
 
 
 FAMILIES = {
     "diurnal_inference": Family(BASE, 1.0, 101, (202, 203, 204, 205, 206)),
     "training_queue": Family(DEMAND, 3.0, 11, (22, 23, 24, 25, 26)),  # pending GPUs: step or demand, headroom
-    "noisy_plateau": Family(BASE, 3.0, 31, (32, 33, 34, 35, 36)),
+    "noisy_plateau": Family(BASE, 3.0, 31, (32, 33, 34, 35, 36), max_changes=2),  # the goal: <= 2 changes a day
 }
 RULES = {"default": False, "robust": True}  # the tuner's choice rules compared
 LIMIT_S = 180.0
@@ -128,6 +129,7 @@ def run(smoke: bool = False, runs: int = 5) -> dict[str, Any]:
             write_trace(path, week)
             seeds = fam.day_seeds[:1] if smoke else fam.day_seeds
             entry: dict[str, Any] = {"base_config": os.path.relpath(fam.base, ROOT), "budget_pct": fam.budget,
+                                     "max_direction_changes": fam.max_changes,
                                      "week_seed": fam.week_seed, "days": days,
                                      "store_s": store_cost(week, 1), "base": try_days(fam.base, family, seeds),
                                      "rules": {}}
@@ -136,7 +138,7 @@ def run(smoke: bool = False, runs: int = 5) -> dict[str, Any]:
                 cpu = _cpu_seconds()
                 data = tune(fam.base, path, os.path.join(tmp, family, rule), fam.budget,
                             candidates=27 if smoke else 405, neighbours=6 if smoke else 60, workers=2, quiet=True,
-                            robust=robust)
+                            robust=robust, max_changes=fam.max_changes)
                 cpu = _cpu_seconds() - cpu
                 tried = try_days(os.path.join(tmp, family, rule, "tuned.yaml"), family, seeds)
                 train = data["spans"]["tune"]["minutes"][1]
