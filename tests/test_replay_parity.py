@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import heapq
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from autoscaler.app import create_app
 from autoscaler.answers import decision_json
@@ -80,9 +80,11 @@ def _key(d: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def _drive_with_cluster(settings: Any, demand: list[float], notifications: list[tuple[float, dict[str, Any]]],
-                        tmp_path: Path) -> tuple[list[tuple[float, dict[str, Any]]], Any, ReplayCluster]:
+                        tmp_path: Path, reconciles: Sequence[float] = ()
+                        ) -> tuple[list[tuple[float, dict[str, Any]]], Any, ReplayCluster]:
     """The live app, given a cluster holding the same work at the same moments as the replay's, sent the replay's
-    notifications in the replay's order of events (trace minutes, evaluations, notifications)."""
+    notifications and ticked at its reconciler's deciding ticks, in the replay's order of events (trace minutes,
+    evaluations, notifications, reconciler ticks)."""
     provider = SimulatedProvider("gpu", settings.pools["gpu"].provider_settings)
     cluster = ReplayCluster(provider.node_names(), 8, 240, T0)
     clock = [T0]
@@ -92,7 +94,9 @@ def _drive_with_cluster(settings: Any, demand: list[float], notifications: list[
     events: list[tuple[float, int, int]] = [(T0 + 60 * i, 0, i) for i in range(len(demand))]
     events += [(T0 + 30 * k, 1, 0) for k in range(2 * len(demand))]
     events += [(when, 2, i) for i, (when, _) in enumerate(notifications)]
+    events += [(when, 3, 0) for when in reconciles]
     heapq.heapify(events)
+    reconciler = app.extensions["autoscaler_reconciler"]
     live = []
     while events:
         when, kind, index = heapq.heappop(events)
@@ -105,6 +109,9 @@ def _drive_with_cluster(settings: Any, demand: list[float], notifications: list[
                                headers={"Authorization": f"Bearer {TOKEN}"})
             assert resp.status_code == 200, resp.get_json()
             live += [(when, d) for d in resp.get_json()["decisions"]]
+            cluster.follow(provider.node_names(), when)
+        elif kind == 3:
+            live += [(when, decision_json(d)) for d in reconciler.tick(when).decisions]
             cluster.follow(provider.node_names(), when)
     return live, client, cluster
 
@@ -238,5 +245,7 @@ def test_headroom_from_the_cluster_decides_alike_live_and_replayed(tmp_path: Pat
     replayed = simulate(settings, Trace(T0, tuple(demand)))
     shaped = [d for _, d in replayed.decisions if "headroom 12 GPU(s)" in d.reason]
     assert shaped and all("the cluster:" in d.reason for d in shaped)
-    live, _, _ = _drive_with_cluster(settings, demand, replayed.notifications, tmp_path)
+    topped = [d for _, d in replayed.decisions if d.reason.startswith("spare below the headroom")]
+    assert topped and replayed.reconciles  # the reconciler kept the spare without waiting for an alert
+    live, _, _ = _drive_with_cluster(settings, demand, replayed.notifications, tmp_path, replayed.reconciles)
     assert [(t, _key(d)) for t, d in live] == [(t, _key(decision_json(d))) for t, d in replayed.decisions]

@@ -9,6 +9,7 @@ from typing import Any, Callable
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
 from autoscaler.events import EventLog
+from autoscaler.facts import keeps_headroom
 from autoscaler.models import Decision, Mode
 from autoscaler.reconciler import Reconciler
 from autoscaler.replay.alerts import AlertEmulator
@@ -138,7 +139,8 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     emulator = AlertEmulator(cfg, settings.config.routing, use_steps=use_steps)
     queue: list[tuple[float, int, int]] = [(trace.start + STEP * i, SAMPLE, i) for i in range(len(trace.demand))]
     queue.append((trace.start, EVALUATE, 0))
-    if spec.schedules or sim.initial_count < spec.min:  # otherwise no tick could decide anything
+    topped_up = keeps_headroom(spec) and bool(spec.node_selector)  # the reconciler keeps headroom from the cluster
+    if spec.schedules or sim.initial_count < spec.min or topped_up:  # otherwise no tick could decide anything
         queue.append((trace.start, RECONCILE, 0))
     reconciles: list[float] = []
     heapq.heapify(queue)
