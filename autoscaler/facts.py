@@ -6,6 +6,7 @@ perhaps scaled it (what ``GET /api/v1/pools`` shows until the reconciler's next 
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterable, Sequence
 
 from autoscaler.inflight import from_nodes, from_scale_outs
@@ -27,11 +28,16 @@ def pool_facts(store: Store, spec: PoolSpec, current: int | None, now: float,
     if counted is None:
         since = now - spec.provision_time
         counted = from_scale_outs(store.scale_outs(spec.name, since), current or 0, now, spec.provision_time)
+    return replace(headroom_facts(spec, now, pods), in_flight=counted[0], in_flight_how=counted[1], floor=floor,
+                   floor_how=floor_how)
+
+
+def headroom_facts(spec: PoolSpec, now: float, pods: Sequence[NodeView] | None) -> PoolFacts:
+    """The headroom in force now (a window's; None: the pool's own) and, from the pool's nodes with their pods where
+    the cluster was read, the GPUs requested on Ready nodes."""
     room, room_how = effective_headroom(spec, now)
-    window_room = room if room_how else None
     used, used_how = used_on_nodes(pods, spec.gpus_per_node or 8) if pods is not None else (None, "")
-    return PoolFacts(in_flight=counted[0], in_flight_how=counted[1], floor=floor, floor_how=floor_how,
-                     headroom=window_room, headroom_how=room_how, used=used, used_how=used_how)
+    return PoolFacts(headroom=room if room_how else None, headroom_how=room_how, used=used, used_how=used_how)
 
 
 def keeps_headroom(spec: PoolSpec) -> bool:

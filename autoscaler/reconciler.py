@@ -24,8 +24,8 @@ from typing import Callable
 
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
-from autoscaler.facts import keeps_headroom
-from autoscaler.headroom import floor as headroom_floor
+from autoscaler.facts import headroom_facts, keeps_headroom
+from autoscaler.headroom import Floor, floor as headroom_floor
 from autoscaler.models import Action, CloudStatus, Decision, PoolFacts, PoolSpec, Signal, Source
 from autoscaler.policy import cooldown_remaining
 from autoscaler.redact import redact_text
@@ -115,21 +115,29 @@ class Reconciler:
                  decision.outcome.value, decision.from_, decision.to)
         return decision
 
-    def _headroom(self, spec: PoolSpec, view: PoolView, now: float) -> Decision | None:
-        """Top a pool up to its headroom where the cluster shows less spare than it keeps; None otherwise."""
-        if not keeps_headroom(spec) or view.current is None or view.busy or view.error:
+    def headroom_short(self, spec: PoolSpec, current: int, now: float) -> Floor | None:
+        """The headroom's floor when the cluster shows the pool below it (``current`` nodes asked for), else None:
+        no headroom kept, no cluster to read, or spare enough."""
+        if not keeps_headroom(spec):
             return None
         pods = self.engine.node_actions.with_pods(spec)
         if pods is None:
             return None
+        facts = headroom_facts(spec, now, pods)
+        room = headroom_floor(Signal(pool=spec.name, action=Action.SCALE_OUT, source=Source.RECONCILE), spec,
+                              current, facts)
+        return room if room is not None and room.nodes > current else None
+
+    def _headroom(self, spec: PoolSpec, view: PoolView, now: float) -> Decision | None:
+        """Top a pool up to its headroom where the cluster shows less spare than it keeps; None otherwise."""
+        if view.current is None or view.busy or view.error:
+            return None
+        room = self.headroom_short(spec, view.current, now)
+        if room is None:
+            return None
         state = self.store.pool(spec.name)
         if (state.paused or (state.backoff_until is not None and now < state.backoff_until)
                 or cooldown_remaining(spec, state, now)["scale_out"] > 0):
-            return None
-        facts = self.engine.pool_facts(spec, view.current, now, None, pods)
-        room = headroom_floor(Signal(pool=spec.name, action=Action.SCALE_OUT, source=Source.RECONCILE), spec,
-                              view.current, facts)
-        if room is None or room.nodes <= view.current:
             return None
         decision = self.engine.handle(Signal(pool=spec.name, action=None, source=Source.RECONCILE, target=room.nodes,
                                              reason=f"spare below the {room.how}"))

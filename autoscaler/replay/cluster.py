@@ -106,6 +106,12 @@ class ReplayCluster:
     def requested(self) -> int:
         return len(self._nodes)
 
+    def usage(self, now: float) -> tuple[int, int, int]:
+        """(nodes, Ready schedulable nodes, GPUs requested on them): what the headroom reads of the cluster, cheap
+        to compare between two moments."""
+        ready = [n for n in self._nodes.values() if n.ready_at <= now and n.cordon is None]
+        return len(self._nodes), len(ready), sum(len(n.pods) for n in ready)
+
     def _cut(self, pod: int, node: _Node, now: float) -> None:
         """The pod stops on ``node``: the GPU time it ran there is lost, and it waits to run again."""
         started = node.pods.pop(pod)

@@ -229,11 +229,11 @@ def choose(results: list[tuple[Candidate, Score]], budget: Budget,
     Robust (``day_budget`` given: the whole budget of one day, ``budget.per_day`` being that less the margin): the
     worst day decides, not the span's total. Within the margin on every day first; else within the budget on every
     day (``span`` is then never used: a span's total hides a bad day); else the least saturated worst day."""
-    tries = (("every_day", budget), ("span", Budget(budget.total, None, budget.changes)))
+    tries = [("every_day", budget), ("span", Budget(budget.total, None, budget.changes))]
     if day_budget is not None:
-        tries = (("every_day", budget), ("every_day_no_margin", Budget(10 ** 9, day_budget, budget.changes)))
+        tries = [("every_day", budget), ("every_day_no_margin", Budget(10 ** 9, day_budget, budget.changes))]
     if budget.changes is not None:  # no candidate calm enough: the saturation budget alone, and the report says so
-        tries += (("changes_over", replace(budget, changes=None)),)
+        tries.append(("changes_over", replace(budget, changes=None)))
 
     def least_saturated(cs: tuple[Candidate, Score]) -> tuple[float, ...]:
         score = cs[1]
