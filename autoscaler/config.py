@@ -13,7 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from autoscaler import validation
-from autoscaler.models import DirectionPolicy, Mode, PoolSpec, Schedule
+from autoscaler.models import DirectionPolicy, Headroom, Mode, PoolSpec, Schedule
 from autoscaler.settings.common import DEFAULT_MOVABLE_OWNERS
 from autoscaler.settings import (AuthConfig, Config, DirectionConfig, PoolConfig, credential_problems,
                                  reference_problems)
@@ -68,7 +68,16 @@ def _direction(base: DirectionConfig, override: DirectionConfig) -> DirectionPol
               **override.model_dump(exclude_none=True, exclude=_NODE_KEYS)}
     if "mode" in merged:
         merged["mode"] = Mode(merged["mode"])
+    if "headroom" in merged:
+        merged["headroom"] = headroom(merged["headroom"])
     return DirectionPolicy(**merged)
+
+
+def headroom(data: dict[str, Any] | None) -> Headroom | None:
+    """A validated ``headroom`` mapping (one of nodes, gpus, fraction) as the core's Headroom."""
+    if data is None:
+        return None
+    return Headroom(**{k: v for k, v in data.items() if v is not None})
 
 
 def build_settings(raw: Any, env: dict[str, str] | None = None, *, replay: bool = False) -> Settings:
@@ -101,7 +110,9 @@ def build_settings(raw: Any, env: dict[str, str] | None = None, *, replay: bool 
             provider_settings=settings,
             gpus_per_node=pool.gpus_per_node,
             provision_time=pool.provision_time,
-            schedules=tuple(Schedule(w.cron, w.duration, w.min, w.timezone) for w in pool.schedules),
+            schedules=tuple(Schedule(w.cron, w.duration, w.min, w.timezone,
+                                     headroom(w.headroom.model_dump()) if w.headroom else None)
+                            for w in pool.schedules),
             **_node_aware(config, index, pool, settings, problems, replay),
         )
         if pools[pool.name].scale_out.mode is Mode.DEMAND and pool.gpus_per_node is None:

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 from autoscaler.config import Settings
 from autoscaler.events import EventLog
-from autoscaler.facts import pool_facts, view_after
+from autoscaler.facts import keeps_headroom, pool_facts, view_after
 from autoscaler.lease import Lease
 from autoscaler.models import Action, Decision, Notification, Outcome, PoolFacts, PoolSpec, PoolState, Signal, Source
 from autoscaler.node_actions import NodeActions
@@ -215,7 +215,9 @@ class Engine:
                                                                          and bool(signal.nodes)))
         sizing = signal.action is Action.SCALE_OUT or signal.target is not None  # where in flight changes the size
         views = self.node_actions.marked(spec) if sizing else None  # one node list, shared with the sweep below
-        facts = self.pool_facts(spec, cloud.current, now, views)
+        pods = (self.node_actions.with_pods(spec) if keeps_headroom(spec) and signal.action is not None
+                and signal.target is None else None)
+        facts = self.pool_facts(spec, cloud.current, now, views, pods)
         plan = decide(signal, spec, state, cloud, now, recent, facts, named_scale_in=named)
         if plan.details.get("recommendation") is not None:
             self.store.add_recommendation(spec.name, now, int(plan.details["recommendation"]), now - window)
@@ -240,9 +242,9 @@ class Engine:
         return decision, change, view_after(spec, cloud, facts, decision, now)
 
     def pool_facts(self, spec: PoolSpec, current: int | None, now: float,
-                   nodes: Sequence[NodeView] | None = None) -> PoolFacts:
-        """Nodes in flight and the floor in force now (see ``facts.pool_facts``)."""
-        return pool_facts(self.store, spec, current, now, nodes)
+                   nodes: Sequence[NodeView] | None = None, pods: Sequence[NodeView] | None = None) -> PoolFacts:
+        """Nodes in flight, the floor and the headroom in force now (see ``facts.pool_facts``)."""
+        return pool_facts(self.store, spec, current, now, nodes, pods)
 
     def _act(self, provider: NodePoolProvider, spec: PoolSpec, failures: int, plan: Plan,
              now: float) -> tuple[Decision, PoolChange]:

@@ -142,6 +142,27 @@ class Signal:
 
 
 @dataclass(frozen=True)
+class Headroom:
+    """Spare ready capacity a pool keeps above what it needs (``scale_out.headroom``, or a schedule window's): whole
+    nodes, GPUs (a node adds ``gpus_per_node``) or a fraction of the need. One of the three is set."""
+
+    nodes: int = 0
+    gpus: int = 0
+    fraction: float = 0.0
+
+    def in_nodes(self, need: float, gpus_per_node: int) -> float:
+        """The headroom in nodes' worth of capacity for a pool that needs ``need`` nodes' worth of work."""
+        return self.nodes + self.gpus / max(gpus_per_node, 1) + self.fraction * max(need, 0.0)
+
+    def describe(self) -> str:
+        if self.gpus:
+            return f"{self.gpus} GPU(s)"
+        if self.fraction:
+            return f"{self.fraction:g} of the need"
+        return f"{self.nodes} node(s)"
+
+
+@dataclass(frozen=True)
 class DirectionPolicy:
     """Scaling settings of one direction of one pool, defaults already applied."""
 
@@ -154,6 +175,7 @@ class DirectionPolicy:
     tolerance: float = 0.1
     stabilization_window: float = 300.0  # scale-in only
     value_ref: str | None = None
+    headroom: Headroom | None = None  # scale-out only: spare capacity kept above need
 
 
 @dataclass(frozen=True)
@@ -164,6 +186,7 @@ class Schedule:
     duration: float  # seconds of elapsed time (a window across a DST change is as long as on any other day)
     min: int
     timezone: str = "UTC"
+    headroom: Headroom | None = None  # the pool's headroom while the window is open (None: the pool's own)
 
 
 @dataclass(frozen=True)
@@ -202,12 +225,18 @@ class PoolFacts:
 
     ``in_flight``: nodes asked for less than ``provision_time`` ago that are not ready yet (``in_flight_how`` says
     how it was counted). ``floor``: the effective min now (a schedule's, or the pool's own); ``floor_how`` why.
+    ``headroom``: the headroom in force (a schedule window's, else None: the pool's ``scale_out.headroom``).
+    ``used``: nodes' worth of GPUs requested on the pool's Ready nodes, where the cluster was read (else None).
     """
 
     in_flight: int = 0
     in_flight_how: str = ""
     floor: int | None = None
     floor_how: str = ""
+    headroom: Headroom | None = None
+    headroom_how: str = ""
+    used: float | None = None
+    used_how: str = ""
 
 
 @dataclass(frozen=True)

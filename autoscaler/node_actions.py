@@ -51,6 +51,20 @@ class NodeActions:
                         redact_text(str(exc)))
             return None
 
+    def with_pods(self, spec: PoolSpec) -> list[NodeView] | None:
+        """The pool's nodes with their pods (the headroom's spare GPUs), where ``kubernetes:`` is configured and the
+        pool's nodes are selectable; None otherwise or when the cluster cannot be read (the headroom then measures
+        need from the alert's value)."""
+        cluster = self.scale_in.cluster if self.scale_in is not None else None
+        if cluster is None or not spec.node_selector:
+            return None
+        try:
+            return cluster.nodes(dict(spec.node_selector))
+        except ClusterError as exc:
+            log.warning("pool=%s headroom from the alert's value: cluster unreadable: %s", spec.name,
+                        redact_text(str(exc)))
+            return None
+
     def sweep(self, spec: PoolSpec, since: float, views: Sequence[NodeView] | None = None) -> None:
         """Best effort: uncordon what a stopped decision left cordoned (the next one retries on failure)."""
         assert self.scale_in is not None

@@ -22,9 +22,9 @@ def run_replay(config_path: str, trace_path: str, out_dir: str) -> dict[str, Any
     victims = victims_of(settings, pool)
     cloud = run if victims == "cloud" else simulate(settings, trace, victims="cloud")
     idle = simulate(settings, trace, victims="idle") if victims == "movable" else None
-    data = summary(run, static_peak(trace), simulate(fixed_step(settings), trace, use_steps=False), cloud, victims,
-                   idle)
     spec = settings.pools[pool]
+    data = summary(run, static_peak(trace), simulate(fixed_step(settings), trace, use_steps=False), cloud, victims,
+                   idle=idle, low=spec.min)
     title = (f"{pool}: scale_out {spec.scale_out.mode.value}, scale_in {spec.scale_in.mode.value} | "
              f"{data['node_hours']:.1f} node-h (static peak {data['baselines']['static_peak']['node_hours']:.1f}),"
              f" saturated {data['saturated_minutes']} of {data['minutes']} min, interrupted "
@@ -59,8 +59,9 @@ def replay(config_path: str, trace_path: str, out_dir: str) -> int:
         return 1
     static = data["baselines"]["static_peak"]
     step = data["baselines"]["fixed_step"]
+    ratio = f"{data['vs_foresight']:.2f}x " if data["vs_foresight"] is not None else ""
     print(f"replayed {data['minutes']} min in {time.monotonic() - started:.1f}s -> {out_dir}: "
-          f"{data['node_hours']:.1f} node-h (static peak {static['node_hours']:.1f}, fixed step "
+          f"{data['node_hours']:.1f} node-h ({ratio}the foresight limit {data['foresight_node_hours']:.1f}; static peak {static['node_hours']:.1f}, fixed step "
           f"{step['node_hours']:.1f}), saturated {data['saturated_minutes']} min (fixed step "
           f"{step['saturated_minutes']}), {data['scale_actions']} scale actions, interrupted work "
           f"{data['interrupted_node_minutes']:.1f} node-min with victims {data['victims']} "

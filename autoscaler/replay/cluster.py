@@ -123,6 +123,12 @@ class ReplayCluster:
     def _name(self, pod: int) -> str:
         return f"infer-{pod}" if self.movable(pod) else f"work-{pod}"
 
+    def usage(self, now: float) -> tuple[int, int, int]:
+        """(nodes, Ready schedulable nodes, GPUs requested on them): what the headroom reads of the cluster, cheap
+        to compare between two moments."""
+        ready = [n for n in self._nodes.values() if n.ready_at <= now and n.cordon is None]
+        return len(self._nodes), len(ready), sum(len(n.pods) for n in ready)
+
     def _cut(self, pod: int, node: _Node, now: float) -> None:
         """The pod stops on ``node`` and waits to run again: a Job's pod loses the GPU time it ran there, a
         replica loses nothing and counts as an eviction."""

@@ -9,6 +9,7 @@ from typing import Any, Callable
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
 from autoscaler.events import EventLog
+from autoscaler.facts import keeps_headroom
 from autoscaler.models import Decision, Mode
 from autoscaler.reconciler import Reconciler
 from autoscaler.replay.alerts import AlertEmulator
@@ -139,9 +140,12 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     emulator = AlertEmulator(cfg, settings.config.routing, use_steps=use_steps)
     queue: list[tuple[float, int, int]] = [(trace.start + STEP * i, SAMPLE, i) for i in range(len(trace.demand))]
     queue.append((trace.start, EVALUATE, 0))
-    if spec.schedules or sim.initial_count < spec.min:  # otherwise no tick could decide anything
+    floors = bool(spec.schedules) or sim.initial_count < spec.min
+    topped_up = keeps_headroom(spec) and bool(spec.node_selector)  # the reconciler keeps headroom from the cluster
+    if floors or topped_up:  # otherwise no tick could decide anything
         queue.append((trace.start, RECONCILE, 0))
     reconciles: list[float] = []
+    spare_enough: tuple[int, int, int] | None = None  # the cluster's usage when the headroom was last found kept
     heapq.heapify(queue)
     minutes: list[Minute] = []
     decisions: list[tuple[float, Decision]] = []
@@ -174,7 +178,13 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
             if nxt < trace.end:
                 heapq.heappush(queue, (nxt, EVALUATE, 0))
         elif kind == RECONCILE:
-            ticked = reconciler.tick(now).decisions
+            # A tick only for the headroom is run when the cluster shows it short: the others decide nothing (and a
+            # full tick, its lease and cloud view, costs more than the minute's replay)
+            due = floors
+            if not due and nodes.usage(now) != spare_enough:  # unchanged since it was last enough: still enough
+                due = reconciler.headroom_short(spec, nodes.requested, now) is not None
+                spare_enough = None if due else nodes.usage(now)
+            ticked = reconciler.tick(now).decisions if due else []
             if ticked:
                 reconciles.append(now)
                 decisions += [(now, decision) for decision in ticked]
