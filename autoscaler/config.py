@@ -99,7 +99,7 @@ def build_settings(raw: Any, env: dict[str, str] | None = None, *, replay: bool 
             dedup_window=pool.dedup_window if pool.dedup_window is not None else config.defaults.dedup_window,
             provider_settings=settings,
             gpus_per_node=pool.gpus_per_node,
-            provision_time=pool.provision_time,
+            provision_time=_provision_time(pool, settings),
             schedules=tuple(Schedule(w.cron, w.duration, w.min, w.timezone) for w in pool.schedules),
             **_node_aware(config, index, pool, settings, problems, replay),
         )
@@ -108,6 +108,14 @@ def build_settings(raw: Any, env: dict[str, str] | None = None, *, replay: bool 
     if problems:
         raise ConfigError(_unique(problems))
     return Settings(config=config, pools=pools)
+
+
+def _provision_time(pool: Any, settings: Any) -> float:
+    """The pool's ``provision_time``; left out on a simulated pool, its own boot time (``provision_seconds``), so a
+    stand-in cloud whose nodes are ready at once has none in flight."""
+    if "provision_time" not in pool.model_fields_set and pool.provider == "simulated" and settings is not None:
+        return float(getattr(settings, "provision_seconds", pool.provision_time))
+    return float(pool.provision_time)
 
 
 def warnings(settings: Settings) -> list[str]:
