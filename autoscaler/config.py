@@ -60,6 +60,7 @@ def _substitute(node: Any, loc: tuple[Any, ...], env: dict[str, str], problems: 
 
 _NODE_KEYS = {"victims", "drain_timeout"}  # scale_in keys that are not the direction's policy
 _LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$")
+DEFAULT_PROVISION_TIME = 600.0  # pools[].provision_time left out (a simulated pool: its provision_seconds)
 
 
 def _direction(base: DirectionConfig, override: DirectionConfig) -> DirectionPolicy:
@@ -111,11 +112,12 @@ def build_settings(raw: Any, env: dict[str, str] | None = None, *, replay: bool 
 
 
 def _provision_time(pool: Any, settings: Any) -> float:
-    """The pool's ``provision_time``; left out on a simulated pool, its own boot time (``provision_seconds``), so a
-    stand-in cloud whose nodes are ready at once has none in flight."""
-    if "provision_time" not in pool.model_fields_set and pool.provider == "simulated" and settings is not None:
-        return float(getattr(settings, "provision_seconds", pool.provision_time))
-    return float(pool.provision_time)
+    """The pool's ``provision_time``; left out, 10 minutes, or on a simulated pool its own boot time
+    (``provision_seconds``), so a stand-in cloud whose nodes are ready at once has none in flight."""
+    if pool.provision_time is not None:
+        return float(pool.provision_time)
+    return float(getattr(settings, "provision_seconds", DEFAULT_PROVISION_TIME) if pool.provider == "simulated"
+                 else DEFAULT_PROVISION_TIME)
 
 
 def warnings(settings: Settings) -> list[str]:

@@ -5,16 +5,22 @@ from __future__ import annotations
 import base64
 import os
 import re
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import pytest
+import requests
 import yaml
 from flask.testing import FlaskClient
 
 from autoscaler.app import create_app
 from autoscaler.api.status import chart
 from autoscaler.config import build_settings
+from tests.pipeline import wait_for
+from tests.servers import free_port
 from tests.support import FakeClock, am_alert, am_payload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,3 +89,30 @@ def test_make_traces_writes_where_it_is_told(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "week.csv").read_text().startswith("timestamp,demand\n")
     assert not (script.parent / "week.csv").exists()
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=1).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+@pytest.mark.slow
+def test_make_run_removes_its_metrics_directory_when_stopped(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("PROMETHEUS_MULTIPROC_DIR", "AUTOSCALER_CONFIG")}
+    log = (tmp_path / "run.log").open("w+")
+    proc = subprocess.Popen(["make", "-s", "run", f"PORT={port}", "WORKERS=1"], cwd=ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(lambda: _healthy(f"http://127.0.0.1:{port}/healthz"), 120, "make run to serve")
+        found = re.search(r"PROMETHEUS_MULTIPROC_DIR=(\S+) ", (tmp_path / "run.log").read_text())
+        assert found, (tmp_path / "run.log").read_text()
+        metrics = Path(found.group(1))
+        assert metrics.is_dir() and str(metrics).startswith(tempfile.gettempdir())
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal
+        proc.wait(timeout=60)
+        log.close()
+    assert not metrics.exists()
