@@ -14,6 +14,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.config import build_settings
+from tests.container import PROBE, Container, run, stage  # noqa: F401 - stage is a fixture
 from tests.pipeline import PROMTOOL, require_binary
 from tests.support import AUTH, FakeClock, am_alert, am_payload, make_app
 
@@ -96,7 +97,7 @@ def test_rendered_manifests_validate_and_carry_a_valid_config(helm: str, values:
     assert all(d["metadata"].get("namespace") in ("gpu-autoscaler", None) for d in docs)
     settings = build_settings(_config(docs), env=ENV)
     postgres = values == "postgresql"
-    assert settings.config.store.url == (ENV["DATABASE_URL"] if postgres else "sqlite:////app/data/autoscaler.db")
+    assert settings.config.store.url == (ENV["DATABASE_URL"] if postgres else "sqlite:///data/autoscaler.db")
 
 
 def test_kubernetes_validate_refuses_what_the_cluster_would(helm: str, tmp_path: Path) -> None:
@@ -270,3 +271,49 @@ def test_notes_say_how_to_reach_the_page_and_point_alertmanager(helm: str) -> No
     assert "kubectl -n gpu-autoscaler port-forward service/gpu-pool-autoscaler 8080:8080" in notes
     assert "http://gpu-pool-autoscaler.gpu-autoscaler.svc:8080/webhook/alertmanager" in notes
     assert "AUTOSCALER_PASSWORD" in notes
+
+
+def as_the_kubelet_runs_it(docs: list[dict[str, Any]], stage: Path) -> Container:
+    """The container the rendered Deployment makes: its env and the Secret's keys, the ConfigMap's file, emptyDirs
+    as the writable paths, the pod's user and the container's read-only root."""
+    pod = _one(docs, "Deployment")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["envFrom"] == [{"secretRef": {"name": "gpu-pool-autoscaler"}}]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    binds, writable = {}, {}
+    for mount in container["volumeMounts"]:
+        volume = volumes[mount["name"]]
+        if "configMap" in volume:
+            config = stage / "config.yaml"
+            config.write_text(yaml.safe_dump(_config(docs)))
+            binds[mount["mountPath"] + "/config.yaml"] = config
+        else:
+            assert "emptyDir" in volume, volume
+            writable[mount["mountPath"]] = "mode=1777"  # an emptyDir is world-writable
+    user = f"{pod['securityContext']['runAsUser']}:{pod['securityContext']['runAsGroup']}"
+    env = {e["name"]: e["value"] for e in container["env"]} | {k: ENV[k] for k in ("AUTOSCALER_TOKEN",
+                                                                                 "AUTOSCALER_PASSWORD")}
+    return Container(env=env, user=user, binds=binds, writable=writable,
+                     read_only=container["securityContext"]["readOnlyRootFilesystem"],
+                     command=(container.get("command", []) + container.get("args", [])) or None)
+
+
+def test_the_readmes_helm_install_reaches_a_first_decision(helm: str, stage: Path) -> None:
+    """The README's deployment story, minus the cluster: the default chart's pod boots from the image under its
+    read-only root and answers the README's first webhook as the README says."""
+    readme = (ROOT / "README.md").read_text().split("## Deploying it", 1)[1].split("\n## ", 1)[0]
+    install = re.search(r"helm install (\S+) (\S+) -n (\S+)", readme)
+    assert install and install.groups() == ("gpu-pool-autoscaler", "deploy/helm/gpu-pool-autoscaler", "gpu-autoscaler")
+    body = re.search(r"/webhook/alertmanager -d '(\{.*?\})'", readme, re.S)
+    expected = re.search(r'# -> .*"pool":"(\w+)","action":"(\w+)","outcome":"(\w+)","from":(\d+),"to":(\d+)', readme)
+    assert body and expected
+    docs = render(helm)
+    probe = _one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]
+    health = f"python -c \"import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080{probe['path']}')\""
+    found, log = run(stage, as_the_kubelet_runs_it(docs, stage), PROBE, health, ENV["AUTOSCALER_TOKEN"],
+                     json.dumps(json.loads(body.group(1))))
+    assert found["healthy"] and found["readyz"] == 200 and found["metrics"] is True, log[-3000:]
+    decision = found["decision"]
+    pool, action, outcome, before, after = expected.groups()
+    assert (decision["pool"], decision["action"], decision["outcome"]) == (pool, action, outcome), decision
+    assert (decision["from"], decision["to"]) == (int(before), int(after))

@@ -48,7 +48,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if .Values.store.postgresql.enabled }}
 {{- $_ := set $store "url" (printf "${%s}" .Values.store.postgresql.secretKey) }}
 {{- else }}
-{{- $_ := set $store "url" "sqlite:////app/data/autoscaler.db" }}
+{{- $_ := set $store "url" "sqlite:///data/autoscaler.db" }}   {{- /* relative to the image's WORKDIR: /app/data */}}
 {{- end }}
 {{- $_ := set $cfg "store" $store }}
 {{- if .Values.nodeAwareScaleIn.enabled }}
