@@ -113,9 +113,10 @@ def _mounts(container: Container, root: Path) -> tuple[list[str], list[str]]:
         place.touch()
         before.append(f"mount --bind {shlex.quote(str(source))} {place} && mount -o remount,bind,ro {place}")
     for path, options in sorted(container.writable.items()):  # /tmp before /tmp/prometheus-multiproc
-        place = _inside(root, path)
-        before.append(f"mkdir -p {place}")  # a container engine makes a missing mount point in the image
-        after.append(f"mkdir -p {place} && mount -t tmpfs -o {options} tmpfs {place}")
+        point = _inside(root, path)
+        if not any(path.startswith(other.rstrip("/") + "/") for other in container.writable):
+            before.append(f"mkdir -p {point}")  # a container engine makes a missing mount point in the image
+        after.append(f"mkdir -p {point} && mount -t tmpfs -o {options} tmpfs {point}")
     return before, after
 
 
