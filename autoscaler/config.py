@@ -61,6 +61,7 @@ def _substitute(node: Any, loc: tuple[Any, ...], env: dict[str, str], problems: 
 
 _NODE_KEYS = {"victims", "drain_timeout", "movable_owners"}  # scale_in keys that are not the direction's policy
 _LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$")
+DEFAULT_PROVISION_TIME = 600.0  # pools[].provision_time left out (a simulated pool: its provision_seconds)
 
 
 def _direction(base: DirectionConfig, override: DirectionConfig) -> DirectionPolicy:
@@ -109,7 +110,7 @@ def build_settings(raw: Any, env: dict[str, str] | None = None, *, replay: bool 
             dedup_window=pool.dedup_window if pool.dedup_window is not None else config.defaults.dedup_window,
             provider_settings=settings,
             gpus_per_node=pool.gpus_per_node,
-            provision_time=pool.provision_time,
+            provision_time=_provision_time(pool, settings),
             schedules=tuple(Schedule(w.cron, w.duration, w.min, w.timezone,
                                      headroom(w.headroom.model_dump()) if w.headroom else None)
                             for w in pool.schedules),
@@ -141,6 +142,15 @@ def provider_settings(pool: PoolConfig, index: int) -> tuple[Any, list[str]]:
         return model.model_validate(extra.get(pool.provider) or {}), problems
     except ValidationError as exc:
         return None, problems + validation.problems(exc, prefix=f"{where}.{pool.provider}")
+
+
+def _provision_time(pool: Any, settings: Any) -> float:
+    """The pool's ``provision_time``; left out, 10 minutes, or on a simulated pool its own boot time
+    (``provision_seconds``), so a stand-in cloud whose nodes are ready at once has none in flight."""
+    if pool.provision_time is not None:
+        return float(pool.provision_time)
+    return float(getattr(settings, "provision_seconds", DEFAULT_PROVISION_TIME) if pool.provider == "simulated"
+                 else DEFAULT_PROVISION_TIME)
 
 
 def warnings(settings: Settings) -> list[str]:

@@ -68,6 +68,6 @@ def view_after(spec: PoolSpec, cloud: CloudStatus, facts: PoolFacts, decision: D
     """The pool's cloud view once a decision read it and, if it scaled, asked for ``decision.to`` nodes."""
     if decision.outcome is not Outcome.SCALED or decision.to is None or decision.from_ is None:
         return PoolView(spec.name, cloud.current, cloud.busy, cloud.detail, facts.in_flight, None, now)
-    added = max(0, decision.to - decision.from_)
+    added = max(0, decision.to - decision.from_) if spec.provision_time > 0 else 0  # 0: ready when asked for
     return PoolView(spec.name, decision.to, cloud.busy, f"{decision.from_} -> {decision.to} asked for by this service",
                     min(facts.in_flight + added, decision.to), None, now)

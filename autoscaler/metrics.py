@@ -103,6 +103,8 @@ class PoolStateCollector(Collector):
                                       "ready yet (as of the stored cloud view).", labels=["pool"])
         floor = GaugeMetricFamily(f"{PREFIX}_pool_effective_min", "The floor now: a schedule's min or the pool's.",
                                   labels=["pool"])
+        limits = {end: GaugeMetricFamily(f"{PREFIX}_pool_{end}", f"The pool's configured {end}imum node count.",
+                                         labels=["pool"]) for end in ("min", "max")}
         age = GaugeMetricFamily(f"{PREFIX}_pool_view_age_seconds", "Age of the stored cloud view (the reconciler "
                                 "refreshes it; scrapes never call the cloud).", labels=["pool"])
         paused_total = GaugeMetricFamily(f"{PREFIX}_pools_paused", "How many pools are paused.")
@@ -127,8 +129,10 @@ class PoolStateCollector(Collector):
                 in_flight.add_metric([name], row["in_flight"])
             if row.get("effective_min") is not None:
                 floor.add_metric([name], row["effective_min"])
+            for end, family in limits.items():
+                family.add_metric([name], row[end])
             if row.get("view_age_s") is not None:
                 age.add_metric([name], row["view_age_s"])
         if rows:
             paused_total.add_metric([], sum(1 for row in rows if row["paused"]))
-        yield from (paused, paused_total, size, cooldown, backoff, last, in_flight, floor, age, up)
+        yield from (paused, paused_total, size, cooldown, backoff, last, in_flight, floor, *limits.values(), age, up)

@@ -45,6 +45,15 @@ def cooldown_remaining(spec: PoolSpec, state: PoolState, now: float) -> dict[str
     return {"scale_out": max(0.0, out), "scale_in": max(0.0, inn)}
 
 
+def _held(spec: PoolSpec, state: PoolState, now: float, action: Action, remaining: float) -> str:
+    """Why a direction waits: its cooldown, or for a scale-in held longer by the last scale-out, that delay."""
+    if action is Action.SCALE_IN and state.last_scale_out_at is not None:
+        own = 0.0 if state.last_scale_in_at is None else state.last_scale_in_at + spec.scale_in.cooldown - now
+        if state.last_scale_out_at + spec.scale_in.delay_after_scale_out - now > own:
+            return f"scale in held after the last scale-out (delay_after_scale_out): {remaining:.0f}s left"
+    return f"{_words(action)} cooldown: {remaining:.0f}s left"
+
+
 def _words(action: Action) -> str:
     return "scale out" if action is Action.SCALE_OUT else "scale in"
 
@@ -114,7 +123,7 @@ def settled(signal: Signal, spec: PoolSpec, state: PoolState, now: float, curren
     remaining = cooldown_remaining(spec, state, now)[action.value]
     if remaining <= 0:
         return None
-    return Plan(Outcome.SKIPPED_COOLDOWN, action, current, current, f"{_words(action)} cooldown: {remaining:.0f}s left",
+    return Plan(Outcome.SKIPPED_COOLDOWN, action, current, current, _held(spec, state, now, action, remaining),
                 details={"cloud": "not read: the cooldown settles it"})
 
 
@@ -204,7 +213,7 @@ def _decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus
         remaining = cooldown_remaining(spec, state, now)[action.value]
         if remaining > 0:
             return Plan(Outcome.SKIPPED_COOLDOWN, action, current, current,
-                        f"{_words(action)} cooldown: {remaining:.0f}s left", retry_after=None, details=details)
+                        _held(spec, state, now, action, remaining), retry_after=None, details=details)
     clamp_note = rounded or (f", clamped to {'max' if target == spec.max else 'min'} {target}"
                              if target != desired else "")
     if spec.dry_run:

@@ -127,6 +127,19 @@ def test_reason_names_the_numbers() -> None:
     assert "clamped to max 6" in plan.reason
 
 
+def test_scale_in_names_what_holds_it() -> None:
+    """delay_after_scale_out (600s) is not the scale-in cooldown (900s): the reason says which one holds."""
+    IN = replace(OUT, action=Action.SCALE_IN)
+    after_out = decide(IN, SPEC, replace(STATE, last_scale_out_at=NOW - 100), cloud(3), NOW)
+    assert after_out.outcome is Outcome.SKIPPED_COOLDOWN
+    assert after_out.reason == "scale in held after the last scale-out (delay_after_scale_out): 500s left"
+    after_in = decide(IN, SPEC, replace(STATE, last_scale_in_at=NOW - 100, last_scale_out_at=NOW - 500), cloud(3),
+                      NOW)
+    assert after_in.reason == "scale in cooldown: 800s left"
+    settled_one = settled(IN, SPEC, replace(STATE, last_scale_out_at=NOW - 100), NOW, 3)
+    assert settled_one is not None and "delay_after_scale_out" in settled_one.reason
+
+
 def test_backoff_doubles_to_fifteen_minutes() -> None:
     assert [backoff_seconds(n) for n in range(0, 7)] == [0, 60, 120, 240, 480, 900, 900]
 

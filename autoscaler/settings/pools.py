@@ -139,8 +139,9 @@ class PoolConfig(BaseModel):
                                       "nodes, e.g. kubernetes.azure.com/agentpool=gpunp (default per provider).")
     gpus_per_node: int | None = Field(default=None, ge=1, le=64, description="GPUs one node adds (demand mode "
                                       "divides by it and needs it; the replay assumes 8 without it).")
-    provision_time: Duration = Field(default=600.0, description="Request to GPUs allocatable; nodes asked for "
-                                     "within it and not ready yet are in flight.")
+    provision_time: Duration | None = Field(default=None, description="Request to GPUs allocatable; nodes asked "
+                                            "for within it and not ready yet are in flight (default 10m; a "
+                                            "simulated pool: its provision_seconds).")
     schedules: list[ScheduleConfig] = Field(default_factory=list)
 
     @field_validator("node_selector", mode="before")
@@ -153,8 +154,8 @@ class PoolConfig(BaseModel):
 
     @field_validator("provision_time")
     @classmethod
-    def _provision_time(cls, v: float) -> float:
-        if not 0 <= v <= 86400:
+    def _provision_time(cls, v: float | None) -> float | None:
+        if v is not None and not 0 <= v <= 86400:
             raise ValueError("must be from 0 to 24h")
         return v
 

@@ -84,9 +84,8 @@ def generate(family: str, days: int = 1, seed: int | None = None) -> list[float]
     return out
 
 
-def write(name: str, demand: list[float], start: datetime = START) -> None:
-    """One CSV with the header timestamp,demand (``name`` relative to this folder, or a path)."""
-    path = os.path.join(HERE, name)
+def write(path: str, demand: list[float], start: datetime = START) -> None:
+    """One CSV with the header timestamp,demand at ``path`` (relative to the current directory, like any CLI)."""
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("timestamp,demand\n")
         for i, d in enumerate(demand):
@@ -108,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--out needs --family (one file per family)")
     start = datetime.strptime(args.start, "%Y-%m-%d").replace(tzinfo=timezone.utc)
     for family in [args.family] if args.family else sorted(FAMILIES):
-        out = args.out or f"{family}.csv"
+        out = args.out or os.path.join(HERE, f"{family}.csv")
         write(out, generate(family, args.days, args.seed), start)
     return 0
 
