@@ -109,7 +109,7 @@ def test_prometheus_config_and_rules_pass_promtool() -> None:
     promtool = require_binary(*PROMTOOL)
     config = _run([promtool, "check", "config", str(DEPLOY / "prometheus" / "prometheus.yml")])
     assert config.returncode == 0, config.stdout + config.stderr
-    assert "SUCCESS: 3 rule files found" in config.stdout  # scaling, demand and the service's own rules
+    assert "SUCCESS: 4 rule files found" in config.stdout  # scaling, demand, static nodes and the service's own rules
     rules = _run([promtool, "check", "rules", str(DEPLOY / "prometheus" / "gpu-autoscaler-rules.yml")])
     assert rules.returncode == 0, rules.stdout + rules.stderr
     assert "SUCCESS: 8 rules found" in rules.stdout  # map, node pools (2), per GPU, per pool (2), 2 alerts
