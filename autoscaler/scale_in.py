@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from autoscaler.models import Outcome, PoolSpec
+from autoscaler.models import CloudStatus, Outcome, PoolSpec
 from autoscaler.cluster.nodes import (REMOVING, Cluster, ClusterError, MarkedNodes, NodeView, kept_reason, pick_victims)
 from providers import NodeRef, ProviderError, RemovesNamedNodes
 
@@ -92,8 +92,10 @@ class NodeScaleIn:
 
     # ---- scale-in by alert ---------------------------------------------------------------------------------------
     def scale_in(self, spec: PoolSpec, provider: RemovesNamedNodes, current: int, remove: int,
-                 alerted: Sequence[str], owner: str, now: float, renew: Callable[[], bool]) -> Removal:
-        """Remove up to ``remove`` idle nodes (alert-named first, then newest), never below ``spec.min``."""
+                 alerted: Sequence[str], owner: str, now: float, renew: Callable[[], bool],
+                 status: CloudStatus | None = None) -> Removal:
+        """Remove up to ``remove`` idle nodes (alert-named first, then newest), never below ``spec.min``
+        (``status``: the cloud's status the decision was made on, handed to the provider)."""
         if spec.victims == "alerted" and not alerted:
             swept = self.sweep(spec, now)
             return Removal(Outcome.SKIPPED_IN_USE, current, "victims: alerted, and the alerts name no node "
@@ -104,7 +106,7 @@ class NodeScaleIn:
                  for v in views if v.name in swept or not v.cordon_owner.endswith(REMOVING)]  # already going
         chosen, kept = pick_victims(views, remove, alerted, spec.victims, spec.min)
         kept_list = [(n.name, _why(n, r)) for n, r in kept]
-        result = self._cordon_and_remove(spec, provider, current, chosen, kept_list, owner, renew)
+        result = self._cordon_and_remove(spec, provider, current, chosen, kept_list, owner, renew, status=status)
         return replace(result, uncordoned=tuple(swept))
 
     def preview(self, spec: PoolSpec, remove: int, alerted: Sequence[str]) -> Removal:
@@ -118,7 +120,8 @@ class NodeScaleIn:
 
     # ---- scale-in by name (manual) -------------------------------------------------------------------------------
     def remove_named(self, spec: PoolSpec, provider: RemovesNamedNodes, current: int, names: Sequence[str],
-                     room: int, force: bool, owner: str, now: float, renew: Callable[[], bool]) -> Removal:
+                     room: int, force: bool, owner: str, now: float, renew: Callable[[], bool],
+                     status: CloudStatus | None = None) -> Removal:
         """Remove the named nodes (at most ``room``); a busy one only with ``force``, after evicting its GPU pods."""
         views = {v.name: v for v in self.cluster.nodes(dict(spec.node_selector))}
         swept = self.sweep(spec, now, list(views.values()))
@@ -152,7 +155,7 @@ class NodeScaleIn:
                 drained.append(view)
         if busy and not chosen and not drained:
             return Removal(Outcome.FAILED, current, summary(kept), kept=tuple(kept), uncordoned=tuple(swept))
-        result = self._cordon_and_remove(spec, provider, current, chosen, kept, owner, renew, drained)
+        result = self._cordon_and_remove(spec, provider, current, chosen, kept, owner, renew, drained, status)
         return replace(result, uncordoned=tuple(swept))
 
     def _drain(self, spec: PoolSpec, view: NodeView, owner: str, renew: Callable[[], bool]) -> str | None:
@@ -186,7 +189,8 @@ class NodeScaleIn:
     # ---- the common end ------------------------------------------------------------------------------------------
     def _cordon_and_remove(self, spec: PoolSpec, provider: RemovesNamedNodes, current: int,
                            chosen: Sequence[NodeView], kept: list[tuple[str, str]], owner: str,
-                           renew: Callable[[], bool], drained: Sequence[NodeView] = ()) -> Removal:
+                           renew: Callable[[], bool], drained: Sequence[NodeView] = (),
+                           status: CloudStatus | None = None) -> Removal:
         if not chosen and not drained:
             return Removal(Outcome.SKIPPED_IN_USE, current, f"no node of pool {spec.name} can go: {summary(kept)}",
                            kept=tuple(kept))
@@ -219,7 +223,7 @@ class NodeScaleIn:
                            kept=tuple(kept))
         refs = [NodeRef(v.name, v.provider_id) for v in survivors]
         try:
-            reached = provider.remove_nodes(refs, current, self.clock())
+            reached = provider.remove_nodes(refs, current, self.clock(), status=status)
         except ProviderError as exc:
             self._uncordon(mine)
             return Removal(Outcome.FAILED, exc.applied if exc.applied is not None else current,
