@@ -22,8 +22,8 @@ def said_by(signal: Signal, plan: Plan) -> Plan:
 
 
 def result_label(exc: ProviderError) -> str:
-    """The ``result`` label of the provider-call metric for a failed act: our code (a bounded set)."""
-    return exc.code.value
+    """The ``result`` label of the provider-call metric for a failed act: the code a person looks up."""
+    return exc.shown_code
 
 
 def failed(spec: PoolSpec, tracks_count: bool, failures: int, plan: Plan, now: float,
