@@ -175,20 +175,17 @@ def warnings(settings: Settings) -> list[str]:
         if (settings.config.kubernetes is not None and spec.victims == "cloud" and not spec.node_selector
                 and spec.provider_settings is not None
                 and not (pool.scale_in.victims or settings.config.defaults.scale_in.victims)
-                and isinstance(providers.build(spec.provider, spec.name, spec.provider_settings),
-                               providers.RemovesNamedNodes)):
+                and providers.capabilities(spec.provider, spec.provider_settings).removes_named_nodes):
             out.append(f"pools[{index}].node_selector: not set, so the cloud picks which nodes a scale-in removes "
                        f"(provider {spec.provider} has no default); set it for node-aware scale-in (victims: idle)")
         if pool.scale_in.movable_owners is not None and spec.victims != "movable":
             out.append(f"pools[{index}].scale_in.movable_owners: does nothing with victims: {spec.victims} (only "
                        "victims: movable moves pods)")
-        floor_of = providers.factory(spec.provider).floor
-        if floor_of is None or spec.provider_settings is None:
-            continue
-        floor, why = floor_of(spec.provider_settings)
-        if spec.min < floor:
-            out.append(f"pools[{index}].min: {spec.min} is below what the cloud allows ({floor}: {why}); "
-                       f"scale-in stops at {floor} (skipped_limit)")
+        limits = providers.capabilities(spec.provider, spec.provider_settings).limits \
+            if spec.provider_settings is not None else None
+        if limits is not None and spec.min < limits.low:
+            out.append(f"pools[{index}].min: {spec.min} is below what the cloud allows ({limits.low}: {limits.why}); "
+                       f"scale-in stops at {limits.low} (skipped_limit)")
     return out
 
 
@@ -271,9 +268,7 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
     import providers
 
     where = f"pools[{index}]"
-    removes = False
-    if settings is not None:
-        removes = isinstance(providers.build(pool.provider, pool.name, settings), providers.RemovesNamedNodes)
+    removes = settings is not None and providers.capabilities(pool.provider, settings).removes_named_nodes
     drain = pool.scale_in.drain_timeout or config.defaults.scale_in.drain_timeout or 600.0
     text = pool.node_selector
     factory = providers.factory(pool.provider)

@@ -268,6 +268,7 @@ class CloudLimits:
     multiple_of: int = 1
     multiple_why: str = ""  # e.g. "GKE sets the node count per zone and the pool spans 3 zones"
     fix: str = ""  # how an operator changes the bounds, e.g. an aws eks command
+    why: str = ""  # why the low bound is what it is, for check-config: "AKS keeps at least 1 node in a System pool"
 
     def refuses(self, target: int) -> str:
         """Why these bounds refuse ``target`` ("" when they allow it); the service never widens them."""
@@ -287,12 +288,17 @@ class CloudLimits:
 
 @dataclass(frozen=True)
 class CloudStatus:
-    """What the provider reports of a pool right now."""
+    """What the provider reports of a pool right now.
+
+    ``read`` is the provider's own answer behind it (an AKS agent pool with its eTag, an EKS node group), handed
+    back to the provider with the change that follows in the same decision; never shown, never compared.
+    """
 
     current: int | None
     busy: bool = False
     detail: str = ""
     limits: CloudLimits | None = None  # the cloud's own bounds, when it has any beyond the pool's min/max
+    read: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

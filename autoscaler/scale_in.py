@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from autoscaler.models import Outcome, PoolSpec
+from autoscaler.models import CloudStatus, Outcome, PoolSpec
 from autoscaler.cluster.movable import Pick, pick_movable
 from autoscaler.cluster.nodes import (REMOVING, Budgets, Cluster, ClusterError, MarkedNodes, NodeView,
                                       pick_victims)
@@ -95,8 +95,10 @@ class NodeScaleIn:
 
     # ---- scale-in by alert ---------------------------------------------------------------------------------------
     def scale_in(self, spec: PoolSpec, provider: RemovesNamedNodes, current: int, remove: int,
-                 alerted: Sequence[str], owner: str, now: float, renew: Callable[[], bool]) -> Removal:
-        """Remove up to ``remove`` idle nodes (alert-named first, then newest), never below ``spec.min``."""
+                 alerted: Sequence[str], owner: str, now: float, renew: Callable[[], bool],
+                 status: CloudStatus | None = None) -> Removal:
+        """Remove up to ``remove`` idle nodes (alert-named first, then newest), never below ``spec.min``
+        (``status``: the cloud's status the decision was made on, handed to the provider)."""
         if spec.victims == "alerted" and not alerted:
             swept = self.sweep(spec, now)
             return Removal(Outcome.SKIPPED_IN_USE, current, "victims: alerted, and the alerts name no node "
@@ -111,7 +113,8 @@ class NodeScaleIn:
         if pick.drain is not None and not pick.idle and not drained:
             return Removal(Outcome.FAILED, current, f"no node of pool {spec.name} went: {summary(kept_list)}",
                            kept=tuple(kept_list), uncordoned=tuple(swept))
-        result = self._cordon_and_remove(spec, provider, current, pick.idle, kept_list, owner, renew, drained)
+        result = self._cordon_and_remove(spec, provider, current, pick.idle, kept_list, owner, renew, drained,
+                                         status=status)
         return replace(result, uncordoned=tuple(swept))
 
     def _pick(self, spec: PoolSpec, views: Sequence[NodeView], remove: int, alerted: Sequence[str]) -> Pick:
@@ -139,7 +142,8 @@ class NodeScaleIn:
 
     # ---- scale-in by name (manual) -------------------------------------------------------------------------------
     def remove_named(self, spec: PoolSpec, provider: RemovesNamedNodes, current: int, names: Sequence[str],
-                     room: int, force: bool, owner: str, now: float, renew: Callable[[], bool]) -> Removal:
+                     room: int, force: bool, owner: str, now: float, renew: Callable[[], bool],
+                     status: CloudStatus | None = None) -> Removal:
         """Remove the named nodes (at most ``room``); a busy one only with ``force``, after draining it (every
         pod but DaemonSets' and mirror pods, through the Eviction API)."""
         views = {v.name: v for v in self.cluster.nodes(dict(spec.node_selector))}
@@ -168,7 +172,7 @@ class NodeScaleIn:
         drained = self._drain_all(spec, busy, kept, owner, renew)
         if busy and not chosen and not drained:
             return Removal(Outcome.FAILED, current, summary(kept), kept=tuple(kept), uncordoned=tuple(swept))
-        result = self._cordon_and_remove(spec, provider, current, chosen, kept, owner, renew, drained)
+        result = self._cordon_and_remove(spec, provider, current, chosen, kept, owner, renew, drained, status)
         return replace(result, uncordoned=tuple(swept))
 
     def _drain_all(self, spec: PoolSpec, views: Sequence[NodeView], kept: list[tuple[str, str]], owner: str,
@@ -189,7 +193,8 @@ class NodeScaleIn:
     # ---- the common end ------------------------------------------------------------------------------------------
     def _cordon_and_remove(self, spec: PoolSpec, provider: RemovesNamedNodes, current: int,
                            chosen: Sequence[NodeView], kept: list[tuple[str, str]], owner: str,
-                           renew: Callable[[], bool], drained: Sequence[NodeView] = ()) -> Removal:
+                           renew: Callable[[], bool], drained: Sequence[NodeView] = (),
+                           status: CloudStatus | None = None) -> Removal:
         if not chosen and not drained:
             return Removal(Outcome.SKIPPED_IN_USE, current, f"no node of pool {spec.name} can go: {summary(kept)}",
                            kept=tuple(kept))
@@ -222,7 +227,7 @@ class NodeScaleIn:
                            kept=tuple(kept))
         refs = [NodeRef(v.name, v.provider_id) for v in survivors]
         try:
-            reached = provider.remove_nodes(refs, current, self.clock())
+            reached = provider.remove_nodes(refs, current, self.clock(), status=status)
         except ProviderError as exc:
             self._uncordon(mine)
             return Removal(Outcome.FAILED, exc.applied if exc.applied is not None else current,

@@ -8,7 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from autoscaler.durations import Duration
 from autoscaler.models import CloudStatus
-from providers.base import NodeRef, ProviderError, ProviderFactory, Tracked
+from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked
+from providers.named import machines
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class SimulatedSettings(BaseModel):
         return {**data, "initial_count": count}
 
 
-class SimulatedProvider:
+class SimulatedProvider(RemovingProvider):
     """The core tracks the count and when it changed; the provider keeps names for that many nodes.
 
     The names live in this process, oldest first. Each call first brings them to the count the core passes in
@@ -61,7 +62,7 @@ class SimulatedProvider:
     on the count again, though not necessarily on which names a named removal took.
     """
 
-    tracks_count = True
+    capabilities = Capabilities(removes_named_nodes=True, reports_count=False)
 
     def __init__(self, pool: str, settings: SimulatedSettings) -> None:
         self.pool = pool
@@ -74,7 +75,7 @@ class SimulatedProvider:
         """Nothing to check: a simulated pool can always be scaled."""
 
     def status(self, tracked: Tracked, now: float) -> CloudStatus:
-        count = self.settings.initial_count if tracked.count is None else tracked.count
+        count = tracked.count_or(self.settings.initial_count)
         self.sync(count)
         busy = self.settings.provision_seconds if self.settings.busy_seconds is None else self.settings.busy_seconds
         if tracked.changed_at is not None and busy > 0:
@@ -83,20 +84,20 @@ class SimulatedProvider:
                 return CloudStatus(current=count, busy=True, detail=f"provisioning for another {remaining:.0f}s")
         return CloudStatus(current=count)
 
-    def scale(self, current: int, target: int, now: float) -> int:
+    @property
+    def where(self) -> str:
+        return f"simulated pool {self.pool}"
+
+    def _resize(self, status: CloudStatus, current: int, target: int) -> int:
         """New nodes get the next generated names; a scale-in drops the newest (the cloud's pick, here)."""
         self.sync(current)
         self.sync(target)
         return target
 
-    def remove_nodes(self, nodes: Sequence[NodeRef], current: int, now: float) -> int:
+    def _remove(self, status: CloudStatus, nodes: Sequence[NodeRef], current: int) -> int:
         """Remove exactly the named nodes; a name the pool does not have fails the whole call, nothing removed."""
         self.sync(current)
-        names = list(dict.fromkeys(node.name for node in nodes))
-        unknown = [name for name in names if name not in self._names]
-        if unknown:
-            raise ProviderError(f"simulated pool {self.pool} has no node {', '.join(unknown)}", retryable=False,
-                                code="NodeNotFound")
+        names = machines(nodes, lambda node: node.name if node.name in self._names else None, self.where, "node")
         self._names = [name for name in self._names if name not in names]
         log.info("provider=simulated pool=%s action=scale_in from=%d to=%d nodes=%s", self.pool, current,
                  len(self._names), ",".join(names) or "-")
@@ -120,5 +121,6 @@ FACTORY = ProviderFactory(
     name="simulated",
     settings_model=SimulatedSettings,
     build=lambda pool, settings: SimulatedProvider(pool, settings),
+    capabilities=lambda settings: SimulatedProvider.capabilities,
     description="stand-in cloud that keeps its node count in the store and names its nodes",
 )
