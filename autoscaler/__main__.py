@@ -49,6 +49,12 @@ def main(argv: list[str] | None = None) -> int:
                         "`pending_above` rules in prometheus-rules.yml (default: kube-state-metrics)")
     tuning.add_argument("--margin", type=float, default=0.25, help="the choice keeps saturated minutes within "
                         "(1 - margin) x the budget on the tuning span, room for days that differ (default 0.25)")
+    tuning.add_argument("--robust", action=argparse.BooleanOptionalAction, default=False, help="choose by the "
+                        "worst day: saturated minutes within (1 - margin) x the budget on every whole day of the "
+                        "tuning span; default (--no-robust): within that on the span's total and the budget on "
+                        "each day (measured: docs/tuning.md)")
+    tuning.add_argument("--max-direction-changes", type=float, default=None, help="direction changes (a scale-in "
+                        "after a scale-out or back) a day the choice may make on average (default: any)")
     tuning.add_argument("--utilization-expr", default=None, help="PromQL of a pool's average GPU utilisation for "
                         "prometheus-rules.yml ({pool} and {pool_label} filled in; default dcgm-exporter's "
                         "DCGM_FI_DEV_GPU_UTIL averaged by the pool label)")

@@ -103,7 +103,8 @@ class PoolBody(BaseModel):
     cooldown: Cooldown
     failures: int
     backoff_remaining_s: float
-    last_scale_at: float | None
+    last_scale_at: float | None = Field(description="Unix time (seconds, UTC) of the last accepted scale, as "
+                                        "gpu_autoscaler_pool_last_scale_timestamp_seconds.")
     last_event: EventBody | None
     effective_min: int = Field(description="The floor now: the highest open schedule window's min, else `min`.")
     effective_min_reason: str | None = Field(default=None, description="The schedule window that raised it.")

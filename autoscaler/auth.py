@@ -1,4 +1,5 @@
-"""Who may call /webhook/* and /api/*: bearer tokens, basic auth, Grafana's HMAC signature; and what each may do."""
+"""Who may call /webhook/* and /api/*: bearer tokens, basic auth, Grafana's HMAC signature, an Entra ID token
+(Azure Monitor's secure webhook), a token in the query; and what each may do."""
 from __future__ import annotations
 
 import base64
@@ -7,8 +8,9 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 import math
-from typing import Callable, Union
+from typing import Callable, Mapping, Union
 
+from autoscaler.entra import EntraVerifier, KeysUnavailable, TokenRejected
 from autoscaler.settings import SCOPES, AuthConfig, BasicUser, BearerToken
 
 MAX_HEADER = 8192
@@ -40,6 +42,10 @@ class AuthError(Exception):
     """Missing or wrong credentials; the message never echoes a credential."""
 
 
+class AuthUnavailable(Exception):
+    """The credential cannot be checked now (an Entra ID token while the tenant's keys cannot be fetched)."""
+
+
 class Authenticator:
     """Checks a request's credentials against every configured method (constant-time comparisons)."""
 
@@ -55,6 +61,11 @@ class Authenticator:
                 self.tokens.append((entry.token.get_secret_value().encode(), who))
             elif isinstance(entry, BasicUser):
                 self.users.append((entry.username.encode(), entry.password.get_secret_value().encode(), who))
+        self.entra = EntraVerifier(cfg.entra_id, clock) if cfg.entra_id else None
+        webhook_only = frozenset({"webhook"})  # like an HMAC secret, these only ever send alerts
+        self.entra_principal = Principal(cfg.entra_id.name, webhook_only) if cfg.entra_id else None
+        self.query = cfg.query_token
+        self.query_principal = Principal(cfg.query_token.name, webhook_only) if cfg.query_token else None
 
     def check(self, headers: dict[str, str], body: Body) -> str | None:
         """None when the request carries valid credentials, else what is wrong (never echoing a credential)."""
@@ -64,10 +75,11 @@ class Authenticator:
             return str(exc)
         return None
 
-    def authenticate(self, headers: dict[str, str], body: Body) -> Principal:
-        """The credential the request carries; AuthError when it carries none that is valid. ``body`` may be a
-        function that reads it: it is called only for an HMAC signature whose other checks passed, so a client
-        without credentials never makes the service wait for its body."""
+    def authenticate(self, headers: dict[str, str], body: Body, query: Mapping[str, str] | None = None) -> Principal:
+        """The credential the request carries; AuthError when it carries none that is valid, AuthUnavailable when
+        it cannot be checked now. ``body`` may be a function that reads it: it is called only for an HMAC signature
+        whose other checks passed, so a client without credentials never makes the service wait for its body.
+        ``query`` (the URL's parameters) is read only for ``query_token``."""
         if self.cfg.disabled:
             return ANONYMOUS
         authz = headers.get("Authorization", "")
@@ -75,14 +87,8 @@ class Authenticator:
             raise AuthError("Authorization header too long")
         scheme, _, value = authz.partition(" ")
         value = value.strip()
-        if scheme.lower() == "bearer" and self.tokens:
-            found = None
-            for secret, who in self.tokens:  # every token compared, so the time says nothing of which matched
-                if hmac.compare_digest(value.encode(), secret) and value:
-                    found = found or who
-            if found is None:
-                raise AuthError("invalid bearer token")
-            return found
+        if scheme.lower() == "bearer" and (self.tokens or self.entra):
+            return self._bearer(value)
         if scheme.lower() == "basic" and self.users:
             user = self._basic(value)
             if user is None:
@@ -96,7 +102,33 @@ class Authenticator:
             return GRAFANA_HMAC
         if authz:
             raise AuthError(f"unsupported authorization scheme {scheme[:20]!r}")
+        if self.query is not None and query is not None and self.query.param in query:
+            return self._query_token(query[self.query.param])
         raise AuthError("missing credentials")
+
+    def _bearer(self, value: str) -> Principal:
+        found = None
+        for secret, who in self.tokens:  # every token compared, so the time says nothing of which matched
+            if hmac.compare_digest(value.encode(), secret) and value:
+                found = found or who
+        if found is not None:
+            return found
+        if self.entra is None or value.count(".") != 2:  # not a JWT: no need to ask Entra's keys
+            raise AuthError("invalid bearer token")
+        try:
+            self.entra.verify(value)
+        except TokenRejected as exc:
+            raise AuthError(str(exc)) from None
+        except KeysUnavailable as exc:
+            raise AuthUnavailable(str(exc)) from None
+        assert self.entra_principal is not None
+        return self.entra_principal
+
+    def _query_token(self, value: str) -> Principal:
+        assert self.query is not None and self.query_principal is not None
+        if not hmac.compare_digest(value.encode(), self.query.token.get_secret_value().encode()):
+            raise AuthError(f"invalid {self.query.param!r} query parameter")
+        return self.query_principal
 
     def _basic(self, value: str) -> Principal | None:
         try:

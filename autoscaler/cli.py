@@ -11,6 +11,9 @@ import requests
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 COMMANDS = ("status", "events", "scale", "pause", "resume", "nodes")
+REASON_WIDTH = 70  # reasons are cut here in tables unless --wide
+ACTED = ("scaled", "dry_run")  # `scale` exits 0 for these, 1 when it failed, 3 when it decided not to act
+NOT_ACTED = 3
 
 
 class CliError(Exception):
@@ -21,6 +24,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", default=None, help=f"service URL (env AUTOSCALER_URL, default {DEFAULT_URL})")
     parser.add_argument("--token", default=None, help="bearer token (env AUTOSCALER_TOKEN)")
     parser.add_argument("--json", action="store_true", help="print the API's JSON answer")
+    parser.add_argument("--wide", action="store_true", help="print reasons whole (tables cut them at "
+                        f"{REASON_WIDTH} characters)")
     parser.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for an answer")
 
 
@@ -79,7 +84,13 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
 
 
-def _pool_rows(pools: list[dict[str, Any]]) -> str:
+def _cut(text: str | None, wide: bool) -> str:
+    """A reason for a table: whole with --wide, else cut to REASON_WIDTH with a mark that it was."""
+    text = text or ""
+    return text if wide or len(text) <= REASON_WIDTH else text[:REASON_WIDTH - 1] + "…"
+
+
+def _pool_rows(pools: list[dict[str, Any]], wide: bool = False) -> str:
     rows = []
     for p in pools:
         last = p.get("last_event") or {}
@@ -87,7 +98,7 @@ def _pool_rows(pools: list[dict[str, Any]]) -> str:
         rows.append([p["name"], p["provider"], "?" if p["current"] is None else p["current"], f"{p['min']}-{p['max']}",
                      "yes" if p["busy"] else "no", "yes" if p["paused"] else "no", _short(p),
                      f"{cool['scale_out_remaining_s']:.0f}s/{cool['scale_in_remaining_s']:.0f}s",
-                     last.get("outcome", "-"), (last.get("reason") or "")[:60]])
+                     last.get("outcome", "-"), _cut(last.get("reason"), wide)])
     return table(["POOL", "PROVIDER", "CURRENT", "MIN-MAX", "BUSY", "PAUSED", "SHORT", "COOLDOWN(out/in)", "LAST",
                   "REASON"], rows)
 
@@ -100,14 +111,15 @@ def _short(pool: dict[str, Any]) -> str:
 
 def _status(args: argparse.Namespace) -> tuple[Any, str]:
     data = _call(args, "GET", "/api/v1/pools")
-    return data, _pool_rows(data["pools"])
+    return data, _pool_rows(data["pools"], args.wide)
 
 
 def _events(args: argparse.Namespace) -> tuple[Any, str]:
     params = {"limit": args.limit, **({"pool": args.pool} if args.pool else {})}
     data = _call(args, "GET", "/api/v1/events", params=params)
     rows = [[e["id"], e["time"], e["pool"], e["source"], e["action"], e["outcome"],
-             "" if e["from"] is None else f"{e['from']}->{e['to']}", e["reason"][:70]] for e in data["events"]]
+             "" if e["from"] is None else f"{e['from']}->{e['to']}", _cut(e["reason"], args.wide)]
+            for e in data["events"]]
     return data, table(["ID", "TIME", "POOL", "SOURCE", "ACTION", "OUTCOME", "FROM->TO", "REASON"], rows)
 
 
@@ -129,7 +141,7 @@ def _scale(args: argparse.Namespace) -> tuple[Any, str]:
 def _pause(args: argparse.Namespace) -> tuple[Any, str]:
     body = {"reason": args.reason} if getattr(args, "reason", "") else {}  # state changes take JSON only
     data = _call(args, "POST", f"/api/v1/pools/{args.pool}/{args.command}", body)
-    return data, _pool_rows([data])
+    return data, _pool_rows([data], args.wide)
 
 
 def _nodes(args: argparse.Namespace) -> tuple[Any, str]:
@@ -151,13 +163,14 @@ HANDLERS: dict[str, Callable[[argparse.Namespace], tuple[Any, str]]] = {
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run one operator command; 0 on success, 1 when the service said no or could not be reached."""
+    """Run one operator command; 0 on success, 1 when the service said no or could not be reached, and for
+    ``scale`` 1 when the change failed and 3 when the service decided not to act (skipped_*, …): scripts can tell."""
     try:
         data, text = HANDLERS[args.command](args)
     except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(data, indent=2) if args.json else text)
-    if args.command == "scale" and data.get("outcome") == "failed":
-        return 1
+    if args.command == "scale" and data.get("outcome") not in ACTED:
+        return 1 if data.get("outcome") == "failed" else NOT_ACTED
     return 0

@@ -13,7 +13,8 @@ import yaml
 from pydantic import ValidationError
 
 from autoscaler import validation
-from autoscaler.models import DirectionPolicy, Mode, PoolSpec, Schedule
+from autoscaler.models import DirectionPolicy, Headroom, Mode, PoolSpec, Schedule
+from autoscaler.settings.common import DEFAULT_MOVABLE_OWNERS
 from autoscaler.settings import (AuthConfig, Config, DirectionConfig, PoolConfig, credential_problems,
                                  group_problems, reference_problems)
 
@@ -60,8 +61,9 @@ def _substitute(node: Any, loc: tuple[Any, ...], env: dict[str, str], problems: 
     return _VAR.sub(repl, node)
 
 
-_NODE_KEYS = {"victims", "drain_timeout"}  # scale_in keys that are not the direction's policy
+_NODE_KEYS = {"victims", "drain_timeout", "movable_owners"}  # scale_in keys that are not the direction's policy
 _LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$")
+DEFAULT_PROVISION_TIME = 600.0  # pools[].provision_time left out (a simulated pool: its provision_seconds)
 
 
 def _direction(base: DirectionConfig, override: DirectionConfig) -> DirectionPolicy:
@@ -69,7 +71,16 @@ def _direction(base: DirectionConfig, override: DirectionConfig) -> DirectionPol
               **override.model_dump(exclude_none=True, exclude=_NODE_KEYS)}
     if "mode" in merged:
         merged["mode"] = Mode(merged["mode"])
+    if "headroom" in merged:
+        merged["headroom"] = headroom(merged["headroom"])
     return DirectionPolicy(**merged)
+
+
+def headroom(data: dict[str, Any] | None) -> Headroom | None:
+    """A validated ``headroom`` mapping (one of nodes, gpus, fraction) as the core's Headroom."""
+    if data is None:
+        return None
+    return Headroom(**{k: v for k, v in data.items() if v is not None})
 
 
 def build_settings(raw: Any, env: dict[str, str] | None = None, *, replay: bool = False) -> Settings:
@@ -103,8 +114,10 @@ def build_settings(raw: Any, env: dict[str, str] | None = None, *, replay: bool 
             dedup_window=pool.dedup_window if pool.dedup_window is not None else config.defaults.dedup_window,
             provider_settings=settings,
             gpus_per_node=pool.gpus_per_node,
-            provision_time=pool.provision_time,
-            schedules=tuple(Schedule(w.cron, w.duration, w.min, w.timezone) for w in pool.schedules),
+            provision_time=_provision_time(pool, settings),
+            schedules=tuple(Schedule(w.cron, w.duration, w.min, w.timezone,
+                                     headroom(w.headroom.model_dump()) if w.headroom else None)
+                            for w in pool.schedules),
             short_for=pool.capacity.short_for,
             group=group_of.get(pool.name, ""),
             **_node_aware(config, index, pool, settings, problems, replay),
@@ -137,6 +150,15 @@ def provider_settings(pool: PoolConfig, index: int) -> tuple[Any, list[str]]:
         return None, problems + validation.problems(exc, prefix=f"{where}.{pool.provider}")
 
 
+def _provision_time(pool: Any, settings: Any) -> float:
+    """The pool's ``provision_time``; left out, 10 minutes, or on a simulated pool its own boot time
+    (``provision_seconds``), so a stand-in cloud whose nodes are ready at once has none in flight."""
+    if pool.provision_time is not None:
+        return float(pool.provision_time)
+    return float(getattr(settings, "provision_seconds", DEFAULT_PROVISION_TIME) if pool.provider == "simulated"
+                 else DEFAULT_PROVISION_TIME)
+
+
 def warnings(settings: Settings) -> list[str]:
     """What is valid but will not work as written: a pool's ``min`` below what its cloud allows, a secret too
     short to be redacted by value."""
@@ -159,17 +181,17 @@ def warnings(settings: Settings) -> list[str]:
         if (settings.config.kubernetes is not None and spec.victims == "cloud" and not spec.node_selector
                 and spec.provider_settings is not None
                 and not (pool.scale_in.victims or settings.config.defaults.scale_in.victims)
-                and isinstance(providers.build(spec.provider, spec.name, spec.provider_settings),
-                               providers.RemovesNamedNodes)):
+                and providers.capabilities(spec.provider, spec.provider_settings).removes_named_nodes):
             out.append(f"pools[{index}].node_selector: not set, so the cloud picks which nodes a scale-in removes "
                        f"(provider {spec.provider} has no default); set it for node-aware scale-in (victims: idle)")
-        floor_of = providers.factory(spec.provider).floor
-        if floor_of is None or spec.provider_settings is None:
-            continue
-        floor, why = floor_of(spec.provider_settings)
-        if spec.min < floor:
-            out.append(f"pools[{index}].min: {spec.min} is below what the cloud allows ({floor}: {why}); "
-                       f"scale-in stops at {floor} (skipped_limit)")
+        if pool.scale_in.movable_owners is not None and spec.victims != "movable":
+            out.append(f"pools[{index}].scale_in.movable_owners: does nothing with victims: {spec.victims} (only "
+                       "victims: movable moves pods)")
+        limits = providers.capabilities(spec.provider, spec.provider_settings).limits \
+            if spec.provider_settings is not None else None
+        if limits is not None and spec.min < limits.low:
+            out.append(f"pools[{index}].min: {spec.min} is below what the cloud allows ({limits.low}: {limits.why}); "
+                       f"scale-in stops at {limits.low} (skipped_limit)")
     return out
 
 
@@ -255,9 +277,7 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
     import providers
 
     where = f"pools[{index}]"
-    removes = False
-    if settings is not None:
-        removes = isinstance(providers.build(pool.provider, pool.name, settings), providers.RemovesNamedNodes)
+    removes = settings is not None and providers.capabilities(pool.provider, settings).removes_named_nodes
     drain = pool.scale_in.drain_timeout or config.defaults.scale_in.drain_timeout or 600.0
     text = pool.node_selector
     factory = providers.factory(pool.provider)
@@ -289,7 +309,11 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
         elif text is None and not replay:
             problems.append(f"{where}.node_selector: required with victims: {victims} (provider {pool.provider} "
                             "has no default), e.g. node_selector: \"nodepool=gpu\"")
-    return {"victims": victims, "drain_timeout": drain, "node_selector": selector}
+    owners = pool.scale_in.movable_owners
+    if owners is None:
+        owners = config.defaults.scale_in.movable_owners
+    return {"victims": victims, "drain_timeout": drain, "node_selector": selector,
+            "movable_owners": tuple(owners) if owners is not None else DEFAULT_MOVABLE_OWNERS}
 
 
 def offline(raw: Any) -> Any:

@@ -13,18 +13,19 @@ from typing import Any, Callable, Sequence
 from autoscaler import fallback
 from autoscaler.config import Settings
 from autoscaler.events import EventLog
-from autoscaler.facts import pool_facts, view_after
+from autoscaler.facts import keeps_headroom, pool_facts, view_after
 from autoscaler.lease import Lease
-from autoscaler.models import Action, Decision, Notification, Outcome, PoolFacts, PoolSpec, PoolState, Signal, Source
+from autoscaler.models import (Action, CloudStatus, Decision, Notification, Outcome, PoolFacts, PoolSpec, PoolState,
+                               Signal, Source)
 from autoscaler.node_actions import NodeActions
 from autoscaler.cluster.nodes import Cluster, NodeView
-from autoscaler.outcomes import failed, plan_decision, result_label, said_by
+from autoscaler.outcomes import error_details, failed, plan_decision, result_label, said_by
 from autoscaler.policy import Plan, decide, settled
 from autoscaler.redact import redact_text
 from autoscaler.routing import Router
 from autoscaler.scale_in import NodeScaleIn
 from autoscaler.store import DedupConfirm, PoolChange, PoolView, QuickState, Store, StoreUnavailable
-from providers import NodePoolProvider, ProviderError, Tracked
+from providers import Code, LimitError, NodePoolProvider, ProviderError, TemporaryError, Tracked
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +180,7 @@ class Engine:
     def _settled(self, signal: Signal, spec: PoolSpec, quick: QuickState, now: float) -> Decision | None:
         """The decision when the stored state settles it (see ``policy.settled``), else None."""
         state, current = quick.state, quick.last_count
-        if self.providers[spec.name].tracks_count and state.tracked_count is not None:
+        if not self.providers[spec.name].capabilities.reports_count and state.tracked_count is not None:
             current = state.tracked_count
         plan = settled(signal, spec, state, now, current)
         return None if plan is None else plan_decision(spec, said_by(signal, plan))
@@ -216,15 +217,17 @@ class Engine:
             retry = (exc.retry_after or 30.0) if exc.retryable else None
             return Decision(spec.name, signal.action, Outcome.FAILED, None, None,
                             f"{signal.reason + ': ' if signal.reason else ''}pool status: {redact_text(exc.message)}",
-                            retry_after=retry, details={"code": exc.code}), PoolChange(), None
+                            retry_after=retry, details=error_details(exc)), PoolChange(), None
         window = spec.scale_in.stabilization_window
         recent = self.store.recommendations(spec.name, now - window) if spec.proportional else []
         named = self.names_nodes(spec) and (spec.victims != "cloud" or (signal.source is Source.MANUAL
                                                                          and bool(signal.nodes)))
         sizing = signal.action is Action.SCALE_OUT or signal.target is not None  # where in flight changes the size
         views = self.node_actions.marked(spec) if sizing else None  # one node list, shared with the sweep below
+        pods = (self.node_actions.with_pods(spec) if keeps_headroom(spec) and signal.action is not None
+                and signal.target is None else None)
         undelivered = cloud.shortfall.undelivered if cloud.shortfall is not None else 0
-        facts = self.pool_facts(spec, cloud.current, now, views, undelivered)
+        facts = self.pool_facts(spec, cloud.current, now, views, pods, undelivered)
         plan = decide(signal, spec, state, cloud, now, recent, facts, named_scale_in=named)
         if plan.details.get("recommendation") is not None:
             self.store.add_recommendation(spec.name, now, int(plan.details["recommendation"]), now - window)
@@ -233,7 +236,7 @@ class Engine:
         if plan.outcome is Outcome.SCALED and by_name:
             started = time.monotonic()
             decision, change, result = self.node_actions.remove(provider, spec, state.failures, plan, now, signal,
-                                                                lease)
+                                                                lease, cloud)
             if result is not None:
                 self._observe(spec, result, time.monotonic() - started)
             return decision, change, view_after(spec, cloud, facts, decision, now)
@@ -245,39 +248,42 @@ class Engine:
         if plan.outcome is not Outcome.SCALED:
             decision, change = plan_decision(spec, plan), PoolChange()
         else:
-            decision, change = self._act(provider, spec, state.failures, plan, now)
+            decision, change = self._act(provider, spec, state.failures, plan, now, cloud)
         return decision, change, view_after(spec, cloud, facts, decision, now)
 
     def pool_facts(self, spec: PoolSpec, current: int | None, now: float,
-                   nodes: Sequence[NodeView] | None = None, undelivered: int = 0) -> PoolFacts:
-        """Nodes in flight and the floor in force now (see ``facts.pool_facts``)."""
-        return pool_facts(self.store, spec, current, now, nodes, undelivered)
+                   nodes: Sequence[NodeView] | None = None, pods: Sequence[NodeView] | None = None,
+                   undelivered: int = 0) -> PoolFacts:
+        """Nodes in flight, the floor and the headroom in force now (see ``facts.pool_facts``)."""
+        return pool_facts(self.store, spec, current, now, nodes, pods, undelivered)
 
     def _act(self, provider: NodePoolProvider, spec: PoolSpec, failures: int, plan: Plan,
-             now: float) -> tuple[Decision, PoolChange]:
+             now: float, cloud: CloudStatus) -> tuple[Decision, PoolChange]:
+        """Hand the plan and the status it was decided on to the provider (see ``NodePoolProvider.scale``)."""
         assert plan.action is not None and plan.from_ is not None and plan.to is not None
         started = time.monotonic()
         try:
-            reached = provider.scale(plan.from_, plan.to, now)
+            reached = provider.scale(plan.from_, plan.to, now, status=cloud)
+        except LimitError as exc:  # the cloud's own limit (an AKS System pool below 1 node): nothing failed
+            return Decision(spec.name, plan.action, Outcome.SKIPPED_LIMIT, plan.from_, plan.from_,
+                            f"{plan.reason}: {redact_text(exc.message)}", details=error_details(exc)), PoolChange()
         except ProviderError as exc:
-            if exc.limit:  # the cloud's own limit (an AKS System pool below 1 node): nothing failed, no backoff
-                return Decision(spec.name, plan.action, Outcome.SKIPPED_LIMIT, plan.from_, plan.from_,
-                                f"{plan.reason}: {redact_text(exc.message)}", details={"code": exc.code}), PoolChange()
             return self._failed(provider, spec, failures, plan, now, exc, time.monotonic() - started)
         except Exception as exc:  # a bug or an SDK surprise: fail this decision, keep serving
             log.exception("provider %s raised unexpectedly for pool %s", spec.provider, spec.name)
-            err = ProviderError(f"unexpected {type(exc).__name__}: {redact_text(str(exc))[:300]}", retryable=True)
+            err = TemporaryError(f"unexpected {type(exc).__name__}: {redact_text(str(exc))[:300]}", code=Code.INTERNAL)
             return self._failed(provider, spec, failures, plan, now, err, time.monotonic() - started)
         self._observe(spec, "ok", time.monotonic() - started)
+        tracks = not provider.capabilities.reports_count
         change = PoolChange(at=now, acted=plan.action, failures=0, backoff_until=None,
-                            tracked_count=reached if provider.tracks_count else None)
+                            tracked_count=reached if tracks else None)
         decision = plan_decision(spec, plan)
         return replace(decision, to=reached), change
 
     def _failed(self, provider: NodePoolProvider, spec: PoolSpec, failures: int, plan: Plan, now: float,
                 exc: ProviderError, elapsed: float) -> tuple[Decision, PoolChange]:
         self._observe(spec, result_label(exc), elapsed)
-        return failed(spec, provider.tracks_count, failures, plan, now, exc)
+        return failed(spec, not provider.capabilities.reports_count, failures, plan, now, exc)
 
     def _observe(self, spec: PoolSpec, result: str, seconds: float) -> None:
         if self.metrics is not None:

@@ -28,6 +28,8 @@ class NodeLike(Protocol):
 def from_scale_outs(scale_outs: Sequence[tuple[float, int, int]], current: int, now: float,
                     provision_time: float) -> tuple[int, str]:
     """Nodes added by the scale-outs (time, from, to) of the last ``provision_time``, at most ``current``."""
+    if provision_time <= 0:
+        return 0, "provision_time is 0: nodes are ready as soon as they are asked for"
     recent = [(t, a, b) for t, a, b in scale_outs if now - provision_time <= t <= now and b > a]
     added = sum(b - a for _, a, b in recent)
     count = max(0, min(added, current))

@@ -109,6 +109,8 @@ class PoolStateCollector(Collector):
                                       "ready yet (as of the stored cloud view).", labels=["pool"])
         floor = GaugeMetricFamily(f"{PREFIX}_pool_effective_min", "The floor now: a schedule's min or the pool's.",
                                   labels=["pool"])
+        limits = {end: GaugeMetricFamily(f"{PREFIX}_pool_{end}", f"The pool's configured {end}imum node count.",
+                                         labels=["pool"]) for end in ("min", "max")}
         age = GaugeMetricFamily(f"{PREFIX}_pool_view_age_seconds", "Age of the stored cloud view (the reconciler "
                                 "refreshes it; scrapes never call the cloud).", labels=["pool"])
         paused_total = GaugeMetricFamily(f"{PREFIX}_pools_paused", "How many pools are paused.")
@@ -141,9 +143,12 @@ class PoolStateCollector(Collector):
                 in_flight.add_metric([name], row["in_flight"])
             if row.get("effective_min") is not None:
                 floor.add_metric([name], row["effective_min"])
+            for end, family in limits.items():
+                family.add_metric([name], row[end])
             if row.get("view_age_s") is not None:
                 age.add_metric([name], row["view_age_s"])
         if rows:
             paused_total.add_metric([], sum(1 for row in rows if row["paused"]))
             short_total.add_metric([], sum(1 for row in rows if row.get("short_until")))
-        yield from (paused, paused_total, short, short_total, window, size, cooldown, backoff, last, in_flight, floor, age, up)
+        yield from (paused, paused_total, short, short_total, window, size, cooldown, backoff, last, in_flight, floor,
+                    *limits.values(), age, up)

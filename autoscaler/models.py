@@ -56,6 +56,7 @@ class Source(str, enum.Enum):
     ALERTMANAGER = "alertmanager"
     GRAFANA = "grafana"
     GRAFANA_LEGACY = "grafana_legacy"
+    AZURE_MONITOR = "azure_monitor"  # Azure Monitor alerts (common alert schema), managed Prometheus among them
     MANUAL = "manual"
     OPERATOR = "operator"  # pause, resume, count correction: an event, not a decision
     SCHEDULE = "schedule"  # the reconciler raising a pool to a schedule's floor at the window's start
@@ -144,6 +145,27 @@ class Signal:
 
 
 @dataclass(frozen=True)
+class Headroom:
+    """Spare ready capacity a pool keeps above what it needs (``scale_out.headroom``, or a schedule window's): whole
+    nodes, GPUs (a node adds ``gpus_per_node``) or a fraction of the need. One of the three is set."""
+
+    nodes: int = 0
+    gpus: int = 0
+    fraction: float = 0.0
+
+    def in_nodes(self, need: float, gpus_per_node: int) -> float:
+        """The headroom in nodes' worth of capacity for a pool that needs ``need`` nodes' worth of work."""
+        return self.nodes + self.gpus / max(gpus_per_node, 1) + self.fraction * max(need, 0.0)
+
+    def describe(self) -> str:
+        if self.gpus:
+            return f"{self.gpus} GPU(s)"
+        if self.fraction:
+            return f"{self.fraction:g} of the need"
+        return f"{self.nodes} node(s)"
+
+
+@dataclass(frozen=True)
 class DirectionPolicy:
     """Scaling settings of one direction of one pool, defaults already applied."""
 
@@ -156,6 +178,7 @@ class DirectionPolicy:
     tolerance: float = 0.1
     stabilization_window: float = 300.0  # scale-in only
     value_ref: str | None = None
+    headroom: Headroom | None = None  # scale-out only: spare capacity kept above need
 
 
 @dataclass(frozen=True)
@@ -166,6 +189,7 @@ class Schedule:
     duration: float  # seconds of elapsed time (a window across a DST change is as long as on any other day)
     min: int
     timezone: str = "UTC"
+    headroom: Headroom | None = None  # the pool's headroom while the window is open (None: the pool's own)
 
 
 @dataclass(frozen=True)
@@ -181,8 +205,9 @@ class PoolSpec:
     scale_in: DirectionPolicy
     dedup_window: float
     provider_settings: Any = None
-    victims: str = "cloud"  # scale_in.victims: cloud | alerted | idle (node-aware scale-in)
-    drain_timeout: float = 600.0  # scale_in.drain_timeout: how long a forced removal retries refused evictions
+    victims: str = "cloud"  # scale_in.victims: cloud | alerted | idle | movable (node-aware scale-in)
+    drain_timeout: float = 600.0  # scale_in.drain_timeout: how long a drain retries refused evictions
+    movable_owners: tuple[str, ...] = ("ReplicaSet", "StatefulSet")  # scale_in.movable_owners (victims: movable)
     node_selector: tuple[tuple[str, str], ...] = ()  # the pool's nodes' labels (empty: not known)
     gpus_per_node: int | None = None  # GPUs one node adds; required by demand mode (the replay assumes 8)
     provision_time: float = 600.0  # request -> GPUs allocatable; nodes asked for within it are "in flight"
@@ -205,12 +230,18 @@ class PoolFacts:
 
     ``in_flight``: nodes asked for less than ``provision_time`` ago that are not ready yet (``in_flight_how`` says
     how it was counted). ``floor``: the effective min now (a schedule's, or the pool's own); ``floor_how`` why.
+    ``headroom``: the headroom in force (a schedule window's, else None: the pool's ``scale_out.headroom``).
+    ``used``: nodes' worth of GPUs requested on the pool's Ready nodes, where the cluster was read (else None).
     """
 
     in_flight: int = 0
     in_flight_how: str = ""
     floor: int | None = None
     floor_how: str = ""
+    headroom: Headroom | None = None
+    headroom_how: str = ""
+    used: float | None = None
+    used_how: str = ""
 
 
 @dataclass(frozen=True)
@@ -244,6 +275,7 @@ class CloudLimits:
     multiple_of: int = 1
     multiple_why: str = ""  # e.g. "GKE sets the node count per zone and the pool spans 3 zones"
     fix: str = ""  # how an operator changes the bounds, e.g. an aws eks command
+    why: str = ""  # why the low bound is what it is, for check-config: "AKS keeps at least 1 node in a System pool"
 
     def refuses(self, target: int) -> str:
         """Why these bounds refuse ``target`` ("" when they allow it); the service never widens them."""
@@ -281,12 +313,17 @@ class Shortfall:
 
 @dataclass(frozen=True)
 class CloudStatus:
-    """What the provider reports of a pool right now; ``shortfall`` when the cloud says it could not deliver."""
+    """What the provider reports of a pool right now; ``shortfall`` when the cloud says it could not deliver.
+
+    ``read`` is the provider's own answer behind it (an AKS agent pool with its eTag, an EKS node group), handed
+    back to the provider with the change that follows in the same decision; never shown, never compared.
+    """
 
     current: int | None
     busy: bool = False
     detail: str = ""
     limits: CloudLimits | None = None  # the cloud's own bounds, when it has any beyond the pool's min/max
+    read: Any = field(default=None, compare=False, repr=False)
     shortfall: Shortfall | None = None
 
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from autoscaler.lease import Lease
-from autoscaler.models import Decision, Outcome, PoolSpec, Signal, Source
+from autoscaler.models import CloudStatus, Decision, Outcome, PoolSpec, Signal, Source
 from autoscaler.cluster.nodes import ClusterError, MarkedNodes, NodeView
 from autoscaler.outcomes import failed, plan_decision, result_label
 from autoscaler.policy import Plan
@@ -35,8 +35,8 @@ class NodeActions:
 
     def names_nodes(self, spec: PoolSpec, provider: NodePoolProvider) -> bool:
         """Whether this pool's nodes can be removed by name: a cluster is configured, the pool's nodes have a
-        selector and its provider removes named nodes."""
-        return self.scale_in is not None and bool(spec.node_selector) and isinstance(provider, RemovesNamedNodes)
+        selector and its provider declares that it removes named nodes."""
+        return self.scale_in is not None and bool(spec.node_selector) and provider.capabilities.removes_named_nodes
 
     def marked(self, spec: PoolSpec) -> list[NodeView] | None:
         """The pool's nodes without their pods (one list call), where ``kubernetes:`` is configured, the pool's
@@ -48,6 +48,20 @@ class NodeActions:
             return cluster.marked(dict(spec.node_selector))
         except ClusterError as exc:
             log.warning("pool=%s in flight from recorded scale-outs: cluster unreadable: %s", spec.name,
+                        redact_text(str(exc)))
+            return None
+
+    def with_pods(self, spec: PoolSpec) -> list[NodeView] | None:
+        """The pool's nodes with their pods (the headroom's spare GPUs), where ``kubernetes:`` is configured and the
+        pool's nodes are selectable; None otherwise or when the cluster cannot be read (the headroom then measures
+        need from the alert's value)."""
+        cluster = self.scale_in.cluster if self.scale_in is not None else None
+        if cluster is None or not spec.node_selector:
+            return None
+        try:
+            return cluster.nodes(dict(spec.node_selector))
+        except ClusterError as exc:
+            log.warning("pool=%s headroom from the alert's value: cluster unreadable: %s", spec.name,
                         redact_text(str(exc)))
             return None
 
@@ -71,8 +85,9 @@ class NodeActions:
                        details={**decision.details, **done.details()})
 
     def remove(self, provider: NodePoolProvider, spec: PoolSpec, failures: int, plan: Plan, now: float,
-               signal: Signal, lease: Lease) -> tuple[Decision, PoolChange, str | None]:
-        """A scale-in that names its nodes: pick (or take the operator's), cordon, re-check, remove exactly those.
+               signal: Signal, lease: Lease, cloud: CloudStatus) -> tuple[Decision, PoolChange, str | None]:
+        """A scale-in that names its nodes: pick (or take the operator's), cordon, re-check, remove exactly those
+        (the provider gets ``cloud``, the status the plan was decided on).
 
         Also the provider-call metric's result (``outcomes.result_label``), None when the cloud was not asked."""
         assert self.scale_in is not None and isinstance(provider, RemovesNamedNodes)
@@ -80,10 +95,10 @@ class NodeActions:
         try:
             if signal.source is Source.MANUAL and signal.nodes:
                 done = self.scale_in.remove_named(spec, provider, plan.from_, signal.nodes, plan.from_ - plan.to,
-                                                  signal.force, lease.owner, now, lease.renew)
+                                                  signal.force, lease.owner, now, lease.renew, status=cloud)
             else:
                 done = self.scale_in.scale_in(spec, provider, plan.from_, plan.from_ - plan.to, signal.nodes,
-                                              lease.owner, now, lease.renew)
+                                              lease.owner, now, lease.renew, status=cloud)
         except ClusterError as exc:
             # The API server failed, not the cloud: nothing was asked of the cloud, so the pool does not back off
             # (a scale-out must not wait for a cordon RBAC fix); the sender's retry comes back after CLUSTER_RETRY.
@@ -94,14 +109,15 @@ class NodeActions:
                                                                  "retryable": True}),
                     PoolChange(), "KubernetesApi")
         details = {**plan.details, **done.details()}
+        tracks = not provider.capabilities.reports_count
         if done.error is not None:
-            decision, change = failed(spec, provider.tracks_count, failures, plan, now, done.error)
+            decision, change = failed(spec, tracks, failures, plan, now, done.error)
             return replace(decision, details={**decision.details, **details}), change, result_label(done.error)
         if done.outcome is not Outcome.SCALED:  # nothing asked of the cloud: no cooldown, no backoff
             return Decision(spec.name, plan.action, done.outcome, plan.from_, plan.from_,
                             f"{plan.reason}; {done.reason}", details=details), PoolChange(), None
         change = PoolChange(at=now, acted=plan.action, failures=0, backoff_until=None,
-                            tracked_count=done.reached if provider.tracks_count else None)
+                            tracked_count=done.reached if tracks else None)
         return Decision(spec.name, plan.action, Outcome.SCALED, plan.from_, done.reached,
                         f"{plan.reason}; {done.reason}" + (f"; kept {summary(done.kept)}" if done.kept else ""),
                         details=details), change, "ok"

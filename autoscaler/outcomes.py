@@ -22,8 +22,8 @@ def said_by(signal: Signal, plan: Plan) -> Plan:
 
 
 def result_label(exc: ProviderError) -> str:
-    """The ``result`` label of the provider-call metric for a failed act."""
-    return exc.code or ("retryable" if exc.retryable else "error")
+    """The ``result`` label of the provider-call metric for a failed act: the code a person looks up."""
+    return exc.shown_code
 
 
 def failed(spec: PoolSpec, tracks_count: bool, failures: int, plan: Plan, now: float,
@@ -36,9 +36,17 @@ def failed(spec: PoolSpec, tracks_count: bool, failures: int, plan: Plan, now: f
         reached = exc.applied
     tracked = reached if tracks_count and reached != plan.from_ else None
     change = PoolChange(at=now, failures=failures, backoff_until=now + wait, tracked_count=tracked)
-    code = f" [{exc.code}]" if exc.code else ""
-    reason = (f"{plan.reason} failed{code}: {redact_text(exc.message)}; "
+    reason = (f"{plan.reason} failed [{exc.shown_code}]: {redact_text(exc.message)}; "
               f"backing off {wait:.0f}s (failure {failures})")
     retry = max(wait, exc.retry_after or 0.0) if exc.retryable else None
     return Decision(spec.name, plan.action, Outcome.FAILED, plan.from_, reached,
-                    reason, retry_after=retry, details={"code": exc.code, "retryable": exc.retryable}), change
+                    reason, retry_after=retry, details=error_details(exc)), change
+
+
+def error_details(exc: ProviderError) -> dict[str, object]:
+    """An error in an event's ``details``: our code, whether a retry may help, the cloud's own code and message
+    (redacted)."""
+    out = exc.details()
+    if "cloud_message" in out:
+        out["cloud_message"] = redact_text(str(out["cloud_message"]))
+    return out

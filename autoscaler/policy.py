@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
+from autoscaler.headroom import Floor, floor as headroom_floor
 from autoscaler.models import Action, CloudLimits, CloudStatus, Outcome, PoolFacts, PoolSpec, PoolState, Signal
 from autoscaler.proportional import propose
 
@@ -42,6 +43,15 @@ def cooldown_remaining(spec: PoolSpec, state: PoolState, now: float) -> dict[str
     if state.last_scale_out_at is not None:
         inn = max(inn, state.last_scale_out_at + spec.scale_in.delay_after_scale_out - now)
     return {"scale_out": max(0.0, out), "scale_in": max(0.0, inn)}
+
+
+def _held(spec: PoolSpec, state: PoolState, now: float, action: Action, remaining: float) -> str:
+    """Why a direction waits: its cooldown, or for a scale-in held longer by the last scale-out, that delay."""
+    if action is Action.SCALE_IN and state.last_scale_out_at is not None:
+        own = 0.0 if state.last_scale_in_at is None else state.last_scale_in_at + spec.scale_in.cooldown - now
+        if state.last_scale_out_at + spec.scale_in.delay_after_scale_out - now > own:
+            return f"scale in held after the last scale-out (delay_after_scale_out): {remaining:.0f}s left"
+    return f"{_words(action)} cooldown: {remaining:.0f}s left"
 
 
 def _words(action: Action) -> str:
@@ -113,7 +123,7 @@ def settled(signal: Signal, spec: PoolSpec, state: PoolState, now: float, curren
     remaining = cooldown_remaining(spec, state, now)[action.value]
     if remaining <= 0:
         return None
-    return Plan(Outcome.SKIPPED_COOLDOWN, action, current, current, f"{_words(action)} cooldown: {remaining:.0f}s left",
+    return Plan(Outcome.SKIPPED_COOLDOWN, action, current, current, _held(spec, state, now, action, remaining),
                 details={"cloud": "not read: the cooldown settles it"})
 
 
@@ -136,11 +146,25 @@ def decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus,
     ``named_scale_in``: a scale-in removes named nodes, so the cloud's resize granularity does not apply)."""
     if facts.floor is not None and facts.floor > spec.min:
         spec = replace(spec, min=min(facts.floor, spec.max))
-    return _with_facts(_decide(signal, spec, state, cloud, now, recent, facts.in_flight, named_scale_in), facts)
+    room = headroom_floor(signal, spec, cloud.current, facts) if cloud.current is not None else None
+    return _with_facts(_decide(signal, spec, state, cloud, now, recent, facts.in_flight, named_scale_in, room),
+                       facts)
+
+
+def _with_room(room: Floor | None, spec: PoolSpec, action: Action | None, current: int, desired: int,
+               how: str) -> tuple[int, str, bool]:
+    """The target raised to the headroom's floor where it is below it (a scale-out at most ``max_step`` above
+    current), how, and whether the headroom shaped it."""
+    if room is None or action is None or room.nodes <= desired:
+        return desired, how, False
+    lifted = room.nodes
+    if action is Action.SCALE_OUT and spec.scale_out.max_step is not None:
+        lifted = min(lifted, current + spec.scale_out.max_step)
+    return max(desired, lifted), f"{how}; raised to {lifted} by the {room.how}", True
 
 
 def _decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus, now: float,
-            recent: Sequence[tuple[float, int]], in_flight: int, named_scale_in: bool) -> Plan:
+            recent: Sequence[tuple[float, int]], in_flight: int, named_scale_in: bool, room: Floor | None = None) -> Plan:
     current = cloud.current
     action = signal.action
     if state.paused:
@@ -158,13 +182,22 @@ def _decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus
         return Plan(Outcome.FAILED, action, None, None,
                     "the pool's current size is unknown; set it with PUT /api/v1/pools/{pool}/count")
     proposal = propose(signal, spec, current, recent, now, in_flight)
-    details = dict(proposal.details) if proposal else {}
-    if proposal is not None and proposal.skip is not None:
+    details = {**(proposal.details if proposal else {}), **(room.details if room else {})}
+    lifts = room is not None and action is Action.SCALE_OUT and room.nodes > current
+    if proposal is not None and proposal.skip is not None and not (lifts and proposal.skip is Outcome.SKIPPED_LIMIT):
         return Plan(proposal.skip, action, current, current, proposal.how, details=details)
-    action, desired, how = _desired(signal, spec, current)
-    if proposal is not None:
-        desired, how = (proposal.target, proposal.how) if proposal.target is not None else (
-            desired, f"{how}; {proposal.how}")
+    if proposal is not None and proposal.skip is not None:  # the formula asks for nothing; the headroom does
+        desired, how = current, proposal.how
+    else:
+        action, desired, how = _desired(signal, spec, current)
+        if proposal is not None:
+            desired, how = (proposal.target, proposal.how) if proposal.target is not None else (
+                desired, f"{how}; {proposal.how}")
+    desired, how, shaped = _with_room(room, spec, action, current, desired, how)
+    if shaped and action is Action.SCALE_IN and desired >= current:
+        assert room is not None
+        return Plan(Outcome.SKIPPED_LIMIT, action, current, current,
+                    f"scale-in stops at the headroom: {room.how}, not below current {current}", details=details)
     target, limited = _limit(spec, action, current, desired)
     rounded = ""
     if not limited and cloud.limits is not None:
@@ -180,7 +213,7 @@ def _decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus
         remaining = cooldown_remaining(spec, state, now)[action.value]
         if remaining > 0:
             return Plan(Outcome.SKIPPED_COOLDOWN, action, current, current,
-                        f"{_words(action)} cooldown: {remaining:.0f}s left", retry_after=None, details=details)
+                        _held(spec, state, now, action, remaining), retry_after=None, details=details)
     clamp_note = rounded or (f", clamped to {'max' if target == spec.max else 'min'} {target}"
                              if target != desired else "")
     if spec.dry_run:

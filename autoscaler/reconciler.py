@@ -6,6 +6,11 @@ read the cloud once and store the view (count, busy, in flight, time) that ``GET
 and ``/metrics`` show; then, when the pool's count is below its effective min (a schedule's floor while a window is
 open, else its own ``min``), ask the engine for the floor (source ``schedule`` or ``reconcile``). The engine does it
 as any decision: the pool's lease, a fresh cloud read, backoff and pause; no cooldown (a floor is a limit).
+
+Headroom top-up (CapacityBuffer-style): a pool that keeps ``scale_out.headroom`` and whose nodes and pods the service
+reads (``kubernetes:``) is raised to ``ceil(GPUs requested on Ready nodes + headroom)`` when new work has taken its
+spare, without waiting for an alert (source ``reconcile``; the scale-out cooldown applies). Without a cluster the
+spare is known only from alerts' values, so only decisions keep it.
 """
 from __future__ import annotations
 
@@ -20,7 +25,10 @@ from typing import Callable
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
 from autoscaler import shortage
-from autoscaler.models import CloudStatus, Decision, PoolFacts, PoolSpec, Signal, Source
+from autoscaler.facts import headroom_facts, keeps_headroom
+from autoscaler.headroom import Floor, floor as headroom_floor
+from autoscaler.models import Action, CloudStatus, Decision, PoolFacts, PoolSpec, Signal, Source
+from autoscaler.policy import cooldown_remaining
 from autoscaler.redact import redact_text
 from autoscaler.store import PoolView, Store, StoreUnavailable
 from providers import NodePoolProvider, ProviderError, Tracked
@@ -71,7 +79,7 @@ class Reconciler:
             if short:  # the cloud accepted a size it could not deliver: say so, give it back, ask the group
                 out.decisions += self._short(spec, now)
                 continue
-            decision = self._floor(spec, view, facts, now)
+            decision = self._floor(spec, view, facts, now) or self._headroom(spec, view, now)
             if decision is not None:
                 out.decisions.append(decision)
         return out
@@ -119,6 +127,36 @@ class Reconciler:
                                              reason=why))
         log.info("reconcile pool=%s source=%s outcome=%s from=%s to=%s", spec.name, source.value,
                  decision.outcome.value, decision.from_, decision.to)
+        return decision
+
+    def headroom_short(self, spec: PoolSpec, current: int, now: float) -> Floor | None:
+        """The headroom's floor when the cluster shows the pool below it (``current`` nodes asked for), else None:
+        no headroom kept, no cluster to read, or spare enough."""
+        if not keeps_headroom(spec):
+            return None
+        pods = self.engine.node_actions.with_pods(spec)
+        if pods is None:
+            return None
+        facts = headroom_facts(spec, now, pods)
+        room = headroom_floor(Signal(pool=spec.name, action=Action.SCALE_OUT, source=Source.RECONCILE), spec,
+                              current, facts)
+        return room if room is not None and room.nodes > current else None
+
+    def _headroom(self, spec: PoolSpec, view: PoolView, now: float) -> Decision | None:
+        """Top a pool up to its headroom where the cluster shows less spare than it keeps; None otherwise."""
+        if view.current is None or view.busy or view.error:
+            return None
+        room = self.headroom_short(spec, view.current, now)
+        if room is None:
+            return None
+        state = self.store.pool(spec.name)
+        if (state.paused or (state.backoff_until is not None and now < state.backoff_until)
+                or cooldown_remaining(spec, state, now)["scale_out"] > 0):
+            return None
+        decision = self.engine.handle(Signal(pool=spec.name, action=None, source=Source.RECONCILE, target=room.nodes,
+                                             reason=f"spare below the {room.how}"))
+        log.info("reconcile pool=%s headroom outcome=%s from=%s to=%s", spec.name, decision.outcome.value,
+                 decision.from_, decision.to)
         return decision
 
     # -- the background loop ------------------------------------------------------------------------

@@ -11,14 +11,17 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from autoscaler.models import Outcome, PoolSpec
-from autoscaler.cluster.nodes import (REMOVING, Cluster, ClusterError, MarkedNodes, NodeView, kept_reason, pick_victims)
+from autoscaler.models import CloudStatus, Outcome, PoolSpec
+from autoscaler.cluster.movable import Pick, pick_movable
+from autoscaler.cluster.nodes import (REMOVING, Budgets, Cluster, ClusterError, MarkedNodes, NodeView,
+                                      pick_victims)
+from autoscaler.cluster.pods import Budget
+from autoscaler.drain import drain
 from providers import NodeRef, ProviderError, RemovesNamedNodes
 
 log = logging.getLogger(__name__)
 
 REMOVAL_GRACE = 1800.0  # a node the cloud was asked to remove and still has after this is uncordoned again
-RETRY_EVERY = 5.0  # seconds between eviction rounds of a forced removal
 SHOWN = 4  # kept nodes named in a reason (the details list more)
 KEPT_LISTED = 100  # kept nodes listed in an event's details (a big pool's event stays small)
 
@@ -92,8 +95,10 @@ class NodeScaleIn:
 
     # ---- scale-in by alert ---------------------------------------------------------------------------------------
     def scale_in(self, spec: PoolSpec, provider: RemovesNamedNodes, current: int, remove: int,
-                 alerted: Sequence[str], owner: str, now: float, renew: Callable[[], bool]) -> Removal:
-        """Remove up to ``remove`` idle nodes (alert-named first, then newest), never below ``spec.min``."""
+                 alerted: Sequence[str], owner: str, now: float, renew: Callable[[], bool],
+                 status: CloudStatus | None = None) -> Removal:
+        """Remove up to ``remove`` idle nodes (alert-named first, then newest), never below ``spec.min``
+        (``status``: the cloud's status the decision was made on, handed to the provider)."""
         if spec.victims == "alerted" and not alerted:
             swept = self.sweep(spec, now)
             return Removal(Outcome.SKIPPED_IN_USE, current, "victims: alerted, and the alerts name no node "
@@ -102,24 +107,45 @@ class NodeScaleIn:
         swept = self.sweep(spec, now, views)
         views = [replace(v, cordoned=False, cordoned_by_us=None, cordon_owner="") if v.name in swept else v
                  for v in views if v.name in swept or not v.cordon_owner.endswith(REMOVING)]  # already going
-        chosen, kept = pick_victims(views, remove, alerted, spec.victims, spec.min)
-        kept_list = [(n.name, _why(n, r)) for n, r in kept]
-        result = self._cordon_and_remove(spec, provider, current, chosen, kept_list, owner, renew)
+        pick = self._pick(spec, views, remove, alerted)
+        kept_list = [(n.name, _why(n, r)) for n, r in pick.kept]
+        drained = self._drain_all(spec, [pick.drain] if pick.drain else [], kept_list, owner, renew)
+        if pick.drain is not None and not pick.idle and not drained:
+            return Removal(Outcome.FAILED, current, f"no node of pool {spec.name} went: {summary(kept_list)}",
+                           kept=tuple(kept_list), uncordoned=tuple(swept))
+        result = self._cordon_and_remove(spec, provider, current, pick.idle, kept_list, owner, renew, drained,
+                                         status=status)
         return replace(result, uncordoned=tuple(swept))
+
+    def _pick(self, spec: PoolSpec, views: Sequence[NodeView], remove: int, alerted: Sequence[str]) -> Pick:
+        """The victims of ``spec.victims``: idle (or alert-named) nodes, and with ``movable`` a node to drain."""
+        if spec.victims != "movable":
+            chosen, kept = pick_victims(views, remove, alerted, spec.victims, spec.min)
+            return Pick(chosen, None, kept)
+        cluster = self.cluster
+
+        def budgets() -> list[Budget] | None:  # read once, and only when a busy node is weighed
+            return cluster.budgets() if isinstance(cluster, Budgets) else None
+
+        return pick_movable(views, remove, alerted, spec.min, spec.movable_owners, budgets)
 
     def preview(self, spec: PoolSpec, remove: int, alerted: Sequence[str]) -> Removal:
         """What :meth:`scale_in` would pick, changing nothing (a dry-run pool)."""
         views = [v for v in self.cluster.nodes(dict(spec.node_selector)) if not v.cordon_owner.endswith(REMOVING)]
-        chosen, kept = pick_victims(views, remove, alerted, spec.victims, spec.min)
-        names = tuple(v.name for v in chosen)
+        pick = self._pick(spec, views, remove, alerted)
+        names = tuple(v.name for v in pick.idle) + ((pick.drain.name,) if pick.drain else ())
         said = f"would remove {', '.join(names)}" if names else "no node could go"
+        if pick.drain is not None:
+            said += f" (draining {pick.drain.name} first: {len(pick.drain.pods)} pods would move)"
         return Removal(Outcome.DRY_RUN, len(views) - len(names), said, names,
-                       tuple((n.name, _why(n, r)) for n, r in kept))
+                       tuple((n.name, _why(n, r)) for n, r in pick.kept))
 
     # ---- scale-in by name (manual) -------------------------------------------------------------------------------
     def remove_named(self, spec: PoolSpec, provider: RemovesNamedNodes, current: int, names: Sequence[str],
-                     room: int, force: bool, owner: str, now: float, renew: Callable[[], bool]) -> Removal:
-        """Remove the named nodes (at most ``room``); a busy one only with ``force``, after evicting its GPU pods."""
+                     room: int, force: bool, owner: str, now: float, renew: Callable[[], bool],
+                     status: CloudStatus | None = None) -> Removal:
+        """Remove the named nodes (at most ``room``); a busy one only with ``force``, after draining it (every
+        pod but DaemonSets' and mirror pods, through the Eviction API)."""
         views = {v.name: v for v in self.cluster.nodes(dict(spec.node_selector))}
         swept = self.sweep(spec, now, list(views.values()))
         kept: list[tuple[str, str]] = []
@@ -138,55 +164,37 @@ class NodeScaleIn:
             elif view.gpu_pods and not force:
                 kept.append((name, f"{view.busy_reason()} (add \"force\": true to evict it)"))
             else:
-                (busy if view.gpu_pods else chosen).append(view)
+                (busy if view.gpu_pods or (force and view.pods) else chosen).append(view)
         if not chosen and not busy:
             outcome = Outcome.SKIPPED_IN_USE if any(n in views for n, _ in kept) else Outcome.FAILED
             return Removal(outcome, current, f"no named node can go: {summary(kept)}", kept=tuple(kept),
                            uncordoned=tuple(swept))
+        drained = self._drain_all(spec, busy, kept, owner, renew)
+        if busy and not chosen and not drained:
+            return Removal(Outcome.FAILED, current, summary(kept), kept=tuple(kept), uncordoned=tuple(swept))
+        result = self._cordon_and_remove(spec, provider, current, chosen, kept, owner, renew, drained, status)
+        return replace(result, uncordoned=tuple(swept))
+
+    def _drain_all(self, spec: PoolSpec, views: Sequence[NodeView], kept: list[tuple[str, str]], owner: str,
+                   renew: Callable[[], bool]) -> list[NodeView]:
+        """Drain each node (:func:`autoscaler.drain.drain`); those drained, the others added to ``kept``."""
         drained: list[NodeView] = []
-        for view in busy:
-            problem = self._drain(spec, view, owner, renew)
+        for view in views:
+            try:
+                problem = drain(self.cluster, spec, view, owner, renew, self.clock, self.sleep)
+            except ClusterError as exc:
+                raise self._unwind(exc, [view.name] + [v.name for v in drained]) from None
             if problem:
                 kept.append((view.name, problem))
             else:
                 drained.append(view)
-        if busy and not chosen and not drained:
-            return Removal(Outcome.FAILED, current, summary(kept), kept=tuple(kept), uncordoned=tuple(swept))
-        result = self._cordon_and_remove(spec, provider, current, chosen, kept, owner, renew, drained)
-        return replace(result, uncordoned=tuple(swept))
-
-    def _drain(self, spec: PoolSpec, view: NodeView, owner: str, renew: Callable[[], bool]) -> str | None:
-        """Cordon and evict the node's GPU pods until they are gone; None when drained, else why not (uncordoned)."""
-        self.cluster.cordon(view.name, owner, self.clock())
-        deadline = self.clock() + spec.drain_timeout
-        pending = view.gpu_pods
-        refused: dict[str, str] = {}
-        try:
-            while True:
-                for pod in pending:
-                    answer = self.cluster.evict(pod.namespace, pod.name)
-                    if answer:
-                        refused[f"{pod.namespace}/{pod.name}"] = answer
-                again = self.cluster.node(view.name)
-                pending = again.gpu_pods if again else ()
-                if not pending:
-                    return None
-                if self.clock() >= deadline or not renew():
-                    blocking = pending[0]
-                    key = f"{blocking.namespace}/{blocking.name}"
-                    said = refused.get(key, "still running after its eviction")
-                    why = "its lease was lost" if self.clock() < deadline else \
-                        f"gave up after drain_timeout {spec.drain_timeout:.0f}s"
-                    self.cluster.uncordon(view.name)
-                    return f"{why}: GPU pod {key} blocks the drain ({said})"
-                self.sleep(RETRY_EVERY)
-        except ClusterError as exc:
-            raise self._unwind(exc, [view.name]) from None
+        return drained
 
     # ---- the common end ------------------------------------------------------------------------------------------
     def _cordon_and_remove(self, spec: PoolSpec, provider: RemovesNamedNodes, current: int,
                            chosen: Sequence[NodeView], kept: list[tuple[str, str]], owner: str,
-                           renew: Callable[[], bool], drained: Sequence[NodeView] = ()) -> Removal:
+                           renew: Callable[[], bool], drained: Sequence[NodeView] = (),
+                           status: CloudStatus | None = None) -> Removal:
         if not chosen and not drained:
             return Removal(Outcome.SKIPPED_IN_USE, current, f"no node of pool {spec.name} can go: {summary(kept)}",
                            kept=tuple(kept))
@@ -219,7 +227,7 @@ class NodeScaleIn:
                            kept=tuple(kept))
         refs = [NodeRef(v.name, v.provider_id) for v in survivors]
         try:
-            reached = provider.remove_nodes(refs, current, self.clock())
+            reached = provider.remove_nodes(refs, current, self.clock(), status=status)
         except ProviderError as exc:
             self._uncordon(mine)
             return Removal(Outcome.FAILED, exc.applied if exc.applied is not None else current,

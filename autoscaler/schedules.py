@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 
 from croniter import croniter  # type: ignore[import-untyped]
 
-from autoscaler.models import PoolSpec, Schedule
+from autoscaler.models import Headroom, PoolSpec, Schedule
 
 
 def valid_cron(expression: str) -> bool:
@@ -63,3 +63,14 @@ def effective_min(spec: PoolSpec, now: float) -> tuple[int, str]:
     how = (f"schedule {window.cron!r} ({window.timezone}) opened {opened.strftime('%Y-%m-%d %H:%M %Z')}, "
            f"min {window.min} until {until.strftime('%Y-%m-%d %H:%M %Z')}")
     return min(window.min, spec.max), how
+
+
+def effective_headroom(spec: PoolSpec, now: float) -> tuple[Headroom | None, str]:
+    """The headroom in force at ``now`` and why: the first open window (in the config's order) that sets one, else
+    the pool's ``scale_out.headroom`` (and "")."""
+    for window, start in open_windows(spec, now):
+        if window.headroom is not None:
+            opened = datetime.fromtimestamp(start, tz=timezone.utc).astimezone(_zone(window.timezone))
+            return window.headroom, (f"schedule {window.cron!r} ({window.timezone}) opened "
+                                     f"{opened.strftime('%Y-%m-%d %H:%M %Z')}")
+    return spec.scale_out.headroom, ""

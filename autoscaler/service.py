@@ -53,7 +53,8 @@ class Service:
         busy = False
         error = None
         detail = ""
-        if provider.tracks_count:
+        tracks = not provider.capabilities.reports_count
+        if tracks:
             try:
                 cloud = provider.status(Tracked(state.tracked_count, state.count_changed_at), now)
                 current, busy, detail = cloud.current, cloud.busy, cloud.detail
@@ -79,7 +80,7 @@ class Service:
             name=spec.name,
             provider=spec.provider,
             current=current,
-            count_source="tracked" if provider.tracks_count else "cloud",
+            count_source="tracked" if tracks else "cloud",
             min=spec.min,
             max=spec.max,
             paused=state.paused,

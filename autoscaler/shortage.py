@@ -43,7 +43,7 @@ def check(engine: Engine, spec: PoolSpec, now: float) -> Decision | None:
         if short is None or short.undelivered <= 0 or _already_told(state, short, now):
             lease.release()
             return None
-        decision, change = _give_back(engine, spec, state, short, now)
+        decision, change = _give_back(engine, spec, state, cloud, short, now)
         recorded = engine.events.finish(spec.name, owner, decision, Source.RECONCILE.value, [], engine.clock(), change)
     except BaseException:
         lease.release()
@@ -60,7 +60,7 @@ def _already_told(state: PoolState, short: Shortfall, now: float) -> bool:
     return not short.give_back and state.short_until is not None and state.short_until > now
 
 
-def _give_back(engine: Engine, spec: PoolSpec, state: PoolState, short: Shortfall,
+def _give_back(engine: Engine, spec: PoolSpec, state: PoolState, cloud: CloudStatus, short: Shortfall,
                now: float) -> tuple[Decision, PoolChange]:
     """Ask the cloud for what it delivered (cluster-autoscaler's ``DecreaseTargetSize``) where it allows it and the
     pool may change (not paused, not dry-run); the decision and the pool's change (the short mark) to record."""
@@ -77,16 +77,16 @@ def _give_back(engine: Engine, spec: PoolSpec, state: PoolState, short: Shortfal
         note = "dry run: would give the undelivered size back"
     else:
         try:
-            to = provider.scale(short.asked, short.delivered, now)
+            to = provider.scale(short.asked, short.delivered, now, status=cloud)
             note = f"asked size given back: {short.asked} -> {to}"
         except ProviderError as exc:
             note = f"giving the undelivered size back failed: {redact_text(exc.message)}"
-            details["give_back_error"] = exc.code
+            details["give_back_error"] = exc.shown_code
     until = now + spec.short_for
     reason = (f"the cloud accepted {short.asked} node(s) and delivered {short.delivered} ({kind}: {short.code}: "
               f"{redact_text(short.message)}); {note}; passed over by its group for {spec.short_for:.0f}s")
     change = PoolChange(at=now, short_until=until, short_reason=f"{short.code}: {redact_text(short.message)}"[:500],
-                        tracked_count=to if provider.tracks_count and to != short.asked else None)
+                        tracked_count=to if not provider.capabilities.reports_count and to != short.asked else None)
     return Decision(spec.name, Action.SCALE_OUT, Outcome.NO_CAPACITY, short.asked, to, reason,
                     details=details), change
 

@@ -1,18 +1,24 @@
 """Tuning on history: tune on a week of each trace family, then replay on days from other seeds.
 
-For each family of bench/traces: generate a week (seeded), run ``replay --tune`` on it (2 processes; the wall time
-against the 3-minute limit is the ratio), then replay the base config and the tuned one on days the tuner never saw
-(other seeds) beside perfect foresight (ceil(demand) every minute, within the pool's limits):
-node-hours, saturated minutes, direction changes. ``python -m bench.run tune``.
+For each family of bench/traces: generate a week (seeded), run ``replay --tune`` on it with each choice rule
+(the default: the span's total within the budget less the margin and each day within the budget; ``--robust``:
+every day within the budget less the margin) with 2 processes (the wall time against the 3-minute limit is the
+ratio), then replay the base config and each tuned one on five days the tuner never saw (other seeds) beside perfect
+foresight (ceil(demand) every minute, never below the pool's min): node-hours, saturated minutes, direction
+changes. ``python -m bench.run tune``; ``python -m bench.tune --config tuned.yaml --family F`` replays any config
+(another tuner's choice) on the same unseen days.
 """
 from __future__ import annotations
 
+import argparse
+import json
 import math
 import os
 import resource
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -26,11 +32,28 @@ from bench.traces.make_traces import generate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = os.path.join(ROOT, "bench", "replay", "proportional.yaml")
+DEMAND = os.path.join(ROOT, "bench", "replay", "demand.yaml")
 START = parse_time("2025-01-06T00:00:00Z")
-# family: (seed of the week tuned on, seeds of the days it is tried on)
-FAMILIES = {"diurnal_inference": (101, (202, 203, 204, 205, 206)), "training_queue": (11, (22, 23, 24, 25, 26))}
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one trace family is tuned and tried: the base config, the budget, the seeds."""
+
+    base: str
+    budget: float  # --max-saturated, %
+    week_seed: int  # the week tuned on
+    day_seeds: tuple[int, ...]  # the days it is tried on (never seen by the tuner)
+    max_changes: float | None = None  # --max-direction-changes
+
+
+FAMILIES = {
+    "diurnal_inference": Family(BASE, 1.0, 101, (202, 203, 204, 205, 206)),
+    "training_queue": Family(DEMAND, 3.0, 11, (22, 23, 24, 25, 26)),  # pending GPUs: step or demand, headroom
+    "noisy_plateau": Family(BASE, 3.0, 31, (32, 33, 34, 35, 36), max_changes=2),  # the goal: <= 2 changes a day
+}
+RULES = {"default": False, "robust": True}  # the tuner's choice rules compared
 LIMIT_S = 180.0
-BUDGET = 1.0  # --max-saturated, %
 
 
 def write_trace(path: str, demand: list[float]) -> None:
@@ -42,9 +65,10 @@ def write_trace(path: str, demand: list[float]) -> None:
             fh.write(f"{stamp},{d:.2f}\n")
 
 
-def foresight(demand: list[float], low: int, high: int) -> dict[str, Any]:
-    """Perfect foresight: ready = ceil(demand) within [min, max] every minute, provisioning time ignored."""
-    ready = [min(high, max(low, math.ceil(d - 1e-9))) for d in demand]
+def foresight(demand: list[float], low: int) -> dict[str, Any]:
+    """Perfect foresight: ready = ceil(demand), never below min, every minute, provisioning time ignored (as
+    summary.json's ``foresight_node_hours``)."""
+    ready = [max(low, math.ceil(d - 1e-9)) for d in demand]
     moves = [b - a for a, b in zip(ready, ready[1:]) if b != a]
     changes = sum(1 for a, b in zip(moves, moves[1:]) if (a > 0) != (b > 0))
     saturated = sum(1 for d, r in zip(demand, ready) if d > r + 1e-9)
@@ -79,70 +103,104 @@ def store_cost(demand: list[float], runs: int) -> dict[str, Any]:
     return out
 
 
-def run(smoke: bool = False, runs: int = 5) -> dict[str, Any]:
-    """Tune each family once (a week; smoke: a day, few candidates) and replay its test days."""
-    out: dict[str, Any] = {"limit_s": LIMIT_S, "max_saturated_pct": BUDGET, "families": {}}
-    settings = load_config(BASE)
-    spec = settings.pools[replay_pool(settings)]
-    with tempfile.TemporaryDirectory() as tmp:
-        for family, (week_seed, day_seeds) in FAMILIES.items():
-            days = 2 if smoke else 7  # smoke: two days, so that halving still has a shorter rung
-            week = [round(d, 2) for d in generate(family, days=days, seed=week_seed)]
-            path = os.path.join(tmp, f"{family}-week.csv")
-            write_trace(path, week)
-            load = os.getloadavg()[0]
-            cpu = _cpu_seconds()
-            data = tune(BASE, path, os.path.join(tmp, family), BUDGET, candidates=27 if smoke else 405,
-                        neighbours=6 if smoke else 60, workers=2, quiet=True)
-            cpu = _cpu_seconds() - cpu
-            tuned = os.path.join(tmp, family, "tuned.yaml")
-            test_days = []
-            for seed in day_seeds[:1] if smoke else day_seeds:
-                day = generate(family, days=1, seed=seed)
-                test_days.append({"seed": seed, "base": replay_day(BASE, day), "tuned": replay_day(tuned, day),
-                                  "foresight": foresight([round(d, 2) for d in day], spec.min, spec.max)})
-            train = data["spans"]["tune"]["minutes"][1]
-            naive = (data["sampled"] + (6 if smoke else 60)) * train  # every candidate on the whole span
-            out["families"][family] = {
-                "store_s": store_cost(week, 1 if smoke else 3),
-                "search_minutes_replayed": data["search_minutes_replayed"], "naive_minutes": naive,
-                "search_ratio_to_naive": round(data["search_minutes_replayed"] / naive, 3),
-                "week_seed": week_seed, "days": days, "tune_s": data["seconds"], "replays": data["replays"],
-                "tune_cpu_s": round(cpu, 1), "tune_cpu_s_per_core": round(cpu / 2, 1),
-                "loadavg_before": round(load, 2),
-                "candidates_scored_in_full": data["candidates"], "ratio_to_limit": round(data["seconds"] / LIMIT_S, 3),
-                "spans": data["spans"], "tuned": data["tuned"], "test_days": test_days,
-                "mean": {name: {k: round(sum(d[name][k] for d in test_days) / len(test_days), 3)
-                                for k in ("node_hours", "saturated_minutes", "direction_changes", "minutes")}
-                         for name in ("base", "tuned", "foresight")}}
+def try_days(config: str, family: str, seeds: tuple[int, ...]) -> list[dict[str, Any]]:
+    """``config`` replayed on one day of ``family`` per seed, beside perfect foresight."""
+    low = load_config(config).pools[replay_pool(load_config(config))].min
+    out = []
+    for seed in seeds:
+        day = [round(d, 2) for d in generate(family, days=1, seed=seed)]
+        out.append({"seed": seed, "run": replay_day(config, day), "foresight": foresight(day, low)})
     return out
 
 
-def _cell(s: dict[str, Any]) -> str:
+def _mean(days: list[dict[str, Any]], name: str) -> dict[str, float]:
+    return {k: round(sum(d[name][k] for d in days) / len(days), 3)
+            for k in ("node_hours", "saturated_minutes", "direction_changes", "minutes")}
+
+
+def run(smoke: bool = False, runs: int = 5) -> dict[str, Any]:
+    """Tune each family once per choice rule (a week; smoke: two days, few candidates) and replay its test days."""
+    out: dict[str, Any] = {"limit_s": LIMIT_S, "families": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for family, fam in FAMILIES.items():
+            days = 2 if smoke else 7  # smoke: two days, so that halving still has a shorter rung
+            week = [round(d, 2) for d in generate(family, days=days, seed=fam.week_seed)]
+            path = os.path.join(tmp, f"{family}-week.csv")
+            write_trace(path, week)
+            seeds = fam.day_seeds[:1] if smoke else fam.day_seeds
+            entry: dict[str, Any] = {"base_config": os.path.relpath(fam.base, ROOT), "budget_pct": fam.budget,
+                                     "max_direction_changes": fam.max_changes,
+                                     "week_seed": fam.week_seed, "days": days,
+                                     "store_s": store_cost(week, 1), "base": try_days(fam.base, family, seeds),
+                                     "rules": {}}
+            for rule, robust in RULES.items():
+                load = os.getloadavg()[0]
+                cpu = _cpu_seconds()
+                data = tune(fam.base, path, os.path.join(tmp, family, rule), fam.budget,
+                            candidates=27 if smoke else 405, neighbours=6 if smoke else 60, workers=2, quiet=True,
+                            robust=robust, max_changes=fam.max_changes)
+                cpu = _cpu_seconds() - cpu
+                tried = try_days(os.path.join(tmp, family, rule, "tuned.yaml"), family, seeds)
+                train = data["spans"]["tune"]["minutes"][1]
+                naive = (data["sampled"] + (6 if smoke else 60)) * train  # every candidate on the whole span
+                entry["rules"][rule] = {
+                    "search_minutes_replayed": data["search_minutes_replayed"], "naive_minutes": naive,
+                    "search_ratio_to_naive": round(data["search_minutes_replayed"] / naive, 3),
+                    "tune_s": data["seconds"], "replays": data["replays"], "tune_cpu_s": round(cpu, 1),
+                    "tune_cpu_s_per_core": round(cpu / 2, 1), "loadavg_before": round(load, 2),
+                    "candidates_scored_in_full": data["candidates"], "choice": data["choice"],
+                    "ratio_to_limit": round(data["seconds"] / LIMIT_S, 3), "spans": data["spans"],
+                    "tuned": data["tuned"], "test_days": tried, "mean": _mean(tried, "run")}
+            entry["foresight_mean"] = _mean(entry["base"], "foresight")
+            entry["base_mean"] = _mean(entry["base"], "run")
+            out["families"][family] = entry
+    return out
+
+
+def _cell(s: dict[str, Any], best: float) -> str:
     pct = 100.0 * s["saturated_minutes"] / max(1, s["minutes"])
-    return f"{s['node_hours']:7.1f} {s['saturated_minutes']:4d} ({pct:4.2f}%) {s['direction_changes']:3d}"
+    return (f"{s['node_hours']:7.1f} {s['node_hours'] / best:5.2f}x {s['saturated_minutes']:6.1f} ({pct:4.2f}%) "
+            f"{s['direction_changes']:5.1f}")
 
 
 def table(res: dict[str, Any]) -> list[str]:
-    """Rows for the printed summary."""
+    """Rows for the printed summary: per family, the tuning times, then each unseen day and the mean."""
     rows = []
     for family, f in res["families"].items():
-        rows.append(f"{family}: tuned {f['days']} day(s) in {f['tune_s']:.1f}s (ratio to {res['limit_s']:.0f}s limit "
-                    f"{f['ratio_to_limit']:.2f}; load {f['loadavg_before']:.1f} before), {f['tune_cpu_s']:.0f} CPU-s "
-                    f"({f['tune_cpu_s_per_core']:.0f}s a core), {f['replays']} replays")
         st = f["store_s"]
-        rows.append(f"  one replay of the trace: SQLite {st['sqlite']:.2f}s, memory {st['memory']:.2f}s (ratio "
-                    f"{st['ratio']:.2f}); search replayed {f['search_minutes_replayed']:,} minutes, "
-                    f"{f['search_ratio_to_naive']:.2f} of every candidate in full ({f['naive_minutes']:,})")
-        rows.append("  test day (seed)   run        node-h  sat min (%)  dir.changes   vs foresight")
-        for day in f["test_days"]:
+        rows.append(f"{family} (base {f['base_config']}, budget {f['budget_pct']:g}% = "
+                    f"{int(f['budget_pct'] / 100 * 1440 + 1e-9)} min a day): one replay of the week: SQLite "
+                    f"{st['sqlite']:.2f}s, memory {st['memory']:.2f}s")
+        for rule, r in f["rules"].items():
+            rows.append(f"  {rule}: tuned {f['days']} day(s) in {r['tune_s']:.1f}s (ratio to {res['limit_s']:.0f}s "
+                        f"{r['ratio_to_limit']:.2f}; load {r['loadavg_before']:.1f} before), {r['tune_cpu_s']:.0f} "
+                        f"CPU-s, {r['replays']} replays, choice {r['choice']}, searched "
+                        f"{r['search_ratio_to_naive']:.2f} of every candidate in full")
+        rows.append("  day (seed)  run          node-h  x fore  sat min (%)     dir.changes")
+        names = ["base", *f["rules"]]
+        for i, day in enumerate(f["base"]):
             best = day["foresight"]["node_hours"]
-            for name in ("base", "tuned", "foresight"):
-                s = day[name]
-                rows.append(f"  {day['seed']:<16d}  {name:9s} {_cell(s)}   {s['node_hours'] / best:5.2f}x")
-        for name in ("base", "tuned", "foresight"):
-            s = f["mean"][name]
-            rows.append(f"  {'mean':16s}  {name:9s} {s['node_hours']:7.1f} {s['saturated_minutes']:4.1f} "
-                        f"({100 * s['saturated_minutes'] / 1440:4.2f}%) {s['direction_changes']:5.1f}   "
-                        f"{s['node_hours'] / f['mean']['foresight']['node_hours']:5.2f}x")
+            for name in names:
+                s = day["run"] if name == "base" else f["rules"][name]["test_days"][i]["run"]
+                rows.append(f"  {day['seed']:<10d}  {name:10s} {_cell(s, best)}")
+        best = f["foresight_mean"]["node_hours"]
+        for name in names:
+            s = f["base_mean"] if name == "base" else f["rules"][name]["mean"]
+            rows.append(f"  {'mean':10s}  {name:10s} {_cell(s, best)}")
     return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Replay one config on a family's unseen days (e.g. another tuner's tuned.yaml); prints JSON."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--family", required=True, choices=sorted(FAMILIES))
+    args = parser.parse_args(argv)
+    days = try_days(args.config, args.family, FAMILIES[args.family].day_seeds)
+    print(json.dumps({"days": days, "mean": _mean(days, "run"), "foresight_mean": _mean(days, "foresight")},
+                     indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

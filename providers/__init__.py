@@ -9,9 +9,13 @@ import importlib
 import importlib.util
 from typing import Any
 
-from providers.base import NodePoolProvider, NodeRef, ProviderError, ProviderFactory, RemovesNamedNodes, Tracked
+from providers.base import Capabilities, NodePoolProvider, NodeRef, ProviderFactory, RemovesNamedNodes, Tracked
+from providers.errors import (BusyError, Code, LimitError, NoCapacityError, PermanentError, ProviderError,
+                              TemporaryError)
 
-__all__ = ["NodePoolProvider", "NodeRef", "ProviderError", "RemovesNamedNodes", "ProviderFactory", "Tracked", "available", "factory", "build"]
+__all__ = ["BusyError", "Capabilities", "Code", "LimitError", "NoCapacityError", "NodePoolProvider", "NodeRef",
+           "PermanentError", "ProviderError", "ProviderFactory", "RemovesNamedNodes", "TemporaryError", "Tracked",
+           "available", "build", "capabilities", "factory"]
 
 _MODULES: dict[str, str] = {
     "simulated": "providers.simulated",
@@ -45,3 +49,7 @@ def build(name: str, pool: str, settings: Any) -> NodePoolProvider:
     """Build the provider for one pool from its validated settings."""
     return factory(name).build(pool, settings)
 
+
+def capabilities(name: str, settings: Any) -> Capabilities:
+    """What a pool of provider ``name`` with these validated settings can do (its factory's declaration)."""
+    return factory(name).capabilities(settings)

@@ -1,25 +1,21 @@
-"""HTTP calls for the hook providers: one retry policy, redacted errors, no secret in any log line."""
+"""HTTP calls for the hook providers over the one retry layer: redacted errors, no secret in any log line."""
 from __future__ import annotations
 
 import logging
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import requests
 from pydantic import SecretStr
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, stop_before_delay
-from tenacity import wait_exponential_jitter
 
 from autoscaler.redact import redact_url
-from providers.base import ProviderError
+from providers.errors import Code, PermanentError
+from providers.retry import Sleep, Transient, call, parse_retry_after, refusal
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-
-Sleep = Callable[[float], None]
 
 
 class _QueryScrubber(logging.Filter):
@@ -57,57 +53,13 @@ def with_query(url: str, **params: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(kept + list(params.items())), ""))
 
 
-class Transient(Exception):
-    """A failure worth another attempt inside the time budget: 5xx, connection error, timeout."""
-
-    def __init__(self, what: str, status: int | None = None) -> None:
-        super().__init__(what)
-        self.what = what
-        self.status = status
-
-
-def retry_policy(budget: float, sleep: Sleep, what: str, *, max_attempts: int = 5, initial: float = 0.5,
-                 maximum: float = 4.0) -> Retrying:
-    """Retry :class:`Transient` failures: exponential backoff with jitter, bounded by attempts and a time budget."""
-    return Retrying(
-        retry=retry_if_exception_type(Transient),
-        stop=stop_after_attempt(max_attempts) | stop_before_delay(budget),
-        wait=wait_exponential_jitter(initial=initial, max=maximum, jitter=initial),
-        sleep=sleep,
-        before_sleep=lambda state: _log_retry(what, state),
-        reraise=True,
-    )
-
-
-def call_with_retries(budget: float, sleep: Sleep, what: str, attempt: Callable[..., T], *args: Any) -> T:
-    """``attempt(*args)`` under :func:`retry_policy`; the last :class:`Transient` becomes a retryable
-    ProviderError that says how many attempts were made. The single retry layer of the SDK-based providers."""
-    retrying = retry_policy(budget, sleep, what)
-    try:
-        return retrying(attempt, *args)
-    except Transient as exc:
-        attempts = retrying.statistics.get("attempt_number", 1)
-        raise ProviderError(f"{what} failed after {attempts} attempt(s): {exc.what}", retryable=True,
-                            code=str(exc.status) if exc.status else None) from None
-
-
-def _log_retry(what: str, state: RetryCallState) -> None:
-    exc = state.outcome.exception() if state.outcome else None
-    wait = state.next_action.sleep if state.next_action else 0.0
-    log.warning("call=%r attempt=%d failed=%r retry_in=%.2fs", what, state.attempt_number,
-                getattr(exc, "what", type(exc).__name__), wait)
-
-
 @dataclass
 class HttpCaller:
-    """Sends one logical call with retries: exponential backoff with jitter inside a total time budget."""
+    """Sends one logical call through the one retry layer (:func:`providers.retry.call`) inside a time budget."""
 
     timeout: float
     budget: float
     sleep: Sleep = time.sleep
-    max_attempts: int = 5
-    initial_backoff: float = 0.5
-    max_backoff: float = 4.0
     session: requests.Session | None = None
 
     def __post_init__(self) -> None:
@@ -115,21 +67,12 @@ class HttpCaller:
             self.session = requests.Session()
 
     def send(self, method: str, url: str, **kwargs: Any) -> requests.Response:
-        """The response of the first attempt that is not transient; ProviderError when none is."""
-        safe = f"{method} {redact_url(url)}"
-        retrying = retry_policy(self.budget, self.sleep, safe, max_attempts=self.max_attempts,
-                                initial=self.initial_backoff, maximum=self.max_backoff)
-        deadline = time.monotonic() + self.budget
-        try:
-            return retrying(self._attempt, method, url, deadline, **kwargs)
-        except Transient as exc:
-            attempts = retrying.statistics.get("attempt_number", 1)
-            raise ProviderError(f"{safe} failed after {attempts} attempt(s): {exc.what}", retryable=True,
-                                code=str(exc.status) if exc.status else None) from None
+        """The response of the first attempt that is not transient (5xx, timeout, no connection)."""
+        return call(f"{method} {redact_url(url)}", lambda timeout: self._attempt(method, url, timeout, **kwargs),
+                    budget=self.budget, timeout=self.timeout, sleep=self.sleep)
 
-    def _attempt(self, method: str, url: str, deadline: float, **kwargs: Any) -> requests.Response:
+    def _attempt(self, method: str, url: str, timeout: float, **kwargs: Any) -> requests.Response:
         assert self.session is not None
-        timeout = min(self.timeout, max(deadline - time.monotonic(), 0.5))  # the budget bounds the last attempt too
         try:
             response = self.session.request(method, url, timeout=timeout, allow_redirects=False, **kwargs)
         except requests.Timeout:
@@ -137,26 +80,17 @@ class HttpCaller:
         except requests.ConnectionError:
             raise Transient("connection failed") from None
         except requests.RequestException as exc:  # invalid URL and the like: a retry cannot help
-            raise ProviderError(f"{method} {redact_url(url)} could not be sent ({type(exc).__name__})",
-                                retryable=False) from None
+            raise PermanentError(f"{method} {redact_url(url)} could not be sent ({type(exc).__name__})",
+                                 code=Code.NOT_SENT) from None
         if response.status_code >= 500:
-            raise Transient(f"HTTP {response.status_code}", response.status_code)
+            raise Transient(f"HTTP {response.status_code}", response.status_code,
+                            parse_retry_after(response.headers))
         return response
 
 
-
-def http_failure(safe: str, response: requests.Response, detail: str = "") -> ProviderError:
-    """A ProviderError for a non-2xx answer that is not worth an immediate retry (4xx, 3xx)."""
-    retry_after = _retry_after(response)
-    retryable = response.status_code in (408, 409, 423, 429)
-    text = f"{safe} answered HTTP {response.status_code}"
-    return ProviderError(f"{text}: {detail}" if detail else text, retryable=retryable,
-                         code=str(response.status_code), retry_after=retry_after)
-
-
-def _retry_after(response: requests.Response) -> float | None:
-    value = response.headers.get("Retry-After", "")
-    try:
-        return float(value) if value else None
-    except ValueError:
-        return None
+def http_failure(safe: str, response: requests.Response, detail: str = "", code: str | None = None) -> Exception:
+    """The error of a non-2xx answer that is not worth an immediate retry (4xx, 3xx); ``code``: the endpoint's own
+    code, when its body had one (default: the HTTP status)."""
+    status = response.status_code
+    return refusal(safe, status, code or str(status), detail, said="the endpoint answered HTTP",
+                   retry_after=parse_retry_after(response.headers))

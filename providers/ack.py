@@ -9,15 +9,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaler.durations import Duration
 from autoscaler.models import CloudStatus
-from autoscaler.redact import redact_text
-from providers._http import Sleep, Transient, call_with_retries
-from providers.base import NodeRef, ProviderError, ProviderFactory, Tracked
+from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked
+from providers.errors import Code, PermanentError, cloud_autoscaler
+from providers.named import agreed, in_parts, lowered, machines
+from providers.retry import Sleep, Transient, call, clean, refusal
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _VERSION = "2015-12-15"
-_RETRYABLE_CLIENT_STATUS = (408, 409, 423, 429)
 _NODES_PAGE = 100  # DescribeClusterNodes page size (the API's maximum)
 
 
@@ -36,11 +36,12 @@ class AckSettings(BaseModel):
     retry_budget: Duration = Field(default=8, ge=0, description="Total time one operation may spend on retries.")
 
 
-class AckProvider:
+class AckProvider(RemovingProvider):
     """Reads ``scaling_group.desired_size`` and ``status`` of the pool and sets ``desired_size`` both ways;
     removes named nodes with RemoveNodePoolNodes."""
 
-    tracks_count = False
+    capabilities = Capabilities(removes_named_nodes=True)
+    needs_read = (False, True)  # a resize sets desired_size alone; a removal needs the pool's size before
 
     def __init__(self, pool: str, settings: AckSettings, *, credential: Any = None, config: Any = None,
                  sleep: Sleep = time.sleep) -> None:
@@ -51,79 +52,59 @@ class AckProvider:
         self._sleep = sleep
         self._client: Any = None
 
+    @property
+    def where(self) -> str:
+        return f"ACK node pool {self.settings.nodepool_id}"
+
     def check(self) -> None:
         """Refuse a pool that ACK's own autoscaler manages; read-only."""
-        self._describe()
+        self._read()
 
     def status(self, tracked: Tracked, now: float) -> CloudStatus:
-        body = self._describe()
+        return self._read()
+
+    def _read(self) -> CloudStatus:
+        """DescribeClusterNodePoolDetail: the desired size, busy unless ``active``; refuses ACK's own auto scaling."""
+        body = self._call("DescribeClusterNodePoolDetail", "GET", None)
+        if (body.get("auto_scaling") or {}).get("enable"):
+            raise cloud_autoscaler(self.where, "ACK's own auto scaling", "turn auto_scaling.enable off in the console")
         state = (body.get("status") or {}).get("state") or "unknown"
         total = (body.get("status") or {}).get("total_nodes")
-        desired = (body.get("scaling_group") or {}).get("desired_size")
-        current = desired if desired is not None else total
+        desired = _desired(body)
         detail = f"state {state}, {total} node(s) in the pool, desired size {desired}"
-        return CloudStatus(current=current, busy=state != "active", detail=detail)
+        busy = state != "active"
+        return CloudStatus(current=desired if desired is not None else total, busy=busy, read=body,
+                           detail=f"{self.where} is still changing: {detail}" if busy else detail)
 
-    def scale(self, current: int, target: int, now: float) -> int:
+    def _resize(self, status: CloudStatus, current: int, target: int) -> int:
         body = {"scaling_group": {"desired_size": target}}  # only this field: nothing else of the pool changes
         self._call("ModifyClusterNodePool", "PUT", body)
         log.info("provider=ack pool=%s nodepool=%s from=%d to=%d", self.pool, self.settings.nodepool_id, current,
                  target)
         return target
 
-    def _describe(self) -> dict[str, Any]:
-        body = self._call("DescribeClusterNodePoolDetail", "GET", None)
-        if (body.get("auto_scaling") or {}).get("enable"):
-            raise ProviderError(
-                f"ACK node pool {self.settings.nodepool_id} has ACK's own auto scaling enabled "
-                "(auto_scaling.enable); turn it off in the console or manage this pool with one autoscaler only",
-                retryable=False, code="AutoScalingEnabled")
-        return body
-
-    def remove_nodes(self, nodes: Sequence[NodeRef], current: int, now: float) -> int:
+    def _remove(self, status: CloudStatus, nodes: Sequence[NodeRef], current: int) -> int:
         """Remove exactly these nodes' ECS instances (RemoveNodePoolNodes, drain and release on); ACK lowers the
         pool's desired size by as many.
 
-        The pool must be ``active`` (not already scaling or removing). Each node's instance id comes from the
-        pool's own node list (DescribeClusterNodes, by node name) and is checked against ``spec.providerID``
-        (``<region>.<instance id>``); a node that is not in this pool refuses the whole call. Returns once ACK
-        accepted the task; the instances go later. Subscription (prepaid) instances are removed but not released.
+        Each node's instance id comes from the pool's own node list (DescribeClusterNodes, by node name) and is
+        checked against ``spec.providerID`` (``<region>.<instance id>``). Returns once ACK accepted the task; the
+        instances go later. Subscription (prepaid) instances are removed but not released.
         """
-        if not nodes:
-            return current
-        before = self._describe()
-        state = (before.get("status") or {}).get("state") or "unknown"
-        if state != "active":
-            raise ProviderError(f"ACK node pool {self.settings.nodepool_id} is {state}: an earlier change is still "
-                                "in progress", retryable=True, code="PoolBusy")
-        ids = instance_ids(nodes, self._pool_nodes(), f"ACK node pool {self.settings.nodepool_id}")
-        try:
-            answer = self._request("RemoveNodePoolNodes", lambda: self._remove(ids))
-        except ProviderError as exc:
-            if not self._removal_under_way(_desired(before), len(ids)):
-                raise
-            log.warning("provider=ack pool=%s: RemoveNodePoolNodes failed (%s), but the pool is removing with its "
-                        "desired size lowered by %d: an earlier attempt was accepted and its answer lost", self.pool,
-                        exc.message, len(ids))
-            answer = None
-        task = getattr(getattr(answer, "body", None), "task_id", None)
-        target = current - len(ids)
-        log.info("provider=ack pool=%s nodepool=%s removing instances=%s task=%s from=%d to=%d", self.pool,
-                 self.settings.nodepool_id, ",".join(ids), task, current, target)
-        return target
+        pool_nodes = self._pool_nodes()
+        in_pool = set(pool_nodes.values())
 
-    def _removal_under_way(self, before: int | None, removed: int) -> bool:
-        """After a failed removal: does ACK show it accepted (desired size lowered by exactly ``removed``, busy)?
+        def find(node: NodeRef) -> str | None:
+            claimed = node.provider_id.rsplit(".", 1)[-1] if ".i-" in node.provider_id else None
+            instance = agreed(node, pool_nodes.get(node.name), claimed, self.where)
+            return instance if instance in in_pool else None
 
-        A removal whose answer was lost (a dropped connection) and then retried is refused (the pool is already
-        removing), although the first attempt went through; the nodes must not be handed back as kept then.
-        """
-        try:
-            body = self._describe()
-        except ProviderError:
-            return False
-        busy = ((body.get("status") or {}).get("state") or "unknown") != "active"
-        return before is not None and busy and _desired(body) == before - removed
+        ids = machines(nodes, find, self.where, "node")
+        in_parts([ids], lambda part: self._request("RemoveNodePoolNodes", lambda: self._remove_call(part)),
+                 lowered(self._read, _desired(status.read), len(ids)), len, current, self.where)
+        log.info("provider=ack pool=%s nodepool=%s removing instances=%s from=%d to=%d", self.pool,
+                 self.settings.nodepool_id, ",".join(ids), current, current - len(ids))
+        return current - len(ids)
 
     def _pool_nodes(self) -> dict[str, str]:
         """Node name -> ECS instance id of every node in the pool (DescribeClusterNodes, page by page)."""
@@ -149,7 +130,7 @@ class AckProvider:
         return self._sdk().describe_cluster_nodes_with_options(self.settings.cluster_id, request, {},
                                                                RuntimeOptions())
 
-    def _remove(self, ids: list[str]) -> Any:
+    def _remove_call(self, ids: list[str]) -> Any:
         from alibabacloud_cs20151215 import models
         from darabonba.runtime import RuntimeOptions
 
@@ -163,10 +144,11 @@ class AckProvider:
         result = answer.get("body")
         return result if isinstance(result, dict) else {}
 
-    def _request(self, action: str, call: Callable[[], T]) -> T:
-        """One OpenAPI call through the SDK with our retry layer (the SDK's own retry stays off)."""
-        what = f"{action} {self.settings.cluster_id}/{self.settings.nodepool_id}"
-        return call_with_retries(self.settings.retry_budget, self._sleep, what, _translated, call, action)
+    def _request(self, action: str, fn: Callable[[], T]) -> T:
+        """One OpenAPI call through the SDK and the retry layer (the SDK's own retry stays off)."""
+        return call(f"{action} {self.settings.cluster_id}/{self.settings.nodepool_id}", lambda _: fn(),
+                    budget=self.settings.retry_budget, timeout=self.settings.timeout, sleep=self._sleep,
+                    classify=_classify)
 
     def _attempt(self, action: str, method: str, body: dict[str, Any] | None) -> dict[str, Any]:
         from alibabacloud_tea_openapi import utils_models
@@ -205,29 +187,6 @@ def _desired(body: dict[str, Any]) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def instance_ids(nodes: Sequence[NodeRef], pool_nodes: dict[str, str], where: str) -> list[str]:
-    """The ECS instance id of each node, from the pool's node list; ``spec.providerID`` (``cn-hangzhou.i-xxx``)
-    finds a node under another name and must agree. A node not in the pool refuses the whole call."""
-    in_pool = set(pool_nodes.values())
-    found: list[str] = []
-    unknown: list[str] = []
-    for node in nodes:
-        named = pool_nodes.get(node.name)
-        claimed = node.provider_id.rsplit(".", 1)[-1] if ".i-" in node.provider_id else None
-        if named and claimed and named != claimed:
-            raise ProviderError(f"{where}: node {node.name} is instance {named} but its providerID says {claimed}; "
-                                "refusing to remove either", retryable=False, code="NodeInstanceMismatch")
-        instance = named or (claimed if claimed in in_pool else None)
-        if instance is None:
-            unknown.append(node.name)
-        elif instance not in found:
-            found.append(instance)
-    if unknown:
-        raise ProviderError(f"{where} has no node(s) {', '.join(unknown)} (not in this node pool, or already "
-                            "gone); nothing was removed", retryable=False, code="NodeNotInPool")
-    return found
-
-
 def _default_credential() -> Any:
     """The Alibaba Cloud default credentials chain: environment AccessKey, OIDC/RAM role, ECS instance role, ..."""
     from alibabacloud_credentials.client import Client as CredentialClient
@@ -241,35 +200,30 @@ def _quote(value: str) -> str:
     return str(Url.percent_encode(value))
 
 
-def _translated(call: Callable[[], T], action: str) -> T:
-    """Run an SDK call; SDK exceptions become Transient (worth a retry now) or ProviderError, without secrets."""
+def _classify(exc: Exception, what: str) -> Exception:
+    """An SDK exception as Transient (worth a retry now) or one of ours with ACK's code, without secrets."""
     from alibabacloud_tea_openapi.exceptions import ClientException, ServerException, ThrottlingException
 
-    try:
-        return call()
-    except ThrottlingException as exc:
-        raise ProviderError(f"{action} throttled: {_text(exc)}", retryable=True, code=str(exc.code),
-                            retry_after=float(exc.retry_after) if exc.retry_after else None) from None
-    except ServerException as exc:
-        raise Transient(f"HTTP {exc.status_code} {_text(exc)}", exc.status_code) from None
-    except ClientException as exc:
-        retryable = exc.status_code in _RETRYABLE_CLIENT_STATUS
-        raise ProviderError(f"{action} refused (HTTP {exc.status_code}): {_text(exc)}", retryable=retryable,
-                            code=str(exc.code)) from None
-    except ProviderError:
-        raise
-    except Exception as exc:  # connection errors arrive as UnretryableException; never quote them raw
-        name = type(getattr(exc, "inner_exception", None) or exc).__name__
-        if "credential" in str(exc).lower() or "accesskey" in str(exc).lower():
-            raise ProviderError(f"{action}: no usable Alibaba Cloud credentials ({type(exc).__name__}); set "
-                                "ALIBABA_CLOUD_ACCESS_KEY_ID/SECRET or a RAM role", retryable=False) from None
-        raise Transient(f"{name} talking to the ACK API") from None
+    if isinstance(exc, ThrottlingException):
+        return refusal(what, 0, str(exc.code), _said(exc), said="ACK", throttled=True,
+                       retry_after=float(exc.retry_after) if exc.retry_after else None)
+    if isinstance(exc, ServerException):
+        return Transient(f"HTTP {exc.status_code} {exc.code}: {_said(exc)}", exc.status_code)
+    if isinstance(exc, ClientException):
+        status = int(exc.status_code or 0)
+        return refusal(what, status, str(exc.code), _said(exc), text=f"{what.split()[0]} refused (HTTP {status}): "
+                       f"{exc.code}: {_said(exc)}")
+    name = type(getattr(exc, "inner_exception", None) or exc).__name__  # connection errors: UnretryableException
+    if "credential" in str(exc).lower() or "accesskey" in str(exc).lower():
+        return PermanentError(f"{what}: no usable Alibaba Cloud credentials ({type(exc).__name__}); set "
+                              "ALIBABA_CLOUD_ACCESS_KEY_ID/SECRET or a RAM role", code=Code.NO_CREDENTIALS,
+                              cloud_code=type(exc).__name__)
+    return Transient(f"{name} talking to the ACK API")
 
 
-def _text(exc: Any) -> str:
-    """The service's code and message, short and redacted."""
-    message = str(getattr(exc, "message", "") or "")
-    return redact_text(f"{getattr(exc, 'code', '')}: {message}")[:300]
+def _said(exc: Any) -> str:
+    """The service's message, short and redacted (never quoted raw)."""
+    return clean(str(getattr(exc, "message", "") or ""))
 
 
 FACTORY = ProviderFactory(
@@ -277,5 +231,6 @@ FACTORY = ProviderFactory(
     settings_model=AckSettings,
     build=lambda pool, settings: AckProvider(pool, settings),
     description="Alibaba ACK node pool through the cs 2015-12-15 OpenAPI; reads the real size",
+    capabilities=lambda settings: AckProvider.capabilities,
     node_selector=lambda settings: f"alibabacloud.com/nodepool-id={settings.nodepool_id}",
 )

@@ -12,7 +12,9 @@ from autoscaler.durations import Duration
 from autoscaler.models import CloudStatus
 from autoscaler.redact import redact_text, redact_url
 from providers._http import HttpCaller, Sleep, check_http_url, http_failure, with_query
-from providers.base import ProviderError, ProviderFactory, Tracked
+from providers.base import Capabilities, Provider, ProviderFactory, Tracked
+from providers.errors import Code, PermanentError, TemporaryError
+from providers.named import in_parts
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +39,10 @@ class AckHookSettings(BaseModel):
         return check_http_url(value)
 
 
-class AckHookProvider:
+class AckHookProvider(Provider):
     """Turns an absolute target into hook calls: one scale-out call per 100 nodes, one scale-in call per node."""
 
-    tracks_count = True
+    capabilities = Capabilities(reports_count=False)  # the hook neither reports a size nor names a node
 
     def __init__(self, pool: str, settings: AckHookSettings, *, sleep: Sleep = time.sleep,
                  session: requests.Session | None = None) -> None:
@@ -48,14 +50,18 @@ class AckHookProvider:
         self.settings = settings
         self.http = HttpCaller(timeout=settings.timeout, budget=settings.retry_budget, sleep=sleep, session=session)
 
+    @property
+    def where(self) -> str:
+        return f"ACK hook of pool {self.pool}"
+
     def check(self) -> None:
         """Nothing to check without calling the hook, and calling it would scale the pool."""
 
     def status(self, tracked: Tracked, now: float) -> CloudStatus:
-        count = self.settings.initial_count if tracked.count is None else tracked.count
-        return CloudStatus(current=count, detail="count tracked by the service: the ACK hook cannot report it")
+        return CloudStatus(current=tracked.count_or(self.settings.initial_count),
+                           detail="count tracked by the service: the ACK hook cannot report it")
 
-    def scale(self, current: int, target: int, now: float) -> int:
+    def _resize(self, status: CloudStatus, current: int, target: int) -> int:
         if target > current:
             steps = _chunks(target - current, MAX_HOOK_STEP)
             url, kind, sign = self.settings.scale_out_url, "scale_out", 1
@@ -64,32 +70,26 @@ class AckHookProvider:
             url, kind, sign = self.settings.scale_in_url, "scale_in", -1
         else:
             return target
-        reached = current
-        for index, step in enumerate(steps):
-            try:
-                self._call(url.get_secret_value(), kind, step)
-            except ProviderError as exc:
-                done = f"{index} of {len(steps)} call(s) went through, the pool is at {reached}"
-                raise ProviderError(f"ACK hook {kind} for pool {self.pool} stopped: {exc.message}; {done}",
-                                    retryable=exc.retryable, code=exc.code, retry_after=exc.retry_after,
-                                    applied=reached if index else None) from None
-            reached += sign * step
+        in_parts(steps, lambda step: self._call(url.get_secret_value(), kind, step), lambda _: False, lambda s: s,
+                 current, f"{self.where} {kind}", sign=sign)
         log.info("provider=ack_hook pool=%s action=%s from=%d to=%d calls=%d", self.pool, kind, current, target,
                  len(steps))
         return target
 
     def _call(self, base_url: str, kind: str, step: int) -> None:
-        """One hook call with ``type`` and ``step`` set; ProviderError unless the hook says code 200."""
+        """One hook call with ``type`` and ``step`` set; an error unless the hook says code 200."""
         url = with_query(base_url, type=kind, step=str(step))
-        safe = f"{self.settings.method} {redact_url(url)}"
+        safe = f"ACK hook {kind} for pool {self.pool}: {self.settings.method} {redact_url(url)}"
         response = self.http.send(self.settings.method, url)
         body = _json(response)
         if not 200 <= response.status_code < 300:
             raise http_failure(safe, response, _describe(body))
         code = body.get("code") if isinstance(body, dict) else None
         if code is not None and str(code) != "200":
-            retryable = str(code).startswith("5") or str(code) in ("429", "Throttling")
-            raise ProviderError(f"{safe} answered code {code}: {_describe(body)}", retryable=retryable, code=str(code))
+            later = str(code).startswith("5") or str(code) in ("429", "Throttling")
+            kind_of = TemporaryError if later else PermanentError
+            raise kind_of(f"{safe} answered code {code}: {_describe(body)}", cloud_code=str(code),
+                          code=Code.UNAVAILABLE if later else Code.REFUSED, cloud_message=_describe(body) or None)
 
 
 def _chunks(total: int, size: int) -> list[int]:
@@ -116,5 +116,6 @@ FACTORY = ProviderFactory(
     name="ack_hook",
     settings_model=AckHookSettings,
     build=lambda pool, settings: AckHookProvider(pool, settings),
+    capabilities=lambda settings: AckHookProvider.capabilities,
     description="Alibaba ACK scaling trigger URLs; the service tracks the node count",
 )

@@ -9,7 +9,8 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 
 from autoscaler.durations import Duration
 from autoscaler.models import CloudStatus, Shortfall
-from providers.base import NodeRef, ProviderError, ProviderFactory, Tracked
+from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked
+from providers.named import machines
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ class SimulatedSettings(BaseModel):
         return {**data, "initial_count": count}
 
 
-class SimulatedProvider:
+class SimulatedProvider(RemovingProvider):
     """The core tracks the count and when it changed; the provider keeps names for that many nodes.
 
     The names live in this process, oldest first. Each call first brings them to the count the core passes in
@@ -101,13 +102,15 @@ class SimulatedProvider:
     on the count again, though not necessarily on which names a named removal took.
     """
 
-    tracks_count = True
+    capabilities = Capabilities(removes_named_nodes=True, reports_count=False)
 
     def __init__(self, pool: str, settings: SimulatedSettings) -> None:
         self.pool = pool
         self.settings = settings
         self._names: list[str] = list(settings.nodes or ())
         self._serial = 0
+        self._at: float | None = None  # the time of the change being made (the capacity depends on it)
+        self._seen: float | None = None  # the latest time a read or a change was made at
         self.sync(settings.initial_count)
 
     def check(self) -> None:
@@ -115,7 +118,7 @@ class SimulatedProvider:
 
     def status(self, tracked: Tracked, now: float) -> CloudStatus:
         """The asked-for count; once the cloud is no longer busy with it, what it could not deliver."""
-        count = self.settings.initial_count if tracked.count is None else tracked.count
+        count = tracked.count_or(self.settings.initial_count)
         self.sync(count, now)
         busy = self.settings.provision_seconds if self.settings.busy_seconds is None else self.settings.busy_seconds
         if tracked.changed_at is not None and busy > 0:
@@ -134,21 +137,30 @@ class SimulatedProvider:
                          message=f"simulated pool {self.pool} can deliver at most {cap if cap is not None else delivered}"
                                  f" node(s) now; {asked} asked for, {delivered} delivered")
 
-    def scale(self, current: int, target: int, now: float) -> int:
+    @property
+    def where(self) -> str:
+        return f"simulated pool {self.pool}"
+
+    def scale(self, current: int, target: int, now: float, status: CloudStatus | None = None) -> int:
+        """Any size is accepted; new nodes come up to the capacity at ``now`` (what could not be delivered shows in
+        ``status``)."""
+        self._at = now
+        try:
+            return super().scale(current, target, now, status)
+        finally:
+            self._at = None
+
+    def _resize(self, status: CloudStatus, current: int, target: int) -> int:
         """New nodes get the next generated names up to the capacity; a scale-in drops the newest (the cloud's
-        pick, here). Any size is accepted: what could not be delivered shows in ``status``."""
-        self.sync(current, now)
-        self.sync(target, now)
+        pick, here)."""
+        self.sync(current, self._at)
+        self.sync(target, self._at)
         return target
 
-    def remove_nodes(self, nodes: Sequence[NodeRef], current: int, now: float) -> int:
+    def _remove(self, status: CloudStatus, nodes: Sequence[NodeRef], current: int) -> int:
         """Remove exactly the named nodes; a name the pool does not have fails the whole call, nothing removed."""
-        self.sync(current, now)
-        names = list(dict.fromkeys(node.name for node in nodes))
-        unknown = [name for name in names if name not in self._names]
-        if unknown:
-            raise ProviderError(f"simulated pool {self.pool} has no node {', '.join(unknown)}", retryable=False,
-                                code="NodeNotFound")
+        self.sync(current)
+        names = machines(nodes, lambda node: node.name if node.name in self._names else None, self.where, "node")
         self._names = [name for name in self._names if name not in names]
         log.info("provider=simulated pool=%s action=scale_in from=%d to=%d nodes=%s", self.pool, current,
                  len(self._names), ",".join(names) or "-")
@@ -160,9 +172,11 @@ class SimulatedProvider:
 
     def sync(self, count: int, now: float | None = None) -> None:
         """Bring the names to ``count``: the newest names dropped, generated names added up to the capacity at
-        ``now`` (nodes the pool has stay when a stockout starts)."""
+        ``now`` (else at the latest time seen; nodes the pool has stay when a stockout starts)."""
+        if now is not None:
+            self._seen = now if self._seen is None else max(self._seen, now)
         del self._names[max(count, 0):]
-        cap = self.settings.capacity_at(now) if now is not None else None
+        cap = self.settings.capacity_at(self._seen) if self._seen is not None else None
         while len(self._names) < (count if cap is None else min(count, max(cap, len(self._names)))):
             self._serial += 1
             name = f"{self.pool}-node-{self._serial:04d}"
@@ -174,5 +188,6 @@ FACTORY = ProviderFactory(
     name="simulated",
     settings_model=SimulatedSettings,
     build=lambda pool, settings: SimulatedProvider(pool, settings),
+    capabilities=lambda settings: SimulatedProvider.capabilities,
     description="stand-in cloud that keeps its node count in the store and names its nodes",
 )

@@ -15,7 +15,8 @@ from autoscaler.durations import Duration
 from autoscaler.models import CloudStatus
 from autoscaler.redact import redact_url
 from providers._http import HttpCaller, Sleep, check_http_url, http_failure
-from providers.base import NodeRef, ProviderError, ProviderFactory, Tracked
+from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked
+from providers.errors import Code, PermanentError, TemporaryError
 
 log = logging.getLogger(__name__)
 
@@ -92,68 +93,74 @@ class WebhookSettings(BaseModel):
         return self
 
 
-class WebhookProvider:
+def names_nodes(settings: WebhookSettings) -> bool:
+    """Whether a call can carry node names: ``{nodes}`` in the url or body, or a JSON body (``"nodes"`` is added)."""
+    if "{nodes}" in settings.url.get_secret_value():
+        return True
+    if settings.method == "GET":
+        return False
+    return "{nodes}" in settings.body_template or ("json" in settings.content_type and _json_object(
+        render(settings.body_template, _SAMPLE)))
+
+
+def capabilities(settings: WebhookSettings) -> Capabilities:
+    """The endpoint removes named nodes only when its call can name them; it reports a count only with count_url."""
+    return Capabilities(removes_named_nodes=names_nodes(settings), reports_count=not settings.tracks_count)
+
+
+class WebhookProvider(RemovingProvider):
     """Calls the endpoint once per change with the absolute target and the step; 2xx is success."""
 
     def __init__(self, pool: str, settings: WebhookSettings, *, sleep: Sleep = time.sleep,
                  session: requests.Session | None = None) -> None:
         self.pool = pool
         self.settings = settings
-        self.tracks_count = settings.tracks_count
+        self.capabilities = capabilities(settings)
         self.http = HttpCaller(timeout=settings.timeout, budget=settings.retry_budget, sleep=sleep, session=session)
+
+    @property
+    def where(self) -> str:
+        return f"webhook of pool {self.pool}"
 
     def check(self) -> None:
         """Nothing to check without calling the endpoint, and calling it would change the pool."""
 
     def status(self, tracked: Tracked, now: float) -> CloudStatus:
         if self.settings.count_url is None:
-            count = self.settings.initial_count if tracked.count is None else tracked.count
-            return CloudStatus(current=count, detail="count tracked by the service: the webhook cannot report it")
+            return CloudStatus(current=tracked.count_or(self.settings.initial_count),
+                               detail="count tracked by the service: the webhook cannot report it")
         return self._read_count(self.settings.count_url.get_secret_value())
 
-    def scale(self, current: int, target: int, now: float) -> int:
+    def _resize(self, status: CloudStatus, current: int, target: int) -> int:
         if target == current:
             return target
         action = "scale_out" if target > current else "scale_in"
-        values: dict[str, Any] = {"pool": self.pool, "action": action, "from": current, "to": target,
-                                  "step": abs(target - current), "nodes": []}
-        self._send(values, add_nodes=False)
+        self._send({"pool": self.pool, "action": action, "from": current, "to": target,
+                    "step": abs(target - current), "nodes": []}, add_nodes=False)
         return target
 
-    def remove_nodes(self, nodes: Sequence[NodeRef], current: int, now: float) -> int:
+    def _remove(self, status: CloudStatus, nodes: Sequence[NodeRef], current: int) -> int:
         """Tell the endpoint to remove exactly these nodes: the usual scale-in call, ``to`` lowered by as many,
-        plus the node names, as ``"nodes": [...]`` added to a JSON object body or wherever ``{nodes}`` stands.
-
-        A template that can carry no node names (not a JSON object and no ``{nodes}``) is refused: the endpoint
-        would pick the nodes itself.
-        """
+        plus the node names, as ``"nodes": [...]`` added to a JSON object body or wherever ``{nodes}`` stands."""
         names = list(dict.fromkeys(node.name for node in nodes))
-        if not names:
-            return current
         target = current - len(names)
-        values: dict[str, Any] = {"pool": self.pool, "action": "scale_in", "from": current, "to": target,
-                                  "step": len(names), "nodes": names}
-        self._send(values, add_nodes=True)
+        self._send({"pool": self.pool, "action": "scale_in", "from": current, "to": target, "step": len(names),
+                    "nodes": names}, add_nodes=True)
         return target
 
     def _send(self, values: dict[str, Any], *, add_nodes: bool) -> None:
-        """One call of the endpoint with ``values`` rendered into the URL and body; 2xx or ProviderError."""
+        """One call of the endpoint with ``values`` rendered into the URL and body; 2xx or an error."""
         url = render(self.settings.url.get_secret_value(), values, escape="url")
         method = self.settings.method
         kwargs: dict[str, Any] = {"headers": self._headers()}
-        named = "{nodes}" in self.settings.url.get_secret_value()
         if method != "GET":
             json_body = "json" in self.settings.content_type
             body = render(self.settings.body_template, values, escape="json" if json_body else "none")
-            named = named or "{nodes}" in self.settings.body_template
+            named = "{nodes}" in self.settings.url.get_secret_value() or "{nodes}" in self.settings.body_template
             if add_nodes and not named and json_body:
-                body, named = _with_nodes(body, values["nodes"])
+                body = _with_nodes(body, values["nodes"])
             kwargs["data"] = body.encode()
             kwargs["headers"]["Content-Type"] = self.settings.content_type
-        if add_nodes and not named:
-            raise ProviderError(f"webhook of pool {self.pool} cannot name the nodes to remove: its body is not a "
-                                "JSON object and neither url nor body_template has {nodes}", retryable=False,
-                                code="NodesNotSupported")
         response = self.http.send(method, url, **kwargs)
         if not 200 <= response.status_code < 300:
             raise http_failure(f"{method} {redact_url(url)}", response)
@@ -173,28 +180,32 @@ class WebhookProvider:
             count = body[self.settings.count_field]
             busy = bool(body.get(self.settings.busy_field, False))
         except (ValueError, KeyError, TypeError, AttributeError):
-            raise ProviderError(f"{safe} did not answer JSON with an integer {self.settings.count_field!r}",
-                                retryable=True) from None
+            raise TemporaryError(f"{safe} did not answer JSON with an integer {self.settings.count_field!r}",
+                                 code=Code.BAD_ANSWER) from None
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise ProviderError(f"{safe} answered {self.settings.count_field}={count!r}, not a size", retryable=False)
+            raise PermanentError(f"{safe} answered {self.settings.count_field}={count!r}, not a size",
+                                 code=Code.BAD_ANSWER)
         return CloudStatus(current=count, busy=busy)
 
 
-def _with_nodes(body: str, names: list[str]) -> tuple[str, bool]:
-    """A rendered JSON object body with ``"nodes"`` added (and whether it could be)."""
+def _json_object(body: str) -> bool:
     try:
-        parsed = json.loads(body)
+        return isinstance(json.loads(body), dict)
     except ValueError:
-        return body, False
-    if not isinstance(parsed, dict):
-        return body, False
+        return False
+
+
+def _with_nodes(body: str, names: list[str]) -> str:
+    """A rendered JSON object body with ``"nodes"`` added (the declaration checked it is one)."""
+    parsed = json.loads(body)
     parsed["nodes"] = names
-    return json.dumps(parsed), True
+    return json.dumps(parsed)
 
 
 FACTORY = ProviderFactory(
     name="webhook",
     settings_model=WebhookSettings,
     build=lambda pool, settings: WebhookProvider(pool, settings),
+    capabilities=capabilities,
     description="any HTTP endpoint, told the pool, action, sizes and step of each change",
 )

@@ -27,7 +27,7 @@ class RecordingProvider:
 
     def __init__(self, inner: NodePoolProvider) -> None:
         self.inner = inner
-        self.tracks_count = inner.tracks_count
+        self.capabilities = inner.capabilities
         self.calls: list[Call] = []
         self._cond = threading.Condition()
 
@@ -37,11 +37,11 @@ class RecordingProvider:
     def status(self, tracked: Tracked, now: float) -> CloudStatus:
         return self.inner.status(tracked, now)
 
-    def scale(self, current: int, target: int, now: float) -> int:
+    def scale(self, current: int, target: int, now: float, status: CloudStatus | None = None) -> int:
         with self._cond:
             self.calls.append(Call(time.monotonic(), current, target))
             self._cond.notify_all()
-        return self.inner.scale(current, target, now)
+        return self.inner.scale(current, target, now, status)
 
     def wait_call(self, predicate: Any, timeout: float) -> Call | None:
         """The first call matching ``predicate``, waiting up to ``timeout`` seconds."""

@@ -81,7 +81,7 @@ def test_server_errors_until_the_budget_is_spent(api: FakeAckApi, sleeps: list[f
         api.fail_next(500, "InternalError", "boom")
     with pytest.raises(ProviderError) as caught:
         make(api, sleeps).scale(2, 3, now=0.0)
-    assert caught.value.retryable is True and caught.value.code == "500"
+    assert caught.value.retryable is True and caught.value.cloud_code == "500"
     assert len(api.requests) == 5 and "InternalError" in caught.value.message
 
 
@@ -89,7 +89,7 @@ def test_client_error_is_not_retried(api: FakeAckApi, sleeps: list[float]) -> No
     api.fail_next(400, "ErrorNodePoolStatusNotAllowed", "node pool is updating")
     with pytest.raises(ProviderError) as caught:
         make(api, sleeps).scale(2, 3, now=0.0)
-    assert caught.value.retryable is False and caught.value.code == "ErrorNodePoolStatusNotAllowed"
+    assert caught.value.retryable is False and caught.value.cloud_code == "ErrorNodePoolStatusNotAllowed"
     assert len(api.requests) == 1 and sleeps == []
 
 

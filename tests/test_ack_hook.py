@@ -85,7 +85,7 @@ def test_failure_on_the_first_call_applies_nothing(hook: FakeHookServer, sleeps:
     hook.then(Answer(status=403, body={"code": "403", "message": "secret mismatch"}))
     with pytest.raises(ProviderError) as caught:
         make(hook, sleeps).scale(2, 3, now=0.0)
-    assert caught.value.applied is None and caught.value.code == "403"
+    assert caught.value.applied is None and caught.value.cloud_code == "403"
 
 
 def test_5xx_is_retried_then_succeeds(hook: FakeHookServer, sleeps: list[float]) -> None:
@@ -99,7 +99,7 @@ def test_5xx_until_the_budget_is_spent_is_a_retryable_failure(hook: FakeHookServ
     hook.then(*[Answer(status=500, body="oops")] * 10)
     with pytest.raises(ProviderError) as caught:
         make(hook, sleeps).scale(1, 2, now=0.0)
-    assert caught.value.retryable is True and caught.value.code == "500"
+    assert caught.value.retryable is True and caught.value.cloud_code == "500"
     assert len(hook.calls) == 5, "bounded by max attempts"
     assert "HTTP 500" in caught.value.message
 
@@ -139,7 +139,7 @@ def test_body_with_code_500_is_a_failure(hook: FakeHookServer, sleeps: list[floa
     hook.then(Answer(body={"code": "500", "message": "internal error", "requestId": "r9"}))
     with pytest.raises(ProviderError) as caught:
         make(hook, sleeps).scale(1, 2, now=0.0)
-    assert caught.value.code == "500" and caught.value.retryable is True
+    assert caught.value.cloud_code == "500" and caught.value.retryable is True
     assert "requestId=r9" in caught.value.message and len(hook.calls) == 1
 
 

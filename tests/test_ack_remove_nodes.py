@@ -89,7 +89,7 @@ def test_name_and_provider_id_that_disagree_are_refused(api: FakeAckApi, sleeps:
     confused = NodeRef(node(api, 0).name, node(api, 1).provider_id)
     with pytest.raises(ProviderError) as err:
         make(api, sleeps).remove_nodes([confused], current=4, now=0.0)
-    assert err.value.code == "NodeInstanceMismatch" and "RemoveNodePoolNodes" not in actions(api)
+    assert err.value.code == "NodeMismatch" and "RemoveNodePoolNodes" not in actions(api)
 
 
 def test_busy_pool_is_refused(api: FakeAckApi, sleeps: list[float]) -> None:
@@ -117,7 +117,7 @@ def test_refusal_names_the_code_and_message_and_leaks_no_secret(api: FakeAckApi,
                   "https://ram.console.aliyun.com/?sig=hidden-signature", action="RemoveNodePoolNodes")
     with pytest.raises(ProviderError) as err:
         make(api, sleeps).remove_nodes([node(api, 0)], current=4, now=0.0)
-    assert err.value.code == "Forbidden.RAM" and err.value.retryable is False
+    assert err.value.cloud_code == "Forbidden.RAM" and err.value.retryable is False
     assert "cs:RemoveNodePoolNodes" in err.value.message
     assert "RemoveNodePoolNodes refused (HTTP 403)" in err.value.message
     assert "hidden-signature" not in err.value.message and "sig=REDACTED" in err.value.message
@@ -137,7 +137,7 @@ def test_throttled_removal_is_retryable_with_the_code(api: FakeAckApi, sleeps: l
                   action="RemoveNodePoolNodes")
     with pytest.raises(ProviderError) as err:
         make(api, sleeps).remove_nodes([node(api, 0)], current=4, now=0.0)
-    assert err.value.retryable is True and err.value.code == "Throttling.User"
+    assert err.value.retryable is True and err.value.cloud_code == "Throttling.User"
     assert "user flow control" in err.value.message and len(pool(api).nodes) == 4
 
 
@@ -149,7 +149,7 @@ def test_the_service_refusing_an_instance_removes_nothing(api: FakeAckApi, sleep
                   action="RemoveNodePoolNodes")
     with pytest.raises(ProviderError) as err:
         provider.remove_nodes([node(api, 0), doomed], current=4, now=0.0)
-    assert err.value.code == "ErrorInstanceNotInNodePool" and err.value.retryable is False
+    assert err.value.cloud_code == "ErrorInstanceNotInNodePool" and err.value.retryable is False
     assert len(pool(api).nodes) == 4
 
 
@@ -179,5 +179,5 @@ def test_a_refusal_while_someone_else_changes_the_pool_is_still_a_failure(api: F
     api.fail_next(400, "ErrorNodePoolStatusNotAllowed", "node pool is updating", action="RemoveNodePoolNodes")
     with pytest.raises(ProviderError) as err:
         make(api, sleeps).remove_nodes([node(api, 0)], current=4, now=0.0)
-    assert err.value.code == "ErrorNodePoolStatusNotAllowed" and len(pool(api).nodes) == 4
+    assert err.value.cloud_code == "ErrorNodePoolStatusNotAllowed" and len(pool(api).nodes) == 4
     assert actions(api)[-1] == "DescribeClusterNodePoolDetail"  # it looked, and the pool was not removing

@@ -76,8 +76,9 @@ def test_stored_count_never_wins_over_arm(arm: FakeArm, make: Any) -> None:
 
 def test_scale_out_returns_once_arm_accepted_and_pool_turns_busy(arm: FakeArm, make: Any) -> None:
     provider = make()
-    assert provider.status(NO_TRACK, 0.0).current == 1
-    assert provider.scale(1, 3, now=0.0) == 3
+    status = provider.status(NO_TRACK, 0.0)
+    assert status.current == 1
+    assert provider.scale(1, 3, now=0.0, status=status) == 3
     (put,) = arm.calls("PUT")
     assert put.body["properties"]["count"] == 3
     assert put.body["properties"]["vmSize"] == "Standard_NC40ads_H100_v5"
@@ -123,7 +124,7 @@ def test_409_operation_not_allowed_is_retryable_but_not_retried_now(arm: FakeArm
     arm.fail_next(409, method="PUT")
     with pytest.raises(ProviderError) as err:
         make().scale(1, 2, 0.0)
-    assert err.value.retryable is True and err.value.code == "OperationNotAllowed"
+    assert err.value.retryable is True and err.value.cloud_code == "OperationNotAllowed"
     assert "409" in err.value.message and "in progress" in err.value.message
     assert len(arm.calls("PUT")) == 1 and fake_time.sleeps == []
 
@@ -141,14 +142,14 @@ def test_retry_after_beyond_the_budget_is_handed_to_the_caller(arm: FakeArm, mak
     with pytest.raises(ProviderError) as err:
         make().status(NO_TRACK, 0.0)
     assert err.value.retryable is True and err.value.retry_after == 30.0
-    assert err.value.code == "TooManyRequests" and fake_time.sleeps == []
+    assert err.value.cloud_code == "TooManyRequests" and fake_time.sleeps == []
 
 
 def test_500_exhausts_the_budget(arm: FakeArm, make: Any, fake_time: FakeTime) -> None:
     arm.fail_next(500, times=50)
     with pytest.raises(ProviderError) as err:
         make(budget="8s").status(NO_TRACK, 0.0)
-    assert err.value.retryable is True and err.value.code == "InternalServerError"
+    assert err.value.retryable is True and err.value.cloud_code == "InternalServerError"
     assert "gave up after" in err.value.message
     attempts = len(arm.calls("GET"))
     assert 3 <= attempts <= 8
@@ -174,10 +175,10 @@ def test_slow_answer_hits_the_read_timeout_and_is_retried(arm: FakeArm, make: An
 def test_read_and_change_share_one_budget(arm: FakeArm, make: Any, fake_time: FakeTime) -> None:
     provider = make(budget="8s")
     arm.fail_next(429, retry_after="3", method="GET")
-    provider.status(NO_TRACK, 0.0)
+    status = provider.status(NO_TRACK, 0.0)
     arm.fail_next(429, retry_after="6", method="PUT")
     with pytest.raises(ProviderError) as err:
-        provider.scale(1, 2, 0.0)  # 3 s spent reading + 6 s more would pass the 8 s of this decision
+        provider.scale(1, 2, 0.0, status=status)  # 3 s spent reading + 6 s more would pass the 8 s of this decision
     assert err.value.retryable is True and err.value.retry_after == 6.0
     assert fake_time.sleeps == [3.0] and len(arm.calls("PUT")) == 1
 
@@ -186,7 +187,7 @@ def test_400_invalid_parameter_fails_at_once_with_arm_code_and_message(arm: Fake
     arm.fail_next(400, method="PUT", message="Node count 7 is not allowed for VM size Standard_NC40ads_H100_v5.")
     with pytest.raises(ProviderError) as err:
         make().scale(1, 7, 0.0)
-    assert err.value.retryable is False and err.value.code == "InvalidParameter"
+    assert err.value.retryable is False and err.value.cloud_code == "InvalidParameter"
     assert "400 InvalidParameter: Node count 7 is not allowed" in err.value.message
     assert len(arm.calls("PUT")) == 1
 
@@ -197,20 +198,20 @@ def test_client_errors_fail_at_once(arm: FakeArm, make: Any, fake_time: FakeTime
     arm.fail_next(status)
     with pytest.raises(ProviderError) as err:
         make().status(NO_TRACK, 0.0)
-    assert err.value.retryable is False and err.value.code == code and str(status) in err.value.message
+    assert err.value.retryable is False and err.value.cloud_code == code and str(status) in err.value.message
     assert len(arm.calls()) == 1 and fake_time.sleeps == []
 
 
 def test_wrong_token_is_refused_by_arm(arm: FakeArm, make: Any) -> None:
     with pytest.raises(ProviderError) as err:
         make(credential=StaticCredential("not-the-token")).status(NO_TRACK, 0.0)
-    assert err.value.code == "AuthenticationFailed" and err.value.retryable is False
+    assert err.value.cloud_code == "AuthenticationFailed" and err.value.retryable is False
 
 
 def test_unknown_pool_is_a_clear_404(arm: FakeArm, make: Any) -> None:
     with pytest.raises(ProviderError) as err:
         make("nosuch").check()
-    assert err.value.code == "ResourceNotFound" and "nosuch" in err.value.message
+    assert err.value.cloud_code == "ResourceNotFound" and "nosuch" in err.value.message
 
 
 def test_autoscaler_enabled_pool_is_refused(arm: FakeArm, make: Any) -> None:
@@ -229,7 +230,7 @@ def test_system_pool_floor_and_aks_maximum(arm: FakeArm, make: Any) -> None:
     for target in (0, 1001):
         with pytest.raises(ProviderError) as err:
             provider.scale(2, target, 0.0)
-        assert err.value.retryable is False and err.value.code == "OutsideAksLimits"
+        assert err.value.retryable is False and err.value.code == "OutsideCloudLimits"
     with pytest.raises(ProviderError, match=r"System pool \(1\.\.1000\)"):
         provider.scale(2, 0, 0.0)
     assert provider.scale(2, 1, 0.0) == 1
@@ -242,10 +243,10 @@ def test_user_pool_may_go_to_zero(arm: FakeArm, make: Any) -> None:
 
 def test_stale_etag_is_retryable(arm: FakeArm, make: Any) -> None:
     provider = make()
-    provider.status(NO_TRACK, 0.0)
+    status = provider.status(NO_TRACK, 0.0)
     arm.pools["gpunp"]["eTag"] = "changed-by-someone-else"
     with pytest.raises(ProviderError) as err:
-        provider.scale(1, 2, 0.0)
+        provider.scale(1, 2, 0.0, status=status)
     assert err.value.retryable is True and "412" in err.value.message
 
 
@@ -339,5 +340,5 @@ class NoCredential:
 def test_missing_credential_fails_clearly_without_calling_arm(arm: FakeArm, make: Any) -> None:
     with pytest.raises(ProviderError) as err:
         make(credential=NoCredential()).check()
-    assert err.value.code == "CredentialUnavailable" and err.value.retryable is False
+    assert err.value.cloud_code == "CredentialUnavailable" and err.value.retryable is False
     assert "EnvironmentCredential" in err.value.message and arm.requests == []

@@ -13,7 +13,7 @@ import yaml
 from autoscaler.__main__ import main
 from autoscaler.models import CloudStatus
 from providers.aks import AksProvider, AksSettings
-from providers.base import ProviderError, Tracked
+from providers import Capabilities, LimitError, Tracked
 from tests.fakes.arm import FakeArm
 from tests.fakes.clients import AKS_CLUSTER as CLUSTER
 from tests.fakes.clients import RG, SUB, AllowHttp, FakeTime, StaticCredential
@@ -62,7 +62,7 @@ def test_system_pool_below_one_node_is_a_limit_not_a_failure(tmp_path: Path, arm
 
 def test_a_provider_limit_refused_at_the_cloud_call_is_skipped_limit(tmp_path: Path) -> None:
     class Refuses:
-        tracks_count = False
+        capabilities = Capabilities()
 
         def check(self) -> None:
             pass
@@ -70,9 +70,8 @@ def test_a_provider_limit_refused_at_the_cloud_call_is_skipped_limit(tmp_path: P
         def status(self, tracked: Tracked, now: float) -> CloudStatus:
             return CloudStatus(current=1)
 
-        def scale(self, current: int, target: int, now: float) -> int:
-            raise ProviderError("pool p: 0 nodes is outside what the cloud allows", retryable=False,
-                                code="OutsideLimits", limit=True)
+        def scale(self, current: int, target: int, now: float, status: CloudStatus | None = None) -> int:
+            raise LimitError("pool p: 0 nodes is outside what the cloud allows")
 
     pools = [{"name": "p", "provider": "simulated", "min": 0, "max": 5}]
     client = make_app(f"sqlite:///{tmp_path}/s.db", providers={"p": Refuses()}, pools=pools, rules=[]).test_client()

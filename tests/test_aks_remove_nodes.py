@@ -55,8 +55,9 @@ def node(arm: FakeArm, instance: int, pool: str = "gpunp", *, with_provider_id: 
 def test_removes_exactly_the_named_nodes_and_lowers_the_count(arm: FakeArm, make: Any) -> None:
     provider = make()
     assert isinstance(make(), RemovesNamedNodes)
-    assert provider.status(NO_TRACK, 0.0).current == 4
-    assert provider.remove_nodes([node(arm, 1), node(arm, 3)], current=4, now=0.0) == 2
+    status = provider.status(NO_TRACK, 0.0)
+    assert status.current == 4
+    assert provider.remove_nodes([node(arm, 1), node(arm, 3)], current=4, now=0.0, status=status) == 2
     (post,) = arm.calls("POST")
     assert post.path.endswith(f"/managedClusters/{CLUSTER}/agentPools/gpunp/deleteMachines")
     assert post.body == {"machineNames": [arm.machine_name("gpunp", 1), arm.machine_name("gpunp", 3)]}
@@ -93,7 +94,7 @@ def test_name_and_provider_id_of_two_different_machines_is_refused(arm: FakeArm,
     confused = NodeRef(arm.machine_name("gpunp", 0), node(arm, 1).provider_id)
     with pytest.raises(ProviderError) as err:
         make().remove_nodes([confused], current=4, now=0.0)
-    assert err.value.code == "NodeMachineMismatch" and arm.calls("POST") == []
+    assert err.value.code == "NodeMismatch" and arm.calls("POST") == []
     assert len(arm.machine_names("gpunp")) == 4
 
 
@@ -109,7 +110,7 @@ def test_arm_busy_answer_is_retryable_and_names_the_code(arm: FakeArm, make: Any
     arm.fail_next(409, method="POST")
     with pytest.raises(ProviderError) as err:
         make().remove_nodes([node(arm, 0)], current=4, now=0.0)
-    assert err.value.code == "OperationNotAllowed" and err.value.retryable is True
+    assert err.value.cloud_code == "OperationNotAllowed" and err.value.retryable is True
     assert "in progress scale node pool operation" in err.value.message
     assert len(arm.machine_names("gpunp")) == 4
 
@@ -120,7 +121,7 @@ def test_arm_refusal_names_code_and_message_without_secrets(arm: FakeArm, make: 
                   "https://portal.example/check?sig=supersecret-sas")
     with pytest.raises(ProviderError) as err:
         make().remove_nodes([node(arm, 0)], current=4, now=0.0)
-    assert err.value.code == "AuthorizationFailed" and err.value.retryable is False
+    assert err.value.cloud_code == "AuthorizationFailed" and err.value.retryable is False
     assert "deleteMachines/action" in err.value.message and "ARM answered 403" in err.value.message
     assert "supersecret-sas" not in err.value.message and token not in err.value.message
     assert "sig=REDACTED" in err.value.message
@@ -144,7 +145,7 @@ def test_machines_are_found_on_later_pages(arm: FakeArm, make: Any) -> None:
 def test_the_last_node_of_a_system_pool_is_refused(arm: FakeArm, make: Any) -> None:
     with pytest.raises(ProviderError) as err:
         make("system").remove_nodes([node(arm, 0, pool="system")], current=1, now=0.0)
-    assert err.value.code == "OutsideAksLimits" and arm.calls("POST") == []
+    assert err.value.code == "OutsideCloudLimits" and arm.calls("POST") == []
 
 
 def test_same_node_twice_removes_it_once(arm: FakeArm, make: Any) -> None:
@@ -175,8 +176,8 @@ def test_a_lost_answer_then_a_busy_retry_still_counts_as_removed(arm: FakeArm, m
 
 def test_a_refusal_on_a_pool_someone_else_made_busy_is_still_a_failure(arm: FakeArm, make: Any) -> None:
     provider = make()
-    provider.status(NO_TRACK, 0.0)  # read while settled; then another operation starts
+    status = provider.status(NO_TRACK, 0.0)  # read while settled; then another operation starts
     arm.pools["gpunp"]["provisioningState"] = "Upgrading"
     with pytest.raises(ProviderError) as err:
-        provider.remove_nodes([node(arm, 1)], current=4, now=0.0)
-    assert err.value.code == "OperationNotAllowed" and len(arm.machine_names("gpunp")) == 4
+        provider.remove_nodes([node(arm, 1)], current=4, now=0.0, status=status)
+    assert err.value.cloud_code == "OperationNotAllowed" and len(arm.machine_names("gpunp")) == 4

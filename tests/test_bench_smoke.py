@@ -64,10 +64,13 @@ def test_bench_smoke_writes_sane_results(tmp_path: Path) -> None:
     assert fast["changed_to_active_s"]["median"] > 0
 
     tune = _load(tmp_path, "tune")
+    assert set(tune["families"]) == {"diurnal_inference", "training_queue", "noisy_plateau"}
     for family in tune["families"].values():
-        assert 0 < family["tune_s"] < tune["limit_s"] and family["test_days"]
-        assert 0 < family["store_s"]["memory"] and 0 < family["search_ratio_to_naive"] < 1
-        assert family["mean"]["foresight"]["saturated_minutes"] == 0
+        assert 0 < family["store_s"]["memory"] and family["foresight_mean"]["saturated_minutes"] == 0
+        assert set(family["rules"]) == {"default", "robust"} and family["base"]
+        for rule in family["rules"].values():  # each choice rule tuned and tried on the unseen days
+            assert 0 < rule["tune_s"] < tune["limit_s"] and rule["test_days"]
+            assert 0 < rule["search_ratio_to_naive"] < 1
 
     footprint = _load(tmp_path, "footprint")
     assert footprint["sdk_modules_loaded_by_service_import"] == "[]"

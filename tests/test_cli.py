@@ -42,7 +42,7 @@ def test_operator_session(server: Service) -> None:
     scaled = cli("scale", "gpu", "out", "--step", "2", "--reason", "batch job", env=env)
     assert scaled.returncode == 0 and "gpu: scaled 2 -> 4" in scaled.stdout
     again = cli("scale", "gpu", "out", env=env)
-    assert again.returncode == 0 and "skipped_cooldown" in again.stdout
+    assert again.returncode == 3 and "skipped_cooldown" in again.stdout  # decided not to act: scripts can tell
 
     paused = cli("pause", "spare", "--reason", "driver upgrade", "--json", env=env)
     assert paused.returncode == 0 and json.loads(paused.stdout)["pause_reason"] == "driver upgrade"
@@ -56,6 +56,15 @@ def test_operator_session(server: Service) -> None:
     assert "manual request by" in rows[2] or "batch job" in rows[2] or "scale out 2 -> 4" in rows[2]
     as_json = json.loads(cli("events", "--limit", "1", "--json", env=env).stdout)
     assert len(as_json["events"]) == 1
+    long = "driver upgrade of every H100 node, then NCCL all-reduce burn-in tests before release"
+    assert cli("pause", "gpu", "--reason", long, env=env).returncode == 0
+    reason = json.loads(cli("events", "--pool", "gpu", "--limit", "1", "--json", env=env).stdout)["events"][0]["reason"]
+    assert len(reason) > 70 and long in reason
+    cut = cli("events", "--pool", "gpu", "--limit", "1", env=env).stdout
+    assert reason not in cut and reason[:69] + "…" in cut
+    assert reason in cli("events", "--pool", "gpu", "--limit", "1", "--wide", env=env).stdout
+    assert long in cli("status", "--wide", env=env).stdout and long not in cli("status", env=env).stdout
+    assert cli("resume", "gpu", env=env).returncode == 0
 
 
 @pytest.mark.slow

@@ -135,3 +135,33 @@ def test_contract_examples_are_valid(name: str) -> None:
            "ACK_SCALE_IN_URL": "https://cs.console.aliyun.com/hook/trigger?triggerUrl=YQ==&secret=ab&type=scale_in"}
     settings = load_config(str(ROOT / "tests" / "configs" / name), env=env)
     assert settings.pools
+
+
+def test_headroom_and_window_headroom() -> None:
+    from autoscaler.models import Headroom
+
+    raw = cfg()
+    raw["pools"][0]["scale_out"] = {"headroom": {"gpus": 12}}
+    raw["pools"][0]["schedules"] = [{"cron": "0 8 * * 1-5", "duration": "11h", "headroom": {"nodes": 0}},
+                                    {"cron": "0 20 * * *", "duration": "1h", "min": 2, "headroom": {"fraction": 0.5}}]
+    spec = build_settings(raw, {}).pools["gpu"]
+    assert spec.scale_out.headroom == Headroom(gpus=12)
+    assert [(w.min, w.headroom) for w in spec.schedules] == [(0, Headroom(nodes=0)), (2, Headroom(fraction=0.5))]
+
+
+@pytest.mark.parametrize("where,value,expected", [
+    pytest.param("scale_out", {"headroom": {"nodes": 1, "gpus": 8}}, "pools[0].scale_out.headroom: "
+                 "give exactly one of nodes, gpus or fraction", id="two-kinds"),
+    pytest.param("scale_out", {"headroom": {}}, "pools[0].scale_out.headroom: give exactly one",
+                 id="no-kind"),
+    pytest.param("scale_out", {"headroom": {"nodes": -1}}, "pools[0].scale_out.headroom.nodes:", id="negative"),
+    pytest.param("scale_in", {"headroom": {"nodes": 1}}, "pools[0].scale_in.headroom: headroom is set "
+                 "under scale_out", id="scale-in"),
+    pytest.param("schedules", [{"cron": "0 8 * * *", "duration": "1h"}], "pools[0].schedules[0]: a "
+                 "window sets min, headroom or both", id="empty-window"),
+])
+def test_invalid_headroom(where: str, value: Any, expected: str) -> None:
+    raw = cfg()
+    raw["pools"][0][where] = value
+    found = problems(raw)
+    assert any(p.startswith(expected) for p in found), found

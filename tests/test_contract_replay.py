@@ -64,6 +64,11 @@ def test_the_proportional_example_replays_as_written(tmp_path: Path, capsys: pyt
     assert KEYS <= summary.keys() and KEYS <= summary["baselines"]["static_peak"].keys()
     assert KEYS <= summary["baselines"]["fixed_step"].keys()
     assert summary["baselines"]["static_peak"]["node_hours"] == pytest.approx(9 * len(surge()) / 60)
+    # the foresight limit: ceil(demand) every minute, never below the pool's min
+    low = proportional_block()["pools"][0]["min"]
+    limit = sum(max(low, -(-d // 1)) for d in surge()) / 60
+    assert summary["foresight_node_hours"] == pytest.approx(limit)
+    assert summary["vs_foresight"] == pytest.approx(summary["node_hours"] / limit, abs=1e-4) and limit
     assert (out / "replay.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -129,3 +134,10 @@ def test_an_unreadable_config_is_named_once_on_one_line(tmp_path: Path, capsys: 
         err = capsys.readouterr().err
         assert code == 1 and err.count(str(path)) == 1 and len(err.strip().splitlines()) == 1, err
         assert err.startswith(f"{path}: {what}"), err
+
+
+def test_foresight_is_ceil_of_demand_never_below_min() -> None:
+    from autoscaler.replay.report import foresight_node_hours
+
+    assert foresight_node_hours([0.2, 1.5, 3.0, 0.0], 2) == pytest.approx((2 + 2 + 3 + 2) / 60, abs=1e-4)
+    assert foresight_node_hours([0.2, 1.5, 3.0, 0.0], 0) == pytest.approx((1 + 2 + 3 + 0) / 60, abs=1e-4)

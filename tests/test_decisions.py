@@ -9,7 +9,7 @@ from flask.testing import FlaskClient
 
 from autoscaler.app import create_app
 from autoscaler.config import build_settings
-from providers import ProviderError
+from providers import Code, PermanentError, TemporaryError
 from tests.fakes.scripted_cloud import ScriptedCloud
 from tests.support import AUTH, OUTCOMES, FakeClock, am_alert, am_payload, events, post
 
@@ -183,8 +183,8 @@ def scripted_app(raw_config: dict[str, Any], clock: FakeClock, cloud: ScriptedCl
 
 def test_failure_backoff_retry_after_and_recovery(raw_config: dict[str, Any], clock: FakeClock) -> None:
     cloud = ScriptedCloud(count=2)
-    cloud.failures = [ProviderError("throttled", retryable=True, code="429"),
-                      ProviderError("still throttled", retryable=True, code="429")]
+    cloud.failures = [TemporaryError("throttled", code=Code.THROTTLED, cloud_code="429"),
+                      TemporaryError("still throttled", code=Code.THROTTLED, cloud_code="429")]
     client = scripted_app(raw_config, clock, cloud)
     body = am_payload(am_alert(fingerprint="hot"))
     resp = post(client, "/webhook/alertmanager", body)
@@ -207,7 +207,7 @@ def test_failure_backoff_retry_after_and_recovery(raw_config: dict[str, Any], cl
 
 def test_permanent_failure_answers_200(raw_config: dict[str, Any], clock: FakeClock) -> None:
     cloud = ScriptedCloud(count=2)
-    cloud.failures = [ProviderError("InvalidParameter: bad count", retryable=False, code="InvalidParameter")]
+    cloud.failures = [PermanentError("InvalidParameter: bad count", cloud_code="InvalidParameter")]
     client = scripted_app(raw_config, clock, cloud)
     resp = post(client, "/webhook/alertmanager", am_payload())
     assert resp.status_code == 200 and decisions(resp)[0][2] == "failed"

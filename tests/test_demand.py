@@ -119,8 +119,14 @@ def test_config_keys_reach_the_spec() -> None:
                                             "timezone": "Europe/Warsaw"}]), env={}).pools["gpu"]
     assert (spec.gpus_per_node, spec.provision_time, spec.scale_out.mode) == (8, 480.0, Mode.DEMAND)
     assert spec.schedules[0].duration == 11 * 3600 and spec.schedules[0].timezone == "Europe/Warsaw"
-    default = build_settings(_pool(), env={}).pools["gpu"]
+    webhook = {"provider": "webhook", "webhook": {"url": "http://127.0.0.1:9/scale"}}
+    default = build_settings(_pool(**webhook), env={}).pools["gpu"]
     assert (default.gpus_per_node, default.provision_time, default.schedules) == (None, 600.0, ())
+    # a simulated pool boots its nodes in its own provision_seconds (0: at once), unless provision_time is set
+    assert build_settings(_pool(), env={}).pools["gpu"].provision_time == 0.0
+    booting = build_settings(_pool(simulated={"provision_seconds": "2m"}), env={}).pools["gpu"]
+    assert booting.provision_time == 120.0
+    assert build_settings(_pool(provision_time="8m"), env={}).pools["gpu"].provision_time == 480.0
 
 
 @pytest.mark.parametrize(("keys", "problem"), [

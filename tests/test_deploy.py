@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,14 +44,72 @@ def test_compose_file_matches_the_compose_spec() -> None:
 
 def test_compose_autoscaler_config_is_valid() -> None:
     raw = yaml.safe_load((DEPLOY / "compose" / "config.yaml").read_text())
-    settings = build_settings(raw, env={"AUTOSCALER_TOKEN": "t", "INFLUXDB_TOKEN": "i"})
+    compose_env = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["autoscaler"]["environment"]
+    settings = build_settings(raw, env={name: "x" * 12 for name in compose_env})  # what compose passes, no more
     assert settings.config.influxdb is not None
+    assert settings.config.server.auth.basic  # a person can open the status page
+
+
+def test_compose_prometheus_mounts_every_rule_file_it_loads() -> None:
+    prometheus = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["prometheus"]
+    config_path = next(a.split("=", 1)[1] for a in prometheus["command"] if a.startswith("--config.file="))
+    mounts = {v.split(":")[1]: ROOT / v.split(":")[0] for v in prometheus["volumes"] if v.startswith("./")}
+
+    def host_path(inside: str) -> Path:  # a path in the container, through compose's bind mounts
+        best = max((m for m in mounts if inside == m or inside.startswith(m.rstrip("/") + "/")), key=len)
+        return mounts[best] / Path(inside).relative_to(best) if inside != best else mounts[best]
+
+    config = yaml.safe_load(host_path(config_path).read_text())
+    loaded = {Path(config_path).parent.joinpath(f).as_posix() for f in config["rule_files"]}
+    assert {host_path(f).name for f in loaded} >= {"gpu-autoscaler-rules.yml", "autoscaler-self-rules.yml"}
+    for inside in loaded:
+        assert host_path(inside).is_file(), f"prometheus.yml loads {inside}, which compose does not mount"
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    self_rules = (DEPLOY / "prometheus" / "autoscaler-self-rules.yml").read_text()
+    watched = re.findall(r'up\{job="([^"]+)"\}', self_rules)
+    assert watched and set(watched) <= set(jobs)
+    assert jobs[watched[0]]["static_configs"][0]["targets"] == ["autoscaler:8080"]
+
+
+def test_one_image_name_everywhere() -> None:
+    from autoscaler import __version__
+    image = f"gpu-pool-autoscaler:{__version__}"
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["autoscaler"]
+    deployment = _docs(K8S / "deployment.yaml")[0]["spec"]["template"]["spec"]["containers"][0]
+    chart = yaml.safe_load((DEPLOY / "helm" / "gpu-pool-autoscaler" / "Chart.yaml").read_text())
+    values = yaml.safe_load((DEPLOY / "helm" / "gpu-pool-autoscaler" / "values.yaml").read_text())
+    assert compose["image"] == deployment["image"] == f"{values['image']['repository']}:{chart['appVersion']}" == image
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^IMAGE \?= gpu-pool-autoscaler:\$\(VERSION\)$", makefile, re.M)
+    assert re.search(rf"^VERSION := .*__version__", makefile, re.M) and "docker build -t $(IMAGE) ." in makefile
+
+
+def test_applying_the_manifests_folder_never_touches_the_secret() -> None:
+    docs = [d for p in sorted(K8S.glob("*.yaml")) for d in _docs(p)]
+    assert "Secret" not in {d["kind"] for d in docs}  # `kubectl apply -f deploy/kubernetes/` keeps the real one
+    assert docs[0]["kind"] == "Namespace" and docs[0]["metadata"]["name"] == "gpu-autoscaler"  # created first
+    assert {d["metadata"].get("namespace", "gpu-autoscaler") for d in docs} == {"gpu-autoscaler"}
+    assert (DEPLOY / "secret.example.yaml").exists()
+
+
+def test_docs_use_one_namespace() -> None:
+    """Service URLs and workload-identity subjects name gpu-autoscaler wherever people copy them from."""
+    texts = {p: p.read_text() for p in [ROOT / "README.md", DEPLOY / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+                                         DEPLOY / "alertmanager" / "alertmanager.yml"]}
+    for path, text in texts.items():
+        for ns in re.findall(r"gpu-pool-autoscaler\.([a-z0-9-]+)\.svc", text):
+            assert ns == "gpu-autoscaler", f"{path.name}: gpu-pool-autoscaler.{ns}.svc"
+        for ns in re.findall(r"system:serviceaccount:([a-z0-9-]+):", text):
+            assert ns == "gpu-autoscaler", f"{path.name}: system:serviceaccount:{ns}:"
+        for ns in re.findall(r"(?:kubectl|helm)[^\n]*?(?:-n|--namespace)[ =]([a-z0-9-]+)", text):
+            assert ns == "gpu-autoscaler", f"{path.name}: -n {ns}"
 
 
 def test_prometheus_config_and_rules_pass_promtool() -> None:
     promtool = require_binary(*PROMTOOL)
     config = _run([promtool, "check", "config", str(DEPLOY / "prometheus" / "prometheus.yml")])
     assert config.returncode == 0, config.stdout + config.stderr
+    assert "SUCCESS: 4 rule files found" in config.stdout  # scaling, demand, static nodes and the service's own rules
     rules = _run([promtool, "check", "rules", str(DEPLOY / "prometheus" / "gpu-autoscaler-rules.yml")])
     assert rules.returncode == 0, rules.stdout + rules.stderr
     assert "SUCCESS: 8 rules found" in rules.stdout  # map, node pools (2), per GPU, per pool (2), 2 alerts
@@ -97,18 +156,18 @@ def test_alertmanager_config_passes_amtool() -> None:
 
 def test_kubernetes_manifests_validate_strictly() -> None:
     files = sorted(str(p) for p in K8S.glob("*.yaml") if p.name != "servicemonitor.yaml")
-    out = _run([str(BIN / "kubernetes-validate"), "--strict", "--quiet", *files])
+    out = _run([str(BIN / "kubernetes-validate"), "--strict", "--quiet", *files, str(DEPLOY / "secret.example.yaml")])
     assert out.returncode == 0, out.stdout + out.stderr
     kinds = {d["kind"] for f in files for d in _docs(Path(f))}
-    assert kinds == {"Deployment", "Service", "ConfigMap", "Secret", "PodDisruptionBudget", "ServiceAccount",
-                     "ClusterRole", "ClusterRoleBinding"}
+    assert kinds == {"Namespace", "Deployment", "Service", "ConfigMap", "PodDisruptionBudget", "ServiceAccount",
+                     "ClusterRole", "ClusterRoleBinding", "NetworkPolicy"}
 
 
 def test_rbac_grants_what_node_aware_scale_in_calls_and_no_more() -> None:
     role, binding = _docs(K8S / "rbac.yaml")
     grants = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
     assert grants == {("nodes", "get"), ("nodes", "list"), ("nodes", "patch"), ("pods", "list"),
-                      ("pods/eviction", "create")}  # never delete
+                      ("pods/eviction", "create"), ("poddisruptionbudgets", "list")}  # never delete
     sa = _docs(K8S / "serviceaccount.yaml")[0]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
@@ -150,13 +209,14 @@ def test_servicemonitor_has_the_fields_prometheus_operator_needs() -> None:
 def test_configmap_config_passes_our_validation() -> None:
     data = _docs(K8S / "configmap.yaml")[0]["data"]
     settings = build_settings(yaml.safe_load(data["config.yaml"]),
-                              env={"AUTOSCALER_TOKEN": "t", "DATABASE_URL": "postgresql://u:p@db:5432/a",
+                              env={"AUTOSCALER_TOKEN": "t", "AUTOSCALER_PASSWORD": "p" * 12,
+                                   "DATABASE_URL": "postgresql://u:p@db:5432/a",
                                    "AZURE_SUBSCRIPTION_ID": "00000000-0000-0000-0000-000000000000",
                                    "AKS_RESOURCE_GROUP": "rg-gpu", "AKS_CLUSTER": "prod"})
     assert settings.config.store.url.startswith("postgresql://")
     assert settings.pools["gpu-h100"].victims == "idle"  # in-cluster, with rbac.yaml: node-aware scale-in
-    secret_keys = set(_docs(K8S / "secret.example.yaml")[0]["stringData"])
-    assert {"AUTOSCALER_TOKEN", "DATABASE_URL"} <= secret_keys
+    secret_keys = set(_docs(DEPLOY / "secret.example.yaml")[0]["stringData"])
+    assert {"AUTOSCALER_TOKEN", "AUTOSCALER_PASSWORD", "DATABASE_URL"} <= secret_keys
 
 
 def test_grafana_provisioning_parses_and_points_at_the_autoscaler() -> None:

@@ -95,7 +95,7 @@ def test_target_outside_node_group_limits_is_refused_never_widened(moto: MotoSer
     assert f"EKS node group {provider.settings.nodegroup}'s maxSize (4)" in plan.reason
     with pytest.raises(ProviderError) as info:
         provider.scale(4, 5, NOW)
-    assert info.value.code == "OutsideNodeGroupLimits" and not info.value.retryable
+    assert info.value.code == "OutsideCloudLimits" and not info.value.retryable
     assert desired_size(moto, provider.settings.nodegroup) == 4
 
 
@@ -129,14 +129,14 @@ def test_remove_nodes_below_min_size_is_refused(moto: MotoServer) -> None:
     instance, zone = asg_instances(moto.url, asg)[0]
     with pytest.raises(ProviderError) as info:
         provider.remove_nodes([NodeRef("n", f"aws:///{zone}/{instance}")], 1, NOW)
-    assert info.value.code == "OutsideNodeGroupLimits" and "minSize (1)" in info.value.message
+    assert info.value.code == "OutsideCloudLimits" and "minSize (1)" in info.value.message
 
 
 def test_unknown_node_group_names_aws_code_and_message(moto: MotoServer) -> None:
     settings = EksSettings(region="us-east-1", cluster="prod", nodegroup="nope", endpoint_url=moto.url)
     with pytest.raises(ProviderError) as info:
         EksProvider("gpu-eks", settings).status(NO_TRACK, NOW)
-    assert info.value.code == "ResourceNotFoundException" and not info.value.retryable
+    assert info.value.cloud_code == "ResourceNotFoundException" and not info.value.retryable
     assert "AWS answered 404 ResourceNotFoundException" in info.value.message and "nope" in info.value.message
 
 
@@ -255,15 +255,16 @@ def test_node_aware_scale_in_terminates_the_idle_node_through_the_app(moto: Moto
     pytest.param("UPDATING", True, None, id="updating-is-busy"),
     pytest.param("CREATING", True, None, id="creating-is-busy"),
     pytest.param("DEGRADED", False, None, id="degraded-may-be-resized"),
-    pytest.param("DELETING", None, "NodeGroupDeleting", id="deleting-is-refused"),
-    pytest.param("CREATE_FAILED", None, "NodeGroupCreateFailed", id="create-failed-is-refused"),
+    pytest.param("DELETING", None, "PoolUnusable", id="deleting-is-refused"),
+    pytest.param("CREATE_FAILED", None, "PoolUnusable", id="create-failed-is-refused"),
 ])
 def test_node_group_states(moto: MotoServer, state: str, busy: bool | None, code: str | None) -> None:
     provider, _ = node_group(moto, desired=2, status=state)
     if code is not None:
         with pytest.raises(ProviderError) as info:
             provider.status(NO_TRACK, NOW)
-        assert info.value.code == code and not info.value.retryable and state in info.value.message
+        assert info.value.code == code and info.value.cloud_code == state and not info.value.retryable
+        assert state in info.value.message
         return
     status = provider.status(NO_TRACK, NOW)
     assert status.busy is busy and status.current == 2

@@ -68,8 +68,7 @@ def test_scale_sets_the_per_zone_count_and_returns_at_once(gke: FakeGke) -> None
 
 def test_one_read_of_the_pool_per_decision(gke: FakeGke) -> None:
     p = provider(gke)
-    p.status(NO_TRACK, NOW)
-    p.scale(2, 4, NOW)
+    p.scale(2, 4, NOW, status=p.status(NO_TRACK, NOW))
     kinds = [path.rsplit("/", 1)[-1] for _, path in gke.requests]
     # GetNodePool, 2 x instanceGroupManagers.get, ListOperations, setSize: nothing read twice
     assert kinds == ["gpu-l4", "gke-prod-gpu-l4-00000000-grp", "gke-prod-gpu-l4-00000001-grp", "operations",
@@ -86,7 +85,7 @@ def test_a_step_is_rounded_to_the_zones_or_refused(gke: FakeGke) -> None:
     assert "not a multiple of 2 (GKE sets the node count per zone and the pool spans 2 zone(s))" in plan.reason
     with pytest.raises(ProviderError) as info:
         provider(gke).scale(2, 3, NOW)
-    assert info.value.code == "OutsideNodePoolLimits" and gke.size == 2
+    assert info.value.code == "OutsideCloudLimits" and gke.size == 2
 
 
 @pytest.mark.parametrize("target", [
@@ -119,7 +118,7 @@ def test_gke_autoscaling_is_refused_at_check_and_decision(gke: FakeGke) -> None:
     for call in (lambda p: p.check(), lambda p: p.status(NO_TRACK, NOW)):
         with pytest.raises(ProviderError) as info:
             call(provider(gke))
-        assert info.value.code == "GkeAutoscalingEnabled" and not info.value.retryable
+        assert info.value.code == "ClusterAutoscalerEnabled" and not info.value.retryable
         assert "--no-enable-autoscaling" in info.value.message
 
 
@@ -150,7 +149,7 @@ def test_remove_nodes_refuses_a_stranger_and_deletes_nothing(gke: FakeGke, provi
 def test_errors_name_googles_status_and_message(gke: FakeGke) -> None:
     with pytest.raises(ProviderError) as info:
         provider(gke, node_pool="nope").status(NO_TRACK, NOW)
-    assert info.value.code == "NOT_FOUND" and not info.value.retryable
+    assert info.value.cloud_code == "NOT_FOUND" and not info.value.retryable
     assert "Google answered 404 NOT_FOUND: Not found: projects/gpu-proj" in info.value.message
 
 
@@ -159,7 +158,7 @@ def test_a_refused_resize_while_busy_is_retryable(gke: FakeGke) -> None:
     p.scale(2, 4, NOW)
     with pytest.raises(ProviderError) as info:
         p.scale(4, 6, NOW)
-    assert info.value.code == "FAILED_PRECONDITION" and info.value.retryable
+    assert info.value.cloud_code == "FAILED_PRECONDITION" and info.value.retryable
 
 
 def test_5xx_is_retried_and_429_is_not_hammered(gke: FakeGke) -> None:
@@ -169,14 +168,14 @@ def test_5xx_is_retried_and_429_is_not_hammered(gke: FakeGke) -> None:
                                         "status": "RESOURCE_EXHAUSTED"}}))
     with pytest.raises(ProviderError) as info:
         provider(gke).status(NO_TRACK, NOW)
-    assert info.value.retryable and info.value.code == "RESOURCE_EXHAUSTED" and "Quota exceeded" in info.value.message
+    assert info.value.retryable and info.value.cloud_code == "RESOURCE_EXHAUSTED" and "Quota exceeded" in info.value.message
 
 
 def test_a_wrong_token_is_refused_and_never_shown(gke: FakeGke) -> None:
     with pytest.raises(ProviderError) as info:
         provider(gke, token="ya29.wrong-token-secret").status(NO_TRACK, NOW)
     # the API answers 401; google-auth then tries to refresh the token, which a static token cannot
-    assert info.value.code == "RefreshError" and not info.value.retryable
+    assert info.value.cloud_code == "RefreshError" and not info.value.retryable
     assert "wrong-token-secret" not in info.value.message
 
 

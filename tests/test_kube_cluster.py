@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Any, Iterator
 
 import pytest
@@ -38,8 +39,8 @@ def test_nodes_by_label_with_their_gpu_pods(kube: FakeKube) -> None:
     busy, idle = views["aks-gpunp-1-vmss000000"], views["aks-gpunp-1-vmss000001"]
     assert busy.gpu_pods == (GpuPod("ml", "train-7", "nvidia.com/gpu", 8),) and busy.provider_id == "azure:///vm/0"
     assert idle.gpu_pods == () and idle.ready and idle.gpu_allocatable == 8
-    # one node list, one pod list per node, each by selector
-    assert kube.calls == {"LIST nodes": 1, "LIST pods": 2}
+    # one node list by selector, one list of the cluster's unfinished pods for the whole pool
+    assert kube.calls == {"LIST nodes": 1, "LIST pods": 1}
 
 
 def test_cordon_and_uncordon_with_our_annotation(kube: FakeKube) -> None:
@@ -136,3 +137,29 @@ def test_missing_kubeconfig_is_a_cluster_error(tmp_path: Any) -> None:
     c = KubeCluster(KubernetesConfig(kubeconfig=str(tmp_path / "none")))
     with pytest.raises(ClusterError, match="kubeconfig .*none"):
         c.nodes(POOL)
+
+
+def test_the_pools_pods_in_pages_with_owners_volumes_and_requests(kube: FakeKube) -> None:
+    for i in range(5):
+        kube.add_pod(f"web-{i}", "aks-gpunp-1-vmss000001", gpus=1, owner="ReplicaSet", labels={"app": "web"},
+                     volumes=[{"name": "scratch", "emptyDir": {}}] if i == 0 else None, cpu="500m", memory="4Gi")
+    kube.add_pod("elsewhere", "aks-cpu-1-vmss000000", owner=None)
+    views = {v.name: v for v in KubeCluster(KubernetesConfig(host=kube.url, token=kube.token), page=2).nodes(POOL)}
+    node = views["aks-gpunp-1-vmss000001"]
+    assert sorted(p.name for p in node.pods) == [f"web-{i}" for i in range(5)]  # not the DaemonSet's, not finished
+    first = next(p for p in node.pods if p.name == "web-0")
+    assert (first.owner, first.local_storage, first.gpus) == ("ReplicaSet", "emptyDir volume scratch", 1)
+    free = dict(node.free)  # 96 CPUs less 5 x 0.5 and the DaemonSet's 1; 8 GPUs less 5 and the DaemonSet's 1
+    assert (free["cpu"], free["nvidia.com/gpu"], free["memory"]) == (Decimal("92.5"), 2, (512 - 20) * 2**30)
+    assert kube.calls == {"LIST nodes": 1, "LIST pods": 4}  # 8 unfinished pods in the cluster, 2 a page
+
+
+def test_budgets_are_listed_once_with_what_they_allow(kube: FakeKube) -> None:
+    kube.add_budget("web", {"app": "web"}, allowed=0)
+    kube.add_budget("dns", {"k8s-app": "kube-dns"}, namespace="kube-system", allowed=1)
+    budgets = cluster(kube).budgets()
+    assert [(b.namespace, b.name, b.match_labels, b.disruptions_allowed) for b in budgets] == [
+        ("kube-system", "dns", (("k8s-app", "kube-dns"),), 1), ("ml", "web", (("app", "web"),), 0)]
+    assert kube.calls == {"LIST poddisruptionbudgets": 1}
+    kube.add_pod("web-0", "aks-gpunp-1-vmss000001", owner="ReplicaSet", labels={"app": "web"})
+    assert "disruption budget" in str(cluster(kube).evict("ml", "web-0"))  # the budget object refuses it

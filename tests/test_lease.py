@@ -29,10 +29,10 @@ class SlowCloud(ScriptedCloud):
         self.entered = threading.Event()
         self.gate = threading.Event()
 
-    def scale(self, current: int, target: int, now: float) -> int:
+    def scale(self, current: int, target: int, now: float, status: CloudStatus | None = None) -> int:
         self.entered.set()
         assert self.gate.wait(20), "the test never let the cloud answer"
-        return super().scale(current, target, now)
+        return super().scale(current, target, now, status)
 
 
 def _replica(db: str, cloud: Any, **server: Any) -> Any:

@@ -5,8 +5,8 @@ from dataclasses import replace
 
 import pytest
 
-from autoscaler.models import (Action, CloudLimits, CloudStatus, DirectionPolicy, Outcome, PoolSpec, PoolState, Signal,
-                               Source)
+from autoscaler.models import (Action, CloudLimits, CloudStatus, DirectionPolicy, Headroom, Mode, Outcome, PoolFacts,
+                               PoolSpec, PoolState, Schedule, Signal, Source)
 from autoscaler.policy import backoff_seconds, cooldown_remaining, decide, settled
 
 NOW = 10_000.0
@@ -127,6 +127,19 @@ def test_reason_names_the_numbers() -> None:
     assert "clamped to max 6" in plan.reason
 
 
+def test_scale_in_names_what_holds_it() -> None:
+    """delay_after_scale_out (600s) is not the scale-in cooldown (900s): the reason says which one holds."""
+    IN = replace(OUT, action=Action.SCALE_IN)
+    after_out = decide(IN, SPEC, replace(STATE, last_scale_out_at=NOW - 100), cloud(3), NOW)
+    assert after_out.outcome is Outcome.SKIPPED_COOLDOWN
+    assert after_out.reason == "scale in held after the last scale-out (delay_after_scale_out): 500s left"
+    after_in = decide(IN, SPEC, replace(STATE, last_scale_in_at=NOW - 100, last_scale_out_at=NOW - 500), cloud(3),
+                      NOW)
+    assert after_in.reason == "scale in cooldown: 800s left"
+    settled_one = settled(IN, SPEC, replace(STATE, last_scale_out_at=NOW - 100), NOW, 3)
+    assert settled_one is not None and "delay_after_scale_out" in settled_one.reason
+
+
 def test_backoff_doubles_to_fifteen_minutes() -> None:
     assert [backoff_seconds(n) for n in range(0, 7)] == [0, 60, 120, 240, 480, 900, 900]
 
@@ -178,3 +191,94 @@ def test_a_named_scale_in_is_not_rounded_to_the_zones() -> None:
     assert (plan.outcome, plan.to) == (Outcome.SCALED, 2)
     plan = decide(OUT, SPEC, STATE, limited(4, replace(GKE, multiple_of=4, high=8)), NOW, named_scale_in=True)
     assert plan.outcome is Outcome.SKIPPED_LIMIT  # a scale-out is still a resize: 5 is no multiple of 4, 8 past max
+
+
+# -- headroom: spare ready capacity kept above need ------------------------------------------------------------
+WIDE = replace(SPEC, max=12, gpus_per_node=8)
+ROOM2 = Headroom(nodes=2)
+DEMAND_OUT = replace(WIDE, scale_out=DirectionPolicy(mode=Mode.DEMAND, cooldown=60, headroom=ROOM2))
+PROP_OUT = replace(WIDE, scale_out=DirectionPolicy(mode=Mode.PROPORTIONAL, target_utilization=80, cooldown=60,
+                                                   headroom=ROOM2))
+STEP_ROOM = replace(WIDE, scale_out=DirectionPolicy(step=1, cooldown=60, headroom=ROOM2))
+FACTS = PoolFacts()
+WINDOW = "schedule '0 8 * * *' (UTC) opened 2025-01-06 08:00 UTC"
+
+
+def room(spec: PoolSpec, headroom: Headroom) -> PoolSpec:
+    return replace(spec, scale_out=replace(spec.scale_out, headroom=headroom))
+
+
+HEADROOM_CASES = [
+    # demand mode: target = need + headroom (need: the ready nodes, all taken, + the pending GPUs)
+    pytest.param(replace(OUT, value=16), DEMAND_OUT, cloud(4), FACTS, Outcome.SCALED, 8, True,
+                 id="demand: 4 ready + 16 GPUs (2 nodes) + 2 spare"),
+    pytest.param(replace(OUT, value=16), replace(DEMAND_OUT, scale_out=DirectionPolicy(mode=Mode.DEMAND)),
+                 cloud(4), FACTS, Outcome.SCALED, 6, False, id="demand without headroom: need only"),
+    pytest.param(replace(OUT, value=16), room(DEMAND_OUT, Headroom(gpus=12)), cloud(4), FACTS, Outcome.SCALED, 8,
+                 True, id="demand: 12 GPUs of headroom round up to 2 nodes"),
+    pytest.param(replace(OUT, value=16), room(DEMAND_OUT, Headroom(fraction=0.5)), cloud(4), FACTS,
+                 Outcome.SCALED, 9, True, id="demand: half of the need of 6 nodes spare"),
+    pytest.param(replace(OUT, value=16), DEMAND_OUT, cloud(6), PoolFacts(in_flight=2), Outcome.SCALED, 8, True,
+                 id="demand: nodes in flight cover the need, not the headroom"),
+    pytest.param(replace(OUT, value=16), DEMAND_OUT, cloud(8), PoolFacts(in_flight=4), Outcome.SKIPPED_LIMIT, 8,
+                 False, id="demand: in flight cover need and headroom"),
+    pytest.param(replace(OUT, value=80), DEMAND_OUT, cloud(4), FACTS, Outcome.SCALED, 12, False,
+                 id="demand: clamped at max, never above it"),
+    # utilisation modes: the floor under the target (need: ready x utilisation)
+    pytest.param(replace(OUT, value=90), PROP_OUT, cloud(4), FACTS, Outcome.SCALED, 6, True,
+                 id="proportional: formula 5, floor 3.6 + 2 = 6"),
+    pytest.param(replace(OUT, value=90), room(PROP_OUT, Headroom(nodes=0)), cloud(4), FACTS, Outcome.SCALED, 5,
+                 False, id="proportional: the formula alone without headroom"),
+    pytest.param(replace(OUT, value=100), STEP_ROOM, cloud(4), FACTS, Outcome.SCALED, 6, True,
+                 id="step: +1 is 5, floor 4 + 2 = 6"),
+    pytest.param(replace(OUT, value=100), replace(STEP_ROOM, max=5), cloud(4), FACTS, Outcome.SCALED, 5, False,
+                 id="step: floor clamped at max"),
+    pytest.param(OUT, STEP_ROOM, cloud(4), FACTS, Outcome.SCALED, 5, False,
+                 id="step: no value, need unknown: the step alone"),
+    # scale-in stops at it
+    pytest.param(replace(IN, value=60), STEP_ROOM, cloud(5), FACTS, Outcome.SKIPPED_LIMIT, 5, True,
+                 id="scale-in: need 3 + 2 spare = 5 stops it"),
+    pytest.param(replace(IN, value=30, step=3), STEP_ROOM, cloud(6), FACTS, Outcome.SCALED, 4, True,
+                 id="scale-in: step 3 to 3 stopped at 1.8 + 2 -> 4"),
+    pytest.param(replace(IN, value=20), STEP_ROOM, cloud(6), FACTS, Outcome.SCALED, 5, False,
+                 id="scale-in: far above the floor, untouched"),
+    pytest.param(replace(IN, value=60), STEP_ROOM, cloud(5), PoolFacts(used=1.0, used_how="the cluster: …"),
+                 Outcome.SCALED, 4, False, id="scale-in: the cluster's 1 node of requested GPUs + 2 = 3"),
+    pytest.param(replace(IN, value=60), STEP_ROOM, cloud(5), PoolFacts(used=3.5, used_how="the cluster: …"),
+                 Outcome.SKIPPED_LIMIT, 5, True, id="scale-in: the cluster's 3.5 nodes requested + 2 stops it"),
+    # per schedule window: a window's headroom replaces the pool's
+    pytest.param(replace(IN, value=60), STEP_ROOM, cloud(5), PoolFacts(headroom=Headroom(nodes=0),
+                                                                      headroom_how=WINDOW),
+                 Outcome.SCALED, 4, False, id="window lowers headroom to 0: scale-in goes on"),
+    pytest.param(replace(IN, value=20), STEP_ROOM, cloud(6), PoolFacts(headroom=Headroom(nodes=5),
+                                                                      headroom_how=WINDOW),
+                 Outcome.SKIPPED_LIMIT, 6, True, id="window raises headroom to 5: scale-in stops"),
+    pytest.param(replace(OUT, value=16), DEMAND_OUT, cloud(4), PoolFacts(headroom=Headroom(nodes=4),
+                                                                        headroom_how=WINDOW),
+                 Outcome.SCALED, 10, True, id="window raises demand mode's headroom to 4"),
+]
+
+
+@pytest.mark.parametrize("signal,spec,status,facts,outcome,to,shaped", HEADROOM_CASES)
+def test_headroom(signal: Signal, spec: PoolSpec, status: CloudStatus, facts: PoolFacts, outcome: Outcome,
+                  to: int, shaped: bool) -> None:
+    plan = decide(signal, spec, STATE, status, NOW, facts=facts)
+    assert (plan.outcome, plan.to) == (outcome, to), plan.reason
+    assert ("headroom" in plan.reason) is shaped, plan.reason  # the reason says when headroom shaped it
+    if shaped and facts.headroom_how:
+        assert WINDOW in plan.reason
+
+
+def test_a_manual_target_is_not_raised_by_headroom() -> None:
+    plan = decide(replace(OUT, action=None, target=3, value=100), STEP_ROOM, STATE, cloud(6), NOW)
+    assert (plan.outcome, plan.to) == (Outcome.SCALED, 3)
+
+
+def test_window_headroom_in_force_only_inside_the_window() -> None:
+    from autoscaler.schedules import effective_headroom
+
+    window = Schedule(cron="0 8 * * *", duration=3600, min=0, headroom=Headroom(nodes=5))
+    spec = replace(STEP_ROOM, schedules=(window,))
+    at_eight_thirty = 1736152200.0  # 2025-01-06 08:30 UTC
+    assert effective_headroom(spec, at_eight_thirty)[0] == Headroom(nodes=5)
+    assert effective_headroom(spec, at_eight_thirty + 3600) == (ROOM2, "")

@@ -89,8 +89,8 @@ def test_idle_newest_node_goes_busy_one_kept(tmp_path: Any, kube: FakeKube, rece
     node = kube.nodes["gpunp-1"]
     assert node["spec"]["unschedulable"] is True  # stays cordoned while the cloud removes it
     assert node["metadata"]["annotations"][CORDON_ANNOTATION].endswith("/removing@2027-01-15T08:00:00Z")
-    # one node list, a pod list per pool node, cordon, re-read (node + pods), the "removing" mark
-    assert kube.calls == {"LIST nodes": 1, "LIST pods": 4, "PATCH nodes": 2, "GET nodes": 1}
+    # one node list, one pod list for the pool, cordon, re-read (node + pods), the "removing" mark
+    assert kube.calls == {"LIST nodes": 1, "LIST pods": 2, "PATCH nodes": 2, "GET nodes": 1}
 
 
 def test_alert_named_node_goes_first(tmp_path: Any, kube: FakeKube, receiver: WebhookReceiver) -> None:

@@ -59,7 +59,7 @@ def test_an_unknown_name_removes_nothing() -> None:
     provider = make(initial_count=3)
     with pytest.raises(ProviderError) as info:
         provider.remove_nodes([NodeRef("gpu-node-0001"), NodeRef("other-node-9")], current=3, now=0.0)
-    assert info.value.code == "NodeNotFound" and not info.value.retryable
+    assert info.value.code == "NodeNotInPool" and not info.value.retryable
     assert "other-node-9" in info.value.message
     assert provider.node_names() == ("gpu-node-0001", "gpu-node-0002", "gpu-node-0003")
 

@@ -236,6 +236,51 @@ def test_choose(scores: list[Score], budget: Budget, want: int, flag: str) -> No
     assert cand == {"i": want} and got == flag
 
 
+@pytest.mark.parametrize("scores,want,flag", [
+    pytest.param([_score(8, 5, worst=4), _score(9, 5, worst=2)], 1, "every_day", id="robust: the worst day decides"),
+    pytest.param([_score(8, 5, worst=4), _score(9, 5, worst=3)], 1, "every_day_no_margin",
+                 id="robust: none within the margin, the budget itself on every day"),
+    pytest.param([_score(8, 5, worst=5), _score(9, 9, worst=4)], 1, "over",
+                 id="robust: none within, the least saturated worst day (not the span's total)"),
+])
+def test_choose_robust(scores: list[Score], want: int, flag: str) -> None:
+    cands = [{"i": i} for i in range(len(scores))]
+    cand, _, got = choose(list(zip(cands, scores)), Budget(6, 2), day_budget=3)
+    assert cand == {"i": want} and got == flag
+
+
+def test_choose_with_a_direction_change_budget() -> None:
+    calm, busy = _score(9, 5, changes=1), _score(8, 5, changes=9)
+    results = [({"i": 0}, busy), ({"i": 1}, calm)]
+    assert choose(results, Budget(5, None, 2))[0] == {"i": 1}  # the churn rules out the cheaper one
+    assert choose(results, Budget(5))[0] == {"i": 0}
+    assert choose([({"i": 0}, busy)], Budget(5, None, 2))[2] == "changes_over"  # none calm enough: said so
+
+
+def test_robust_choice_on_a_history_where_the_mean_hides_one_bad_day() -> None:
+    """Two calm days around a day of training bursts: the cheap settings are within 2% of the three days' minutes
+    (less the margin) but over it on the bursty day; the robust choice takes the settings that hold every day."""
+    calm = [2.0] * 1440
+    demand = tuple(calm + [round(d, 2) for d in generate("training_queue", days=1, seed=4)] + calm)
+    _init(yaml.safe_load(BASE), {}, "gpu", Trace(T0, demand))
+    cheap = describe(_settings(), "gpu")
+    safe = {**cheap, "scale_out.headroom": {"nodes": 6}, "rules.0.above": 50, "rules.0.for": 0,
+            "scale_out.max_step": 16}
+    results = [(cheap, evaluate(cheap, 0, len(demand), None, None)),
+               (safe, evaluate(safe, 0, len(demand), None, None))]
+    (_, low), (_, high) = results
+    assert [sat for _, sat in low.days] == [0, low.worst_day, 0] and low.worst_day == low.saturated_minutes
+    assert high.node_hours > low.node_hours and high.worst_day < low.worst_day
+    budget, margin = 2.0, 0.25
+    span = int(budget * (1 - margin) / 100 * len(demand))  # 64 minutes over the three days
+    per_day, whole_day = int(budget * (1 - margin) / 100 * 1440), int(budget / 100 * 1440)  # 21, 28
+    assert low.saturated_minutes <= span and low.saturated_minutes / 3 <= per_day < low.worst_day  # the mean hides it
+    assert choose(results, Budget(span))[0] == cheap  # the span's total alone takes the cheap one
+    chosen, score, flag = choose(results, Budget(span, per_day), day_budget=whole_day)
+    assert chosen == safe and flag == "every_day" and score.worst_day <= per_day
+    assert high.foresight == low.foresight > 0 and high.node_hours / high.foresight > 1
+
+
 def test_pareto_keeps_only_undominated_points() -> None:
     points = [_score(10, 0), _score(9, 3), _score(9, 2), _score(12, 0), _score(7, 9), _score(8, 9)]
     front = pareto([({"i": i}, s) for i, s in enumerate(points)])

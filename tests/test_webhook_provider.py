@@ -75,7 +75,7 @@ def test_4xx_fails_at_once_and_401_is_not_retryable(endpoint: FakeHookServer, sl
     endpoint.then(Answer(status=401, body={"errors": ["unauthorized"]}))
     with pytest.raises(ProviderError) as caught:
         make(endpoint, sleeps).scale(3, 4, now=0.0)
-    assert caught.value.retryable is False and caught.value.code == "401" and len(endpoint.calls) == 1
+    assert caught.value.retryable is False and caught.value.cloud_code == "401" and len(endpoint.calls) == 1
 
 
 def test_429_is_retryable_with_retry_after(endpoint: FakeHookServer, sleeps: list[float]) -> None:

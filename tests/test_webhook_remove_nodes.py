@@ -74,7 +74,7 @@ def test_refusal_names_the_status_and_hides_the_url_secret(endpoint: FakeHookSer
     endpoint.then(Answer(status=403, body={"error": "token may not start runs"}))
     with pytest.raises(ProviderError) as err:
         make(endpoint, sleeps).remove_nodes(NODES, current=4, now=0.0)
-    assert err.value.code == "403" and err.value.retryable is False and "HTTP 403" in err.value.message
+    assert err.value.cloud_code == "403" and err.value.retryable is False and "HTTP 403" in err.value.message
     assert TOKEN not in err.value.message and "token=REDACTED" in err.value.message and len(endpoint.calls) == 1
 
 

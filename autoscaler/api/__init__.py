@@ -9,7 +9,7 @@ from flask import Flask, Response, abort, current_app, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from autoscaler.api.body import BodyError, read_body
-from autoscaler.auth import AuthError, Principal
+from autoscaler.auth import AuthError, AuthUnavailable, Principal
 from autoscaler.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -70,9 +70,13 @@ def require_auth(scope: str) -> Principal:
     auth = current_app.extensions["autoscaler"].auth
     headers = {k: v for k, v in request.headers.items()}
     try:  # the body is read only for an HMAC signature, once every check that needs no body has passed
-        who: Principal = auth.authenticate(headers, request_body)
+        who: Principal = auth.authenticate(headers, request_body, request.args)
     except AuthError as exc:
         fail(401, str(exc), {"WWW-Authenticate": 'Bearer realm="gpu-pool-autoscaler", Basic realm="gpu-pool-autoscaler"'})
+    except AuthUnavailable as exc:  # Azure retries a 503; the keys may be back by then
+        log.warning("credentials could not be checked: %s", exc)
+        fail(503, "credentials cannot be checked right now (identity provider keys unavailable); retry later",
+             {"Retry-After": "30"})
     if not who.may(scope):
         fail(403, f"credential {who.name!r} has no {scope!r} scope (it has: {', '.join(sorted(who.scopes))})")
     g.principal = who

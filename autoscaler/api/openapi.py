@@ -13,6 +13,7 @@ from autoscaler.answers import (DecisionBody, ErrorBody, EventList, GroupBody, G
 from autoscaler.api.pools import CountRequest, PauseRequest, ScaleRequest
 from autoscaler.models import Action
 from autoscaler.sources.alertmanager import AlertmanagerPayload
+from autoscaler.sources.azure_monitor import AzureMonitorPayload
 from autoscaler.sources.grafana import GrafanaPayload, LegacyPayload
 
 bp = Blueprint("openapi", __name__)
@@ -20,7 +21,7 @@ REF = "#/components/schemas/{model}"
 
 
 _REQUESTS: list[type[BaseModel]] = [ScaleRequest, PauseRequest, CountRequest, AlertmanagerPayload, GrafanaPayload,
-                                    LegacyPayload]
+                                    LegacyPayload, AzureMonitorPayload]
 _RESPONSES: list[type[BaseModel]] = [ErrorBody, DecisionBody, PoolBody, PoolList, GroupBody, GroupList, EventList,
                                      WebhookAnswer]
 
@@ -103,6 +104,8 @@ def _paths(pools: list[str]) -> dict[str, Any]:
         "/webhook/alertmanager": _webhook("Alertmanager webhook (version 4)", _ref(AlertmanagerPayload)),
         "/webhook/grafana": _also_put(_webhook("Grafana unified or legacy webhook",
                                                {"anyOf": [_ref(GrafanaPayload), _ref(LegacyPayload)]})),
+        "/webhook/azure-monitor": _webhook("Azure Monitor action group webhook (common alert schema)",
+                                           _ref(AzureMonitorPayload)),
         "/api/v1/pools": {"get": {"summary": "Every pool", "responses": {
             "200": _json(_ref(PoolList), "The pools the credential may read."), **_errors("401", "403", "503")}}},
         "/api/v1/groups": {"get": {"summary": "Every fallback group with its pools", "responses": {
@@ -141,35 +144,43 @@ def _paths(pools: list[str]) -> dict[str, Any]:
     }
 
 
-def _scoped(paths: dict[str, Any], hmac: bool) -> dict[str, Any]:
+def _scoped(paths: dict[str, Any], webhook_only: list[str]) -> dict[str, Any]:
     """Each authenticated operation names the credential scope it needs (OpenAPI 3.1 roles on http schemes);
-    a Grafana HMAC signature only for the webhooks."""
+    the webhook-only schemes (a Grafana HMAC signature, a query token) only for the webhooks."""
     for path, ops in paths.items():
         for method, op in ops.items():
             if "security" in op:  # open routes say so themselves
                 continue
             scope = "webhook" if path.startswith("/webhook/") else "read" if method == "get" else "operate"
             op["security"] = [{"bearerAuth": [scope]}, {"basicAuth": [scope]}]
-            if hmac and scope == "webhook":
-                op["security"].append({"grafanaHmac": [scope]})
+            if scope == "webhook":
+                op["security"] += [{name: [scope]} for name in webhook_only]
     return paths
 
 
-def document(pools: list[str], hmac_header: str | None = None) -> dict[str, Any]:
-    """The whole OpenAPI document; ``hmac_header`` adds Grafana's signature scheme when configured."""
-    schemes: dict[str, Any] = {"bearerAuth": {"type": "http", "scheme": "bearer"},
+def document(pools: list[str], hmac_header: str | None = None, query_param: str | None = None) -> dict[str, Any]:
+    """The whole OpenAPI document; ``hmac_header`` adds Grafana's signature scheme when configured, ``query_param``
+    the query token's."""
+    schemes: dict[str, Any] = {"bearerAuth": {"type": "http", "scheme": "bearer", "description": "A configured "
+                                              "token, or an Entra ID access token (Azure Monitor secure webhook)."},
                                "basicAuth": {"type": "http", "scheme": "basic"}}
     security: list[dict[str, list[str]]] = [{"bearerAuth": []}, {"basicAuth": []}]
+    webhook_only: list[str] = []
     if hmac_header:
         schemes["grafanaHmac"] = {"type": "apiKey", "in": "header", "name": hmac_header,
                                   "description": "HMAC-SHA256 of the body (Grafana contact point signing)."}
-        security.append({"grafanaHmac": []})
+        webhook_only.append("grafanaHmac")
+    if query_param:
+        schemes["queryToken"] = {"type": "apiKey", "in": "query", "name": query_param,
+                                 "description": "server.auth.query_token (webhooks only)."}
+        webhook_only.append("queryToken")
+    security += [{name: []} for name in webhook_only]
     return {
         "openapi": "3.1.0",
         "info": {"title": "gpu-pool-autoscaler", "version": __version__,
                  "description": "Alert-driven node-pool autoscaler for GPU clusters. Each operation's security "
                                 "lists the scope (webhook, read, operate) a credential needs for it."},
-        "paths": _scoped(_paths(pools), hmac_header is not None),
+        "paths": _scoped(_paths(pools), webhook_only),
         "components": {"schemas": _schemas(), "securitySchemes": schemes},
         "security": security,
     }
@@ -179,5 +190,6 @@ def document(pools: list[str], hmac_header: str | None = None) -> dict[str, Any]
 def openapi() -> Response:
     """The OpenAPI document (no auth: it holds no secret)."""
     settings = current_app.extensions["autoscaler"].settings
-    hm = settings.config.server.auth.grafana_hmac
-    return jsonify(document(list(settings.pools), hm.header if hm else None))
+    auth = settings.config.server.auth
+    return jsonify(document(list(settings.pools), auth.grafana_hmac.header if auth.grafana_hmac else None,
+                            auth.query_token.param if auth.query_token else None))

@@ -169,7 +169,7 @@ def resume(pool: str) -> Response:
 def set_count(pool: str) -> Response:
     spec = _spec(pool)
     svc = _svc()
-    if not svc.providers[spec.name].tracks_count:
+    if svc.providers[spec.name].capabilities.reports_count:
         fail(409, f"provider {spec.provider} reports the pool's real size; the count cannot be set by hand")
     req: CountRequest = _body(CountRequest)
     before = svc.pool_json(spec, with_last_event=False)["current"]  # the tracked count, or the provider's initial one

@@ -1,4 +1,4 @@
-"""POST /webhook/alertmanager and /webhook/grafana."""
+"""POST /webhook/alertmanager, /webhook/grafana and /webhook/azure-monitor."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -11,7 +11,7 @@ from autoscaler.api.guards import principal, same_origin_only
 from autoscaler.events import acting_as
 from autoscaler.models import Decision, Notification, Outcome
 from autoscaler.routing import ACTIONS, parse_step
-from autoscaler.sources import PayloadError, alertmanager, grafana
+from autoscaler.sources import PayloadError, alertmanager, azure_monitor, grafana
 
 bp = Blueprint("webhooks", __name__, url_prefix="/webhook")
 
@@ -81,3 +81,9 @@ def grafana_hook() -> Response:
     """Grafana unified-alerting contact point or legacy webhook notification channel; a contact point's HTTP
     method may be set to PUT, which means the same as POST."""
     return _handle(grafana.parse)
+
+
+@bp.post("/azure-monitor")
+def azure_monitor_hook() -> Response:
+    """An Azure Monitor action group's webhook or secure webhook, with the common alert schema enabled."""
+    return _handle(azure_monitor.parse)

@@ -2,32 +2,35 @@
 
 The client is imported inside functions, so it loads only when the config has a ``kubernetes:`` section. Reads
 ask for raw JSON (``_preload_content=False``) and hand plain dicts to :mod:`autoscaler.cluster.nodes`, which decides what
-they mean. A pool's read is one node list by label selector, then one pod list per node by field selector (run a
-few at a time); a re-read is one node GET and one pod list.
+they mean. A pool's read is one node list by label selector and one list of the cluster's unfinished pods (in pages
+of ``_PAGE``), grouped by node here; a re-read is one node GET and one pod list by field selector. ``victims:
+movable`` also lists PodDisruptionBudgets, once per decision that weighs a busy node.
 """
 from __future__ import annotations
 
 import json
 import os
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
 from autoscaler.settings import KubernetesConfig
 from autoscaler.cluster.nodes import CORDON_ANNOTATION, ClusterError, NodeView, cordon_mark, node_view
+from autoscaler.cluster.pods import Budget, budget_of
 
 log = logging.getLogger(__name__)
 
 _MERGE = "application/merge-patch+json"  # the client would send a dict body as json-patch, which the server refuses
 _NOT_FINISHED = "status.phase!=Succeeded,status.phase!=Failed"
-_PARALLEL = 8  # pod lists in flight at once
+_PARALLEL = 8  # connections kept to the API server
+_PAGE = 5000  # pods per page of the pool's pod list (the API server's own paging, ``limit`` + ``continue``)
 
 
 class KubeCluster:
     """:class:`autoscaler.cluster.nodes.Cluster` over the Kubernetes API."""
 
-    def __init__(self, settings: KubernetesConfig) -> None:
+    def __init__(self, settings: KubernetesConfig, page: int = _PAGE) -> None:
         self.settings = settings
+        self.page = page
         self.patterns = tuple(settings.gpu_resources)
         self._core: Any = None
 
@@ -97,14 +100,39 @@ class KubeCluster:
                             field_selector=f"spec.nodeName={node},{_NOT_FINISHED}")
         return list(answer.get("items") or [])
 
+    def _all_pods(self) -> list[dict[str, Any]]:
+        """Every unfinished pod of the cluster, page by page."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            page = self._call("listing pods", self._api().list_pod_for_all_namespaces, raw=True,
+                              field_selector=_NOT_FINISHED, limit=self.page, **({"_continue": token} if token else {}))
+            items += page.get("items") or []
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+
     def nodes(self, selector: Mapping[str, str]) -> list[NodeView]:
         labels = ",".join(f"{k}={v}" if v else k for k, v in selector.items())
         answer = self._call(f"listing nodes {labels}", self._api().list_node, raw=True, label_selector=labels)
         items = list(answer.get("items") or [])
-        names = [n["metadata"]["name"] for n in items]
-        with ThreadPoolExecutor(max_workers=min(_PARALLEL, max(len(items), 1))) as pool:
-            pods = list(pool.map(self._pods, names))
-        return [node_view(n, p, self.patterns) for n, p in zip(items, pods)]
+        if not items:
+            return []
+        by_node: dict[str, list[dict[str, Any]]] = {n["metadata"]["name"]: [] for n in items}
+        for pod in self._all_pods():
+            bound = by_node.get((pod.get("spec") or {}).get("nodeName") or "")
+            if bound is not None:
+                bound.append(pod)
+        return [node_view(n, by_node[n["metadata"]["name"]], self.patterns) for n in items]
+
+    def budgets(self) -> list[Budget]:
+        """Every PodDisruptionBudget (policy/v1), for ``victims: movable``: one list call."""
+        from kubernetes import client
+
+        policy = client.PolicyV1Api(self._api().api_client)
+        answer = self._call("listing PodDisruptionBudgets", policy.list_pod_disruption_budget_for_all_namespaces,
+                            raw=True)
+        return [budget_of(b) for b in answer.get("items") or []]
 
     def marked(self, selector: Mapping[str, str]) -> list[NodeView]:
         """The pool's nodes without their pods: one call, for the stale-cordon sweep."""
@@ -179,7 +207,7 @@ def _bearer_for_requests(conf: Any) -> None:
 _WHAT_TO_DO = {
     401: "; the API server refused the credentials: check kubernetes.token, kubeconfig or the service account token",
     403: "; the service account lacks a permission: apply deploy/kubernetes/rbac.yaml (get, list, patch nodes; "
-         "list pods; create pods/eviction)",
+         "list pods; create pods/eviction; list poddisruptionbudgets)",
 }
 
 

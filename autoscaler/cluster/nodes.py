@@ -10,8 +10,11 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
+from autoscaler.cluster.fit import Room, Taint
+from autoscaler.cluster.pods import Budget, PodFacts, pod_facts, quantity, requests_of
 from autoscaler.settings.common import DEFAULT_GPU_RESOURCES
 
 #: The annotation the service puts on a node it cordons: ``<owner>@<rfc3339 time>``.
@@ -60,6 +63,15 @@ class NodeView:
     provider_id: str  # spec.providerID ("" if unknown)
     gpu_allocatable: int  # 0 while the device plugin has not reported yet
     cordon_owner: str = ""  # who put our cordon annotation ("" if none); ends in REMOVING once removal was asked
+    pods: tuple[PodFacts, ...] = ()  # every pod that would stop if the node went (GPU work or not)
+    labels: tuple[tuple[str, str], ...] = ()
+    taints: tuple[Taint, ...] = ()
+    free: tuple[tuple[str, Decimal], ...] = ()  # allocatable minus what all its pods (DaemonSets too) request
+    gpu_resources: tuple[str, ...] = ()  # which of its resources are GPUs (kubernetes.gpu_resources)
+
+    def room(self) -> Room:
+        """The node as a place the fit may put pods on (a fresh copy: the fit spends it)."""
+        return Room(self.name, dict(self.labels), self.taints, dict(self.free), frozenset(self.gpu_resources))
 
     def busy_reason(self) -> str | None:
         """Why this node must stay (protection first, then GPU work), None when it may go."""
@@ -80,7 +92,7 @@ class Cluster(Protocol):
     """What the scale-in needs of a cluster. Calls may block on the API server for a few seconds."""
 
     def nodes(self, selector: Mapping[str, str]) -> list[NodeView]:
-        """The nodes matching the label selector, each with its pods (one list call + one pod list per node)."""
+        """The nodes matching the label selector, each with its pods (one node list and one pod list for them all)."""
 
     def node(self, name: str) -> NodeView | None:
         """Re-read one node and its pods; None when it no longer exists."""
@@ -93,6 +105,14 @@ class Cluster(Protocol):
 
     def evict(self, namespace: str, pod: str) -> str | None:
         """Ask the Eviction API to evict the pod: None when accepted, the refusal (a PDB's 429) otherwise."""
+
+
+@runtime_checkable
+class Budgets(Protocol):
+    """Optional: a cluster that lists PodDisruptionBudgets (one call), read only by ``victims: movable``."""
+
+    def budgets(self) -> list[Budget]:
+        """Every PodDisruptionBudget of the cluster, with how many disruptions it allows now."""
 
 
 @runtime_checkable
@@ -214,6 +234,14 @@ def node_view(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
     ours = parse_time(when) if mark else None
     protected = node_protection(node) or next((r for r in map(pod_protection, pods) if r), None)
     allocatable = status.get("allocatable") or {}
+    free = {k: quantity(v) for k, v in allocatable.items()}
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") not in _FINISHED:
+            for name, amount in requests_of(pod.get("spec") or {}).items():
+                free[name] = free.get(name, Decimal(0)) - amount
+
+    def is_gpu(resource: str) -> bool:
+        return _matches(resource, patterns)
     return NodeView(
         name=meta.get("name", ""),
         ready=ready,
@@ -225,6 +253,12 @@ def node_view(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
         provider_id=spec.get("providerID", "") or "",
         gpu_allocatable=sum(_quantity(v) for k, v in allocatable.items() if _matches(k, patterns)),
         cordon_owner=owner if mark else "",
+        pods=tuple(pod_facts(p, is_gpu) for p in pods if is_work(p)),
+        labels=tuple(sorted((str(k), str(v)) for k, v in (meta.get("labels") or {}).items())),
+        taints=tuple(Taint(str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
+                     for t in spec.get("taints") or ()),
+        free=tuple(sorted(free.items())),
+        gpu_resources=tuple(sorted(k for k in allocatable if is_gpu(k))),
     )
 
 

@@ -21,9 +21,10 @@ def run_replay(config_path: str, trace_path: str, out_dir: str) -> dict[str, Any
     run = simulate(settings, trace)
     victims = victims_of(settings, pool)
     cloud = run if victims == "cloud" else simulate(settings, trace, victims="cloud")
-    data = summary(run, static_peak(trace, run.gpus_per_node), simulate(fixed_step(settings), trace, use_steps=False),
-                   cloud, victims)
+    idle = simulate(settings, trace, victims="idle") if victims == "movable" else None
     spec = settings.pools[pool]
+    data = summary(run, static_peak(trace, run.gpus_per_node), simulate(fixed_step(settings), trace, use_steps=False),
+                   cloud, victims, idle=idle, low=spec.min)
     title = (f"{pool}: scale_out {spec.scale_out.mode.value}, scale_in {spec.scale_in.mode.value} | "
              f"{data['node_hours']:.1f} node-h (static peak {data['baselines']['static_peak']['node_hours']:.1f}),"
              f" saturated {data['saturated_minutes']} of {data['minutes']} min, unmet "
@@ -59,11 +60,13 @@ def replay(config_path: str, trace_path: str, out_dir: str) -> int:
         return 1
     static = data["baselines"]["static_peak"]
     step = data["baselines"]["fixed_step"]
+    ratio = f"{data['vs_foresight']:.2f}x " if data["vs_foresight"] is not None else ""
     print(f"replayed {data['minutes']} min in {time.monotonic() - started:.1f}s -> {out_dir}: "
-          f"{data['node_hours']:.1f} node-h (static peak {static['node_hours']:.1f}, fixed step "
+          f"{data['node_hours']:.1f} node-h ({ratio}the foresight limit {data['foresight_node_hours']:.1f}; static peak {static['node_hours']:.1f}, fixed step "
           f"{step['node_hours']:.1f}), saturated {data['saturated_minutes']} min (fixed step "
           f"{step['saturated_minutes']}), unmet demand {data['unmet_demand_gpu_minutes']:.0f} GPU-min, "
           f"{data['scale_actions']} scale actions, interrupted work "
           f"{data['interrupted_node_minutes']:.1f} node-min with victims {data['victims']} "
-          f"(cloud picking the newest: {data['interrupted_node_minutes_by_victims']['cloud']:.1f})")
+          f"(cloud picking the newest: {data['interrupted_node_minutes_by_victims']['cloud']:.1f}), "
+          f"{data['evictions']} evictions")
     return 0

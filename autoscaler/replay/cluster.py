@@ -9,13 +9,20 @@ ties to the older node, where the scheduler would pick at random), or with ``pac
 still fits it (the MostAllocated scoring strategy, for bin-packing). A pod that finds no free GPU waits, in arrival
 order. A node removed with pods on it cuts them: the GPU time they had run is lost (``interrupted_node_minutes``)
 and they wait to run again from the start.
+
+``movable_share`` of the pods (spread evenly over arrivals) are inference replicas, owned by a ReplicaSet; the rest
+are Jobs' pods. A replica evicted by a drain, or on a node that goes, waits and is placed again by the same
+spreading; it loses no work (it serves requests, it computes nothing that is lost) and counts as an eviction.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Mapping, Sequence
 
 from autoscaler.cluster.nodes import GpuPod, NodeView
+from autoscaler.cluster.pods import PodFacts
 
 RESOURCE = "nvidia.com/gpu"
 NAMESPACE = "replay"
@@ -37,10 +44,11 @@ class ReplayCluster:
     """An in-memory :class:`autoscaler.cluster.nodes.Cluster` that follows the simulated provider's node names."""
 
     def __init__(self, names: Sequence[str], gpus_per_node: int, provision_seconds: float, start: float,
-                 pack: bool = False, owners: Mapping[str, str] | None = None,
+                 pack: bool = False, movable_share: float = 0.0, owners: Mapping[str, str] | None = None,
                  provision_by_pool: Mapping[str, float] | None = None) -> None:
         self.gpus_per_node = gpus_per_node
         self.pack = pack
+        self.movable_share = movable_share
         self.provision_seconds = provision_seconds
         self.provision_by_pool = dict(provision_by_pool or {})  # a group's pools may boot at different speeds
         self.now = start
@@ -53,6 +61,7 @@ class ReplayCluster:
         self._waiting = 0
         self.interrupted_node_minutes = 0.0
         self.interrupted_pods = 0
+        self.evictions = 0  # replicas that had to start again elsewhere (a drain evicted them, or their node went)
 
     # -- what the replay drives -----------------------------------------------------------------------------------
     def follow(self, names: Sequence[str], now: float, owners: Mapping[str, str] | None = None) -> None:
@@ -122,11 +131,29 @@ class ReplayCluster:
     def requested(self) -> int:
         return len(self._nodes)
 
+    def movable(self, pod: int) -> bool:
+        """Whether pod ``pod`` (its arrival serial) is a replica: ``movable_share`` of the pods, spread evenly."""
+        share = self.movable_share
+        return math.floor(pod * share + 1e-9) > math.floor((pod - 1) * share + 1e-9)
+
+    def _name(self, pod: int) -> str:
+        return f"infer-{pod}" if self.movable(pod) else f"work-{pod}"
+
+    def usage(self, now: float) -> tuple[int, int, int]:
+        """(nodes, Ready schedulable nodes, GPUs requested on them): what the headroom reads of the cluster, cheap
+        to compare between two moments."""
+        ready = [n for n in self._nodes.values() if n.ready_at <= now and n.cordon is None]
+        return len(self._nodes), len(ready), sum(len(n.pods) for n in ready)
+
     def _cut(self, pod: int, node: _Node, now: float) -> None:
-        """The pod stops on ``node``: the GPU time it ran there is lost, and it waits to run again."""
+        """The pod stops on ``node`` and waits to run again: a Job's pod loses the GPU time it ran there, a
+        replica loses nothing and counts as an eviction."""
         started = node.pods.pop(pod)
-        self.interrupted_node_minutes += (now - started) / 60.0 / self.gpus_per_node
-        self.interrupted_pods += 1
+        if self.movable(pod):
+            self.evictions += 1
+        else:
+            self.interrupted_node_minutes += (now - started) / 60.0 / self.gpus_per_node
+            self.interrupted_pods += 1
         self._where[pod] = None
         self._waiting += 1
 
@@ -156,7 +183,7 @@ class ReplayCluster:
 
     def evict(self, namespace: str, pod: str) -> str | None:
         """Evictions are always accepted (no PodDisruptionBudgets here); the pod's work so far is lost."""
-        serial = int(pod.rpartition("-")[2]) if namespace == NAMESPACE and pod.startswith("work-") else 0
+        serial = int(pod.rpartition("-")[2]) if namespace == NAMESPACE and pod.startswith(("work-", "infer-")) else 0
         node = self._where.get(serial)
         if node is not None:
             self._cut(serial, self._nodes[node], self.now)
@@ -164,9 +191,14 @@ class ReplayCluster:
 
     def _view(self, node: _Node) -> NodeView:
         ready = node.ready_at <= self.now
-        pods = tuple(GpuPod(NAMESPACE, f"work-{serial}", RESOURCE, 1) for serial in node.pods)
+        pods = tuple(GpuPod(NAMESPACE, self._name(serial), RESOURCE, 1) for serial in node.pods)
+        one = ((RESOURCE, Decimal(1)),)
+        facts = tuple(PodFacts(NAMESPACE, self._name(serial), "ReplicaSet" if self.movable(serial) else "Job", one,
+                               gpus=1) for serial in node.pods)
+        allocatable = self.gpus_per_node if ready else 0
         return NodeView(name=node.name, ready=ready, created=node.created, cordoned=node.cordon is not None,
                         gpu_pods=pods, protected=None,
                         cordoned_by_us=None if node.cordon is None else node.cordon[1], provider_id="",
-                        gpu_allocatable=self.gpus_per_node if ready else 0,
-                        cordon_owner="" if node.cordon is None else node.cordon[0])
+                        gpu_allocatable=allocatable,
+                        cordon_owner="" if node.cordon is None else node.cordon[0], pods=facts,
+                        free=((RESOURCE, Decimal(allocatable - len(node.pods))),), gpu_resources=(RESOURCE,))

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 from collections import Counter
-from typing import Any
+from typing import Any, Sequence
 
 from autoscaler.durations import rfc3339
 from autoscaler.models import Action, Outcome
@@ -38,6 +39,7 @@ def figures(run: Run) -> dict[str, Any]:
         "outcomes": dict(sorted(Counter(d.outcome.value for _, d in run.decisions).items())),
         "interrupted_node_minutes": run.interrupted_node_minutes,
         "interrupted_pods": run.interrupted_pods,
+        "evictions": run.evictions,
         "fallbacks": fallbacks(run),
     }
 
@@ -66,20 +68,35 @@ def fallbacks(run: Run) -> list[dict[str, Any]]:
     return out
 
 
-def summary(run: Run, static: Run, step: Run, cloud: Run | None = None, victims: str = "cloud") -> dict[str, Any]:
-    """summary.json: the run's figures and the baselines', plus savings against static provisioning.
+def foresight_node_hours(demand: Sequence[float], low: int) -> float:
+    """The perfect-foresight limit: ceil(demand) ready nodes every minute, never below the pool's min, and no
+    provisioning time (a bound no reactive autoscaler reaches; every other figure is compared with it)."""
+    return round(sum(max(low, math.ceil(d - 1e-9)) for d in demand) / 60.0, 4)
+
+
+def summary(run: Run, static: Run, step: Run, cloud: Run | None = None, victims: str = "cloud",
+            idle: Run | None = None, low: int = 0) -> dict[str, Any]:
+    """summary.json: the run's figures and the baselines', savings against static provisioning, and the
+    perfect-foresight limit for the same trace (``low``: the pool's min) with the run's ratio to it.
 
     ``cloud`` is the same config with ``victims: cloud`` (a count scale-in, the cloud removing the newest node),
-    whose interrupted work is set beside the pool's own ``victims`` setting's.
+    whose interrupted work is set beside the pool's own ``victims`` setting's; ``idle`` (for ``victims: movable``)
+    the same with ``victims: idle``.
     """
     out = figures(run)
+    foresight = foresight_node_hours([m.demand for m in run.minutes], low)
+    out["foresight_node_hours"] = foresight
+    out["vs_foresight"] = round(out["node_hours"] / foresight, 4) if foresight else None
     out["victims"] = victims
     out["baselines"] = {"static_peak": figures(static), "fixed_step": figures(step)}
     if cloud is not None:
         out["baselines"]["cloud_newest"] = figures(cloud)
+    if idle is not None:
+        out["baselines"]["idle"] = figures(idle)
     out["interrupted_node_minutes_by_victims"] = {
         victims: out["interrupted_node_minutes"],
-        "cloud": out["baselines"].get("cloud_newest", out)["interrupted_node_minutes"]}
+        "cloud": out["baselines"].get("cloud_newest", out)["interrupted_node_minutes"],
+        **({"idle": out["baselines"]["idle"]["interrupted_node_minutes"]} if idle is not None else {})}
     peak_hours = out["baselines"]["static_peak"]["node_hours"]
     out["node_hours_saved_vs_static_peak_pct"] = (
         round(100.0 * (1 - out["node_hours"] / peak_hours), 2) if peak_hours else 0.0)

@@ -9,6 +9,7 @@ from typing import Any, Callable
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
 from autoscaler.events import EventLog
+from autoscaler.facts import keeps_headroom
 from autoscaler.models import Decision, Mode
 from autoscaler.reconciler import Reconciler
 from autoscaler.replay.alerts import AlertEmulator
@@ -56,6 +57,7 @@ class Run:
     notifications: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
     interrupted_node_minutes: float = 0.0  # GPU work running on nodes when they were removed (see cluster.py)
     interrupted_pods: int = 0
+    evictions: int = 0  # replicas (movable work) that started again elsewhere
     stopped: bool = False  # the ``stop`` hook ended it before the trace did
     reconciles: list[float] = field(default_factory=list)  # times of reconciler ticks that decided something
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE  # what one node of demand is in GPUs (unmet demand's unit)
@@ -100,7 +102,7 @@ def fixed_step(settings: Settings) -> Settings:
 
 
 def victims_of(settings: Settings, pool: str) -> str:
-    """The pool's ``scale_in.victims``: cloud, alerted or idle."""
+    """The pool's ``scale_in.victims``: cloud, alerted, idle or movable."""
     return settings.pools[pool].victims
 
 
@@ -152,7 +154,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
 
     start_names, start_owners = names()
     nodes = ReplayCluster(start_names, gpus_per_node(settings, pool), sim.provision_seconds, now,
-                          pack=cfg.placement == "pack", owners=start_owners,
+                          pack=cfg.placement == "pack", movable_share=cfg.movable_share, owners=start_owners,
                           provision_by_pool={name: s.provision_seconds for name, s in sims.items()})
     # The engine's own node-aware scale-in (pick, cordon, re-check, remove by name) runs against the replay's
     # cluster; a forced drain's retries would sleep, the replay never forces one.
@@ -163,10 +165,14 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     emulator = AlertEmulator(cfg, settings.config.routing, use_steps=use_steps)
     queue: list[tuple[float, int, int]] = [(trace.start + STEP * i, SAMPLE, i) for i in range(len(trace.demand))]
     queue.append((trace.start, EVALUATE, 0))
-    if any(settings.pools[name].schedules or sims[name].initial_count < settings.pools[name].min
-           or sims[name].capacity is not None for name in members):  # otherwise no tick could decide anything
+    spec = settings.pools[pool]
+    floors = any(settings.pools[name].schedules or sims[name].initial_count < settings.pools[name].min
+                 or sims[name].capacity is not None for name in members)  # a floor, or a shortfall to record
+    topped_up = keeps_headroom(spec) and bool(spec.node_selector)  # the reconciler keeps headroom from the cluster
+    if floors or topped_up:  # otherwise no tick could decide anything
         queue.append((trace.start, RECONCILE, 0))
     reconciles: list[float] = []
+    spare_enough: tuple[int, int, int] | None = None  # the cluster's usage when the headroom was last found kept
     heapq.heapify(queue)
     minutes: list[Minute] = []
     decisions: list[tuple[float, Decision]] = []
@@ -201,7 +207,13 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
             if nxt < trace.end:
                 heapq.heappush(queue, (nxt, EVALUATE, 0))
         elif kind == RECONCILE:
-            ticked = reconciler.tick(now).decisions
+            # A tick only for the headroom is run when the cluster shows it short: the others decide nothing (and a
+            # full tick, its lease and cloud view, costs more than the minute's replay)
+            due = floors
+            if not due and nodes.usage(now) != spare_enough:  # unchanged since it was last enough: still enough
+                due = reconciler.headroom_short(spec, nodes.requested, now) is not None
+                spare_enough = None if due else nodes.usage(now)
+            ticked = reconciler.tick(now).decisions if due else []
             if ticked:
                 reconciles.append(now)
                 decisions += [(now, decision) for decision in ticked]
@@ -226,7 +238,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     if own_store and isinstance(store, SqlStore):
         store.engine.dispose()
     return Run(minutes, decisions, notifications, round(nodes.interrupted_node_minutes, 4), nodes.interrupted_pods,
-               stopped, reconciles, gpus_per_node(settings, pool))
+               nodes.evictions, stopped, reconciles, gpus_per_node(settings, pool))
 
 
 def gpus_per_node(settings: Settings, pool: str) -> int:

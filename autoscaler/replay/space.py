@@ -8,6 +8,7 @@ base config's Alertmanager timing, limits, provider and everything else stay as 
 from __future__ import annotations
 
 import copy
+from dataclasses import asdict
 import random
 import typing
 from typing import Any
@@ -20,10 +21,15 @@ Candidate = dict[str, Any]
 
 #: Every direction key the tuner sets; the rest of a pool's direction (value_ref, victims, ...) is kept.
 TUNED_KEYS = ("mode", "step", "target_utilization", "max_step", "tolerance", "cooldown", "delay_after_scale_out",
-              "stabilization_window")
+              "stabilization_window", "headroom")
+#: Spare capacity kept above need (``scale_out.headroom``), roughly in increasing size; None: none.
+HEADROOM: tuple[dict[str, Any] | None, ...] = (None, {"fraction": 0.1}, {"nodes": 1}, {"fraction": 0.25},
+                                                {"nodes": 2}, {"nodes": 3}, {"fraction": 0.5}, {"nodes": 4},
+                                                {"nodes": 6})
 GRID: dict[str, dict[str, tuple[Any, ...]]] = {
     "scale_out": {"step": (1, 2, 3, 4, 6), "target_utilization": (40, 50, 60, 70, 80, 90),
-                  "max_step": (2, 4, 8, 16), "tolerance": (0.0, 0.05, 0.1, 0.2), "cooldown": (60, 120, 180, 300, 600)},
+                  "max_step": (2, 4, 8, 16), "tolerance": (0.0, 0.05, 0.1, 0.2), "cooldown": (60, 120, 180, 300, 600),
+                  "headroom": HEADROOM},
     "scale_in": {"step": (1, 2, 3), "target_utilization": (40, 50, 60, 70, 80, 90), "max_step": (1, 2, 4, 8),
                  "tolerance": (0.0, 0.05, 0.1, 0.2), "cooldown": (120, 300, 600, 900, 1800),
                  "delay_after_scale_out": (0, 300, 600, 1200, 1800), "stabilization_window": (60, 300, 600, 1200)},
@@ -71,6 +77,7 @@ class Space:
                 self.rules[f"rules.{i}.pending_above"] = PENDING_ABOVE
                 pending_out = pending_out or rule.action is Action.SCALE_OUT
             self.rules[f"rules.{i}.for"] = FOR[rule.action]
+        self.pending_out = pending_out
         out: tuple[str, ...] = PENDING_MODES if pending_out else UTILIZATION_MODES
         if "demand" in out and not getattr(settings.pools[pool], "gpus_per_node", None):
             out = tuple(m for m in out if m != "demand")  # demand mode needs the pool's gpus_per_node
@@ -86,12 +93,15 @@ class Space:
 
     @staticmethod
     def direction_keys(direction: str, mode: str) -> tuple[str, ...]:
-        extra = SCALE_IN_ONLY[mode] if direction == "scale_in" else ()
+        extra = SCALE_IN_ONLY[mode] if direction == "scale_in" else ("headroom",)
         return ("mode", *MODE_KEYS[mode], *extra)
 
     def _direction(self, rng: random.Random, direction: str, mode: str) -> Candidate:
-        return {f"{direction}.{k}": mode if k == "mode" else rng.choice(GRID[direction][k])
-                for k in self.direction_keys(direction, mode)}
+        out = {f"{direction}.{k}": mode if k == "mode" else rng.choice(GRID[direction][k])
+               for k in self.direction_keys(direction, mode)}
+        if direction == "scale_out" and mode == "step" and self.pending_out:
+            out["scale_out.headroom"] = None  # the step's alert value is pending GPUs, not a utilisation to size by
+        return out
 
     def sample(self, rng: random.Random) -> Candidate:
         """One candidate drawn uniformly, knob by knob."""
@@ -113,6 +123,8 @@ class Space:
                     del out[k]
             out.update(self._direction(rng, direction, rng.choice(others)))
             return ordered(out)
+        if key == "scale_out.headroom" and candidate["scale_out.mode"] == "step" and self.pending_out:
+            return out  # kept at none (see _direction)
         grid = self.grid(key)
         at = grid.index(candidate[key]) if candidate[key] in grid else 0
         out[key] = grid[max(0, min(len(grid) - 1, at + rng.choice((-1, 1))))]
@@ -151,6 +163,8 @@ def describe(settings: Settings, pool: str) -> Candidate:
 
 def _policy_value(policy: DirectionPolicy, key: str) -> Any:
     value = getattr(policy, key)
+    if key == "headroom":
+        return None if value is None else {k: v for k, v in asdict(value).items() if v} or {"nodes": 0}
     return value.value if key == "mode" else value
 
 
@@ -163,7 +177,8 @@ def apply(raw: dict[str, Any], pool: str, candidate: Candidate) -> dict[str, Any
         if not chosen:
             continue
         kept = {k: v for k, v in (spec.get(direction) or {}).items() if k not in TUNED_KEYS}
-        spec[direction] = {**kept, **{k: duration_text(v) if _is_duration(k) else v for k, v in chosen.items()}}
+        spec[direction] = {**kept, **{k: duration_text(v) if _is_duration(k) else v for k, v in chosen.items()
+                                      if not (k == "headroom" and v is None)}}
     for key, value in candidate.items():
         if key.startswith("rules."):
             _, index, name = key.split(".")
@@ -193,6 +208,8 @@ def show(key: str, value: Any) -> str:
     """A knob's value as a person reads it."""
     if value is None:
         return "-"
+    if isinstance(value, dict):  # headroom
+        return ",".join(f"{k}:{v:g}" for k, v in value.items())
     name = key.rsplit(".", 1)[-1]
     if _is_duration(name) or name == "for":
         return duration_text(float(value))

@@ -11,11 +11,11 @@ import math
 import os
 import random
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from autoscaler.config import build_settings, offline
-from autoscaler.replay.report import figures
+from autoscaler.replay.report import figures, foresight_node_hours
 from autoscaler.replay.sim import Minute, simulate
 from autoscaler.replay.space import Candidate, Space, apply
 from autoscaler.replay.trace import STEP, Trace
@@ -31,6 +31,7 @@ class Budget:
 
     total: int
     per_day: int | None = None
+    changes: int | None = None  # direction changes allowed over the span (None: any)
 
 
 @dataclass(frozen=True)
@@ -43,10 +44,13 @@ class Score:
     minutes: int
     stopped: str = ""
     worst_day: int = 0  # the most saturated minutes of any whole day (1440 minutes from the span's start)
+    days: tuple[tuple[float, int], ...] = ()  # (node-hours, saturated minutes) of each whole day of the span
+    foresight: float = 0.0  # the perfect-foresight node-hours of the minutes replayed (report.foresight_node_hours)
 
     def feasible(self, budget: Budget) -> bool:
         return (not self.stopped and self.saturated_minutes <= budget.total
-                and (budget.per_day is None or self.worst_day <= budget.per_day))
+                and (budget.per_day is None or self.worst_day <= budget.per_day)
+                and (budget.changes is None or self.direction_changes <= budget.changes))
 
     def rank(self, budget: Budget) -> tuple[float, ...]:
         """Feasible by node-hours, then those stopped for cost, then the rest by how saturated they were."""
@@ -95,9 +99,13 @@ def evaluate(candidate: Candidate, begin: int, end: int, budget: int | None, bou
     run = simulate(settings, span, store=MemoryStore(), stop=stop)
     data = figures(run)
     days = [run.minutes[i:i + 1440] for i in range(0, len(run.minutes) - 1439, 1440)]
-    worst = max((sum(1 for m in day if m.demand > m.ready + 1e-9) for day in days), default=0)
+    per_day = tuple((round(sum(m.ready for m in day) / 60.0, 2), sum(1 for m in day if m.demand > m.ready + 1e-9))
+                    for day in days)
+    worst = max((sat for _, sat in per_day), default=0)
+    low = settings.pools[_WORK["pool"]].min
     return Score(data["node_hours"], data["saturated_minutes"], data["direction_changes"], data["minutes"],
-                 stop.why if stop and run.stopped else "", worst)
+                 stop.why if stop and run.stopped else "", worst, per_day,
+                 foresight_node_hours([m.demand for m in run.minutes], low))
 
 
 def evaluate_task(task: tuple[int, Candidate, int, int, int | None, float | None]) -> tuple[int, Score]:
@@ -116,6 +124,7 @@ class Search:
     train_minutes: int
     budget_pct: float  # the budget the choice must keep, a % of minutes (the margin already taken off)
     day_pct: float | None = None  # and on every whole day, a % of its minutes (None: no daily limit)
+    changes_per_day: float | None = None  # direction changes allowed a day (None: any)
     candidates: int = 405
     eta: int = 3
     neighbours: int = 60
@@ -127,7 +136,8 @@ class Search:
 
     def budget(self, minutes: int) -> Budget:
         per_day = None if self.day_pct is None else int(math.floor(self.day_pct / 100.0 * 1440 + 1e-9))
-        return Budget(int(math.floor(self.budget_pct / 100.0 * minutes + 1e-9)), per_day)
+        changes = None if self.changes_per_day is None else int(self.changes_per_day * minutes / 1440 + 1e-9)
+        return Budget(int(math.floor(self.budget_pct / 100.0 * minutes + 1e-9)), per_day, changes)
 
     def rungs(self) -> list[int]:
         """Prefix lengths in minutes: the whole span, and spans eta, eta^2 ... times shorter, the shortest a day."""
@@ -210,16 +220,32 @@ def pareto(results: list[tuple[Candidate, Score]]) -> list[tuple[Candidate, Scor
     return out
 
 
-def choose(results: list[tuple[Candidate, Score]], budget: Budget) -> tuple[Candidate, Score, str]:
+def choose(results: list[tuple[Candidate, Score]], budget: Budget,
+           day_budget: int | None = None) -> tuple[Candidate, Score, str]:
     """The fewest node-hours within the budget (then fewest direction changes). With none within it on every
     day, the same within the span's budget alone; with none within that, the least saturated. The flag says which:
-    ``every_day``, ``span`` or ``over``."""
-    for flag, limit in (("every_day", budget), ("span", Budget(budget.total))):
+    ``every_day``, ``span`` or ``over``.
+
+    Robust (``day_budget`` given: the whole budget of one day, ``budget.per_day`` being that less the margin): the
+    worst day decides, not the span's total. Within the margin on every day first; else within the budget on every
+    day (``span`` is then never used: a span's total hides a bad day); else the least saturated worst day."""
+    tries = [("every_day", budget), ("span", Budget(budget.total, None, budget.changes))]
+    if day_budget is not None:
+        tries = [("every_day", budget), ("every_day_no_margin", Budget(10 ** 9, day_budget, budget.changes))]
+    if budget.changes is not None:  # no candidate calm enough: the saturation budget alone, and the report says so
+        tries.append(("changes_over", replace(budget, changes=None)))
+
+    def least_saturated(cs: tuple[Candidate, Score]) -> tuple[float, ...]:
+        score = cs[1]
+        first = (score.worst_day,) if day_budget is not None else ()
+        return (*first, score.saturated_minutes, score.node_hours)
+
+    for flag, limit in tries:
         feasible = [cs for cs in results if cs[1].feasible(limit)]
         if feasible:
             cand, score = min(feasible, key=lambda cs: (cs[1].node_hours, cs[1].direction_changes))
             return cand, score, flag
-    cand, score = min(results, key=lambda cs: (cs[1].saturated_minutes, cs[1].node_hours))
+    cand, score = min(results, key=least_saturated)
     return cand, score, "over"
 
 

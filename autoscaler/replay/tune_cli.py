@@ -14,6 +14,7 @@ from dataclasses import asdict
 from typing import Any
 
 from autoscaler.config import build_settings, load_replay_config, offline
+from autoscaler.replay.report import foresight_node_hours
 from autoscaler.replay.sim import replay_pool
 from autoscaler.replay.space import Candidate, Space, apply, describe, show
 from autoscaler.replay.trace import ReplayError, load_trace
@@ -39,7 +40,7 @@ def _load(config_path: str) -> tuple[dict[str, Any], Any]:
 
 def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, *, candidates: int = 405,
          workers: int = 2, seed: int = 0, holdout: float = DEFAULT_HOLDOUT, margin: float = DEFAULT_MARGIN,
-         neighbours: int = 60,
+         neighbours: int = 60, robust: bool = False, max_changes: float | None = None,
          utilization_expr: str = tune_files.UTILIZATION_EXPR, pending_expr: str = tune_files.PENDING_EXPR,
          quiet: bool = False) -> dict[str, Any]:
     """Search, confirm and write DIR's files; returns what tuning.json holds. ConfigError / ReplayError on bad
@@ -62,12 +63,15 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
     space = Space(settings, pool)
     # The choice keeps a margin under the budget over the span, and the budget itself on each whole day of it:
     # days differ, and the days the search never saw must hold the budget too.
-    search = Search(space, train, max_saturated * (1 - margin), day_pct=max_saturated, candidates=candidates,
-                    neighbours=neighbours, seed=seed)
+    # Robust: the worst day decides, with the margin on each day (the span's total is then within it too).
+    day_pct = max_saturated * (1 - margin) if robust else max_saturated
+    search = Search(space, train, max_saturated * (1 - margin), day_pct=day_pct, changes_per_day=max_changes,
+                    candidates=candidates, neighbours=neighbours, seed=seed)
     executor = make_pool(workers, raw, env, pool, trace)
     try:
         search.run(executor, progress)
-        chosen, chosen_score, within = choose(search.results, search.budget(train))
+        whole_day = int(max_saturated / 100.0 * 1440 + 1e-9) if robust else None
+        chosen, chosen_score, within = choose(search.results, search.budget(train), whole_day)
         base = describe(settings, pool)
         jobs = [(0, base, 0, train, None, None)]
         if train < total:
@@ -84,15 +88,20 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
     def budget(minutes: int) -> int:
         return int(max_saturated / 100.0 * minutes + 1e-9)
 
-    spans = {"tune": {"minutes": [0, train], "budget": budget(train), "choice_budget": search.budget(train).total,
-                      "choice_budget_per_day": search.budget(train).per_day,
-                      "base": asdict(scored[0]),
-                      "tuned": asdict(chosen_score)}}
+    spans: dict[str, dict[str, Any]] = {
+        "tune": {"minutes": [0, train], "budget": budget(train), "choice_budget": search.budget(train).total,
+                 "choice_budget_per_day": search.budget(train).per_day, "base": asdict(scored[0]),
+                 "tuned": asdict(chosen_score)}}
     if train < total:
         spans["confirm"] = {"minutes": [train, total], "budget": budget(total - train),
                             "base": asdict(scored[2]), "tuned": asdict(scored[1])}
+    low = settings.pools[pool].min
+    for span in spans.values():
+        first, last = int(span["minutes"][0]), int(span["minutes"][1])
+        span["foresight_days"] = [foresight_node_hours(trace.demand[d:d + 1440], low)
+                                  for d in range(first, last - 1439, 1440)]
     data = {"config": config_path, "trace": trace_path, "pool": pool, "max_saturated_pct": max_saturated,
-            "margin": margin,
+            "margin": margin, "robust": robust, "max_direction_changes": max_changes, "day_budget": int(max_saturated / 100.0 * 1440 + 1e-9),
             "within_budget": within != "over", "choice": within, "candidates": len(search.results),
             "sampled": candidates, "replays": search.evaluated + len(jobs),
             "search_minutes_replayed": search.minutes_replayed,
@@ -166,10 +175,17 @@ def report(data: dict[str, Any], out_dir: str) -> str:
                      f"{span['choice_budget_per_day']} a day" if "choice_budget" in span else ""))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines += day_table(data)
     head = (f"tuned pool {data['pool']} on {data['trace']}: {data['candidates']} candidates scored in full, "
             f"{data['replays']} replays, {data['seconds']:.0f}s on {data['workers']} worker(s)")
     tail = [f"-> {out_dir}: tuned.yaml, frontier.csv ({data['frontier_points']} points), frontier.png, "
             "prometheus-rules.yml, tuning.json"]
+    if data["choice"] == "changes_over":
+        tail.insert(0, f"note: no candidate within the budget kept to {data['max_direction_changes']:g} direction "
+                       "changes a day; the choice ignores that limit")
+    if data["choice"] == "every_day_no_margin":
+        tail.insert(0, "note: no candidate kept the margin under the budget on every day of the tuning span; the "
+                       "choice keeps the budget itself on every day")
     if data["choice"] == "over":
         tail.insert(0, "WARNING: no candidate kept saturated minutes within the budget on the tuning span; "
                        "the least saturated one was chosen")
@@ -183,6 +199,25 @@ def report(data: dict[str, Any], out_dir: str) -> str:
     return "\n".join([head, *lines, *tail])
 
 
+def day_table(data: dict[str, Any]) -> list[str]:
+    """Day by day, base and tuned: node-hours, their ratio to perfect foresight, saturated minutes (a mark where
+    over the day's budget); the worst day is what a robust choice keeps within the budget."""
+    limit = data["day_budget"]
+    rows = [f"day by day (budget {limit} saturated min a day, * over it; x: node-hours / perfect foresight):",
+            "  day  span     base node-h      x  sat min   tuned node-h      x  sat min"]
+
+    def cells(hours: float, saturated: int, foresight: float) -> str:
+        ratio = f"{hours / foresight:.2f}" if foresight else "-"
+        return f"{hours:11.1f}  {ratio:>5s}  {saturated:5d}{'*' if saturated > limit else ' '}"
+
+    for name, span in data["spans"].items():
+        first_day = span["minutes"][0] // 1440 + 1
+        days = zip(span["base"]["days"], span["tuned"]["days"], span["foresight_days"])
+        for i, ((bh, bs), (th, ts), best) in enumerate(days):
+            rows.append(f"  {first_day + i:<4d} {name:8s} {cells(bh, bs, best)}   {cells(th, ts, best)}")
+    return rows
+
+
 def run(args: Any) -> int:
     """The CLI: exit 0 with the side-by-side report, 1 with each problem on its own line."""
     try:
@@ -192,6 +227,7 @@ def run(args: Any) -> int:
         return 1
     data = command(lambda: tune(args.config, args.trace, args.out, pct, candidates=args.candidates,
                                 workers=args.workers, seed=args.seed, holdout=args.holdout, margin=args.margin,
+                                robust=args.robust, max_changes=args.max_direction_changes,
                                 utilization_expr=args.utilization_expr, pending_expr=args.pending_expr),
                    args.config, args.out)
     if data is None:

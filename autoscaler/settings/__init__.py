@@ -15,12 +15,13 @@ from autoscaler.settings.pools import (DefaultsConfig, DirectionConfig, PoolConf
                                        Victims)
 from autoscaler.settings.replay import ReplayConfig, ReplayRule
 from autoscaler.settings.routing import RoutingConfig, RuleConfig
-from autoscaler.settings.server import (SCOPES, AuthConfig, BasicUser, BearerToken, GrafanaHmac, InfluxConfig, Scope,
-                                        ServerConfig, StoreConfig, credential_problems)
+from autoscaler.settings.server import (AZURE_ACTION_GROUPS_APP, SCOPES, AuthConfig, BasicUser, BearerToken, EntraId, GrafanaHmac,
+                                        InfluxConfig, QueryToken, Scope, ServerConfig, StoreConfig,
+                                        credential_problems)
 
-__all__ = ["AuthConfig", "BasicUser", "BearerToken", "CapacityConfig", "Config", "Count", "DEFAULT_GPU_RESOURCES", "DefaultsConfig",
-           "DirectionConfig", "GrafanaHmac", "GroupConfig", "InfluxConfig", "KubernetesConfig", "MAX_MATCHED_LABEL", "POOL_NAME",
-           "PoolConfig", "ReplayConfig", "ReplayRule", "RoutingConfig", "RuleConfig", "SCOPES", "ScaleInConfig",
+__all__ = ["AZURE_ACTION_GROUPS_APP", "AuthConfig", "BasicUser", "BearerToken", "CapacityConfig", "Config", "Count", "DEFAULT_GPU_RESOURCES", "DefaultsConfig",
+           "DirectionConfig", "EntraId", "GrafanaHmac", "GroupConfig", "InfluxConfig", "KubernetesConfig", "MAX_MATCHED_LABEL", "POOL_NAME",
+           "PoolConfig", "QueryToken", "ReplayConfig", "ReplayRule", "RoutingConfig", "RuleConfig", "SCOPES", "ScaleInConfig",
            "ScheduleConfig", "Scope", "ServerConfig", "Step", "StoreConfig", "Victims", "credential_problems",
            "group_problems", "reference_problems", "regex_risk"]
 

@@ -12,6 +12,8 @@ Count = Annotated[int, Field(ge=0, le=1000)]
 Step = Annotated[int, Field(ge=1, le=1000)]
 #: Resource names that count as GPU work when the config names none.
 DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-*")
+#: Owner kinds whose pods ``victims: movable`` may move (their controller recreates them elsewhere).
+DEFAULT_MOVABLE_OWNERS = ("ReplicaSet", "StatefulSet")
 
 MAX_PATTERN = 512
 #: Longest label value a ``match_re`` pattern is tried on; a longer one never matches (label values that route

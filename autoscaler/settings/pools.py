@@ -1,13 +1,31 @@
 """``defaults:`` and ``pools:``: each direction's settings, node-aware scale-in, schedule windows, one pool."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from autoscaler.durations import Duration
 from autoscaler.settings.common import POOL_NAME, Count, Frozen, Step
 from autoscaler.settings.groups import CapacityConfig
+
+class HeadroomConfig(Frozen):
+    """Spare ready capacity kept above need: exactly one of ``nodes``, ``gpus`` or ``fraction``."""
+
+    nodes: int | None = Field(default=None, ge=0, le=1000, description="Whole nodes kept spare.")
+    gpus: int | None = Field(default=None, ge=0, le=64000, description="GPUs kept spare (nodes of "
+                             "`gpus_per_node` GPUs, rounded up).")
+    fraction: float | None = Field(default=None, ge=0, le=10, description="A fraction of the need kept "
+                                   "spare (0.2: 20% above it, rounded up to whole nodes).")
+
+    @model_validator(mode="after")
+    def _one(self) -> "HeadroomConfig":
+        given = [k for k in ("nodes", "gpus", "fraction") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of nodes, gpus or fraction, e.g. {nodes: 2}"
+                             + (f" (got {', '.join(given)})" if given else ""))
+        return self
+
 
 class DirectionConfig(Frozen):
     """Settings of one direction; unset keys come from ``defaults``."""
@@ -21,18 +39,28 @@ class DirectionConfig(Frozen):
     tolerance: float | None = Field(default=None, ge=0, lt=1)
     stabilization_window: Duration | None = None
     value_ref: str | None = None
+    headroom: HeadroomConfig | None = Field(default=None, description="Scale-out only: spare ready capacity kept "
+                                            "above need, {nodes: N} | {gpus: G} | {fraction: F}.")
 
 
-Victims = Literal["cloud", "alerted", "idle"]
+#: A Kubernetes kind: ReplicaSet, StatefulSet, a custom resource's kind (RayCluster).
+OwnerKind = Annotated[str, Field(pattern=r"^[A-Z][A-Za-z0-9]{0,62}$")]
+Victims = Literal["cloud", "alerted", "idle", "movable"]
+_HEADROOM_OUT = ("scale_in.headroom: headroom is set under scale_out (scale-in never eats into it); move it to "
+                 "scale_out.headroom")
 
 
 class ScaleInConfig(DirectionConfig):
     """Scale-in settings: a direction's, plus which nodes go (node-aware scale-in)."""
 
-    victims: Victims | None = Field(default=None, description="cloud | alerted | idle (default: idle with "
-                                    "`kubernetes` and a provider that removes named nodes, else cloud).")
-    drain_timeout: Duration | None = Field(default=None, gt=0, description="How long a forced removal retries "
-                                           "evictions a PodDisruptionBudget refuses (default 10m).")
+    victims: Victims | None = Field(default=None, description="cloud | alerted | idle | movable (default: idle "
+                                    "with `kubernetes` and a provider that removes named nodes, else cloud).")
+    movable_owners: list[OwnerKind] | None = Field(default=None, max_length=32, description="Owner kinds whose "
+                                                   "pods victims: movable may move (default ReplicaSet, "
+                                                   "StatefulSet).")
+    drain_timeout: Duration | None = Field(default=None, gt=0, description="How long a drain (victims: movable, "
+                                           "a forced removal) retries evictions a PodDisruptionBudget refuses "
+                                           "(default 10m).")
 
 
 class DefaultsConfig(Frozen):
@@ -46,6 +74,8 @@ class DefaultsConfig(Frozen):
     def _demand_scales_out(self) -> "DefaultsConfig":
         if self.scale_in.mode == "demand":
             raise ValueError("scale_in.mode: `demand` sizes scale-outs only (use step or proportional)")
+        if self.scale_in.headroom is not None:
+            raise ValueError(_HEADROOM_OUT)
         return self
 
 
@@ -54,8 +84,16 @@ class ScheduleConfig(Frozen):
 
     cron: str = Field(description="Five-field cron expression of the window's starts, in `timezone`.")
     duration: Duration = Field(description="How long each window lasts (elapsed time).")
-    min: Count = Field(description="The pool's floor inside the window.")
+    min: Count = Field(default=0, description="The pool's floor inside the window (default: the pool's own).")
     timezone: str = Field(default="UTC", description="IANA time zone of the cron expression (Europe/Warsaw).")
+    headroom: HeadroomConfig | None = Field(default=None, description="The pool's headroom inside the window "
+                                            "(raise or lower it; {nodes: 0} turns it off).")
+
+    @model_validator(mode="after")
+    def _says_something(self) -> "ScheduleConfig":
+        if "min" not in self.model_fields_set and self.headroom is None:
+            raise ValueError("a window sets min, headroom or both")
+        return self
 
     @field_validator("cron")
     @classmethod
@@ -102,8 +140,9 @@ class PoolConfig(BaseModel):
                                       "nodes, e.g. kubernetes.azure.com/agentpool=gpunp (default per provider).")
     gpus_per_node: int | None = Field(default=None, ge=1, le=64, description="GPUs one node adds (demand mode "
                                       "divides by it and needs it; the replay assumes 8 without it).")
-    provision_time: Duration = Field(default=600.0, description="Request to GPUs allocatable; nodes asked for "
-                                     "within it and not ready yet are in flight.")
+    provision_time: Duration | None = Field(default=None, description="Request to GPUs allocatable; nodes asked "
+                                            "for within it and not ready yet are in flight (default 10m; a "
+                                            "simulated pool: its provision_seconds).")
     schedules: list[ScheduleConfig] = Field(default_factory=list)
     capacity: CapacityConfig = CapacityConfig()
 
@@ -117,8 +156,8 @@ class PoolConfig(BaseModel):
 
     @field_validator("provision_time")
     @classmethod
-    def _provision_time(cls, v: float) -> float:
-        if not 0 <= v <= 86400:
+    def _provision_time(cls, v: float | None) -> float | None:
+        if v is not None and not 0 <= v <= 86400:
             raise ValueError("must be from 0 to 24h")
         return v
 
@@ -126,6 +165,8 @@ class PoolConfig(BaseModel):
     def _demand_and_floors(self) -> "PoolConfig":
         if self.scale_in.mode == "demand":
             raise ValueError("scale_in.mode: `demand` sizes scale-outs only (use step or proportional)")
+        if self.scale_in.headroom is not None:
+            raise ValueError(_HEADROOM_OUT)
         for i, window in enumerate(self.schedules):
             if window.min > self.max:
                 raise ValueError(f"schedules[{i}].min: must be <= max ({self.max})")

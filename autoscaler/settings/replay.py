@@ -43,6 +43,9 @@ class ReplayConfig(Frozen):
     placement: Literal["spread", "pack"] = Field(
         default="spread", description="How the work lands on nodes: spread (kube-scheduler's default, "
                                       "LeastAllocated) or pack (MostAllocated: the fullest node that fits).")
+    movable_share: float = Field(default=0.0, ge=0, le=1, description="Share of the work's pods that are "
+                                 "inference replicas (a ReplicaSet's: victims: movable may move them); the rest "
+                                 "are Jobs' pods.")
 
     @field_validator("evaluation_interval", "group_interval", "repeat_interval")
     @classmethod

@@ -52,6 +52,82 @@ class GrafanaHmac(Frozen):
         return v
 
 
+AZURE_ACTION_GROUPS_APP = "461e8683-5575-4561-ac7f-899cc907d62a"  # "AzNS AAD Webhook", Azure Monitor's sender
+_GUID = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+
+
+class EntraId(Frozen):
+    """An Azure Monitor action group's secure webhook: a Microsoft Entra ID access token (a JWT) as
+    ``Authorization: Bearer``, checked for issuer, audience, expiry, signature (the tenant's published keys), the
+    calling app and its app role. Scope ``webhook`` only."""
+
+    tenant_id: str = Field(pattern=_GUID, description="The directory (tenant) ID the tokens come from.")
+    audience: list[str] = Field(min_length=1, description="Accepted `aud`: the app's Application ID URI and/or "
+                                "client ID (v2 tokens carry the client ID).")
+    token_version: Literal[1, 2] = Field(default=2, description="The app's accessTokenAcceptedVersion: picks the "
+                                         "issuer (1: https://sts.windows.net/<tenant>/, 2: "
+                                         "https://login.microsoftonline.com/<tenant>/v2.0).")
+    issuer: str | None = Field(default=None, description="Overrides the issuer (sovereign clouds).")
+    jwks_url: str | None = Field(default=None, description="Signing keys (default: "
+                                 "https://login.microsoftonline.com/<tenant>/discovery/v2.0/keys).")
+    app_ids: list[str] = Field(default_factory=lambda: [AZURE_ACTION_GROUPS_APP], description="Accepted calling "
+                               "apps (`appid` / `azp`); [] accepts any app of the tenant.")
+    role: str | None = Field(default="ActionGroupsSecureWebhook", description="App role the token must carry "
+                             "(`roles`); null skips the check.")
+    name: str = Field(default="azure_monitor", min_length=1, max_length=64, pattern=r"^[\x21-\x7e]+$")
+    leeway: Duration = Field(default=60.0, le=600, description="Clock skew allowed on exp/nbf.")
+    keys_ttl: Duration = Field(default=3600.0, ge=60, description="How long fetched signing keys are used before "
+                               "they are fetched again (an unknown key ID refetches at most once a minute).")
+
+    @field_validator("audience", mode="before")
+    @classmethod
+    def _one_audience(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("issuer", "jwks_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^\s]+$", v):
+            raise ValueError("must be an http(s) URL")
+        return v
+
+    def expected_issuer(self) -> str:
+        """The issuer a token must name."""
+        if self.issuer:
+            return self.issuer
+        if self.token_version == 1:
+            return f"https://sts.windows.net/{self.tenant_id}/"
+        return f"https://login.microsoftonline.com/{self.tenant_id}/v2.0"
+
+    def keys_url(self) -> str:
+        """Where the tenant's signing keys are published."""
+        return self.jwks_url or f"https://login.microsoftonline.com/{self.tenant_id}/discovery/v2.0/keys"
+
+
+class QueryToken(Frozen):
+    """Opt-in: a token in the webhook URL's query (``?token=…``), for senders that can carry a secret nowhere else
+    (a plain Azure action group webhook). Scope ``webhook`` only; redacted by value like every secret."""
+
+    token: SecretStr
+    param: str = Field(default="token", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
+    name: str = Field(default="query_token", min_length=1, max_length=64, pattern=r"^[\x21-\x7e]+$")
+
+    @field_validator("token")
+    @classmethod
+    def _strong(cls, v: SecretStr) -> SecretStr:
+        # URL-safe characters only: a token that needs percent-encoding would appear encoded in access logs,
+        # where redaction by value could not find it.
+        if not re.fullmatch(r"[A-Za-z0-9._~-]{24,256}", v.get_secret_value()):
+            raise ValueError("must be 24 to 256 characters of A-Z a-z 0-9 . _ ~ - (it travels in a URL)")
+        return v
+
+    @model_validator(mode="after")
+    def _not_routing(self) -> "QueryToken":
+        if self.param in ("pool", "action", "step"):
+            raise ValueError(f"param {self.param!r} is a routing parameter")
+        return self
+
+
 class AuthConfig(Frozen):
     """Who may call ``/webhook/*`` and ``/api/*``; any one configured method suffices."""
 
@@ -59,6 +135,8 @@ class AuthConfig(Frozen):
     bearer_tokens: list[BearerToken] = Field(default_factory=list)
     basic: list[BasicUser] = Field(default_factory=list)
     grafana_hmac: GrafanaHmac | None = None
+    entra_id: EntraId | None = None
+    query_token: QueryToken | None = None
 
     @field_validator("bearer_tokens", mode="before")
     @classmethod
@@ -87,9 +165,10 @@ class AuthConfig(Frozen):
 
     @model_validator(mode="after")
     def _something(self) -> "AuthConfig":
-        if not self.disabled and not (self.bearer_tokens or self.basic or self.grafana_hmac):
-            raise ValueError("no authentication configured: add bearer_tokens, basic or grafana_hmac, "
-                             "or write `disabled: true` to run without auth")
+        methods = (self.bearer_tokens, self.basic, self.grafana_hmac, self.entra_id, self.query_token)
+        if not self.disabled and not any(methods):
+            raise ValueError("no authentication configured: add bearer_tokens, basic, grafana_hmac, entra_id or "
+                             "query_token, or write `disabled: true` to run without auth")
         return self
 
 
@@ -161,4 +240,9 @@ def credential_problems(auth: AuthConfig, names: set[str]) -> list[str]:
             problems.append(f"{path}: the same {what} as {secrets[secret]}")
         secrets.setdefault(secret, path)
         problems += [f"{path}.pools: no pool named {pool!r}" for pool in entry.pools or [] if pool not in names]
+    for path, other in (("server.auth.entra_id", auth.entra_id), ("server.auth.query_token", auth.query_token)):
+        if other is not None and other.name in seen:
+            problems.append(f"{path}.name: duplicate credential name {other.name!r} (also {seen[other.name]})")
+        if other is not None:
+            seen.setdefault(other.name, path)
     return problems

@@ -1,6 +1,6 @@
 """Generate the sample demand traces (seeded, so every run writes the same files).
 
-python bench/traces/make_traces.py  ->  bench/traces/diurnal_inference.csv, bench/traces/training_queue.csv
+python bench/traces/make_traces.py  ->  bench/traces/diurnal_inference.csv, training_queue.csv, noisy_plateau.csv
 python bench/traces/make_traces.py --family training_queue --days 7 --seed 11 --out week.csv   (any length, any seed)
 Demand is in GPU nodes' worth of work, one row a minute. A trace of N days is N days of the family drawn one after
 the other from one seeded generator, so the one-day files are the first day of the longer traces of the same seed.
@@ -54,8 +54,25 @@ def training_queue(rng: random.Random) -> list[float]:
     return [max(0.2, d) for d in demand]
 
 
-FAMILIES = {"diurnal_inference": diurnal_inference, "training_queue": training_queue}
-SEEDS = {"diurnal_inference": 20250106, "training_queue": 7}  # the seeds of the committed one-day files
+def noisy_plateau(rng: random.Random) -> list[float]:
+    """A steady service: a level (5-11 nodes, a new one each day) that drifts slowly, fast noise around it, and a
+    few spikes of minutes. A pool sized to the level is saturated by the noise; one sized to every spike idles."""
+    level = rng.uniform(5.0, 11.0)
+    spikes = [(rng.randint(0, MINUTES - 15), rng.randint(3, 15), rng.uniform(1.0, 3.0))
+              for _ in range(rng.randint(4, 10))]
+    drift = noise = 0.0
+    out = []
+    for minute in range(MINUTES):
+        drift = 0.995 * drift + rng.gauss(0, 0.06)
+        noise = 0.6 * noise + rng.gauss(0, 0.35)
+        spike = sum(height for start, length, height in spikes if start <= minute < start + length)
+        out.append(max(0.3, level * (1 + 0.1 * drift) + noise + spike))
+    return out
+
+
+FAMILIES = {"diurnal_inference": diurnal_inference, "training_queue": training_queue, "noisy_plateau": noisy_plateau}
+#: The seeds of the committed one-day files.
+SEEDS = {"diurnal_inference": 20250106, "training_queue": 7, "noisy_plateau": 3}
 
 
 def generate(family: str, days: int = 1, seed: int | None = None) -> list[float]:
@@ -67,9 +84,8 @@ def generate(family: str, days: int = 1, seed: int | None = None) -> list[float]
     return out
 
 
-def write(name: str, demand: list[float], start: datetime = START) -> None:
-    """One CSV with the header timestamp,demand (``name`` relative to this folder, or a path)."""
-    path = os.path.join(HERE, name)
+def write(path: str, demand: list[float], start: datetime = START) -> None:
+    """One CSV with the header timestamp,demand at ``path`` (relative to the current directory, like any CLI)."""
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("timestamp,demand\n")
         for i, d in enumerate(demand):
@@ -79,7 +95,7 @@ def write(name: str, demand: list[float], start: datetime = START) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--family", choices=sorted(FAMILIES), help="one family (default: both committed files)")
+    parser.add_argument("--family", choices=sorted(FAMILIES), help="one family (default: every committed file)")
     parser.add_argument("--days", type=int, default=1, help="length in days (default 1)")
     parser.add_argument("--seed", type=int, default=None, help="generator seed (default: the committed file's)")
     parser.add_argument("--start", default=START.strftime("%Y-%m-%d"), help="first day, UTC (default 2025-01-06)")
@@ -91,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--out needs --family (one file per family)")
     start = datetime.strptime(args.start, "%Y-%m-%d").replace(tzinfo=timezone.utc)
     for family in [args.family] if args.family else sorted(FAMILIES):
-        out = args.out or f"{family}.csv"
+        out = args.out or os.path.join(HERE, f"{family}.csv")
         write(out, generate(family, args.days, args.seed), start)
     return 0
 

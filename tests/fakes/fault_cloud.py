@@ -10,7 +10,7 @@ from typing import Any
 import requests
 
 from autoscaler.models import CloudStatus
-from providers import ProviderError, Tracked
+from providers import Capabilities, Code, PermanentError, TemporaryError, Tracked
 from tests.fakes.httpbase import FakeHttpServer, Request
 from tests.fakes.httpbase import Reply as HttpReply
 
@@ -62,7 +62,7 @@ class FakeCloud(FakeHttpServer):
 class HttpTestProvider:
     """A provider over real HTTP: reads the size (GET), asks for a target (POST); timeouts and 429/5xx retryable."""
 
-    tracks_count = False
+    capabilities = Capabilities()
 
     def __init__(self, url: str, timeout: float = 0.5) -> None:
         self.url = url
@@ -75,20 +75,21 @@ class HttpTestProvider:
         try:
             resp = requests.get(f"{self.url}/pool", timeout=self.timeout)
         except requests.RequestException as exc:
-            raise ProviderError(f"cannot read the pool: {type(exc).__name__}", retryable=True, code="unreachable")
+            raise TemporaryError(f"cannot read the pool: {type(exc).__name__}", cloud_code="unreachable")
         return CloudStatus(current=int(resp.json()["count"]))
 
-    def scale(self, current: int, target: int, now: float) -> int:
+    def scale(self, current: int, target: int, now: float, status: CloudStatus | None = None) -> int:
         try:
             resp = requests.post(f"{self.url}/scale", json={"target": target, "pid": os.getpid()}, timeout=self.timeout)
         except requests.Timeout:
-            raise ProviderError(f"the cloud did not answer within {self.timeout}s", retryable=True, code="timeout")
+            raise TemporaryError(f"the cloud did not answer within {self.timeout}s", cloud_code="timeout")
         except requests.RequestException as exc:
-            raise ProviderError(f"cannot reach the cloud: {type(exc).__name__}", retryable=True, code="unreachable")
+            raise TemporaryError(f"cannot reach the cloud: {type(exc).__name__}", cloud_code="unreachable")
         if resp.status_code == 429 or resp.status_code >= 500:
             after = resp.headers.get("Retry-After")
-            raise ProviderError(f"the cloud answered {resp.status_code}", retryable=True, code=str(resp.status_code),
-                                retry_after=float(after) if after else None)
+            raise TemporaryError(f"the cloud answered {resp.status_code}", cloud_code=str(resp.status_code),
+                                 code=Code.THROTTLED if resp.status_code == 429 else Code.UNAVAILABLE,
+                                 retry_after=float(after) if after else None)
         if resp.status_code >= 400:
-            raise ProviderError(f"the cloud refused: {resp.status_code}", retryable=False, code=str(resp.status_code))
+            raise PermanentError(f"the cloud refused: {resp.status_code}", cloud_code=str(resp.status_code))
         return target

@@ -1,9 +1,12 @@
 """A small fake Kubernetes API server that the real ``kubernetes`` client talks to over HTTP.
 
 It serves what the node-aware scale-in uses: list/get/patch nodes (``labelSelector``), list pods
-(``fieldSelector`` on ``spec.nodeName``, ``status.phase``, ``metadata.*``), and the Eviction subresource, which
-answers 429 for a pod a PodDisruptionBudget protects. It checks the bearer token, answers errors as ``Status``
-objects, counts calls per verb and resource, and has hooks to land a pod while a node is being cordoned.
+(``fieldSelector`` on ``spec.nodeName``, ``status.phase``, ``metadata.*``; ``limit`` and ``continue`` pages), list
+PodDisruptionBudgets (policy/v1), and the Eviction subresource, which answers 429 for a pod a budget protects
+(a budget object whose selector matches the pod and that allows no disruption, or the ``pdb`` refusal count). Pods
+carry owner references (controller), labels, requests and volumes. It checks the bearer token, answers errors as
+``Status`` objects, counts calls per verb and resource, and has hooks to land a pod while a node is being
+cordoned.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from tests.fakes.httpbase import FakeHttpServer, Reply, Request
 _NODE = re.compile(r"^/api/v1/nodes(?:/(?P<name>[^/]+))?$")
 _PODS = re.compile(r"^/api/v1(?:/namespaces/(?P<ns>[^/]+))?/pods$")
 _EVICT = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/eviction$")
+_PDBS = re.compile(r"^/apis/policy/v1(?:/namespaces/(?P<ns>[^/]+))?/poddisruptionbudgets$")
 MERGE_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 
 
@@ -81,6 +85,8 @@ class FakeKube(FakeHttpServer):
     pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     #: pods a PDB protects: how many more evictions to refuse with 429 (a large number: always)
     pdb: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: PodDisruptionBudget objects by (namespace, name); ``status.disruptionsAllowed`` 0 refuses matching evictions
+    budgets: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     #: called with the node's name when a PATCH makes it unschedulable, before it is applied (land a pod here)
     on_cordon: Callable[[str], None] | None = None
     calls: Counter[str] = field(default_factory=Counter)  # "GET nodes", "LIST pods", "PATCH nodes", ...
@@ -106,22 +112,45 @@ class FakeKube(FakeHttpServer):
                          "creationTimestamp": created, "resourceVersion": "1", "uid": f"uid-{name}"},
             "spec": {"providerID": provider_id},
             "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-                       "allocatable": {"cpu": "96", "nvidia.com/gpu": str(gpus)}},
+                       "allocatable": {"cpu": "96", "memory": "512Gi", "nvidia.com/gpu": str(gpus)}},
         }
 
     def add_pod(self, name: str, node: str, *, namespace: str = "ml", gpus: int = 0, resource: str = "nvidia.com/gpu",
-                phase: str = "Running", owner: str = "Job", annotations: dict[str, str] | None = None) -> None:
+                phase: str = "Running", owner: str | None = "Job", annotations: dict[str, str] | None = None,
+                labels: dict[str, str] | None = None, volumes: list[dict[str, Any]] | None = None,
+                cpu: str = "1", memory: str | None = None) -> None:
+        """A pod bound to ``node``; ``owner`` is its controller's kind (None: a bare pod)."""
         limits = {resource: str(gpus)} if gpus else {}
+        requests = {"cpu": cpu, **({"memory": memory} if memory else {})}
+        refs = [{"kind": owner, "name": f"{name}-owner", "apiVersion": "apps/v1", "uid": f"uid-{name}-owner",
+                 "controller": True}] if owner else []
         self.pods[(namespace, name)] = {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations or {}),
-                         "ownerReferences": [{"kind": owner, "name": f"{name}-owner", "apiVersion": "v1",
-                                              "uid": f"uid-{name}-owner"}],
+                         "labels": dict(labels or {}), "ownerReferences": refs,
                          "creationTimestamp": "2026-11-20T10:00:00Z", "uid": f"uid-{namespace}-{name}"},
-            "spec": {"nodeName": node, "containers": [
-                {"name": "main", "image": "train:1", "resources": {"limits": limits, "requests": {"cpu": "1"}}}]},
+            "spec": {"nodeName": node, "volumes": list(volumes or []), "containers": [
+                {"name": "main", "image": "train:1", "resources": {"limits": limits, "requests": requests}}]},
             "status": {"phase": phase},
         }
+
+    def add_budget(self, name: str, match_labels: dict[str, str], *, namespace: str = "ml",
+                   allowed: int = 0) -> None:
+        """A PodDisruptionBudget over the pods with ``match_labels``, allowing ``allowed`` disruptions now."""
+        self.budgets[(namespace, name)] = {
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-pdb-{namespace}-{name}"},
+            "spec": {"selector": {"matchLabels": dict(match_labels)}, "maxUnavailable": allowed},
+            "status": {"disruptionsAllowed": allowed, "currentHealthy": 1, "desiredHealthy": 1,
+                       "expectedPods": 1, "observedGeneration": 1},
+        }
+
+    def _budget_refuses(self, pod: dict[str, Any]) -> bool:
+        labels = pod["metadata"].get("labels") or {}
+        return any(b["metadata"]["namespace"] == pod["metadata"]["namespace"]
+                   and b["status"]["disruptionsAllowed"] <= 0
+                   and all(labels.get(k) == v for k, v in b["spec"]["selector"]["matchLabels"].items())
+                   for b in self.budgets.values())
 
     def node_pods(self, node: str) -> list[str]:
         return sorted(f"{ns}/{n}" for (ns, n), p in self.pods.items() if p["spec"].get("nodeName") == node)
@@ -137,6 +166,12 @@ class FakeKube(FakeHttpServer):
             if m := _PODS.match(request.path):
                 self.calls["LIST pods"] += 1
                 return self._list_pods(request, m.group("ns"))
+            if m := _PDBS.match(request.path):
+                self.calls["LIST poddisruptionbudgets"] += 1
+                items = [copy.deepcopy(b) for (ns, _), b in sorted(self.budgets.items())
+                         if m.group("ns") in (None, ns)]
+                return Reply(200, {"kind": "PodDisruptionBudgetList", "apiVersion": "policy/v1",
+                                   "metadata": {"resourceVersion": str(self._rv)}, "items": items})
             if (m := _EVICT.match(request.path)) and request.method == "POST":
                 self.calls["CREATE eviction"] += 1
                 return self._evict(m.group("ns"), m.group("name"))
@@ -177,17 +212,23 @@ class FakeKube(FakeHttpServer):
 
     def _list_pods(self, request: Request, namespace: str | None) -> Reply:
         terms = _selector(request.param("fieldSelector"))
-        items = [copy.deepcopy(p) for p in self.pods.values()
+        items = [p for p in self.pods.values()
                  if (namespace is None or p["metadata"]["namespace"] == namespace) and _matches(_pod_fields(p), terms)]
-        return Reply(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": str(self._rv)},
-                           "items": items})
+        start = int(request.param("continue") or 0)
+        limit = int(request.param("limit") or 0) or len(items)
+        meta = {"resourceVersion": str(self._rv)}
+        if start + limit < len(items):
+            meta["continue"] = str(start + limit)  # a real server's token is opaque; an offset serves here
+        return Reply(200, {"kind": "PodList", "apiVersion": "v1", "metadata": meta,
+                           "items": copy.deepcopy(items[start:start + limit])})
 
     def _evict(self, namespace: str, name: str) -> Reply:
         key = (namespace, name)
         if key not in self.pods:
             return status(404, "NotFound", f'pods "{name}" not found')
-        if self.pdb.get(key, 0) > 0:
-            self.pdb[key] -= 1
+        if self.pdb.get(key, 0) > 0 or self._budget_refuses(self.pods[key]):
+            if self.pdb.get(key, 0) > 0:
+                self.pdb[key] -= 1
             return status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.")
         del self.pods[key]  # the kubelet stops it at once here: no grace period in the fake
         return Reply(201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from autoscaler.models import CloudStatus
-from providers import ProviderError, Tracked
+from providers import Capabilities, ProviderError, Tracked
 
 
 class ScriptedCloud:
-    """Reports its own size (``tracks_count = False``) and raises the errors queued in ``failures``."""
+    """Reports its own size (``reports_count``) and raises the errors queued in ``failures``."""
 
-    tracks_count = False
+    capabilities = Capabilities()
 
     def __init__(self, count: int = 2) -> None:
         self.count = count
@@ -22,7 +22,7 @@ class ScriptedCloud:
     def status(self, tracked: Tracked, now: float) -> CloudStatus:
         return CloudStatus(current=self.count, busy=self.busy, detail="Scaling" if self.busy else "")
 
-    def scale(self, current: int, target: int, now: float) -> int:
+    def scale(self, current: int, target: int, now: float, status: CloudStatus | None = None) -> int:
         self.calls.append((current, target))
         if self.failures:
             raise self.failures.pop(0)

@@ -1,0 +1,73 @@
+{{/* The chart's name, at most 63 characters. */}}
+{{- define "gpa.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release's objects' name: the release name when it already holds the chart's name. */}}
+{{- define "gpa.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "gpa.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpa.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "gpa.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "gpa.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "gpa.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "gpa.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "gpa.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* The config file as rendered: the values' file with the store URL and the in-cluster view set by the chart. */}}
+{{- define "gpa.config" -}}
+{{- $cfg := deepCopy .Values.config.file }}
+{{- $store := deepCopy (default dict $cfg.store) }}
+{{- if .Values.store.postgresql.enabled }}
+{{- $_ := set $store "url" (printf "${%s}" .Values.store.postgresql.secretKey) }}
+{{- else }}
+{{- $_ := set $store "url" "sqlite:///data/autoscaler.db" }}   {{- /* relative to the image's WORKDIR: /app/data */}}
+{{- end }}
+{{- $_ := set $cfg "store" $store }}
+{{- if .Values.nodeAwareScaleIn.enabled }}
+{{- $kube := deepCopy (default dict $cfg.kubernetes) }}
+{{- $_ := set $kube "in_cluster" true }}
+{{- $_ := set $cfg "kubernetes" $kube }}
+{{- end }}
+{{- toYaml $cfg }}
+{{- end }}
+
+{{/* Refuse what cannot work, with a message that says what to set. */}}
+{{- define "gpa.validate" -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.store.postgresql.enabled) }}
+{{- fail (printf "replicaCount %d needs PostgreSQL: several replicas share cooldowns, dedup and leases only through it (docs/replicas.md). Set store.postgresql.enabled=true with the URL in the Secret %q under the key %s, or replicaCount=1 for SQLite." (int .Values.replicaCount) .Values.existingSecret .Values.store.postgresql.secretKey) }}
+{{- end }}
+{{- if and .Values.store.postgresql.enabled (not .Values.existingSecret) }}
+{{- fail (printf "store.postgresql.enabled needs existingSecret: the Secret that holds %s (never a value in values.yaml)" .Values.store.postgresql.secretKey) }}
+{{- end }}
+{{- if and .Values.store.postgresql.enabled .Values.store.persistence.enabled }}
+{{- fail "store.persistence is the SQLite file's volume: with store.postgresql.enabled leave it off" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,171 @@
+"""``victims: movable`` and the drain through the app: the real kubernetes client against the fake API server, the
+webhook provider (which removes named nodes) against a receiver, the real store; a hand-moved clock."""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+from flask.testing import FlaskClient
+
+from autoscaler.app import create_app
+from autoscaler.cluster.nodes import CORDON_ANNOTATION
+from tests.fakes.kube import FakeKube
+from tests.fakes.webhook_receiver import WebhookReceiver
+from tests.support import AUTH, FakeClock, am_alert, am_payload, config, post
+
+LABELS = {"agentpool": "gpunp"}
+NOW = 1_800_000_000.0
+
+
+@pytest.fixture()
+def kube() -> Iterator[FakeKube]:
+    """Three 8-GPU nodes, each busy: a training Job on the oldest, an inference replica on each of the others."""
+    with FakeKube() as fake:
+        for i in range(3):
+            fake.add_node(f"gpunp-{i}", LABELS, created=f"2026-11-0{i + 1}T00:00:00Z")
+        fake.add_pod("train-7", "gpunp-0", gpus=4)  # owned by a Job
+        fake.add_pod("infer-a", "gpunp-1", gpus=1, owner="ReplicaSet", labels={"app": "infer"})
+        fake.add_pod("infer-b", "gpunp-2", gpus=1, owner="ReplicaSet", labels={"app": "infer"})
+        fake.add_pod("dcgm-2", "gpunp-2", owner="DaemonSet", namespace="gpu-operator")
+        yield fake
+
+
+@pytest.fixture()
+def receiver() -> Iterator[WebhookReceiver]:
+    rec = WebhookReceiver()
+    yield rec
+    rec.stop()
+
+
+def make(tmp_path: Any, kube: FakeKube, url: str, sleeps: list[float], dry_run: bool = False,
+         **scale_in: Any) -> FlaskClient:
+    clock = FakeClock(NOW)
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        clock.advance(seconds)
+
+    pool = {"name": "gpu", "provider": "webhook", "min": 1, "max": 6, "node_selector": "agentpool=gpunp",
+            "webhook": {"url": url, "initial_count": 3}, "scale_in": {"victims": "movable", **scale_in},
+            "dry_run": dry_run}
+    cfg = config(f"sqlite:///{tmp_path}/s.db", pools=[pool], kubernetes={"host": kube.url, "token": kube.token})
+    return create_app(cfg, clock=clock, sleep=sleep, startup_check=False).test_client()
+
+
+def scale_in(client: FlaskClient, fingerprint: str = "fp1") -> dict[str, Any]:
+    resp = post(client, "/webhook/alertmanager", am_payload(am_alert("GPUUtilizationLow", fingerprint=fingerprint)))
+    assert resp.status_code == 200, resp.get_data(as_text=True)
+    return resp.get_json()["decisions"][0]  # type: ignore[no-any-return]
+
+
+def details(client: FlaskClient) -> dict[str, Any]:
+    return client.get("/api/v1/events?limit=1", headers=AUTH).get_json()["events"][0]["details"]  # type: ignore
+
+
+def test_a_node_of_movable_work_is_drained_and_removed_the_job_stays(tmp_path: Any, kube: FakeKube,
+                                                                      receiver: WebhookReceiver) -> None:
+    client = make(tmp_path, kube, receiver.url, [])
+    kube.calls.clear()
+    d = scale_in(client)
+    assert d["outcome"] == "scaled" and (d["from"], d["to"]) == (3, 2), d
+    assert [r.body["nodes"] for r in receiver.received] == [["gpunp-2"]]  # one replica, the newer of two
+    assert ("ml", "infer-b") not in kube.pods and ("gpu-operator", "dcgm-2") in kube.pods  # DaemonSet's not evicted
+    assert kube.nodes["gpunp-2"]["spec"]["unschedulable"] is True
+    kept = {k["node"]: k["reason"] for k in details(client)["kept"]}
+    assert kept["gpunp-0"] == ("pod ml/train-7 is owned by a Job (movable: ReplicaSet, StatefulSet): cannot move")
+    assert kept["gpunp-1"] == "its pods could move, but one node with work goes per decision"
+    assert kube.calls["CREATE eviction"] == 1 and kube.calls["LIST poddisruptionbudgets"] == 1
+    assert kube.calls["LIST pods"] == 2  # the pool's pods once, the drained node's once
+
+
+def test_a_budget_that_never_allows_the_eviction_keeps_the_node_uncordoned(tmp_path: Any, kube: FakeKube,
+                                                                           receiver: WebhookReceiver) -> None:
+    kube.pdb[("ml", "infer-b")] = 10**6  # the Eviction API refuses it for good (a budget the list does not show)
+    kube.pdb[("ml", "infer-a")] = 10**6
+    sleeps: list[float] = []
+    client = make(tmp_path, kube, receiver.url, sleeps, drain_timeout="20s")
+    d = scale_in(client)
+    assert d["outcome"] == "failed" and (d["from"], d["to"]) == (3, 3)
+    assert "gave up after drain_timeout 20s: GPU pod ml/infer-b blocks the drain" in d["reason"]
+    assert "disruption budget" in d["reason"]
+    node = kube.nodes["gpunp-2"]
+    assert "unschedulable" not in node["spec"] and CORDON_ANNOTATION not in node["metadata"]["annotations"]
+    assert ("ml", "infer-b") in kube.pods and receiver.received == [] and sum(sleeps) >= 20
+
+
+def test_a_budget_allowing_no_disruption_is_weighed_before_any_drain(tmp_path: Any, kube: FakeKube,
+                                                                     receiver: WebhookReceiver) -> None:
+    kube.add_budget("infer", {"app": "infer"}, allowed=0)
+    client = make(tmp_path, kube, receiver.url, [])
+    d = scale_in(client)
+    assert d["outcome"] == "skipped_in_use"
+    assert "gpunp-2: pod ml/infer-b: PodDisruptionBudget ml/infer allows no disruption now: cannot move" in d["reason"]
+    assert kube.calls["CREATE eviction"] == 0 and kube.calls["PATCH nodes"] == 0
+
+
+def test_pods_that_fit_nowhere_keep_their_node(tmp_path: Any, kube: FakeKube, receiver: WebhookReceiver) -> None:
+    kube.add_pod("infer-c", "gpunp-1", gpus=7, owner="ReplicaSet")  # gpunp-1 is full
+    kube.add_pod("infer-d", "gpunp-2", gpus=4, owner="StatefulSet")  # 5 on gpunp-2: gpunp-0 has 4 free
+    client = make(tmp_path, kube, receiver.url, [])
+    d = scale_in(client)
+    assert d["outcome"] == "skipped_in_use"
+    # infer-d's 4 GPUs take gpunp-0's last 4, then infer-b's 1 fits nowhere; gpunp-1's 7-GPU replica fits nowhere
+    assert ("gpunp-2: pod ml/infer-b fits on none of the pool's 2 other nodes (gpunp-0: needs nvidia.com/gpu 1, "
+            "0 free; gpunp-1: needs nvidia.com/gpu 1, 0 free)") in d["reason"]
+    assert "gpunp-1: pod ml/infer-c fits on none of the pool's 2 other nodes" in d["reason"]
+    assert kube.calls["PATCH nodes"] == 0
+
+
+def test_force_drains_every_pod_and_respects_a_cpu_pods_budget(tmp_path: Any, kube: FakeKube,
+                                                               receiver: WebhookReceiver) -> None:
+    kube.add_pod("api", "gpunp-0", owner="ReplicaSet", labels={"app": "api"})  # a CPU pod beside the job
+    kube.add_budget("api", {"app": "api"}, allowed=0)
+    sleeps: list[float] = []
+    client = make(tmp_path, kube, receiver.url, sleeps, drain_timeout="10s")
+    resp = post(client, "/api/v1/pools/gpu/scale", {"action": "scale_in", "nodes": ["gpunp-0"], "force": True})
+    d = resp.get_json()
+    assert resp.status_code == 200 and d["outcome"] == "failed"
+    assert "gave up after drain_timeout 10s: pod ml/api blocks the drain" in d["reason"]
+    assert ("ml", "train-7") not in kube.pods and ("ml", "api") in kube.pods  # the job went, the budget held
+    assert "unschedulable" not in kube.nodes["gpunp-0"]["spec"] and receiver.received == []
+    del kube.budgets[("ml", "api")]
+    resp = post(client, "/api/v1/pools/gpu/scale", {"action": "scale_in", "nodes": ["gpunp-0"], "force": True})
+    assert resp.get_json()["outcome"] == "scaled" and receiver.received[0].body["nodes"] == ["gpunp-0"]
+    assert kube.node_pods("gpunp-0") == []
+
+
+def test_dry_run_names_the_node_it_would_drain(tmp_path: Any, kube: FakeKube, receiver: WebhookReceiver) -> None:
+    d = scale_in(make(tmp_path, kube, receiver.url, [], dry_run=True))
+    assert d["outcome"] == "dry_run" and "would remove gpunp-2 (draining gpunp-2 first: 1 pods would move)" in d["reason"]
+    assert kube.calls["PATCH nodes"] == 0 and kube.calls["CREATE eviction"] == 0
+
+
+def check(scale_in: dict[str, Any], kubernetes: bool = True) -> tuple[list[str], list[str], Any]:
+    """(problems, warnings, the pool's spec) of a webhook pool with these ``scale_in`` settings."""
+    from autoscaler.config import ConfigError, build_settings, warnings
+
+    pool = {"name": "gpu", "provider": "webhook", "min": 1, "max": 6, "node_selector": "agentpool=gpunp",
+            "webhook": {"url": "http://127.0.0.1:9/hook"}, "scale_in": scale_in}
+    raw = config("sqlite://", pools=[pool])
+    if kubernetes:
+        raw["kubernetes"] = {"host": "http://127.0.0.1:1", "token": "t"}
+    try:
+        settings = build_settings(raw)
+    except ConfigError as exc:
+        return exc.problems, [], None
+    return [], warnings(settings), settings.pools["gpu"]
+
+
+def test_config_movable_owners_and_what_movable_needs() -> None:
+    problems, _, spec = check({"victims": "movable"})
+    assert problems == [] and spec.movable_owners == ("ReplicaSet", "StatefulSet") and spec.victims == "movable"
+    _, _, spec = check({"victims": "movable", "movable_owners": ["StatefulSet", "RayCluster"]})
+    assert spec.movable_owners == ("StatefulSet", "RayCluster")
+    problems, _, _ = check({"victims": "movable"}, kubernetes=False)
+    assert problems == ["pools[0].scale_in.victims: movable needs the top-level `kubernetes:` section (the service "
+                        "must see the pool's nodes and pods to pick them)"]
+    problems, _, _ = check({"victims": "movable", "movable_owners": ["replica set"]})
+    assert [p.split(":")[0] for p in problems] == ["pools[0].scale_in.movable_owners[0]"]
+    _, warned, _ = check({"victims": "idle", "movable_owners": ["ReplicaSet"]})
+    assert "pools[0].scale_in.movable_owners: does nothing with victims: idle (only victims: movable moves pods)" \
+        in warned
