@@ -17,11 +17,12 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from autoscaler.durations import Duration
-from autoscaler.models import CloudLimits, CloudStatus
+from autoscaler.models import CloudLimits, CloudStatus, Shortfall
 from providers.arm_calls import classify
 from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked
 from providers.errors import Code, PermanentError, cloud_autoscaler
 from providers.named import agreed, in_parts, lowered, machines
+from providers.shortfalls import classify, shortfall
 from providers.retry import call
 
 log = logging.getLogger(__name__)
@@ -208,7 +209,20 @@ class AksProvider(RemovingProvider):
             detail += f" (the last operation ended {state}; a new change retries it)"
         system = str(pool.mode or "User") == "System"
         return CloudStatus(current=count, detail=detail, read=read,
-                           limits=limits(s.agent_pool, True) if system else None)
+                           limits=limits(s.agent_pool, True) if system else None,
+                           shortfall=self._shortfall(pool, state, count, started + s.retry_budget))
+
+    def _shortfall(self, pool: Any, state: str, count: int, deadline: float) -> Shortfall | None:
+        """A Failed pool whose provisioning error is a capacity or quota code: its machines are what was delivered
+        (the machines list of the pool); the count may be given back (a PUT of the count it has)."""
+        error = getattr(getattr(pool, "status", None), "provisioning_error", None)
+        code, message = str(getattr(error, "code", "") or ""), str(getattr(error, "message", "") or "")
+        if state != "Failed" or classify("aks", code, message) is None:
+            return None
+        s = self.settings
+        listed = self._call("listing the machines of", lambda timeout: list(self._client().machines.list(
+            s.resource_group, s.cluster, s.agent_pool, read_timeout=timeout)), deadline)
+        return shortfall("aks", code, message, asked=count, delivered=len(listed))
 
     def check(self) -> None:
         """Read the pool once: it must exist, be readable, and not be under the cluster autoscaler."""

@@ -66,6 +66,7 @@ class Operation:
     pool: str
     polls: int
     status: str = "InProgress"
+    error: dict[str, str] | None = None  # how it ends when it fails (a stockout): ARM's error body
 
 
 @dataclass
@@ -87,6 +88,8 @@ class FakeArm(FakeHttpServer):
     #: each pool's VMSS instance ids; machine i is ``aks-<pool>-12345678-vmss`` + i in base 36 (6 digits)
     machines: dict[str, list[int]] = field(default_factory=dict)
     machine_page_size: int = 100  # machines list answers this many per page, then a nextLink
+    #: pools out of stock: the most machines each can have, and the error its scale-ups then end with
+    stockouts: dict[str, tuple[int, str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -120,6 +123,19 @@ class FakeArm(FakeHttpServer):
     def lose_next_answer(self, method: str) -> None:
         """The next request of ``method`` is carried out, but the connection drops before the answer."""
         self.faults.append(Fault(0, method=method, reset=True, applied=True))
+
+    def stock_out(self, pool: str, capacity: int, code: str = "ZonalAllocationFailed",
+                  message: str = "Allocation failed. We do not have sufficient capacity for the requested VM size in "
+                                 "this zone. Read more about improving likelihood of allocation success at "
+                                 "http://aka.ms/allocation-guidance") -> None:
+        """From now on the pool gets at most ``capacity`` machines: a PUT above it is accepted (200 + an async
+        operation), then the operation ends Failed with ``code`` and the pool reads provisioningState Failed with
+        status.provisioningError, as AKS reports an allocation failure."""
+        self.stockouts[pool] = (capacity, code, message)
+
+    def restock(self, pool: str) -> None:
+        """Capacity is back for the pool."""
+        self.stockouts.pop(pool, None)
 
     def finish_operations(self) -> None:
         """Every running operation ends now: its pool goes back to Succeeded."""
@@ -158,9 +174,13 @@ class FakeArm(FakeHttpServer):
                 "properties": dict(self.pools[name])}
 
     def _finish(self, op: Operation) -> None:
-        op.status = "Succeeded"
+        op.status = "Failed" if op.error else "Succeeded"
         if op.pool in self.pools:
-            self.pools[op.pool]["provisioningState"] = "Succeeded"
+            self.pools[op.pool]["provisioningState"] = op.status
+            if op.error:
+                self.pools[op.pool]["status"] = {"provisioningError": dict(op.error)}
+            else:
+                self.pools[op.pool].pop("status", None)
 
     def handle(self, request: Request) -> Reply:
         """Answer as ARM does, with its request-id headers; a fault may drop the connection instead."""
@@ -261,7 +281,10 @@ class FakeArm(FakeHttpServer):
             if op.polls <= 0:
                 self._finish(op)
             op.polls -= 1
-        return 200, {}, {"name": op_id, "status": op.status, "startTime": "2025-01-01T00:00:00Z"}
+        answer = {"name": op_id, "status": op.status, "startTime": "2025-01-01T00:00:00Z"}
+        if op.status == "Failed" and op.error:
+            answer["error"] = dict(op.error)
+        return 200, {}, answer
 
     def _put(self, name: str, headers: dict[str, str], body: Any) -> tuple[int, dict[str, str], Any]:
         pool = self.pools[name]
@@ -278,12 +301,14 @@ class FakeArm(FakeHttpServer):
         if pool["enableAutoScaling"] and count != pool["count"]:
             return 400, {}, _error("InvalidParameter", "Cannot set count on an autoscaler-enabled agent pool.")
         ids = self.machines.setdefault(name, [])
-        while len(ids) < count:  # new VMSS instances get the next ids
+        room, code, message = self.stockouts.get(name, (count, "", ""))
+        while len(ids) < min(count, max(room, len(ids))):  # new VMSS instances get the next ids, as many as there are
             ids.append(max(ids, default=-1) + 1)
         del ids[count:]  # a count PUT lets AKS pick; the fake drops the newest
         pool.update(count=count, provisioningState="Scaling", eTag=uuid.uuid4().hex)
         op_id = str(uuid.uuid4())
-        self.operations[op_id] = Operation(name, self.operation_polls)
+        failed = {"code": code, "message": message} if len(ids) < count else None
+        self.operations[op_id] = Operation(name, self.operation_polls, error=failed)
         op_url = (f"{self.url}/subscriptions/{self.subscription}/providers/Microsoft.ContainerService/locations/"
                   f"{self.location}/operations/{op_id}?api-version=2016-03-30")
         return 200, {"Azure-AsyncOperation": op_url}, self.pool_json(name)

@@ -1,0 +1,83 @@
+"""Each cloud's own shapes of "accepted, but the machines could not be created", through its fake, the real SDK and
+the reconciler: the ``no_capacity`` event names the cloud's code, and the asked size is given back."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from flask import Flask
+
+from autoscaler.app import create_app
+from autoscaler.config import build_settings
+from autoscaler.reconciler import Reconciler
+from providers.aks import AksProvider
+from tests.fakes.arm import FakeArm
+from tests.fakes.clients import AKS_CLUSTER, RG, SUB, AllowHttp, FakeTime, StaticCredential
+from tests.support import AUTH, FakeClock, events, post
+
+TOKEN = AUTH["Authorization"][7:]
+
+
+def _app(tmp_path: Path, clock: FakeClock, provider: Any, cloud: str, section: dict[str, Any]) -> Flask:
+    pools = [{"name": "gpu", "provider": cloud, "min": 0, "max": 8, cloud: section},
+             {"name": "gpu-ondemand", "provider": "simulated", "min": 0, "max": 8}]
+    settings = build_settings({"server": {"auth": {"bearer_tokens": [TOKEN]}},
+                               "store": {"url": f"sqlite:///{tmp_path}/s.db"}, "pools": pools,
+                               "groups": [{"name": "a100", "pools": ["gpu", "gpu-ondemand"]}]}, env={})
+    return create_app(settings, clock=clock, providers={"gpu": provider(settings.pools["gpu"].provider_settings)},
+                      startup_check=False)
+
+
+def _tick(app: Flask, clock: FakeClock) -> list[tuple[str | None, str]]:
+    reconciler: Reconciler = app.extensions["autoscaler_reconciler"]
+    return [(d.pool, d.outcome.value) for d in reconciler.tick(clock()).decisions]
+
+
+def test_aks_a_failed_agent_pool_with_an_allocation_error(tmp_path: Path) -> None:
+    with FakeArm(SUB, RG, AKS_CLUSTER, "eyJarm.capacity.sig") as arm:
+        arm.add_pool("gpunp", count=2)
+        arm.stock_out("gpunp", 2)
+        clock = FakeClock()
+        fake = FakeTime()
+        section = {"subscription_id": SUB, "resource_group": RG, "cluster": AKS_CLUSTER, "arm_endpoint": arm.url,
+                   "agent_pool": "gpunp"}
+        app = _app(tmp_path, clock, lambda s: AksProvider("gpu", s, credential=StaticCredential(arm.token),
+                                                          sleep=fake.sleep, clock=fake.clock,
+                                                          per_call_policies=[AllowHttp()]), "aks", section)
+        client = app.test_client()
+        asked = post(client, "/api/v1/pools/gpu/scale", {"target": 5}).get_json()
+        assert (asked["outcome"], asked["from"], asked["to"]) == ("scaled", 2, 5)  # ARM accepted the PUT
+        assert _tick(app, clock) == []  # the operation runs: Scaling, busy
+        arm.finish_operations()  # it ends Failed: ZonalAllocationFailed, 2 machines of 5
+        assert arm.pools["gpunp"]["provisioningState"] == "Failed"
+        clock.advance(30)
+        assert _tick(app, clock) == [("gpu", "no_capacity"), ("gpu-ondemand", "scaled")]
+        short = events(client, pool="gpu")[0]
+        assert (short["from"], short["to"]) == (5, 2)
+        assert {k: short["details"][k] for k in ("code", "asked", "delivered", "kind")} == {
+            "code": "ZonalAllocationFailed", "asked": 5, "delivered": 2, "kind": "capacity"}
+        assert short["details"]["message"].startswith("Allocation failed. We do not have sufficient capacity")
+        given_back = arm.calls("PUT")[-1]
+        assert given_back.json()["properties"]["count"] == 2 and given_back.headers.get("if-match")
+        assert arm.pools["gpunp"]["count"] == 2
+        fallback = events(client, pool="gpu-ondemand")[0]
+        assert (fallback["from"], fallback["to"], fallback["details"]["group"]) == (0, 3, "a100")
+
+
+def test_aks_a_failed_pool_for_another_reason_is_no_shortfall(tmp_path: Path) -> None:
+    with FakeArm(SUB, RG, AKS_CLUSTER, "eyJarm.capacity.sig") as arm:
+        arm.add_pool("gpunp", count=2)
+        arm.stock_out("gpunp", 2, code="InternalOperationError", message="An internal error occurred.")
+        clock = FakeClock()
+        fake = FakeTime()
+        section = {"subscription_id": SUB, "resource_group": RG, "cluster": AKS_CLUSTER, "arm_endpoint": arm.url,
+                   "agent_pool": "gpunp"}
+        app = _app(tmp_path, clock, lambda s: AksProvider("gpu", s, credential=StaticCredential(arm.token),
+                                                          sleep=fake.sleep, clock=fake.clock,
+                                                          per_call_policies=[AllowHttp()]), "aks", section)
+        post(app.test_client(), "/api/v1/pools/gpu/scale", {"target": 4})
+        arm.finish_operations()
+        clock.advance(30)
+        assert _tick(app, clock) == []
+        assert arm.pools["gpunp"]["count"] == 4  # nothing given back
+        assert not arm.calls("GET", kind="machines")  # the machines are listed only for a capacity or quota code
