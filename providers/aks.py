@@ -22,7 +22,7 @@ from providers.arm_calls import classify
 from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked
 from providers.errors import Code, PermanentError, cloud_autoscaler
 from providers.named import agreed, in_parts, lowered, machines
-from providers.shortfalls import classify, shortfall
+from providers import shortfalls
 from providers.retry import call
 
 log = logging.getLogger(__name__)
@@ -217,12 +217,12 @@ class AksProvider(RemovingProvider):
         (the machines list of the pool); the count may be given back (a PUT of the count it has)."""
         error = getattr(getattr(pool, "status", None), "provisioning_error", None)
         code, message = str(getattr(error, "code", "") or ""), str(getattr(error, "message", "") or "")
-        if state != "Failed" or classify("aks", code, message) is None:
+        if state != "Failed" or shortfalls.classify("aks", code, message) is None:
             return None
         s = self.settings
         listed = self._call("listing the machines of", lambda timeout: list(self._client().machines.list(
             s.resource_group, s.cluster, s.agent_pool, read_timeout=timeout)), deadline)
-        return shortfall("aks", code, message, asked=count, delivered=len(listed))
+        return shortfalls.shortfall("aks", code, message, asked=count, delivered=len(listed))
 
     def check(self) -> None:
         """Read the pool once: it must exist, be readable, and not be under the cluster autoscaler."""
