@@ -22,7 +22,8 @@ from typing import Any, Callable, Sequence, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from autoscaler.durations import Duration
-from autoscaler.models import CloudLimits, CloudStatus
+from autoscaler.models import CloudLimits, CloudStatus, Shortfall
+from providers import shortfalls
 from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked
 from providers.errors import Code, PermanentError, TemporaryError, cloud_autoscaler
 from providers.named import in_parts, left, machines
@@ -106,14 +107,35 @@ class GkeProvider(RemovingProvider):
     def status(self, tracked: Tracked, now: float) -> CloudStatus:
         """The MIGs' targetSize summed; busy while the pool is not RUNNING or an operation on it runs."""
         read = self._read()
-        sizes = [self._target_size(url) for url in read.read.instance_group_urls]
+        groups = [(url, self._group(url)) for url in read.read.instance_group_urls]
+        sizes = [_target_size(answer, self.where, url) for url, answer in groups]
         read = replace(read, current=sum(sizes))
         if read.busy:
             return read
         running = self._running_operations()
         if running:
             return replace(read, busy=True, detail=f"{self.where}: operation {running[0]} is still running")
-        return replace(read, detail=f"status={_RUNNING} zones={len(sizes)} per-zone targetSize={sizes}")
+        return replace(read, detail=f"status={_RUNNING} zones={len(sizes)} per-zone targetSize={sizes}",
+                       shortfall=self._shortfall(groups, sum(sizes)))
+
+    def _shortfall(self, groups: list[tuple[str, dict[str, Any]]], asked: int) -> Shortfall | None:
+        """Instances a MIG keeps trying to create whose ``lastAttempt.errors`` name a capacity or quota code (read
+        with ``listManagedInstances`` only where ``currentActions.creating`` says some are being created)."""
+        failed: list[tuple[str, str]] = []
+        for url, answer in groups:
+            if not (answer.get("currentActions") or {}).get("creating"):
+                continue
+            listed = self._compute("POST", manager_url(url) + "/listManagedInstances", None)
+            for item in listed.get("managedInstances") or []:
+                errors = ((item.get("lastAttempt") or {}).get("errors") or {}).get("errors") or []
+                found = [(str(e.get("code", "")), str(e.get("message", ""))) for e in errors
+                         if shortfalls.classify("gke", str(e.get("code", "")), str(e.get("message", "")))]
+                if item.get("currentAction") == "CREATING" and found:
+                    failed.append(found[0])
+        if not failed:
+            return None
+        code, message = failed[0]
+        return shortfalls.shortfall("gke", code, message, asked=asked, delivered=asked - len(failed))
 
     def _read(self) -> CloudStatus:
         """GetNodePool: its zones (and so its limits) and whether it is RUNNING; refuses a pool under GKE's cluster
@@ -200,13 +222,9 @@ class GkeProvider(RemovingProvider):
                 if op.status.name in _ACTIVE_OPERATIONS
                 and (op.target_link.endswith(pool_path) or op.target_link.endswith(cluster_path))]
 
-    def _target_size(self, url: str) -> int:
-        answer = self._compute("GET", manager_url(url), None)
-        size = answer.get("targetSize")
-        if not isinstance(size, int):
-            raise TemporaryError(f"{self.where}: instance group {url.rsplit('/', 1)[-1]} reports no targetSize",
-                                 code=Code.BAD_ANSWER)
-        return size
+    def _group(self, url: str) -> dict[str, Any]:
+        """The zone's MIG (instanceGroupManagers.get): its targetSize and currentActions."""
+        return self._compute("GET", manager_url(url), None)
 
     def _call(self, method: str, fn: Callable[[], T]) -> T:
         """One GKE API call through the retry layer."""
@@ -255,3 +273,12 @@ FACTORY = ProviderFactory(
     capabilities=lambda settings: GkeProvider.capabilities,
     node_selector=lambda settings: f"cloud.google.com/gke-nodepool={settings.node_pool}",
 )
+
+
+def _target_size(answer: dict[str, Any], where: str, url: str) -> int:
+    """A MIG's targetSize; a TemporaryError when the answer has none."""
+    size = answer.get("targetSize")
+    if not isinstance(size, int):
+        raise TemporaryError(f"{where}: instance group {url.rsplit('/', 1)[-1]} reports no targetSize",
+                             code=Code.BAD_ANSWER)
+    return size

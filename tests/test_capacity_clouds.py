@@ -81,3 +81,32 @@ def test_aks_a_failed_pool_for_another_reason_is_no_shortfall(tmp_path: Path) ->
         assert _tick(app, clock) == []
         assert arm.pools["gpunp"]["count"] == 4  # nothing given back
         assert not arm.calls("GET", kind="machines")  # the machines are listed only for a capacity or quota code
+
+
+def test_gke_managed_instances_that_cannot_be_created(tmp_path: Path) -> None:
+    from google.oauth2.credentials import Credentials
+
+    from providers.gke import GkeProvider
+    from tests.fakes.gke_api import FakeGke
+
+    with FakeGke("ya29.capacity", per_zone=1) as gke:
+        for zone in gke.migs:
+            gke.stock_out(zone, 1)
+        clock = FakeClock()
+        section = {"project": gke.project, "location": gke.location, "cluster": gke.cluster,
+                   "node_pool": gke.node_pool, "api_endpoint": gke.url, "retry_budget": 1}
+        app = _app(tmp_path, clock, lambda s: GkeProvider("gpu", s, credentials=Credentials(token=gke.token),
+                                                          sleep=lambda _: None), "gke", section)
+        client = app.test_client()
+        asked = post(client, "/api/v1/pools/gpu/scale", {"target": 4}).get_json()
+        assert (asked["outcome"], asked["from"], asked["to"]) == ("scaled", 2, 4)
+        assert _tick(app, clock) == []  # the setSize operation runs
+        gke.settle()
+        clock.advance(30)
+        assert _tick(app, clock) == [("gpu", "no_capacity"), ("gpu-ondemand", "scaled")]
+        short = events(client, pool="gpu")[0]
+        assert {k: short["details"][k] for k in ("code", "asked", "delivered", "kind")} == {
+            "code": "ZONE_RESOURCE_POOL_EXHAUSTED", "asked": 4, "delivered": 2, "kind": "capacity"}
+        assert (short["from"], short["to"]) == (4, 2)
+        assert [m.target_size for m in gke.migs.values()] == [1, 1]  # setSize 1 per zone: given back
+        assert all(not m.failing for m in gke.migs.values())

@@ -33,10 +33,13 @@ class Mig:
     zone: str
     name: str
     instances: list[str] = field(default_factory=list)
+    failing: list[str] = field(default_factory=list)  # asked for, not created: retried, lastAttempt.errors set
+    capacity: int | None = None  # a stockout: the most instances the zone can have
+    error: tuple[str, str] = ("", "")  # the code and message of the instances that cannot be created
 
     @property
     def target_size(self) -> int:
-        return len(self.instances)
+        return len(self.instances) + len(self.failing)
 
 
 class FakeGke(FakeHttpServer):
@@ -123,8 +126,10 @@ class FakeGke(FakeHttpServer):
             if count < 0:
                 return _error(400, "nodeCount must be >= 0")
             for mig in self.migs.values():
+                del mig.failing[:]
                 while mig.target_size < count:
-                    mig.instances.append(self._new_instance(mig))
+                    room = mig.capacity is None or len(mig.instances) < mig.capacity
+                    (mig.instances if room else mig.failing).append(self._new_instance(mig))
                 del mig.instances[count:]
             op = self._operation("SET_NODE_POOL_SIZE", self._pool_link())
             self.operations.append(op)
@@ -138,11 +143,18 @@ class FakeGke(FakeHttpServer):
                                f"{match['m']}' was not found")
         if request.method == "GET" and not match["verb"]:
             return Reply(body={"name": mig.name, "zone": mig.zone, "targetSize": mig.target_size,
-                               "baseInstanceName": mig.name.removesuffix("-grp")})
+                               "baseInstanceName": mig.name.removesuffix("-grp"),
+                               "currentActions": {"none": len(mig.instances), "creating": len(mig.failing),
+                                                  "deleting": 0, "recreating": 0},
+                               "status": {"isStable": not mig.failing}})
         if request.method == "POST" and match["verb"] == "/listManagedInstances":
             base = f"{self.url}/compute/v1/projects/{self.project}/zones/{mig.zone}/instances/"
+            code, message = mig.error
+            failing = [{"instance": base + i, "currentAction": "CREATING",
+                        "lastAttempt": {"errors": {"errors": [{"code": code, "message": message}]}}}
+                       for i in mig.failing]
             return Reply(body={"managedInstances": [{"instance": base + i, "currentAction": "NONE",
-                                                     "instanceStatus": "RUNNING"} for i in mig.instances]})
+                                                     "instanceStatus": "RUNNING"} for i in mig.instances] + failing})
         if request.method == "POST" and match["verb"] == "/deleteInstances":
             names = [str(i).rsplit("/", 1)[-1] for i in (request.json() or {}).get("instances", [])]
             missing = [n for n in names if n not in mig.instances]
@@ -152,6 +164,15 @@ class FakeGke(FakeHttpServer):
             return Reply(body={"kind": "compute#operation", "name": f"operation-{next(self._serial)}",
                                "operationType": "compute.instanceGroupManagers.deleteInstances", "status": "RUNNING"})
         return _error(400, "unsupported")
+
+    def stock_out(self, zone: str, capacity: int, code: str = "ZONE_RESOURCE_POOL_EXHAUSTED",
+                  message: str = "The zone 'projects/gpu-proj/zones/us-central1-a' does not have enough resources "
+                                 "available to fulfill the request. Try a different zone, or try again later.") -> None:
+        """From now on the zone's MIG creates at most ``capacity`` instances; the rest stay CREATING, retried, with
+        ``lastAttempt.errors`` naming ``code``, as Compute reports a stockout."""
+        with self._lock:
+            mig = self.migs[zone]
+            mig.capacity, mig.error = capacity, (code, message)
 
     def _pool_json(self) -> dict[str, Any]:
         urls = [f"{self.url}/compute/v1/projects/{self.project}/zones/{m.zone}/instanceGroupManagers/{m.name}"
