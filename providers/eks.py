@@ -17,7 +17,8 @@ from typing import Any, Callable, Sequence, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from autoscaler.durations import Duration
-from autoscaler.models import CloudLimits, CloudStatus
+from autoscaler.models import CloudLimits, CloudStatus, Shortfall
+from providers import shortfalls
 from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked
 from providers.errors import Code, PermanentError
 from providers.named import in_parts, left, machines
@@ -108,7 +109,27 @@ class EksProvider(RemovingProvider):
         issues = ", ".join(sorted({str(i.get("code")) for i in (group.get("health") or {}).get("issues") or []}))
         health = f" health issues: {issues}" if issues else ""
         return replace(read, detail=f"status={group.get('status')} minSize={scaling.get('minSize')} "
-                                    f"maxSize={scaling.get('maxSize')}{health}{later}")
+                                    f"maxSize={scaling.get('maxSize')}{health}{later}",
+                       shortfall=self._shortfall(group, int(scaling.get("desiredSize") or 0)))
+
+    def _shortfall(self, group: dict[str, Any], asked: int) -> Shortfall | None:
+        """Fewer instances in the Auto Scaling group than desiredSize, and a capacity or quota reason: the node
+        group's health issues, else the group's latest Failed/Cancelled scaling activity (DescribeScalingActivities)."""
+        names = [g["name"] for g in (group.get("resources") or {}).get("autoScalingGroups") or [] if g.get("name")]
+        if not names or not asked:
+            return None
+        reasons = [(str(i.get("code", "")), str(i.get("message", ""))) for i in
+                   (group.get("health") or {}).get("issues") or []]
+        delivered = len(self._group_instances(group))
+        if delivered >= asked:
+            return None
+        if not any(shortfalls.classify("eks", code, message) for code, message in reasons):
+            answer = self._call("DescribeScalingActivities", lambda: self._client("autoscaling")
+                                .describe_scaling_activities(AutoScalingGroupName=names[0], MaxRecords=5))
+            reasons = [("AsgInstanceLaunchFailures", str(a.get("StatusMessage", ""))) for a in
+                       (answer.get("Activities") or [])[:1] if a.get("StatusCode") in ("Failed", "Cancelled")]
+        found = [(code, message) for code, message in reasons if shortfalls.classify("eks", code, message)]
+        return shortfalls.shortfall("eks", *found[0], asked=asked, delivered=delivered) if found else None
 
     def _read(self) -> CloudStatus:
         """DescribeNodegroup: desiredSize, busy while CREATING/UPDATING, minSize/maxSize; refuses a node group being

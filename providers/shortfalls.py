@@ -67,11 +67,19 @@ def classify(cloud: str, code: str, message: str = "") -> str | None:
     return None
 
 
+def named_code(cloud: str, code: str, message: str) -> str:
+    """The most telling code: for a code that only says "launching failed", the capacity or quota code its message
+    names (EKS's AsgInstanceLaunchFailures naming InsufficientInstanceCapacity), else ``code`` itself."""
+    if (cloud, code) in _BY_MESSAGE:
+        return next((name for name in _CODES.get(cloud, {}) if name in message), code)
+    return code
+
+
 def shortfall(cloud: str, code: str, message: str, asked: int, delivered: int, *,
               give_back: bool = True) -> Shortfall | None:
     """The shortfall to report for a failure, or None when it is not one (another kind, or nothing undelivered)."""
     kind = classify(cloud, code, message)
     if kind is None or delivered >= asked:
         return None
-    return Shortfall(asked=asked, delivered=max(0, delivered), code=code, message=message[:1000],
-                     quota=kind == QUOTA, give_back=give_back)
+    return Shortfall(asked=asked, delivered=max(0, delivered), code=named_code(cloud, code, message),
+                     message=message[:1000], quota=kind == QUOTA, give_back=give_back)

@@ -110,3 +110,53 @@ def test_gke_managed_instances_that_cannot_be_created(tmp_path: Path) -> None:
         assert (short["from"], short["to"]) == (4, 2)
         assert [m.target_size for m in gke.migs.values()] == [1, 1]  # setSize 1 per zone: given back
         assert all(not m.failing for m in gke.migs.values())
+
+
+def test_eks_launch_failures_for_capacity(tmp_path: Path, monkeypatch: Any) -> None:
+    from providers.eks import EksProvider
+    from tests.fakes.moto_eks import AWS_ENV, MotoServer, asg_instances, create_node_group, stock_out
+
+    for key, value in AWS_ENV.items():
+        monkeypatch.setenv(key, value)
+    with MotoServer(tmp_path) as moto:
+        asg = create_node_group(moto.url, "prod", "gpu-a10", desired=2, max_size=8)
+        stock_out(moto.url, asg, 2)
+        clock = FakeClock()
+        section = {"region": "us-east-1", "cluster": "prod", "nodegroup": "gpu-a10", "endpoint_url": moto.url,
+                   "retry_budget": 1}
+        app = _app(tmp_path, clock, lambda s: EksProvider("gpu", s, sleep=lambda _: None), "eks", section)
+        client = app.test_client()
+        asked = post(client, "/api/v1/pools/gpu/scale", {"target": 5}).get_json()
+        assert (asked["outcome"], asked["from"], asked["to"]) == ("scaled", 2, 5)
+        clock.advance(30)
+        assert _tick(app, clock) == [("gpu", "no_capacity"), ("gpu-ondemand", "scaled")]
+        short = events(client, pool="gpu")[0]
+        assert {k: short["details"][k] for k in ("code", "asked", "delivered", "kind")} == {
+            "code": "InsufficientInstanceCapacity", "asked": 5, "delivered": 2, "kind": "capacity"}
+        assert "do not have sufficient g5.xlarge capacity" in short["details"]["message"]
+        assert (short["from"], short["to"]) == (5, 2)
+        assert len(asg_instances(moto.url, asg)) == 2
+
+
+def test_eks_quota_named_by_a_scaling_activity(tmp_path: Path, monkeypatch: Any) -> None:
+    from providers.eks import EksProvider
+    from tests.fakes.moto_eks import AWS_ENV, MotoServer, create_node_group, stock_out
+
+    for key, value in AWS_ENV.items():
+        monkeypatch.setenv(key, value)
+    with MotoServer(tmp_path) as moto:
+        asg = create_node_group(moto.url, "prod", "gpu-a10", desired=1, max_size=8, health_issues=False)
+        stock_out(moto.url, asg, 1, error="VcpuLimitExceeded - You have requested more vCPU capacity than your "
+                                          "current vCPU limit of 32 allows for the instance bucket that the "
+                                          "specified instance type belongs to.")
+        clock = FakeClock()
+        section = {"region": "us-east-1", "cluster": "prod", "nodegroup": "gpu-a10", "endpoint_url": moto.url,
+                   "retry_budget": 1}
+        app = _app(tmp_path, clock, lambda s: EksProvider("gpu", s, sleep=lambda _: None), "eks", section)
+        client = app.test_client()
+        post(client, "/api/v1/pools/gpu/scale", {"target": 3})
+        clock.advance(30)
+        assert _tick(app, clock) == [("gpu", "no_capacity"), ("gpu-ondemand", "scaled")]
+        short = events(client, pool="gpu")[0]
+        assert (short["details"]["code"], short["details"]["kind"]) == ("VcpuLimitExceeded", "quota")
+        assert short["details"]["message"].startswith("Could not launch On-Demand Instances. VcpuLimitExceeded")

@@ -26,8 +26,16 @@ AWS_ENV = {"AWS_ACCESS_KEY_ID": "AKIAMOTOFAKEKEY00000", "AWS_SECRET_ACCESS_KEY":
            "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
 ROOT = Path(__file__).resolve().parents[2]
 STATUS_TAG = "fake/status"  # a node group tag the fake reads as the node group's status (ACTIVE, DEGRADED, ...)
+#: Auto Scaling group tags the fake reads as a stockout: the most instances the group can launch, and the EC2 error
+CAPACITY_TAG, ERROR_TAG = "fake/capacity", "fake/launch-error"
+QUIET_TAG = "fake/no-health-issues"  # a node group tag: its launch failures show in the ASG's activities only
+ICE = ("InsufficientInstanceCapacity - We currently do not have sufficient g5.xlarge capacity in the Availability "
+       "Zone you requested (us-east-1a). Our system will be working on provisioning additional capacity. You can "
+       "currently get g5.xlarge capacity by not specifying an Availability Zone in your request or choosing "
+       "us-east-1b, us-east-1c.")
 
 _UPDATES: dict[tuple[str, str], list[dict[str, Any]]] = {}
+_ACTIVITIES: dict[str, list[dict[str, Any]]] = {}  # an ASG's scaling activities, newest first
 
 
 def _patch() -> None:
@@ -71,6 +79,12 @@ def _patch() -> None:
         asg = asg_of(self, nodegroup)
         if asg is not None:
             nodegroup.scaling_config["desiredSize"] = asg.desired_capacity
+            failed = [a for a in _ACTIVITIES.get(asg.name, [])[:1] if a["StatusCode"] == "Failed"]
+            quiet = QUIET_TAG in nodegroup.tags  # EKS raises its health issue later than the ASG's activity
+            if failed and not quiet and len(asg.active_instances()) < (asg.desired_capacity or 0):
+                nodegroup.status = "DEGRADED"
+                nodegroup.health = {"issues": [{"code": "AsgInstanceLaunchFailures", "message": failed[0][
+                    "StatusMessage"], "resourceIds": [asg.name]}]}
         return nodegroup
 
     def list_updates(self: Any) -> ActionResult:
@@ -86,6 +100,7 @@ def _patch() -> None:
         raise ResourceNotFoundException(clusterName=key[0], nodegroupName=key[1], fargateProfileName=None,
                                         addonName=None, message=f"No update found for ID: {wanted}.")
 
+    _patch_stockouts()
     models.EKSBackend.update_nodegroup_config = update_nodegroup_config  # type: ignore[method-assign]
     models.EKSBackend.describe_nodegroup = describe_nodegroup  # type: ignore[method-assign]
     responses.EKSResponse.list_updates = list_updates  # type: ignore[attr-defined]
@@ -94,8 +109,45 @@ def _patch() -> None:
     urls.url_paths["{0}/clusters/(?P<name>[^/]+)/updates/(?P<updateId>[^/]+)$"] = urls.response.dispatch
 
 
+def _patch_stockouts() -> None:
+    """An Auto Scaling group tagged ``fake/capacity`` launches at most that many instances; a larger desired
+    capacity stays asked for, and a Failed scaling activity names the EC2 error (DescribeScalingActivities)."""
+    from moto.autoscaling import models, responses
+    from moto.core.responses import ActionResult
+    from moto.core.utils import utcnow
+
+    original = models.FakeAutoScalingGroup.set_desired_capacity
+
+    def set_desired_capacity(self: Any, new_capacity: int | None) -> None:
+        tags = {t.get("Key"): t.get("Value") for t in self.tags}
+        room = tags.get(CAPACITY_TAG)
+        if room is None or new_capacity is None or new_capacity <= int(room):
+            return original(self, new_capacity)
+        original(self, max(int(room), len(self.active_instances())))
+        self.desired_capacity = new_capacity
+        missing = new_capacity - len(self.active_instances())
+        _ACTIVITIES.setdefault(self.name, []).insert(0, {
+            "ActivityId": str(uuid.uuid4()), "AutoScalingGroupName": self.name,
+            "Description": "Launching a new EC2 instance.  Status Reason: " + (tags.get(ERROR_TAG) or ICE),
+            "Cause": f"At {utcnow().isoformat()} an instance was started in response to a difference between desired "
+                     f"and actual capacity, increasing the capacity by {missing}.",
+            "StartTime": utcnow(), "EndTime": utcnow(), "StatusCode": "Failed", "Progress": 100,
+            "StatusMessage": "Could not launch On-Demand Instances. " + (tags.get(ERROR_TAG) or ICE)
+                             + " Launching EC2 instance failed."})
+        return None
+
+    def describe_scaling_activities(self: Any) -> ActionResult:
+        name = self._get_param("AutoScalingGroupName")
+        limit = self._get_int_param("MaxRecords") or 100
+        return ActionResult({"Activities": _ACTIVITIES.get(name, [])[:limit]})
+
+    models.FakeAutoScalingGroup.set_desired_capacity = set_desired_capacity  # type: ignore[method-assign]
+    responses.AutoScalingResponse.describe_scaling_activities = describe_scaling_activities  # type: ignore[method-assign]
+
+
 def create_node_group(endpoint: str, cluster: str, nodegroup: str, *, desired: int, min_size: int = 0,
-                      max_size: int = 8, region: str = "us-east-1", status: str | None = None) -> str:
+                      max_size: int = 8, region: str = "us-east-1", status: str | None = None,
+                      health_issues: bool = True) -> str:
     """An EKS cluster and node group on moto, with its Auto Scaling group and ``desired`` instances; returns the
     ASG's name. moto's node group names an ASG it never creates, so this builds it through the EC2/ASG APIs."""
     eks, ec2, autoscaling = (client(name, endpoint, region) for name in ("eks", "ec2", "autoscaling"))
@@ -105,7 +157,8 @@ def create_node_group(endpoint: str, cluster: str, nodegroup: str, *, desired: i
     made = eks.create_nodegroup(clusterName=cluster, nodegroupName=nodegroup,
                                 nodeRole="arn:aws:iam::123456789012:role/node",
                                 subnets=["subnet-1"], instanceTypes=["g5.xlarge"],
-                                tags={STATUS_TAG: status} if status else {},
+                                tags={**({STATUS_TAG: status} if status else {}),
+                                      **({} if health_issues else {QUIET_TAG: "1"})},
                                 scalingConfig={"minSize": min_size, "maxSize": max_size, "desiredSize": desired})
     asg = made["nodegroup"]["resources"]["autoScalingGroups"][0]["name"]
     template = f"lt-{uuid.uuid4().hex[:8]}"
@@ -116,6 +169,17 @@ def create_node_group(endpoint: str, cluster: str, nodegroup: str, *, desired: i
                                           DesiredCapacity=desired, AvailabilityZones=[f"{region}a"],
                                           LaunchTemplate={"LaunchTemplateName": template, "Version": "$Latest"})
     return str(asg)
+
+
+def stock_out(endpoint: str, asg: str, capacity: int, error: str | None = None, region: str = "us-east-1") -> None:
+    """From now on the Auto Scaling group launches at most ``capacity`` instances (``error``: the EC2 error its
+    failed activities name; default InsufficientInstanceCapacity)."""
+    tags = [{"ResourceId": asg, "ResourceType": "auto-scaling-group", "Key": CAPACITY_TAG, "Value": str(capacity),
+             "PropagateAtLaunch": False}]
+    if error:
+        tags.append({"ResourceId": asg, "ResourceType": "auto-scaling-group", "Key": ERROR_TAG, "Value": error,
+                     "PropagateAtLaunch": False})
+    client("autoscaling", endpoint, region).create_or_update_tags(Tags=tags)
 
 
 def client(service: str, endpoint: str, region: str = "us-east-1") -> Any:
