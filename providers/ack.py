@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Any, Callable, Literal, Sequence, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaler.durations import Duration
-from autoscaler.models import CloudStatus
+from autoscaler.models import CloudStatus, Shortfall
+from providers import shortfalls
 from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked
 from providers.errors import Code, PermanentError, cloud_autoscaler
 from providers.named import agreed, in_parts, lowered, machines
@@ -19,6 +21,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 _VERSION = "2015-12-15"
 _NODES_PAGE = 100  # DescribeClusterNodes page size (the API's maximum)
+_TASKS = 10  # the cluster's newest tasks read for a scale-out's failure
 
 
 class AckSettings(BaseModel):
@@ -61,7 +64,31 @@ class AckProvider(RemovingProvider):
         self._read()
 
     def status(self, tracked: Tracked, now: float) -> CloudStatus:
-        return self._read()
+        """The desired size; once settled with fewer nodes than it, whether the cluster's latest failed task says
+        capacity or quota (a shortfall)."""
+        read = self._read()
+        return read if read.busy else replace(read, shortfall=self._shortfall(read.read))
+
+    def _shortfall(self, body: dict[str, Any]) -> Shortfall | None:
+        """Fewer nodes than the desired size, and a failed task of the cluster (DescribeClusterTasks, the newest
+        few) with a capacity or quota code."""
+        asked, total = _desired(body), (body.get("status") or {}).get("total_nodes")
+        if asked is None or not isinstance(total, int) or total >= asked:
+            return None
+        answer = self._request("DescribeClusterTasks", self._tasks_page).body
+        for task in (answer.tasks or [])[:_TASKS]:
+            code, message = str(getattr(task.error, "code", "") or ""), str(getattr(task.error, "message", "") or "")
+            if str(task.state) in ("fail", "failed") and shortfalls.classify("ack", code, message):
+                return shortfalls.shortfall("ack", code, message, asked=asked, delivered=total)
+        return None
+
+    def _tasks_page(self) -> Any:
+        from alibabacloud_cs20151215 import models
+        from darabonba.runtime import RuntimeOptions
+
+        request = models.DescribeClusterTasksRequest(page_size=_TASKS, page_number=1)
+        return self._sdk().describe_cluster_tasks_with_options(self.settings.cluster_id, request, {},
+                                                               RuntimeOptions())
 
     def _read(self) -> CloudStatus:
         """DescribeClusterNodePoolDetail: the desired size, busy unless ``active``; refuses ACK's own auto scaling."""

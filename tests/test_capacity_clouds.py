@@ -160,3 +160,32 @@ def test_eks_quota_named_by_a_scaling_activity(tmp_path: Path, monkeypatch: Any)
         short = events(client, pool="gpu")[0]
         assert (short["details"]["code"], short["details"]["kind"]) == ("VcpuLimitExceeded", "quota")
         assert short["details"]["message"].startswith("Could not launch On-Demand Instances. VcpuLimitExceeded")
+
+
+def test_ack_a_scale_out_task_failed_for_no_stock(tmp_path: Path) -> None:
+    from providers.ack import AckProvider
+    from tests.fakes.ack_api import FakeAckApi, Pool
+    from tests.fakes.clients import ACK_CLUSTER, NODEPOOL, static_credential
+
+    api = FakeAckApi(pools={(ACK_CLUSTER, NODEPOOL): Pool(desired_size=2, total_nodes=2)}).start()
+    try:
+        api.stock_out(ACK_CLUSTER, NODEPOOL, 2)
+        clock = FakeClock()
+        section = {"cluster_id": ACK_CLUSTER, "nodepool_id": NODEPOOL, "region_id": "cn-hangzhou",
+                   "endpoint": api.endpoint, "protocol": "http", "timeout": 2, "retry_budget": 5}
+        app = _app(tmp_path, clock, lambda s: AckProvider("gpu", s, credential=static_credential(),
+                                                          sleep=lambda _: None), "ack", section)
+        client = app.test_client()
+        asked = post(client, "/api/v1/pools/gpu/scale", {"target": 4}).get_json()
+        assert (asked["outcome"], asked["from"], asked["to"]) == ("scaled", 2, 4)
+        assert _tick(app, clock) == []  # scaling
+        api.settle()  # the task fails: OperationDenied.NoStock, 2 nodes of 4
+        clock.advance(30)
+        assert _tick(app, clock) == [("gpu", "no_capacity"), ("gpu-ondemand", "scaled")]
+        short = events(client, pool="gpu")[0]
+        assert {k: short["details"][k] for k in ("code", "asked", "delivered", "kind")} == {
+            "code": "OperationDenied.NoStock", "asked": 4, "delivered": 2, "kind": "capacity"}
+        assert api.pools[(ACK_CLUSTER, NODEPOOL)].desired_size == 2  # given back
+        assert any(r.path == f"/clusters/{ACK_CLUSTER}/tasks" for r in api.requests)
+    finally:
+        api.stop()

@@ -23,6 +23,7 @@ from tests.fakes.httpbase import FakeHttpServer, Reply, Request
 _PATH = re.compile(r"^/clusters/([^/]+)/nodepools/([^/?]+)$")
 _POOL_NODES = re.compile(r"^/clusters/([^/]+)/nodepools/([^/?]+)/nodes$")
 _CLUSTER_NODES = re.compile(r"^/clusters/([^/]+)/nodes$")
+_TASKS = re.compile(r"^/clusters/([^/]+)/tasks$")
 REGION = "cn-hangzhou"
 _NODE_SEQUENCE = itertools.count()
 
@@ -38,6 +39,9 @@ class Pool:
     name: str = "gpu-t4"
     #: the pool's nodes as (node name, ECS instance id); made from ``total_nodes`` when not given
     nodes: list[tuple[str, str]] = field(default_factory=list)
+    #: a stockout: the most nodes the pool can have, and the error code and message its scale-out task fails with
+    stockout: tuple[int, str, str] | None = None
+    failed_nodes: int = 0
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -73,6 +77,7 @@ class FakeAckApi(FakeHttpServer):
     #: answered before the real ones: (status, body, only for this x-acs-action or None for any)
     failures: list[tuple[int, dict[str, Any], str | None]] = field(default_factory=list)
     lost_answers: list[str] = field(default_factory=list)  # actions carried out whose answer is then dropped
+    tasks: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # each cluster's tasks, newest first
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -95,14 +100,29 @@ class FakeAckApi(FakeHttpServer):
         with self._lock:
             self.lost_answers.append(action)
 
-    def settle(self) -> None:
-        """Finish every pending change: nodes join or leave, pools go back to ``active``."""
+    def stock_out(self, cluster: str, nodepool: str, capacity: int, code: str = "OperationDenied.NoStock",
+                  message: str = "The requested resource is sold out in the specified zone; try other types of "
+                                 "resources or other regions and zones.") -> None:
+        """From now on the pool gets at most ``capacity`` nodes: a larger desired size is accepted, then its
+        scale-out task fails with ``code`` (DescribeClusterTasks) and the missing nodes count as failed."""
         with self._lock:
-            for pool in self.pools.values():
-                while len(pool.nodes) < pool.desired_size:
+            self.pools[(cluster, nodepool)].stockout = (capacity, code, message)
+
+    def settle(self) -> None:
+        """Finish every pending change: nodes join (as many as there are) or leave, pools go back to ``active``."""
+        with self._lock:
+            for (cluster, _), pool in self.pools.items():
+                room = pool.stockout[0] if pool.stockout else pool.desired_size
+                while len(pool.nodes) < min(pool.desired_size, max(room, len(pool.nodes))):
                     pool.add_node()
                 del pool.nodes[pool.desired_size:]
-                pool.total_nodes, pool.state = pool.desired_size, "active"
+                pool.total_nodes, pool.state = len(pool.nodes), "active"
+                pool.failed_nodes = pool.desired_size - len(pool.nodes)
+                if pool.failed_nodes and pool.stockout:
+                    self.tasks.setdefault(cluster, []).insert(0, {
+                        "task_id": f"T-{len(self.requests)}", "task_type": "nodepool_scaleout", "state": "fail",
+                        "created": "2026-11-24T13:00:00+08:00", "updated": "2026-11-24T13:02:00+08:00",
+                        "error": {"code": pool.stockout[1], "message": pool.stockout[2]}})
 
     def handle(self, request: Request) -> Reply:
         self.requests.append(Recorded(request.method, request.path, request.query, request.headers, request.raw))
@@ -121,6 +141,11 @@ class FakeAckApi(FakeHttpServer):
             if failure is not None:
                 self.failures.remove(failure)
                 return failure[0], failure[1]
+            tasks = _TASKS.match(path)
+            if tasks and method == "GET":
+                listed = self.tasks.get(tasks.group(1), [])[:int(request.param("page_size") or 10)]
+                return 200, {"tasks": listed, "page_info": {"page_number": 1, "page_size": 10,
+                                                            "total_count": len(listed)}}
             cluster_nodes = _CLUSTER_NODES.match(path)
             if cluster_nodes and method == "GET":
                 return self._describe_nodes(cluster_nodes.group(1), request)
@@ -140,7 +165,7 @@ class FakeAckApi(FakeHttpServer):
                 "auto_scaling": {"enable": pool.auto_scaling, "max_instances": 10, "min_instances": 0},
                 "nodepool_info": {"name": pool.name, "nodepool_id": match.group(2) if match else ""},
                 "scaling_group": {"desired_size": pool.desired_size, "instance_types": ["ecs.gn6i-c4g1.xlarge"]},
-                "status": {"state": pool.state, "total_nodes": pool.total_nodes,
+                "status": {"state": pool.state, "total_nodes": pool.total_nodes, "failed_nodes": pool.failed_nodes,
                            "healthy_nodes": pool.total_nodes, "serving_nodes": pool.total_nodes},
             }
 
