@@ -52,3 +52,24 @@ def from_nodes(nodes: Iterable[NodeLike], current: int, now: float, provision_ti
     count = min(current, len(booting) + unregistered) if current > 0 else len(booting)
     return count, (f"{len(booting)} node(s) of the cluster created in the last {provision_time:.0f}s not Ready or "
                    f"without GPUs allocatable yet, {unregistered} asked for but not registered yet")
+
+
+#: The code a pool's shortfall carries when the cluster, not the cloud, shows it (cluster-autoscaler's
+#: max-node-provision-time): nodes asked for that never registered Ready with GPUs allocatable.
+NOT_REGISTERED = "NodesNotReadyInTime"
+
+
+def unregistered(nodes: Iterable[NodeLike], asked: int, now: float, provision_time: float,
+                 last_scale_out: float | None, noticed_since: float | None) -> tuple[int, str] | None:
+    """Nodes the pool was asked for that are not Ready with GPUs allocatable although the newest scale-out is older
+    than ``provision_time``: (how many are Ready with GPUs, a sentence), else None. A scale-out already noticed
+    (at or before ``noticed_since``, when the pool was last marked short) is not noticed again."""
+    if last_scale_out is None or now - last_scale_out < provision_time:
+        return None
+    if noticed_since is not None and last_scale_out <= noticed_since:
+        return None
+    ready = sum(1 for n in nodes if n.ready and n.gpu_allocatable > 0)
+    if ready >= asked:
+        return None
+    return ready, (f"{asked - ready} of {asked} node(s) asked for have not registered Ready with GPUs allocatable "
+                   f"within provision_time ({provision_time:.0f}s) of the last scale-out")

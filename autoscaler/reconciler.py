@@ -27,7 +27,8 @@ from autoscaler.engine import Engine
 from autoscaler import shortage
 from autoscaler.facts import headroom_facts, keeps_headroom
 from autoscaler.headroom import Floor, floor as headroom_floor
-from autoscaler.models import Action, CloudStatus, Decision, PoolFacts, PoolSpec, Signal, Source
+from autoscaler.inflight import NOT_REGISTERED, unregistered
+from autoscaler.models import Action, CloudStatus, Decision, PoolFacts, PoolSpec, Shortfall, Signal, Source
 from autoscaler.policy import cooldown_remaining
 from autoscaler.redact import redact_text
 from autoscaler.store import PoolView, Store, StoreUnavailable
@@ -76,23 +77,23 @@ class Reconciler:
         for spec in self.settings.pools.values():
             view, facts, short = self.refresh(spec, now)
             out.views.append(view)
-            if short:  # the cloud accepted a size it could not deliver: say so, give it back, ask the group
-                out.decisions += self._short(spec, now)
+            if short is not None:  # the cloud accepted a size it could not deliver: say so, give back, ask the group
+                out.decisions += self._short(spec, now, short)
                 continue
             decision = self._floor(spec, view, facts, now) or self._headroom(spec, view, now)
             if decision is not None:
                 out.decisions.append(decision)
         return out
 
-    def _short(self, spec: PoolSpec, now: float) -> list[Decision]:
+    def _short(self, spec: PoolSpec, now: float, short: Shortfall) -> list[Decision]:
         """``no_capacity`` for the pool, then what it did not deliver asked of its group's next pool."""
-        recorded = shortage.check(self.engine, spec, now)
+        recorded = shortage.check(self.engine, spec, now, short if short.code == NOT_REGISTERED else None)
         if recorded is None:
             return []
         fallback = shortage.fall_back(self.engine, spec, recorded)
         return [recorded] + ([fallback] if fallback is not None else [])
 
-    def refresh(self, spec: PoolSpec, now: float) -> tuple[PoolView, PoolFacts, bool]:
+    def refresh(self, spec: PoolSpec, now: float) -> tuple[PoolView, PoolFacts, Shortfall | None]:
         """Read the pool's cloud once and store what it said (or why it could not be read); and whether the cloud
         reports nodes it accepted and could not deliver."""
         state = self.store.pool(spec.name)
@@ -101,6 +102,8 @@ class Reconciler:
             error = None
         except ProviderError as exc:
             cloud, error = CloudStatus(current=None), redact_text(exc.message)
+        if cloud.shortfall is None and cloud.current:
+            cloud = replace(cloud, shortfall=self._unregistered(spec, cloud.current, now))
         undelivered = cloud.shortfall.undelivered if cloud.shortfall is not None else 0
         facts = self.engine.pool_facts(spec, cloud.current, now, undelivered=undelivered)
         view = PoolView(spec.name, cloud.current, cloud.busy, cloud.detail, facts.in_flight, error, now)
@@ -108,7 +111,23 @@ class Reconciler:
         if last is not None:  # keep the last good read and its time: the view's age (and its alert) shows the outage
             view = replace(last, error=error)
         self.store.save_view(view)
-        return view, facts, undelivered > 0
+        return view, facts, cloud.shortfall if undelivered > 0 else None
+
+    def _unregistered(self, spec: PoolSpec, asked: int, now: float) -> Shortfall | None:
+        """With ``kubernetes:``, nodes asked for by the service's scale-outs that never registered Ready with GPUs
+        within ``provision_time``: a shortfall the cloud did not report (kept as asked: which machine is missing is
+        the cloud's to say, so nothing is given back)."""
+        nodes = self.engine.node_actions.marked(spec)
+        if nodes is None:
+            return None
+        state = self.store.pool(spec.name)
+        outs = self.store.scale_outs(spec.name, now - 86400)
+        noticed = state.short_until - spec.short_for if state.short_until is not None else None
+        found = unregistered(nodes, asked, now, spec.provision_time, max((t for t, _, _ in outs), default=None),
+                             noticed)
+        if found is None:
+            return None
+        return Shortfall(asked=asked, delivered=found[0], code=NOT_REGISTERED, message=found[1], give_back=False)
 
     def _floor(self, spec: PoolSpec, view: PoolView, facts: PoolFacts, now: float) -> Decision | None:
         """Raise a pool below its effective min to it through the engine; None when there is nothing to do."""

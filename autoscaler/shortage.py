@@ -25,9 +25,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def check(engine: Engine, spec: PoolSpec, now: float) -> Decision | None:
-    """Record the pool's shortfall under its lease, if the cloud still reports one; None when there is none (or the
-    pool is held by another decision: the next tick looks again)."""
+def check(engine: Engine, spec: PoolSpec, now: float, seen: Shortfall | None = None) -> Decision | None:
+    """Record the pool's shortfall under its lease, if the cloud still reports one (or ``seen``: one the cluster
+    showed, which the cloud does not report); None when there is none (or the pool is held by another decision: the
+    next tick looks again)."""
     owner = f"{engine.owner_prefix}:{uuid.uuid4().hex}"
     lease = Lease(engine.store, spec.name, owner, engine.clock, engine.lease_ttl)
     state = lease.take(time.monotonic() + engine.lock_wait)
@@ -39,7 +40,7 @@ def check(engine: Engine, spec: PoolSpec, now: float) -> Decision | None:
             cloud = provider.status(Tracked(state.tracked_count, state.count_changed_at), now)
         except ProviderError:
             cloud = CloudStatus(current=None)
-        short = cloud.shortfall
+        short = cloud.shortfall or (seen if seen is not None and cloud.current == seen.asked else None)
         if short is None or short.undelivered <= 0 or _already_told(state, short, now):
             lease.release()
             return None

@@ -189,3 +189,35 @@ def test_ack_a_scale_out_task_failed_for_no_stock(tmp_path: Path) -> None:
         assert any(r.path == f"/clusters/{ACK_CLUSTER}/tasks" for r in api.requests)
     finally:
         api.stop()
+
+
+def test_kubernetes_nodes_that_never_registered_within_provision_time(tmp_path: Path) -> None:
+    from datetime import datetime, timezone
+
+    from tests.fakes.kube import FakeKube
+    from tests.support import config
+
+    clock = FakeClock()
+    with FakeKube() as kube:
+        created = datetime.fromtimestamp(clock() - 86400, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        kube.add_node("gpunp-0", {"agentpool": "gpunp"}, created=created)
+        pools = [{"name": "gpu", "provider": "simulated", "min": 0, "max": 8, "node_selector": "agentpool=gpunp",
+                  "provision_time": "5m", "simulated": {"initial_count": 1}},
+                 {"name": "gpu-ondemand", "provider": "simulated", "min": 0, "max": 8}]
+        cfg = config(f"sqlite:///{tmp_path}/k.db", pools=pools, rules=[], kubernetes={"host": kube.url,
+                                                                                      "token": kube.token},
+                     groups=[{"name": "a100", "pools": ["gpu", "gpu-ondemand"]}])
+        app = create_app(build_settings(cfg, env={}), clock=clock, startup_check=False)
+        client = app.test_client()
+        assert post(client, "/api/v1/pools/gpu/scale", {"target": 3}).get_json()["outcome"] == "scaled"
+        clock.advance(120)
+        assert _tick(app, clock) == []  # within provision_time: booting
+        clock.advance(200)
+        assert _tick(app, clock) == [("gpu", "no_capacity"), ("gpu-ondemand", "scaled")]
+        short = events(client, pool="gpu")[0]
+        assert {k: short["details"][k] for k in ("code", "asked", "delivered")} == {
+            "code": "NodesNotReadyInTime", "asked": 3, "delivered": 1}
+        assert (short["from"], short["to"]) == (3, 3)  # which machine is missing is the cloud's to say: kept
+        assert "2 of 3 node(s) asked for have not registered Ready" in short["details"]["message"]
+        clock.advance(30)
+        assert _tick(app, clock) == []  # noticed once per scale-out

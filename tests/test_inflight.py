@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.inflight import from_nodes, from_scale_outs
+from autoscaler.inflight import from_nodes, from_scale_outs, unregistered
 from tests.support import FakeClock, am_alert, am_payload, events, make_app, post
 
 NOW = 100_000.0
@@ -116,3 +116,18 @@ def test_with_a_cluster_in_flight_counts_booting_and_unregistered_nodes(tmp_path
             assert details["in_flight"] == 3 and "2 node(s) of the cluster" in details["in_flight_how"]
     finally:
         receiver.stop()
+
+
+@pytest.mark.parametrize("nodes, asked, last, noticed, expected", [
+    pytest.param([Node("a", True, 8, NOW - 900)], 3, NOW - 400, None, 1, id="two-never-registered"),
+    pytest.param([Node("a", True, 8, NOW - 900), Node("b", False, 0, NOW - 300)], 2, NOW - 400, None, 1,
+                 id="one-not-ready-past-provision-time"),
+    pytest.param([Node("a", True, 8, NOW - 900)], 3, NOW - 100, None, None, id="within-provision-time"),
+    pytest.param([Node("a", True, 8, NOW - 900)], 3, NOW - 400, NOW - 350, None, id="already-noticed"),
+    pytest.param([Node("a", True, 8, NOW - 900)], 1, NOW - 400, None, None, id="all-registered"),
+    pytest.param([Node("a", True, 8, NOW - 900)], 3, None, None, None, id="never-scaled-out-by-us"),
+])
+def test_unregistered(nodes: list[Node], asked: int, last: float | None, noticed: float | None,
+                      expected: int | None) -> None:
+    found = unregistered(nodes, asked, NOW, 300.0, last, noticed)
+    assert (found[0] if found else None) == expected
