@@ -19,13 +19,14 @@ from autoscaler.models import (Action, CloudStatus, Decision, Notification, Outc
                                Signal, Source)
 from autoscaler.node_actions import NodeActions
 from autoscaler.cluster.nodes import Cluster, NodeView
-from autoscaler.outcomes import error_details, failed, plan_decision, result_label, said_by
+from autoscaler.outcomes import (error_details, failed, plan_decision, refused_for_capacity, result_label,
+                                 said_by)
 from autoscaler.policy import Plan, decide, settled
 from autoscaler.redact import redact_text
 from autoscaler.routing import Router
 from autoscaler.scale_in import NodeScaleIn
 from autoscaler.store import DedupConfirm, PoolChange, PoolView, QuickState, Store, StoreUnavailable
-from providers import Code, LimitError, NodePoolProvider, ProviderError, TemporaryError, Tracked
+from providers import Code, LimitError, NoCapacityError, NodePoolProvider, ProviderError, TemporaryError, Tracked
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,8 @@ class Engine:
 
     # -- one signal ----------------------------------------------------------------------------------
     def handle(self, signal: Signal) -> Decision:
-        """Decide and act on one signal for one pool; records exactly one event."""
+        """Decide and act on one signal for one pool; records one event (and, when the cloud refused a group's pool
+        for capacity, the next pool's decision for the same nodes as its own event)."""
         spec = self.settings.pools.get(signal.pool)
         alerts = list(signal.alerts)
         now = self.clock()
@@ -87,11 +89,14 @@ class Engine:
         claim = uuid.uuid4().hex
         keys = signal.dedup_keys
         try:
-            return self._handle(signal, spec, keys, claim, now)
+            decision = self._handle(signal, spec, keys, claim, now)
         except StoreUnavailable:
             raise  # the request is answered 503; a claim left behind lapses after its short pending window
         except Exception as exc:  # a bug or a library's surprise: this decision fails, the others go on
             return self._unexpected(signal, spec, keys, claim, exc)
+        if decision.outcome is Outcome.NO_CAPACITY and spec.group:  # the rest goes to the next pool at once
+            self.handle(fallback.signal_for_rest(spec, decision, signal.source))
+        return decision
 
     def _handle(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str, now: float) -> Decision:
         """The short cut, else claim, lock, lease, decide, act and record."""
@@ -264,6 +269,11 @@ class Engine:
         started = time.monotonic()
         try:
             reached = provider.scale(plan.from_, plan.to, now, status=cloud)
+        except NoCapacityError as exc:  # refused at once for capacity or quota: short, not failing
+            self._observe(spec, result_label(exc), time.monotonic() - started)
+            if self.metrics is not None:
+                self.metrics.no_capacity(spec.name, exc.shown_code)
+            return refused_for_capacity(spec, plan, now, exc)
         except LimitError as exc:  # the cloud's own limit (an AKS System pool below 1 node): nothing failed
             return Decision(spec.name, plan.action, Outcome.SKIPPED_LIMIT, plan.from_, plan.from_,
                             f"{plan.reason}: {redact_text(exc.message)}", details=error_details(exc)), PoolChange()

@@ -57,7 +57,7 @@ def route(settings: Settings, store: Store, providers: Mapping[str, NodePoolProv
     out = replace(signal, pool=chosen, group=group, reason=reason)
     current = next(m.current for m in members if m.name == chosen)
     assert current is not None  # a pool whose count is unknown is never chosen
-    if signal.source is Source.RECONCILE and signal.step and signal.target is None:
+    if signal.fallback and signal.step and signal.target is None:
         return replace(out, step=None, target=current + signal.step)  # the missing nodes, in any mode
     taken = _proportional_scale_in(out, specs, members, now)
     return out if taken is None else replace(out, target=max(settings.pools[chosen].min, current - taken))
@@ -76,3 +76,12 @@ def _proportional_scale_in(signal: Signal, specs: list[PoolSpec], members: list[
     if proposal is None or proposal.target is None or proposal.target >= total:
         return None
     return total - proposal.target
+
+
+def signal_for_rest(spec: PoolSpec, short: Decision, source: Source) -> Signal:
+    """The signal that asks the pool's group for what the pool did not deliver (no alerts: the first decision's
+    event keeps them, and its dedup keys are claimed)."""
+    missing = int(short.details["asked"]) - int(short.details["delivered"])
+    return Signal(pool=spec.group, action=Action.SCALE_OUT, source=source, step=missing, force=True, fallback=True,
+                  reason=f"{spec.name} could not deliver {missing} node(s) ({short.details.get('code')}); asked "
+                         f"of group {spec.group}")

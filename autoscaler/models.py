@@ -134,6 +134,7 @@ class Signal:
     nodes: tuple[str, ...] = ()  # nodes named by the alerts (routing.node_label) or by the operator
     floor: bool = False  # raise the pool to its effective min: a limit, so no cooldown applies (backoff does)
     group: str = ""  # the fallback group the signal was routed to; ``pool`` is then the member chosen to act
+    fallback: bool = False  # asks a group for the ``step`` nodes one of its pools could not deliver
 
     @property
     def dedup_keys(self) -> tuple[str, ...]:

@@ -50,3 +50,17 @@ def error_details(exc: ProviderError) -> dict[str, object]:
     if "cloud_message" in out:
         out["cloud_message"] = redact_text(str(out["cloud_message"]))
     return out
+
+
+def refused_for_capacity(spec: PoolSpec, plan: Plan, now: float, exc: ProviderError) -> tuple[Decision, PoolChange]:
+    """The cloud refused the size at once for capacity or quota (``NoCapacityError``): ``no_capacity``, nothing
+    asked, the pool short for ``capacity.short_for``; no failure counted (its group passes it over instead)."""
+    assert plan.from_ is not None and plan.to is not None
+    code, message = exc.shown_code, redact_text(exc.cloud_message or exc.message)
+    details: dict[str, object] = {**error_details(exc), "code": code, "message": message, "asked": plan.to,
+                                  "delivered": plan.from_}
+    change = PoolChange(short_until=now + spec.short_for, short_reason=f"{code}: {message}"[:500])
+    reason = (f"{plan.reason} refused for capacity or quota [{code}]: {redact_text(exc.message)}; passed over by "
+              f"its group for {spec.short_for:.0f}s")
+    return Decision(spec.name, plan.action, Outcome.NO_CAPACITY, plan.from_, plan.from_, reason,
+                    details=details), change

@@ -13,6 +13,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
+from autoscaler.fallback import signal_for_rest
 from autoscaler.lease import Lease
 from autoscaler.models import Action, CloudStatus, Decision, Outcome, PoolSpec, PoolState, Shortfall, Signal, Source
 from autoscaler.redact import redact_text
@@ -97,7 +98,5 @@ def fall_back(engine: Engine, spec: PoolSpec, short: Decision) -> Decision | Non
     asked, delivered = short.details.get("asked"), short.details.get("delivered")
     if not spec.group or not isinstance(asked, int) or not isinstance(delivered, int) or asked <= delivered:
         return None
-    missing = asked - delivered
-    return engine.handle(Signal(pool=spec.group, action=Action.SCALE_OUT, source=Source.RECONCILE, step=missing,
-                                force=True, reason=f"{spec.name} could not deliver {missing} node(s) "
-                                                   f"({short.details.get('code')}); asked of group {spec.group}"))
+    return engine.handle(signal_for_rest(spec, short, Source.RECONCILE))
+

@@ -239,7 +239,7 @@ def _classify(exc: Exception, what: str) -> Exception:
     if isinstance(exc, ClientException):
         status = int(exc.status_code or 0)
         return refusal(what, status, str(exc.code), _said(exc), text=f"{what.split()[0]} refused (HTTP {status}): "
-                       f"{exc.code}: {_said(exc)}")
+                       f"{exc.code}: {_said(exc)}", cloud="ack")
     name = type(getattr(exc, "inner_exception", None) or exc).__name__  # connection errors: UnretryableException
     if "credential" in str(exc).lower() or "accesskey" in str(exc).lower():
         return PermanentError(f"{what}: no usable Alibaba Cloud credentials ({type(exc).__name__}); set "

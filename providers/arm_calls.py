@@ -57,4 +57,4 @@ def classify(exc: Exception, what: str) -> Exception:
     code, message = arm_error(exc)
     return refusal(what, status, code, message, said="ARM answered", retry_now=status in RETRY_NOW,
                    busy=status == 409 and code in BUSY_CODES,
-                   retry_after=parse_retry_after(getattr(exc.response, "headers", None)))
+                   retry_after=parse_retry_after(getattr(exc.response, "headers", None)), cloud="aks")

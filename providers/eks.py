@@ -262,7 +262,7 @@ def _classify(exc: Exception, what: str) -> Exception:
         code = str(error.get("Code") or "Unknown")
         status = int((exc.response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0)
         return refusal(what, status, code, str(error.get("Message") or ""), said="AWS answered",
-                       throttled=code in _THROTTLED, busy=code in _BUSY)
+                       throttled=code in _THROTTLED, busy=code in _BUSY, cloud="eks")
     if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
         return PermanentError(f"{what}: no usable AWS credentials ({type(exc).__name__}); set AWS_* variables, an "
                               "IRSA / Pod Identity role, or an instance role", code=Code.NO_CREDENTIALS,

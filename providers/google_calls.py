@@ -60,7 +60,7 @@ def classify(exc: Exception, what: str) -> Exception:
         status = int(exc.code or 0)
         reason, said = _google_error(exc)
         busy = status in _BUSY_STATUS or (status == 400 and "operation" in said.lower())
-        return refusal(what, status, reason, said, said="Google answered", busy=busy)
+        return refusal(what, status, reason, said, said="Google answered", busy=busy, cloud="gke")
     if isinstance(exc, DefaultCredentialsError):
         return PermanentError(f"{what}: no Google credentials ({type(exc).__name__}); set "
                               "GOOGLE_APPLICATION_CREDENTIALS or use workload identity", code=Code.NO_CREDENTIALS,

@@ -16,7 +16,8 @@ from typing import Any, Callable, TypeVar
 import tenacity
 
 from autoscaler.redact import redact_text
-from providers.errors import BusyError, Code, PermanentError, ProviderError, TemporaryError
+from providers import shortfalls
+from providers.errors import BusyError, Code, NoCapacityError, PermanentError, ProviderError, TemporaryError
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ def parse_retry_after(headers: Any) -> float | None:
 
 def refusal(what: str, status: int, cloud_code: str | None, message: str, *, said: str = "answered",
             busy: bool = False, throttled: bool = False, retry_now: bool = False,
-            retry_after: float | None = None, text: str | None = None) -> Exception:
+            retry_after: float | None = None, text: str | None = None, cloud: str | None = None) -> Exception:
     """The error for a cloud's refusal (``said``: who answered, e.g. ``ARM answered``; ``status`` 0: none known;
     ``text``: the whole message, when the cloud's own wording reads better): :class:`Transient` when ``retry_now``
     or a 5xx, else throttled, busy, changed (412), worth a later try (:data:`RETRY_LATER`) or permanent; the
@@ -89,6 +90,8 @@ def refusal(what: str, status: int, cloud_code: str | None, message: str, *, sai
     text = clean(text) if text else f"{what}: {reason}"
     beside: dict[str, Any] = {"cloud_code": cloud_code or (str(status) if status else None),
                               "cloud_message": message or None}
+    if cloud and cloud_code and shortfalls.classify(cloud, cloud_code, message):  # ``cloud``: whose codes these are
+        return NoCapacityError(text + " (no capacity or quota for it now)", retry_after=retry_after, **beside)
     if throttled or status == 429:
         return TemporaryError(text + " (throttled)", code=Code.THROTTLED, retry_after=retry_after, **beside)
     if busy:

@@ -221,3 +221,34 @@ def test_kubernetes_nodes_that_never_registered_within_provision_time(tmp_path: 
         assert "2 of 3 node(s) asked for have not registered Ready" in short["details"]["message"]
         clock.advance(30)
         assert _tick(app, clock) == []  # noticed once per scale-out
+
+
+def test_aks_a_put_refused_for_a_cores_quota_falls_back_in_the_same_decision(tmp_path: Path) -> None:
+    from tests.support import am_alert, am_payload
+
+    with FakeArm(SUB, RG, AKS_CLUSTER, "eyJarm.capacity.sig") as arm:
+        arm.add_pool("gpunp", count=2)
+        arm.fail_next(400, code="OperationNotAllowed", method="PUT",
+                      message="Operation could not be completed as it results in exceeding approved "
+                              "standardNCADSH100v5Family Cores quota. Current Limit: 80, Current Usage: 80.")
+        clock = FakeClock()
+        fake = FakeTime()
+        section = {"subscription_id": SUB, "resource_group": RG, "cluster": AKS_CLUSTER, "arm_endpoint": arm.url,
+                   "agent_pool": "gpunp"}
+        app = _app(tmp_path, clock, lambda s: AksProvider("gpu", s, credential=StaticCredential(arm.token),
+                                                          sleep=fake.sleep, clock=fake.clock,
+                                                          per_call_policies=[AllowHttp()]), "aks", section)
+        client = app.test_client()
+        alert = am_alert("GPUBusy", autoscaler_pool="a100", autoscaler_action="scale_out", autoscaler_step="2")
+        answer = post(client, "/webhook/alertmanager", am_payload(alert))
+        assert answer.status_code == 200  # not a failure a retry of the same pool could fix: the group moved on
+        [decision] = answer.get_json()["decisions"]
+        assert (decision["pool"], decision["outcome"], decision["from"], decision["to"]) == ("gpu", "no_capacity", 2, 2)
+        story = [(e["pool"], e["outcome"], e["from"], e["to"]) for e in reversed(events(client))]
+        assert story == [("gpu", "no_capacity", 2, 2), ("gpu-ondemand", "scaled", 0, 2)]
+        short = events(client, pool="gpu")[0]
+        assert (short["details"]["code"], short["details"]["asked"], short["details"]["delivered"]) == (
+            "OperationNotAllowed", 4, 2)
+        pool = client.get("/api/v1/pools/gpu", headers=AUTH).get_json()
+        assert pool["short_until"] is not None and pool["backoff_remaining_s"] == 0 and pool["failures"] == 0
+        assert arm.pools["gpunp"]["count"] == 2
