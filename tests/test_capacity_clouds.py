@@ -28,6 +28,15 @@ def _app(tmp_path: Path, clock: FakeClock, provider: Any, cloud: str, section: d
                       startup_check=False)
 
 
+def _aks_app(tmp_path: Path, clock: FakeClock, arm: FakeArm) -> Flask:
+    fake = FakeTime()
+    section = {"subscription_id": SUB, "resource_group": RG, "cluster": AKS_CLUSTER, "arm_endpoint": arm.url,
+               "agent_pool": "gpunp"}
+    return _app(tmp_path, clock, lambda s: AksProvider("gpu", s, credential=StaticCredential(arm.token),
+                                                       sleep=fake.sleep, clock=fake.clock,
+                                                       per_call_policies=[AllowHttp()]), "aks", section)
+
+
 def _tick(app: Flask, clock: FakeClock) -> list[tuple[str | None, str]]:
     reconciler: Reconciler = app.extensions["autoscaler_reconciler"]
     return [(d.pool, d.outcome.value) for d in reconciler.tick(clock()).decisions]
@@ -38,12 +47,7 @@ def test_aks_a_failed_agent_pool_with_an_allocation_error(tmp_path: Path) -> Non
         arm.add_pool("gpunp", count=2)
         arm.stock_out("gpunp", 2)
         clock = FakeClock()
-        fake = FakeTime()
-        section = {"subscription_id": SUB, "resource_group": RG, "cluster": AKS_CLUSTER, "arm_endpoint": arm.url,
-                   "agent_pool": "gpunp"}
-        app = _app(tmp_path, clock, lambda s: AksProvider("gpu", s, credential=StaticCredential(arm.token),
-                                                          sleep=fake.sleep, clock=fake.clock,
-                                                          per_call_policies=[AllowHttp()]), "aks", section)
+        app = _aks_app(tmp_path, clock, arm)
         client = app.test_client()
         asked = post(client, "/api/v1/pools/gpu/scale", {"target": 5}).get_json()
         assert (asked["outcome"], asked["from"], asked["to"]) == ("scaled", 2, 5)  # ARM accepted the PUT
@@ -69,12 +73,7 @@ def test_aks_a_failed_pool_for_another_reason_is_no_shortfall(tmp_path: Path) ->
         arm.add_pool("gpunp", count=2)
         arm.stock_out("gpunp", 2, code="InternalOperationError", message="An internal error occurred.")
         clock = FakeClock()
-        fake = FakeTime()
-        section = {"subscription_id": SUB, "resource_group": RG, "cluster": AKS_CLUSTER, "arm_endpoint": arm.url,
-                   "agent_pool": "gpunp"}
-        app = _app(tmp_path, clock, lambda s: AksProvider("gpu", s, credential=StaticCredential(arm.token),
-                                                          sleep=fake.sleep, clock=fake.clock,
-                                                          per_call_policies=[AllowHttp()]), "aks", section)
+        app = _aks_app(tmp_path, clock, arm)
         post(app.test_client(), "/api/v1/pools/gpu/scale", {"target": 4})
         arm.finish_operations()
         clock.advance(30)
@@ -232,12 +231,7 @@ def test_aks_a_put_refused_for_a_cores_quota_falls_back_in_the_same_decision(tmp
                       message="Operation could not be completed as it results in exceeding approved "
                               "standardNCADSH100v5Family Cores quota. Current Limit: 80, Current Usage: 80.")
         clock = FakeClock()
-        fake = FakeTime()
-        section = {"subscription_id": SUB, "resource_group": RG, "cluster": AKS_CLUSTER, "arm_endpoint": arm.url,
-                   "agent_pool": "gpunp"}
-        app = _app(tmp_path, clock, lambda s: AksProvider("gpu", s, credential=StaticCredential(arm.token),
-                                                          sleep=fake.sleep, clock=fake.clock,
-                                                          per_call_policies=[AllowHttp()]), "aks", section)
+        app = _aks_app(tmp_path, clock, arm)
         client = app.test_client()
         alert = am_alert("GPUBusy", autoscaler_pool="a100", autoscaler_action="scale_out", autoscaler_step="2")
         answer = post(client, "/webhook/alertmanager", am_payload(alert))
