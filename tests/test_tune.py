@@ -382,7 +382,7 @@ def test_a_pending_rule_searches_demand_mode_and_writes_a_pending_alert(tmp_path
                  "--workers", "2"]) == 0
     assert main(["check-config", str(out / "tuned.yaml")]) == 0
     high = yaml.safe_load((out / "prometheus-rules.yml").read_text())["groups"][0]["rules"][0]
-    assert "kube_pod_status_phase" in high["expr"] and high["labels"]["autoscaler_action"] == "scale_out"
+    assert high["expr"].startswith('autoscaler_pool:gpus_pending:sum{autoscaler_pool="gpu"} > ') and high["labels"]["autoscaler_action"] == "scale_out"
     checked = subprocess.run([require_binary(*PROMTOOL), "check", "rules", str(out / "prometheus-rules.yml")],
                              capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
