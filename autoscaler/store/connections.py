@@ -105,8 +105,9 @@ def sqlite_engine(url: URL, options: StoreOptions, **kwargs: Any) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:
-        # Take the write lock at BEGIN: no deadlock between two readers that both want to write.
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # Take the write lock at BEGIN: no deadlock between two readers that both want to write. A connection marked
+        # ``read_only`` (one SELECT, never a write) begins deferred, so that it does not wait for writers.
+        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("read_only") else "BEGIN IMMEDIATE")
 
     return engine
 
