@@ -57,6 +57,19 @@ def summary(kept: Sequence[tuple[str, str]]) -> str:
     return shown + (f"; and {more} more" if more > 0 else "")
 
 
+@dataclass(frozen=True)
+class Leased:
+    """What a scale-in under a pool's lease works with: the pool, its provider and count, the lease's owner (the
+    cordons' mark) and its renewal, and the decision's time."""
+
+    spec: PoolSpec
+    provider: RemovesNamedNodes
+    current: int
+    owner: str
+    renew: Callable[[], bool]
+    now: float
+
+
 class NodeScaleIn:
     """The orchestration between a :class:`Cluster` and a provider that removes named nodes."""
 
@@ -91,20 +104,20 @@ class NodeScaleIn:
         return done
 
     # ---- scale-in by alert ---------------------------------------------------------------------------------------
-    def scale_in(self, spec: PoolSpec, provider: RemovesNamedNodes, current: int, remove: int,
-                 alerted: Sequence[str], owner: str, now: float, renew: Callable[[], bool]) -> Removal:
+    def scale_in(self, job: Leased, remove: int, alerted: Sequence[str]) -> Removal:
         """Remove up to ``remove`` idle nodes (alert-named first, then newest), never below ``spec.min``."""
+        spec = job.spec
         if spec.victims == "alerted" and not alerted:
-            swept = self.sweep(spec, now)
-            return Removal(Outcome.SKIPPED_IN_USE, current, "victims: alerted, and the alerts name no node "
+            swept = self.sweep(spec, job.now)
+            return Removal(Outcome.SKIPPED_IN_USE, job.current, "victims: alerted, and the alerts name no node "
                            "(label routing.node_label)", uncordoned=tuple(swept))
         views = self.cluster.nodes(dict(spec.node_selector))
-        swept = self.sweep(spec, now, views)
+        swept = self.sweep(spec, job.now, views)
         views = [replace(v, cordoned=False, cordoned_by_us=None, cordon_owner="") if v.name in swept else v
                  for v in views if v.name in swept or not v.cordon_owner.endswith(REMOVING)]  # already going
         chosen, kept = pick_victims(views, remove, alerted, spec.victims, spec.min)
         kept_list = [(n.name, _why(n, r)) for n, r in kept]
-        result = self._cordon_and_remove(spec, provider, current, chosen, kept_list, owner, renew)
+        result = self._cordon_and_remove(job, chosen, kept_list)
         return replace(result, uncordoned=tuple(swept))
 
     def preview(self, spec: PoolSpec, remove: int, alerted: Sequence[str]) -> Removal:
@@ -117,11 +130,11 @@ class NodeScaleIn:
                        tuple((n.name, _why(n, r)) for n, r in kept))
 
     # ---- scale-in by name (manual) -------------------------------------------------------------------------------
-    def remove_named(self, spec: PoolSpec, provider: RemovesNamedNodes, current: int, names: Sequence[str],
-                     room: int, force: bool, owner: str, now: float, renew: Callable[[], bool]) -> Removal:
+    def remove_named(self, job: Leased, names: Sequence[str], room: int, force: bool) -> Removal:
         """Remove the named nodes (at most ``room``); a busy one only with ``force``, after evicting its GPU pods."""
+        spec, current = job.spec, job.current
         views = {v.name: v for v in self.cluster.nodes(dict(spec.node_selector))}
-        swept = self.sweep(spec, now, list(views.values()))
+        swept = self.sweep(spec, job.now, list(views.values()))
         kept: list[tuple[str, str]] = []
         chosen: list[NodeView] = []
         busy: list[NodeView] = []
@@ -145,19 +158,20 @@ class NodeScaleIn:
                            uncordoned=tuple(swept))
         drained: list[NodeView] = []
         for view in busy:
-            problem = self._drain(spec, view, owner, renew)
+            problem = self._drain(job, view)
             if problem:
                 kept.append((view.name, problem))
             else:
                 drained.append(view)
         if busy and not chosen and not drained:
             return Removal(Outcome.FAILED, current, summary(kept), kept=tuple(kept), uncordoned=tuple(swept))
-        result = self._cordon_and_remove(spec, provider, current, chosen, kept, owner, renew, drained)
+        result = self._cordon_and_remove(job, chosen, kept, drained)
         return replace(result, uncordoned=tuple(swept))
 
-    def _drain(self, spec: PoolSpec, view: NodeView, owner: str, renew: Callable[[], bool]) -> str | None:
+    def _drain(self, job: Leased, view: NodeView) -> str | None:
         """Cordon and evict the node's GPU pods until they are gone; None when drained, else why not (uncordoned)."""
-        self.cluster.cordon(view.name, owner, self.clock())
+        spec = job.spec
+        self.cluster.cordon(view.name, job.owner, self.clock())
         deadline = self.clock() + spec.drain_timeout
         pending = view.gpu_pods
         refused: dict[str, str] = {}
@@ -171,7 +185,7 @@ class NodeScaleIn:
                 pending = again.gpu_pods if again else ()
                 if not pending:
                     return None
-                if self.clock() >= deadline or not renew():
+                if self.clock() >= deadline or not job.renew():
                     blocking = pending[0]
                     key = f"{blocking.namespace}/{blocking.name}"
                     said = refused.get(key, "still running after its eviction")
@@ -184,9 +198,9 @@ class NodeScaleIn:
             raise self._unwind(exc, [view.name]) from None
 
     # ---- the common end ------------------------------------------------------------------------------------------
-    def _cordon_and_remove(self, spec: PoolSpec, provider: RemovesNamedNodes, current: int,
-                           chosen: Sequence[NodeView], kept: list[tuple[str, str]], owner: str,
-                           renew: Callable[[], bool], drained: Sequence[NodeView] = ()) -> Removal:
+    def _cordon_and_remove(self, job: Leased, chosen: Sequence[NodeView], kept: list[tuple[str, str]],
+                           drained: Sequence[NodeView] = ()) -> Removal:
+        spec, current, owner = job.spec, job.current, job.owner
         if not chosen and not drained:
             return Removal(Outcome.SKIPPED_IN_USE, current, f"no node of pool {spec.name} can go: {summary(kept)}",
                            kept=tuple(kept))
@@ -213,13 +227,13 @@ class NodeScaleIn:
         if not survivors:
             return Removal(Outcome.SKIPPED_IN_USE, current, f"no node of pool {spec.name} can go: {summary(kept)}",
                            kept=tuple(kept))
-        if not renew():
+        if not job.renew():
             stuck = self._uncordon(mine)
             return Removal(Outcome.FAILED, current, "the pool's lease was lost before the removal" + _stuck(stuck),
                            kept=tuple(kept))
         refs = [NodeRef(v.name, v.provider_id) for v in survivors]
         try:
-            reached = provider.remove_nodes(refs, current, self.clock())
+            reached = job.provider.remove_nodes(refs, current, self.clock())
         except ProviderError as exc:
             self._uncordon(mine)
             return Removal(Outcome.FAILED, exc.applied if exc.applied is not None else current,

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 from autoscaler.api import fail, read_json, request_body, require_auth
 from autoscaler.answers import decision_json, event_json
 from autoscaler.api.guards import WRITES, json_only, may_see, principal, same_origin_only, visible_events
-from autoscaler.events import acting_as
+from autoscaler.events import OperatorAct, acting_as
 from autoscaler.models import Action, OperatorOutcome, Signal, Source, usable_value
 from autoscaler.service import Service
 from autoscaler.store import PoolChange
@@ -91,8 +91,9 @@ def _operator(spec: Any, change: PoolChange, action: str, outcome: OperatorOutco
     """Apply an operator's change with its event (who, what, why) and answer the pool."""
     svc = _svc()
     who = _on_behalf_of()
-    svc.events.operator(spec.name, change, action=action, outcome=outcome, reason=reason, actor=principal().name,
-                        now=svc.clock(), details={"on_behalf_of": who} if who else None, **values)
+    act = OperatorAct(spec.name, action, outcome, reason, principal().name,
+                      details={"on_behalf_of": who} if who else None, **values)
+    svc.events.operator(act, change, svc.clock())
     return jsonify(svc.pool_json(spec))
 
 
