@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -12,6 +11,7 @@ from typing import Any
 
 from autoscaler.answers import event_json
 from autoscaler.attempt import Attempt
+from autoscaler.logjson import json_logs
 from autoscaler.models import Alert, Decision, OperatorOutcome, Source
 from autoscaler.redact import active, redact_text
 from autoscaler.sinks import EventSink
@@ -58,7 +58,7 @@ class EventLog:
         self.store = store
         self.sinks = list(sinks or [])
         self.metrics = metrics
-        self.json_logs = os.environ.get("LOG_FORMAT", "").lower() == "json"
+        self.json_logs = json_logs()
 
     def _record_for(self, d: Decision, source: str, alerts: list[Alert], now: float) -> EventRecord:
         details = {k: v for k, v in d.details.items() if v is not None}
