@@ -120,8 +120,10 @@ def sqlite_engine(url: URL, options: StoreOptions, **kwargs: Any) -> Engine:
     @event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:
         # Take the write lock at BEGIN: no deadlock between two readers that both want to write. A connection marked
-        # ``read_only`` (one SELECT, never a write) begins deferred, so that it does not wait for writers.
-        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("read_only") else "BEGIN IMMEDIATE")
+        # ``read_only`` (one SELECT, never a write) begins nothing: the statement is its own read transaction, and
+        # it does not wait for writers.
+        if not conn.get_execution_options().get("read_only"):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
 
