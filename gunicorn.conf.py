@@ -10,9 +10,9 @@ keepalive = 5
 accesslog = os.environ.get("GUNICORN_ACCESS_LOG") or None
 # gunicorn's own lines go through the service's formatters too (control characters escaped, secrets redacted)
 from autoscaler.gunicorn_log import GunicornLogger  # noqa: E402
-from autoscaler.logjson import gunicorn_logconfig  # noqa: E402
+from autoscaler.logjson import gunicorn_logconfig, json_logs  # noqa: E402
 
-_json_logs = os.environ.get("LOG_FORMAT", "").lower() == "json"
+_json_logs = json_logs()
 logconfig_dict = gunicorn_logconfig(os.environ.get("LOG_LEVEL", "INFO").upper(), "json" if _json_logs else "text",
                                     access=_json_logs or bool(accesslog))
 logger_class = GunicornLogger  # builds an access line's atoms only when access lines are written

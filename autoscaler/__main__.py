@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     tuning.add_argument("--max-direction-changes", type=float, default=None, help="direction changes (a scale-in "
                         "after a scale-out or back) a day the choice may make on average (default: any)")
     tuning.add_argument("--utilization-expr", default=None, help="PromQL of a pool's average GPU utilisation for "
-                        "prometheus-rules.yml ({pool} and {pool_label} filled in; default dcgm-exporter's "
-                        "DCGM_FI_DEV_GPU_UTIL averaged by the pool label)")
+                        "prometheus-rules.yml ({pool} and {pool_label} filled in; default the shipped recording rule "
+                        "autoscaler_pool:gpu_utilization:avg, docs/rules.md)")
     hist = sub.add_parser("trace", help="write a history trace (timestamp,demand) from Prometheus")
     hist.add_argument("--prometheus", required=True, help="Prometheus base URL, e.g. http://prometheus:9090")
     hist.add_argument("--used", required=True, help="PromQL: GPUs in use in the pool (one series)")

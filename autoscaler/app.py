@@ -16,7 +16,7 @@ from autoscaler.config import Settings, build_settings, load_config, warnings
 from autoscaler.engine import Engine
 from autoscaler.events import EventLog, EventSink
 from autoscaler.metrics import Metrics, PoolStateCollector
-from autoscaler.logjson import JsonFormatter, TextFormatter
+from autoscaler.logjson import JsonFormatter, TextFormatter, json_logs
 from autoscaler.reconciler import Reconciler
 from autoscaler.redact import Redactor, active, install, redact_tree
 from autoscaler.service import Service
@@ -39,7 +39,7 @@ def setup_logging() -> None:
         return
     level = os.environ.get("LOG_LEVEL", "INFO").upper()
     handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter() if os.environ.get("LOG_FORMAT", "").lower() == "json" else TextFormatter())
+    handler.setFormatter(JsonFormatter() if json_logs() else TextFormatter())
     logging.basicConfig(level=level, handlers=[handler])
     for noisy in ("azure", "urllib3", "alibabacloud"):  # SDKs log every request at INFO
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -116,18 +116,11 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
     app.extensions["autoscaler"] = service
     # Started by gunicorn's post_worker_init (gunicorn.conf.py), not here: an app built by a test runs no thread;
     # tests call tick(now) themselves.
-    app.extensions["autoscaler_reconciler"] = Reconciler(settings, store, built, engine, clock)
+    app.extensions["autoscaler_reconciler"] = Reconciler(settings, store, built, engine, clock,
+                                                         pruner=Pruner(store, settings.config.store.retain_events))
     from autoscaler.api import health, openapi, pools, register_errors, status, webhooks
 
     register_errors(app)
-    pruner = Pruner(store, settings.config.store.retain_events, clock)
-    app.extensions["autoscaler_pruner"] = pruner
-
-    @app.after_request
-    def _prune(resp: Any) -> Any:
-        pruner.maybe_start()  # at most once a minute, on its own thread
-        return resp
-
     app.after_request(close_after)
 
     @app.after_request
@@ -160,9 +153,7 @@ def _hmac_nonce_cache(store: Store, clock: Callable[[], float]) -> Callable[[str
 
 
 def _store_options(settings: Settings) -> StoreOptions:
-    cfg = settings.config.store
-    return StoreOptions(lock_wait=settings.config.server.lock_wait, statement_timeout=cfg.statement_timeout,
-                        connect_timeout=cfg.connect_timeout, pool_size=cfg.pool_size, max_overflow=cfg.max_overflow)
+    return StoreOptions.of(settings.config.store, settings.config.server.lock_wait)
 
 
 def _configured_sinks(settings: Settings, metrics: Metrics) -> list[Any]:

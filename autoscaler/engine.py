@@ -6,11 +6,11 @@ import os
 import socket
 import threading
 import time
-import uuid
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from autoscaler import fallback
+from autoscaler.attempt import Attempt, DedupClaim
 from autoscaler.config import Settings
 from autoscaler.events import EventLog
 from autoscaler.facts import keeps_headroom, pool_facts, view_after
@@ -19,13 +19,12 @@ from autoscaler.models import (Action, CloudStatus, Decision, Notification, Outc
                                Signal, Source)
 from autoscaler.node_actions import NodeActions
 from autoscaler.cluster.nodes import Cluster, NodeView
-from autoscaler.outcomes import (error_details, failed, plan_decision, refused_for_capacity, result_label,
-                                 said_by)
-from autoscaler.policy import Plan, decide, settled
+from autoscaler.outcomes import error_details, failed, refused_for_capacity, result_label, said_by
+from autoscaler.policy import decide, settled
 from autoscaler.redact import redact_text
 from autoscaler.routing import Router
 from autoscaler.scale_in import NodeScaleIn
-from autoscaler.store import DedupConfirm, PoolChange, PoolView, QuickState, Store, StoreUnavailable
+from autoscaler.store import PoolChange, PoolView, QuickState, Store, StoreUnavailable
 from providers import Code, LimitError, NoCapacityError, NodePoolProvider, ProviderError, TemporaryError, Tracked
 
 log = logging.getLogger(__name__)
@@ -75,98 +74,89 @@ class Engine:
         """Decide and act on one signal for one pool; records one event (and, when the cloud refused a group's pool
         for capacity, the next pool's decision for the same nodes as its own event)."""
         spec = self.settings.pools.get(signal.pool)
-        alerts = list(signal.alerts)
-        now = self.clock()
         if spec is None and signal.pool in self.settings.groups:
-            routed = fallback.route(self.settings, self.store, self.providers, signal, now)
+            routed = fallback.route(self.settings, self.store, self.providers, signal, self.clock())
             if isinstance(routed, Decision):
-                return self.events.record(routed, signal.source.value, alerts, now)
+                return self.events.record(routed, signal.source.value, list(signal.alerts), self.clock())
             signal, spec = routed, self.settings.pools[routed.pool]
         if spec is None:
             decision = Decision(signal.pool, signal.action, Outcome.UNKNOWN_POOL, None, None,
                                 f"pool {signal.pool!r} is not configured")
-            return self.events.record(decision, signal.source.value, alerts, now)
-        claim = uuid.uuid4().hex
-        keys = signal.dedup_keys
+            return self.events.record(decision, signal.source.value, list(signal.alerts), self.clock())
+        claim = DedupClaim(self.store, spec.name, signal.dedup_keys)
         try:
-            decision = self._handle(signal, spec, keys, claim, now)
+            # The common case under an alert storm: a pool in cooldown (or paused), settled by a read and one
+            # transaction (see ``_settled``). The clock is read once, after the state: a scale-out another worker
+            # recorded since must not look like a cooldown still to run (with a zero cooldown it is not).
+            quick = self.store.quick_state(spec.name)
+            attempt = Attempt(signal, spec, self.providers[spec.name], claim, f"{self.owner_prefix}:{claim.id}",
+                              self.clock(), time.monotonic() + self.lock_wait)
+            decision = self._handle(attempt, quick)
         except StoreUnavailable:
             raise  # the request is answered 503; a claim left behind lapses after its short pending window
         except Exception as exc:  # a bug or a library's surprise: this decision fails, the others go on
-            return self._unexpected(signal, spec, keys, claim, exc)
+            return self._unexpected(signal, spec, claim, exc)
         if decision.outcome is Outcome.NO_CAPACITY and spec.group:  # the rest goes to the next pool at once
             self.handle(fallback.signal_for_rest(spec, decision, signal.source))
         return decision
 
-    def _handle(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str, now: float) -> Decision:
+    def _handle(self, attempt: Attempt, quick: QuickState | None) -> Decision:
         """The short cut, else claim, lock, lease, decide, act and record."""
-        alerts = list(signal.alerts)
-        duplicate = Decision(spec.name, signal.action, Outcome.SKIPPED_DUPLICATE, None, None,
-                             f"{signal.reason}: same notification already handled within "
-                             f"the {spec.dedup_window:.0f}s dedup window")
-        # The common case under an alert storm: a pool in cooldown (or paused). A read, then one transaction; no
-        # lease, no cloud read: nothing the cloud could say would make it act, and what settles it (a pause, a
-        # running cooldown) cannot be made untrue by a concurrent decision (a cooldown only ever grows). The clock is
-        # read after the state: a scale-out another worker recorded since ``now`` must not look like a cooldown
-        # still to run (with a zero cooldown it is not).
-        quick = self.store.quick_state(spec.name)
-        settled_decision = self._settled(signal, spec, quick, self.clock()) if quick else None
+        spec = attempt.spec
+        settled_decision = self._settled(attempt, quick) if quick else None
         if settled_decision is not None:
-            settled_decision = _in_group(signal, settled_decision)
-            return self.events.record_settled(spec.name, settled_decision, duplicate, signal.source.value, alerts,
-                                              now, keys, claim, now + spec.dedup_window)
+            return self.events.record_settled(attempt, _in_group(attempt.signal, settled_decision))
         # Claimed for a short while first, for the full window once recorded: a claim left by a lost
         # database connection or a killed worker must not swallow the sender's retries for the whole window.
-        pending = min(spec.dedup_window, self.lease_ttl + self.lock_wait)
-        if keys and not self.store.claim_dedup(spec.name, keys, now, pending, claim):
-            return self.events.record(duplicate, signal.source.value, alerts, now)
-        owner = f"{self.owner_prefix}:{claim}"
-        deadline = time.monotonic() + self.lock_wait
+        if not attempt.claim.take(attempt.now, self._pending(spec)):
+            return self.events.record(attempt.duplicate(), attempt.source, attempt.alerts, attempt.now)
         # Threads of this process queue here, woken by the kernel, rather than polling the database for the lease.
         lock = self._locks.setdefault(spec.name, threading.Lock())
         if not lock.acquire(timeout=self.lock_wait):
-            return self._busy(signal, spec, keys, claim)
+            return self._busy(attempt)
         try:
-            return self._leased(signal, spec, keys, claim, owner, now, pending, deadline)
+            return self._leased(attempt)
         finally:
             lock.release()
 
-    def _leased(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str, owner: str, now: float,
-                pending: float, deadline: float) -> Decision:
+    def _pending(self, spec: PoolSpec) -> float:
+        """How long a dedup claim holds before its decision is recorded."""
+        return min(spec.dedup_window, self.lease_ttl + self.lock_wait)
+
+    def _leased(self, attempt: Attempt) -> Decision:
         """Take the pool's lease, decide, act and record (lease released and dedup keys confirmed with it)."""
-        alerts = list(signal.alerts)
-        lease = Lease(self.store, spec.name, owner, self.clock, self.lease_ttl)
+        lease = Lease(self.store, attempt.spec.name, attempt.owner, self.clock, self.lease_ttl)
         try:
-            state = lease.take(deadline)
+            state = lease.take(attempt.deadline)
         except StoreUnavailable:
-            self._forget(keys, claim)
+            attempt.claim.forget()
             raise
         if state is None:
-            return self._busy(signal, spec, keys, claim)
+            return self._busy(attempt)
         try:
+            # The decision's time: read once, now that the pool's state is ours (see ``handle`` for why after).
+            decided = replace(attempt, now=self.clock())
             with lease.kept(self.max_decision):
-                decision, change, view = self._decide_and_act(signal, spec, state, lease)
-            decision = _in_group(signal, decision)
+                decision, change, view = self._decide_and_act(decided, state, lease)
+            decision = _in_group(attempt.signal, decision)
             if decision.retry_after is not None:
-                self.store.release_dedup(keys, claim)  # let the sender's retry act
+                attempt.claim.release()  # let the sender's retry act
             confirm = None
-            if keys and decision.retry_after is None and spec.dedup_window > pending:
-                confirm = DedupConfirm(keys, claim, now + spec.dedup_window)  # in finish's transaction
-            recorded = self.events.finish(spec.name, owner, decision, signal.source.value, alerts, self.clock(),
-                                          change, confirm)
+            if decision.retry_after is None and attempt.spec.dedup_window > self._pending(attempt.spec):
+                confirm = attempt.claim.confirm(attempt.expires_at)  # in finish's transaction
+            recorded = self.events.finish(decided, decision, change, confirm)
             self._remember_view(view)
             return recorded
         except BaseException:
             lease.release()  # finish did not commit: the lease is still ours
             raise
 
-    def _unexpected(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str,
-                    exc: Exception) -> Decision:
+    def _unexpected(self, signal: Signal, spec: PoolSpec, claim: DedupClaim, exc: Exception) -> Decision:
         """An error no code path expects: log it, free the dedup claim (the sender's retry must act, not be
         ``skipped_duplicate``) and record ``failed`` with a retry, so that the notification's other signals still
         count and the sender is answered 503. Pool state is left alone: this is not the cloud's failure."""
         log.exception("unexpected error deciding on pool %s", spec.name)
-        self._forget(keys, claim)
+        claim.forget()
         decision = Decision(spec.name, signal.action, Outcome.FAILED, None, None,
                             f"{signal.reason + ': ' if signal.reason else ''}unexpected error ({type(exc).__name__}) "
                             "while deciding; see the service log. A retry can act", retry_after=UNEXPECTED_RETRY,
@@ -182,47 +172,41 @@ class Engine:
         except StoreUnavailable:
             log.warning("pool %s: cloud view not stored: store unavailable", view.pool)
 
-    def _settled(self, signal: Signal, spec: PoolSpec, quick: QuickState, now: float) -> Decision | None:
+    def _settled(self, attempt: Attempt, quick: QuickState) -> Decision | None:
         """The decision when the stored state settles it (see ``policy.settled``), else None."""
         state, current = quick.state, quick.last_count
-        if not self.providers[spec.name].capabilities.reports_count and state.tracked_count is not None:
+        if not attempt.provider.capabilities.reports_count and state.tracked_count is not None:
             current = state.tracked_count
-        plan = settled(signal, spec, state, now, current)
-        return None if plan is None else plan_decision(spec, said_by(signal, plan))
+        plan = settled(attempt.signal, attempt.spec, state, attempt.now, current)
+        return None if plan is None else said_by(attempt.signal, plan)
 
-    def _busy(self, signal: Signal, spec: PoolSpec, keys: tuple[str, ...], claim: str) -> Decision:
+    def _busy(self, attempt: Attempt) -> Decision:
         """Give up on a pool whose decision stays taken (our lock or lease, maybe a dead worker's until it lapses):
         free the dedup claim, record skipped_busy with a Retry-After, so the sender tries again and that try acts."""
-        self.store.release_dedup(keys, claim)
-        decision = Decision(spec.name, signal.action, Outcome.SKIPPED_BUSY, None,
-                            None, f"another decision on pool {spec.name} is still running after "
+        attempt.claim.release()
+        name = attempt.spec.name
+        decision = Decision(name, attempt.signal.action, Outcome.SKIPPED_BUSY, None,
+                            None, f"another decision on pool {name} is still running after "
                                   f"{self.lock_wait:g}s (its lease lapses within {self.lease_ttl:g}s if its worker "
                                   f"died); try again", retry_after=min(self.lease_ttl, BUSY_RETRY),
                             details={"busy": "lease"})
-        return self.events.record(decision, signal.source.value, list(signal.alerts), self.clock())
-
-    def _forget(self, keys: tuple[str, ...], claim: str) -> None:
-        """Best effort: drop a claim whose decision never ran (the database went away in between)."""
-        try:
-            self.store.release_dedup(keys, claim)
-        except StoreUnavailable:
-            log.warning("dedup claim %s left to expire by itself: store unavailable", claim)
+        return self.events.record(decision, attempt.source, attempt.alerts, self.clock())
 
     def names_nodes(self, spec: PoolSpec) -> bool:
         """Whether this pool's nodes can be removed by name (see ``NodeActions.names_nodes``)."""
         return self.node_actions.names_nodes(spec, self.providers[spec.name])
 
-    def _decide_and_act(self, signal: Signal, spec: PoolSpec, state: PoolState,
+    def _decide_and_act(self, attempt: Attempt, state: PoolState,
                         lease: Lease) -> tuple[Decision, PoolChange, PoolView | None]:
-        provider = self.providers[spec.name]
-        now = self.clock()
+        signal, spec, provider, now = attempt.signal, attempt.spec, attempt.provider, attempt.now
         try:
             cloud = provider.status(Tracked(state.tracked_count, state.count_changed_at), now)
         except ProviderError as exc:
             retry = (exc.retry_after or 30.0) if exc.retryable else None
             return Decision(spec.name, signal.action, Outcome.FAILED, None, None,
-                            f"{signal.reason + ': ' if signal.reason else ''}pool status: {redact_text(exc.message)}",
+                            attempt.said(f"pool status: {redact_text(exc.message)}"),
                             retry_after=retry, details=error_details(exc)), PoolChange(), None
+        attempt = replace(attempt, status=cloud)  # the status this decision is made on, handed to the provider
         window = spec.scale_in.stabilization_window
         recent = self.store.recommendations(spec.name, now - window) if spec.proportional else []
         named = self.names_nodes(spec) and (spec.victims != "cloud" or (signal.source is Source.MANUAL
@@ -240,20 +224,19 @@ class Engine:
         by_name = named and plan.action is Action.SCALE_IN
         if plan.outcome is Outcome.SCALED and by_name:
             started = time.monotonic()
-            decision, change, result = self.node_actions.remove(provider, spec, state.failures, plan, now, signal,
-                                                                lease, cloud)
+            decision, change, result = self.node_actions.remove(attempt, plan, state.failures, lease)
             if result is not None:
                 self._observe(spec, result, time.monotonic() - started)
             return decision, change, view_after(spec, cloud, facts, decision, now)
         if self.names_nodes(spec):
             self.node_actions.sweep(spec, now, views)
         if plan.outcome is Outcome.DRY_RUN and by_name and not signal.nodes:
-            preview = self.node_actions.preview(spec, plan, signal)
+            preview = self.node_actions.preview(attempt, plan)
             return preview, PoolChange(), view_after(spec, cloud, facts, preview, now)
         if plan.outcome is not Outcome.SCALED:
-            decision, change = plan_decision(spec, plan), PoolChange()
+            decision, change = plan, PoolChange()
         else:
-            decision, change = self._act(provider, spec, state.failures, plan, now, cloud)
+            decision, change = self._act(attempt, state.failures, plan)
         return decision, change, view_after(spec, cloud, facts, decision, now)
 
     def pool_facts(self, spec: PoolSpec, current: int | None, now: float,
@@ -262,38 +245,37 @@ class Engine:
         """Nodes in flight, the floor and the headroom in force now (see ``facts.pool_facts``)."""
         return pool_facts(self.store, spec, current, now, nodes, pods, undelivered)
 
-    def _act(self, provider: NodePoolProvider, spec: PoolSpec, failures: int, plan: Plan,
-             now: float, cloud: CloudStatus) -> tuple[Decision, PoolChange]:
-        """Hand the plan and the status it was decided on to the provider (see ``NodePoolProvider.scale``)."""
+    def _act(self, attempt: Attempt, failures: int, plan: Decision) -> tuple[Decision, PoolChange]:
+        """Hand the plan and the status it was decided on to the provider (see ``NodePoolProvider.scale``); what it
+        reached (or its failure, with the backoff) to record."""
         assert plan.action is not None and plan.from_ is not None and plan.to is not None
+        spec, provider, now = attempt.spec, attempt.provider, attempt.now
         started = time.monotonic()
         try:
-            reached = provider.scale(plan.from_, plan.to, now, status=cloud)
+            reached = provider.scale(plan.from_, plan.to, now, status=attempt.status)
         except NoCapacityError as exc:  # refused at once for capacity or quota: short, not failing
             self._observe(spec, result_label(exc), time.monotonic() - started)
             if self.metrics is not None:
                 self.metrics.no_capacity(spec.name, exc.shown_code)
             return refused_for_capacity(spec, plan, now, exc)
         except LimitError as exc:  # the cloud's own limit (an AKS System pool below 1 node): nothing failed
-            return Decision(spec.name, plan.action, Outcome.SKIPPED_LIMIT, plan.from_, plan.from_,
-                            f"{plan.reason}: {redact_text(exc.message)}", details=error_details(exc)), PoolChange()
+            return replace(plan, outcome=Outcome.SKIPPED_LIMIT, to=plan.from_,
+                           reason=f"{plan.reason}: {redact_text(exc.message)}", retry_after=None,
+                           details=error_details(exc)), PoolChange()
         except ProviderError as exc:
-            return self._failed(provider, spec, failures, plan, now, exc, time.monotonic() - started)
+            error: ProviderError = exc
         except Exception as exc:  # a bug or an SDK surprise: fail this decision, keep serving
             log.exception("provider %s raised unexpectedly for pool %s", spec.provider, spec.name)
-            err = TemporaryError(f"unexpected {type(exc).__name__}: {redact_text(str(exc))[:300]}", code=Code.INTERNAL)
-            return self._failed(provider, spec, failures, plan, now, err, time.monotonic() - started)
-        self._observe(spec, "ok", time.monotonic() - started)
-        tracks = not provider.capabilities.reports_count
-        change = PoolChange(at=now, acted=plan.action, failures=0, backoff_until=None,
-                            tracked_count=reached if tracks else None)
-        decision = plan_decision(spec, plan)
-        return replace(decision, to=reached), change
-
-    def _failed(self, provider: NodePoolProvider, spec: PoolSpec, failures: int, plan: Plan, now: float,
-                exc: ProviderError, elapsed: float) -> tuple[Decision, PoolChange]:
-        self._observe(spec, result_label(exc), elapsed)
-        return failed(spec, not provider.capabilities.reports_count, failures, plan, now, exc)
+            error = TemporaryError(f"unexpected {type(exc).__name__}: {redact_text(str(exc))[:300]}",
+                                   code=Code.INTERNAL)
+        else:
+            self._observe(spec, "ok", time.monotonic() - started)
+            tracks = not provider.capabilities.reports_count
+            change = PoolChange(at=now, acted=plan.action, failures=0, backoff_until=None,
+                                tracked_count=reached if tracks else None)
+            return replace(plan, to=reached), change
+        self._observe(spec, result_label(error), time.monotonic() - started)
+        return failed(spec, not provider.capabilities.reports_count, failures, plan, now, error)
 
     def _observe(self, spec: PoolSpec, result: str, seconds: float) -> None:
         if self.metrics is not None:

@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autoscaler.answers import event_json
+from autoscaler.attempt import Attempt
+from autoscaler.logjson import json_logs
 from autoscaler.models import Alert, Decision, OperatorOutcome, Source
 from autoscaler.redact import active, redact_text
 from autoscaler.sinks import EventSink
@@ -36,6 +37,20 @@ def _redacted(details: dict[str, Any]) -> dict[str, Any]:
     return redactor.tree(details) if redactor and details else details
 
 
+@dataclass(frozen=True)
+class OperatorAct:
+    """An operator's pause, resume or count correction on one pool, as its event says it: who, what and why."""
+
+    pool: str
+    action: str
+    outcome: OperatorOutcome
+    reason: str
+    actor: str
+    from_: int | None = None
+    to: int | None = None
+    details: dict[str, Any] | None = None
+
+
 class EventLog:
     """Writes events to the store and fans them out to the log, the metrics and the sinks."""
 
@@ -43,7 +58,7 @@ class EventLog:
         self.store = store
         self.sinks = list(sinks or [])
         self.metrics = metrics
-        self.json_logs = os.environ.get("LOG_FORMAT", "").lower() == "json"
+        self.json_logs = json_logs()
 
     def _record_for(self, d: Decision, source: str, alerts: list[Alert], now: float) -> EventRecord:
         details = {k: v for k, v in d.details.items() if v is not None}
@@ -61,32 +76,32 @@ class EventLog:
         event_id = self.store.record(ev)
         return self._published(d, replace(ev, id=event_id))
 
-    def finish(self, pool: str, owner: str, d: Decision, source: str, alerts: list[Alert], now: float,
-               change: PoolChange, confirm: DedupConfirm | None = None) -> Decision:
-        """Record a decision, apply its change to the pool's state, release the pool's lease (and confirm its dedup
-        keys), in one transaction."""
-        ev = self._record_for(d, source, alerts, now)
-        event_id = self.store.finish(pool, owner, ev, change, confirm)
+    def finish(self, attempt: Attempt, d: Decision, change: PoolChange,
+               confirm: DedupConfirm | None = None) -> Decision:
+        """Record a leased decision at ``attempt.now``, apply its change to the pool's state, release the pool's lease
+        (and confirm its dedup keys), in one transaction."""
+        ev = self._record_for(d, attempt.source, attempt.alerts, attempt.now)
+        event_id = self.store.finish(attempt.spec.name, attempt.owner, ev, change, confirm)
         return self._published(d, replace(ev, id=event_id))
 
-    def record_settled(self, pool: str, d: Decision, duplicate: Decision, source: str, alerts: list[Alert],
-                       now: float, keys: tuple[str, ...], claim: str, expires_at: float) -> Decision:
-        """Record a decision the stored state settled (no lease): claim the dedup keys until ``expires_at`` and
-        append it, or ``duplicate`` when every key was already claimed, in one transaction."""
-        ev, dup = self._record_for(d, source, alerts, now), self._record_for(duplicate, source, alerts, now)
-        event_id, was_duplicate = self.store.record_settled(pool, keys, claim, now, expires_at, ev, dup)
+    def record_settled(self, attempt: Attempt, d: Decision) -> Decision:
+        """Record a decision the stored state settled (no lease): claim the attempt's dedup keys for the full window
+        and append it, or the attempt's duplicate when every key was already claimed, in one transaction."""
+        duplicate, now = attempt.duplicate(), attempt.now
+        ev = self._record_for(d, attempt.source, attempt.alerts, now)
+        dup = self._record_for(duplicate, attempt.source, attempt.alerts, now)
+        event_id, was_duplicate = self.store.record_settled(attempt.spec.name, attempt.claim.keys, attempt.claim.id,
+                                                           now, attempt.expires_at, ev, dup)
         return self._published(duplicate, replace(dup, id=event_id)) if was_duplicate \
             else self._published(d, replace(ev, id=event_id))
 
-    def operator(self, pool: str, change: PoolChange, *, action: str, outcome: OperatorOutcome, reason: str,
-                 actor: str, now: float, from_: int | None = None, to: int | None = None,
-                 details: dict[str, Any] | None = None) -> int:
+    def operator(self, act: OperatorAct, change: PoolChange, now: float) -> int:
         """Apply an operator's change to a pool (pause, resume, count correction) and record who made it, in one
         transaction, so the event log is the whole audit trail; return the event id."""
-        ev = EventRecord(time=now, pool=pool, source=Source.OPERATOR.value, action=action, outcome=outcome.value,
-                         from_=from_, to=to, reason=redact_text(reason), alerts=[],
-                         details=_redacted({"actor": actor, **(details or {})}))
-        event_id = self.store.update_pool(pool, ev, change)
+        ev = EventRecord(time=now, pool=act.pool, source=Source.OPERATOR.value, action=act.action,
+                         outcome=act.outcome.value, from_=act.from_, to=act.to, reason=redact_text(act.reason),
+                         alerts=[], details=_redacted({"actor": act.actor, **(act.details or {})}))
+        event_id = self.store.update_pool(act.pool, ev, change)
         self._publish(replace(ev, id=event_id), count=False)  # not a decision: no decisions_total sample
         return event_id or 0
 

@@ -18,28 +18,34 @@ from autoscaler.store import Store, StoreUnavailable
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
+Sleep = Callable[[float], None]
 
 
 @dataclass(frozen=True)
 class Lease:
-    """One owner's lease on one pool (``ttl`` seconds from each take or renewal, by ``clock``)."""
+    """One owner's lease on one pool (``ttl`` seconds from each take or renewal, by ``clock``, the store's time).
+
+    ``monotonic`` measures the waits (``take``'s deadline, ``kept``'s ``max_decision``) and ``sleep`` paces
+    ``take``'s polling; both are injected, so that tests run on a fake clock."""
 
     store: Store
     pool: str
     owner: str
     clock: Clock
     ttl: float
+    monotonic: Clock = time.monotonic
+    sleep: Sleep = time.sleep
 
     def take(self, deadline: float) -> PoolState | None:
-        """The pool's state once the lease is ours; None when it stays taken until ``deadline`` (monotonic)."""
+        """The pool's state once the lease is ours; None when it stays taken until ``deadline`` (by ``monotonic``)."""
         delay = 0.005
         while True:
             state = self.store.acquire(self.pool, self.owner, self.clock(), self.ttl)
             if state is not None:
                 return state
-            if time.monotonic() >= deadline:
+            if self.monotonic() >= deadline:
                 return None
-            time.sleep(delay)
+            self.sleep(delay)
             delay = min(delay * 2, 0.05)
 
     def renew(self) -> bool:
@@ -60,11 +66,11 @@ class Lease:
         running after ``max_decision`` seconds (a call that hangs for good) is let go: its lease lapses, so a hung
         worker cannot hold its pool forever."""
         stop = threading.Event()
-        give_up = time.monotonic() + max_decision
+        give_up = self.monotonic() + max_decision
 
         def renew() -> None:
             while not stop.wait(max(self.ttl / 3, 0.05)):
-                if time.monotonic() >= give_up:
+                if self.monotonic() >= give_up:
                     log.error("decision on pool %s still running after %.0fs: its lease is left to lapse",
                               self.pool, max_decision)
                     return

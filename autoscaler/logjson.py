@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from datetime import datetime, timezone
 from typing import Any
@@ -20,6 +21,11 @@ TEXT_FORMAT = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _JSON_BREAKS = re.compile("[\x7f-\x9f\u2028\u2029]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def json_logs() -> bool:
+    """Whether ``LOG_FORMAT=json`` asks for JSON log lines (read here only)."""
+    return os.environ.get("LOG_FORMAT", "").lower() == "json"
 
 
 def escape_controls(text: str) -> str:

@@ -12,13 +12,13 @@ import logging
 from dataclasses import replace
 from typing import Sequence
 
+from autoscaler.attempt import Attempt
 from autoscaler.lease import Lease
-from autoscaler.models import CloudStatus, Decision, Outcome, PoolSpec, Signal, Source
+from autoscaler.models import Decision, Outcome, PoolSpec, Source
 from autoscaler.cluster.nodes import ClusterError, MarkedNodes, NodeView
-from autoscaler.outcomes import failed, plan_decision, result_label
-from autoscaler.policy import Plan
+from autoscaler.outcomes import failed, result_label
 from autoscaler.redact import redact_text
-from autoscaler.scale_in import NodeScaleIn, summary
+from autoscaler.scale_in import Leased, NodeScaleIn, summary
 from autoscaler.store import PoolChange
 from providers import NodePoolProvider, RemovesNamedNodes
 
@@ -73,32 +73,30 @@ class NodeActions:
         except ClusterError as exc:
             log.warning("pool=%s stale-cordon sweep: %s", spec.name, redact_text(str(exc)))
 
-    def preview(self, spec: PoolSpec, plan: Plan, signal: Signal) -> Decision:
+    def preview(self, attempt: Attempt, plan: Decision) -> Decision:
         """A dry-run scale-in that names its nodes: which would go and which stay (read only)."""
         assert self.scale_in is not None and plan.from_ is not None and plan.to is not None
-        decision = plan_decision(spec, plan)
         try:
-            done = self.scale_in.preview(spec, plan.from_ - plan.to, signal.nodes)
+            done = self.scale_in.preview(attempt.spec, plan.from_ - plan.to, attempt.signal.nodes)
         except ClusterError as exc:
-            return replace(decision, reason=f"{decision.reason}; nodes unknown: {redact_text(str(exc))}")
-        return replace(decision, reason=f"{decision.reason}; {done.reason}",
-                       details={**decision.details, **done.details()})
+            return replace(plan, reason=f"{plan.reason}; nodes unknown: {redact_text(str(exc))}")
+        return replace(plan, reason=f"{plan.reason}; {done.reason}", details={**plan.details, **done.details()})
 
-    def remove(self, provider: NodePoolProvider, spec: PoolSpec, failures: int, plan: Plan, now: float,
-               signal: Signal, lease: Lease, cloud: CloudStatus) -> tuple[Decision, PoolChange, str | None]:
+    def remove(self, attempt: Attempt, plan: Decision, failures: int,
+               lease: Lease) -> tuple[Decision, PoolChange, str | None]:
         """A scale-in that names its nodes: pick (or take the operator's), cordon, re-check, remove exactly those
-        (the provider gets ``cloud``, the status the plan was decided on).
+        (the provider gets ``attempt.status``, the status the plan was decided on).
 
         Also the provider-call metric's result (``outcomes.result_label``), None when the cloud was not asked."""
+        spec, provider, signal, now = attempt.spec, attempt.provider, attempt.signal, attempt.now
         assert self.scale_in is not None and isinstance(provider, RemovesNamedNodes)
         assert plan.from_ is not None and plan.to is not None
+        job = Leased(spec, provider, plan.from_, lease.owner, lease.renew, now, attempt.status)
         try:
             if signal.source is Source.MANUAL and signal.nodes:
-                done = self.scale_in.remove_named(spec, provider, plan.from_, signal.nodes, plan.from_ - plan.to,
-                                                  signal.force, lease.owner, now, lease.renew, status=cloud)
+                done = self.scale_in.remove_named(job, signal.nodes, plan.from_ - plan.to, signal.force)
             else:
-                done = self.scale_in.scale_in(spec, provider, plan.from_, plan.from_ - plan.to, signal.nodes,
-                                              lease.owner, now, lease.renew, status=cloud)
+                done = self.scale_in.scale_in(job, plan.from_ - plan.to, signal.nodes)
         except ClusterError as exc:
             # The API server failed, not the cloud: nothing was asked of the cloud, so the pool does not back off
             # (a scale-out must not wait for a cordon RBAC fix); the sender's retry comes back after CLUSTER_RETRY.

@@ -1,22 +1,17 @@
-"""A plan and what its act did, as the ``Decision`` recorded and the ``PoolChange`` stored with it (pure)."""
+"""A plan (a ``Decision`` not acted on yet) and what its act did, as the ``Decision`` recorded and the ``PoolChange``
+stored with it (pure)."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 from autoscaler.models import Decision, Outcome, PoolSpec, Signal
-from autoscaler.policy import Plan, backoff_seconds
+from autoscaler.policy import backoff_seconds
 from autoscaler.redact import redact_text
 from autoscaler.store import PoolChange
 from providers import ProviderError
 
 
-def plan_decision(spec: PoolSpec, plan: Plan) -> Decision:
-    """The plan as it stands (nothing acted on yet)."""
-    return Decision(spec.name, plan.action, plan.outcome, plan.from_, plan.to,
-                    plan.reason, retry_after=plan.retry_after, details=dict(plan.details))
-
-
-def said_by(signal: Signal, plan: Plan) -> Plan:
+def said_by(signal: Signal, plan: Decision) -> Decision:
     """The plan with its reason prefixed by what the signal says of itself (e.g. ``alert GPUUtilizationHigh``)."""
     return replace(plan, reason=f"{signal.reason}: {plan.reason}") if signal.reason else plan
 
@@ -26,7 +21,7 @@ def result_label(exc: ProviderError) -> str:
     return exc.shown_code
 
 
-def failed(spec: PoolSpec, tracks_count: bool, failures: int, plan: Plan, now: float,
+def failed(spec: PoolSpec, tracks_count: bool, failures: int, plan: Decision, now: float,
            exc: ProviderError) -> tuple[Decision, PoolChange]:
     """A failed act: one more failure, backing off (``policy.backoff_seconds``), the count the cloud did reach."""
     failures += 1
@@ -52,7 +47,8 @@ def error_details(exc: ProviderError) -> dict[str, object]:
     return out
 
 
-def refused_for_capacity(spec: PoolSpec, plan: Plan, now: float, exc: ProviderError) -> tuple[Decision, PoolChange]:
+def refused_for_capacity(spec: PoolSpec, plan: Decision, now: float,
+                         exc: ProviderError) -> tuple[Decision, PoolChange]:
     """The cloud refused the size at once for capacity or quota (``NoCapacityError``): ``no_capacity``, nothing
     asked, the pool short for ``capacity.short_for``; no failure counted (its group passes it over instead)."""
     assert plan.from_ is not None and plan.to is not None

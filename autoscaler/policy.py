@@ -1,28 +1,16 @@
 """The decision: a pure function of (signal, pool spec, pool state, cloud status, now). No I/O, no clock."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Sequence
 
 from autoscaler.headroom import Floor, floor as headroom_floor
-from autoscaler.models import Action, CloudLimits, CloudStatus, Outcome, PoolFacts, PoolSpec, PoolState, Signal
+from autoscaler.models import (Action, CloudLimits, CloudStatus, Decision, Outcome, PoolFacts, PoolSpec, PoolState,
+                               Signal)
 from autoscaler.proportional import propose
 
 BACKOFF_FIRST = 60.0
 BACKOFF_MAX = 900.0
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What to do about one signal; only ``SCALED`` asks the engine to call the cloud."""
-
-    outcome: Outcome
-    action: Action | None
-    from_: int | None
-    to: int | None
-    reason: str
-    retry_after: float | None = None
-    details: dict[str, Any] = field(default_factory=dict)
 
 
 def backoff_seconds(failures: int) -> float:
@@ -100,12 +88,13 @@ def _in_multiples(limits: CloudLimits, spec: PoolSpec, action: Action | None, cu
     return target, ""
 
 
-def _paused(state: PoolState, action: Action | None, current: int | None) -> Plan:
+def _paused(spec: PoolSpec, state: PoolState, action: Action | None, current: int | None) -> Decision:
     why = f" ({state.pause_reason})" if state.pause_reason else ""
-    return Plan(Outcome.SKIPPED_PAUSED, action, current, current, f"pool is paused{why}; resume it to scale")
+    return Decision(spec.name, action, Outcome.SKIPPED_PAUSED, current, current,
+                    f"pool is paused{why}; resume it to scale")
 
 
-def settled(signal: Signal, spec: PoolSpec, state: PoolState, now: float, current: int | None) -> Plan | None:
+def settled(signal: Signal, spec: PoolSpec, state: PoolState, now: float, current: int | None) -> Decision | None:
     """The plan when the stored state alone settles it, whatever the cloud would say: a paused pool, or a step-mode
     alert inside its direction's cooldown (which only ever grows). None: ``decide`` needs the cloud's status.
 
@@ -115,7 +104,7 @@ def settled(signal: Signal, spec: PoolSpec, state: PoolState, now: float, curren
     if action is None or signal.target is not None:
         return None
     if state.paused:
-        return _paused(state, action, current)
+        return _paused(spec, state, action, current)
     if signal.force or spec.proportional:
         return None  # proportional records a recommendation with every decision: it needs the cloud's count
     if state.backoff_until is not None and now < state.backoff_until:
@@ -123,11 +112,11 @@ def settled(signal: Signal, spec: PoolSpec, state: PoolState, now: float, curren
     remaining = cooldown_remaining(spec, state, now)[action.value]
     if remaining <= 0:
         return None
-    return Plan(Outcome.SKIPPED_COOLDOWN, action, current, current, _held(spec, state, now, action, remaining),
-                details={"cloud": "not read: the cooldown settles it"})
+    return Decision(spec.name, action, Outcome.SKIPPED_COOLDOWN, current, current,
+                    _held(spec, state, now, action, remaining), details={"cloud": "not read: the cooldown settles it"})
 
 
-def _with_facts(plan: Plan, facts: PoolFacts) -> Plan:
+def _with_facts(plan: Decision, facts: PoolFacts) -> Decision:
     """Every decision made with the cloud's count says what was in flight and which floor held."""
     extra: dict[str, Any] = {"in_flight": facts.in_flight}
     if facts.in_flight_how:
@@ -140,7 +129,7 @@ def _with_facts(plan: Plan, facts: PoolFacts) -> Plan:
 
 def decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus, now: float,
            recent: Sequence[tuple[float, int]] = (), facts: PoolFacts = PoolFacts(), *,
-           named_scale_in: bool = False) -> Plan:
+           named_scale_in: bool = False) -> Decision:
     """Decide what one signal does to one pool (``recent``: proportional recommendations as (time, nodes);
     ``facts``: nodes in flight and the effective min now, a schedule's floor when one is open;
     ``named_scale_in``: a scale-in removes named nodes, so the cloud's resize granularity does not apply)."""
@@ -164,28 +153,29 @@ def _with_room(room: Floor | None, spec: PoolSpec, action: Action | None, curren
 
 
 def _decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus, now: float,
-            recent: Sequence[tuple[float, int]], in_flight: int, named_scale_in: bool, room: Floor | None = None) -> Plan:
+            recent: Sequence[tuple[float, int]], in_flight: int, named_scale_in: bool,
+            room: Floor | None = None) -> Decision:
     current = cloud.current
     action = signal.action
     if state.paused:
-        return _paused(state, action, current)
+        return _paused(spec, state, action, current)
     if cloud.busy:
         detail = f": {cloud.detail}" if cloud.detail else ""
-        return Plan(Outcome.SKIPPED_BUSY, action, current, current,
+        return Decision(spec.name, action, Outcome.SKIPPED_BUSY, current, current,
                     f"the cloud is still working on an earlier change{detail}")
     if not signal.force and state.backoff_until is not None and now < state.backoff_until:
         wait = state.backoff_until - now
-        return Plan(Outcome.SKIPPED_BACKOFF, action, current, current,
+        return Decision(spec.name, action, Outcome.SKIPPED_BACKOFF, current, current,
                     f"backing off for {wait:.0f}s more after {state.failures} consecutive failure(s)",
                     retry_after=wait)
     if current is None:
-        return Plan(Outcome.FAILED, action, None, None,
+        return Decision(spec.name, action, Outcome.FAILED, None, None,
                     "the pool's current size is unknown; set it with PUT /api/v1/pools/{pool}/count")
     proposal = propose(signal, spec, current, recent, now, in_flight)
     details = {**(proposal.details if proposal else {}), **(room.details if room else {})}
     lifts = room is not None and action is Action.SCALE_OUT and room.nodes > current
     if proposal is not None and proposal.skip is not None and not (lifts and proposal.skip is Outcome.SKIPPED_LIMIT):
-        return Plan(proposal.skip, action, current, current, proposal.how, details=details)
+        return Decision(spec.name, action, proposal.skip, current, current, proposal.how, details=details)
     if proposal is not None and proposal.skip is not None:  # the formula asks for nothing; the headroom does
         desired, how = current, proposal.how
     else:
@@ -196,8 +186,8 @@ def _decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus
     desired, how, shaped = _with_room(room, spec, action, current, desired, how)
     if shaped and action is Action.SCALE_IN and desired >= current:
         assert room is not None
-        return Plan(Outcome.SKIPPED_LIMIT, action, current, current,
-                    f"scale-in stops at the headroom: {room.how}, not below current {current}", details=details)
+        return Decision(spec.name, action, Outcome.SKIPPED_LIMIT, current, current,
+                        f"scale-in stops at the headroom: {room.how}, not below current {current}", details=details)
     target, limited = _limit(spec, action, current, desired)
     rounded = ""
     if not limited and cloud.limits is not None:
@@ -207,18 +197,18 @@ def _decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus
         target, rounded = _in_multiples(limits, spec, action, current, target)
         limited = limits.refuses(target)
     if limited:
-        return Plan(Outcome.SKIPPED_LIMIT, action, current, current, limited, details=details)
+        return Decision(spec.name, action, Outcome.SKIPPED_LIMIT, current, current, limited, details=details)
     assert action is not None
     if not signal.force and not signal.floor:  # a floor is a limit, like min: no cooldown holds it back
         remaining = cooldown_remaining(spec, state, now)[action.value]
         if remaining > 0:
-            return Plan(Outcome.SKIPPED_COOLDOWN, action, current, current,
-                        _held(spec, state, now, action, remaining), retry_after=None, details=details)
+            return Decision(spec.name, action, Outcome.SKIPPED_COOLDOWN, current, current,
+                            _held(spec, state, now, action, remaining), retry_after=None, details=details)
     clamp_note = rounded or (f", clamped to {'max' if target == spec.max else 'min'} {target}"
                              if target != desired else "")
     if spec.dry_run:
-        return Plan(Outcome.DRY_RUN, action, current, target,
+        return Decision(spec.name, action, Outcome.DRY_RUN, current, target,
                     f"dry run: would {_words(action)} {current} -> {target} ({how}{clamp_note})", details=details)
     forced = ", forced" if signal.force else ""
-    return Plan(Outcome.SCALED, action, current, target,
+    return Decision(spec.name, action, Outcome.SCALED, current, target,
                 f"{_words(action)} {current} -> {target} ({how}{clamp_note}{forced})", details=details)

@@ -1,11 +1,13 @@
-"""The one loop for everything periodic: schedule floors, the stored cloud view, drift below min.
+"""The one loop for everything periodic: schedule floors, the stored cloud view, drift below min, pruning.
 
 One loop runs in every process (each gunicorn worker, each replica); only the holder of the store lease
 ``reconciler`` acts, so across workers and replicas one tick runs at a time. Each tick, for every pool:
 read the cloud once and store the view (count, busy, in flight, time) that ``GET /api/v1/pools``, the status page
 and ``/metrics`` show; then, when the pool's count is below its effective min (a schedule's floor while a window is
 open, else its own ``min``), ask the engine for the floor (source ``schedule`` or ``reconcile``). The engine does it
-as any decision: the pool's lease, a fresh cloud read, backoff and pause; no cooldown (a floor is a limit).
+as any decision: the pool's lease, a fresh cloud read, backoff and pause; no cooldown (a floor is a limit). Then,
+at most once a minute, expired dedup keys and events past ``store.retain_events`` are pruned (``retention.py``);
+with ``reconcile_interval: 0`` the loop still runs for that, once a minute, and reads no cloud.
 
 Headroom top-up (CapacityBuffer-style): a pool that keeps ``scale_out.headroom`` and whose nodes and pods the service
 reads (``kubernetes:``) is raised to ``ceil(GPUs requested on Ready nodes + headroom)`` when new work has taken its
@@ -31,6 +33,7 @@ from autoscaler.inflight import NOT_REGISTERED, unregistered
 from autoscaler.models import Action, CloudStatus, Decision, PoolFacts, PoolSpec, Shortfall, Signal, Source
 from autoscaler.policy import cooldown_remaining
 from autoscaler.redact import redact_text
+from autoscaler.retention import Pruner
 from autoscaler.store import PoolView, Store, StoreUnavailable
 from providers import NodePoolProvider, ProviderError, Tracked
 
@@ -46,27 +49,32 @@ class Tick:
     held: bool
     views: list[PoolView] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
+    pruned: int | None = None  # rows pruned; None: pruning was not due (or this reconciler prunes nothing)
 
 
 class Reconciler:
-    """``tick(now)`` does one round; ``start()`` runs it every ``interval`` on a daemon thread."""
+    """``tick(now)`` does one round; ``start()`` runs it every ``interval`` on a daemon thread. ``pruner``: the
+    store's retention, run from the tick (the service's; a replay prunes nothing)."""
 
     def __init__(self, settings: Settings, store: Store, providers: dict[str, NodePoolProvider], engine: Engine,
-                 clock: Callable[[], float] = time.time, interval: float | None = None) -> None:
+                 clock: Callable[[], float] = time.time, interval: float | None = None,
+                 pruner: Pruner | None = None) -> None:
         self.settings = settings
         self.store = store
         self.providers = providers
         self.engine = engine
         self.clock = clock
         self.interval = settings.config.server.reconcile_interval if interval is None else interval
+        self.pruner = pruner
         self.ttl = max(3 * self.interval, 60.0)  # a dead holder is replaced within a few ticks
         self.owner = f"{socket.gethostname()}:{os.getpid()}:reconciler"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._holding = False
 
-    def tick(self, now: float) -> Tick:
-        """One round, if this process holds (or can take) the lease."""
+    def tick(self, now: float, pools: bool = True) -> Tick:
+        """One round, if this process holds (or can take) the lease: each pool (unless ``pools`` is False), then
+        pruning when it is due."""
         held = self.store.hold_lease(LEASE, self.owner, now, self.ttl)
         if held != self._holding:
             log.info("reconciler lease %s by %s", "taken" if held else "held elsewhere, not", self.owner)
@@ -74,7 +82,7 @@ class Reconciler:
         if not held:
             return Tick(held=False)
         out = Tick(held=True)
-        for spec in self.settings.pools.values():
+        for spec in self.settings.pools.values() if pools else ():
             view, facts, short = self.refresh(spec, now)
             out.views.append(view)
             if short is not None:  # the cloud accepted a size it could not deliver: say so, give back, ask the group
@@ -83,6 +91,8 @@ class Reconciler:
             decision = self._floor(spec, view, facts, now) or self._headroom(spec, view, now)
             if decision is not None:
                 out.decisions.append(decision)
+        if self.pruner is not None:
+            out.pruned = self.pruner.maybe_run(now)
         return out
 
     def _short(self, spec: PoolSpec, now: float, short: Shortfall) -> list[Decision]:
@@ -180,8 +190,9 @@ class Reconciler:
 
     # -- the background loop ------------------------------------------------------------------------
     def start(self) -> threading.Thread | None:
-        """Run ``tick`` now and every ``interval`` on a daemon thread (no-op when the interval is 0)."""
-        if self.interval <= 0 or (self._thread is not None and self._thread.is_alive()):
+        """Run ``tick`` now and every ``interval`` on a daemon thread (with an interval of 0, only the pruning, once
+        a minute; nothing at all without a pruner)."""
+        if self._period() <= 0 or (self._thread is not None and self._thread.is_alive()):
             return None
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="autoscaler-reconciler", daemon=True)
@@ -198,12 +209,18 @@ class Reconciler:
         except StoreUnavailable:
             pass
 
+    def _period(self) -> float:
+        """Seconds between two ticks of the loop (0: no loop)."""
+        if self.interval > 0:
+            return self.interval
+        return self.pruner.interval if self.pruner is not None else 0.0
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.tick(self.clock())
+                self.tick(self.clock(), pools=self.interval > 0)
             except StoreUnavailable as exc:
                 log.warning("reconcile skipped: %s", exc)
             except Exception:  # a bug here must never take the worker down
                 log.exception("reconcile failed")
-            self._stop.wait(self.interval)
+            self._stop.wait(self._period())

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from autoscaler.settings import MAX_MATCHED_LABEL, RoutingConfig, RuleConfig
+from autoscaler.settings import MAX_MATCHED_LABEL, MAX_NODES, RoutingConfig, RuleConfig
 from autoscaler.models import (Action, Alert, AlertStatus, Decision, Notification, Outcome, PoolSpec, Signal,
                                usable_value)
 
@@ -167,13 +167,13 @@ def _short(value: str) -> bool:
 
 
 def parse_step(text: str | None) -> tuple[int | None, str]:
-    """A step of 1..1000 from a label or query value; (None, problem) when it is not one."""
+    """A step of 1..MAX_NODES from a label or query value; (None, problem) when it is not one."""
     if text is None or text == "":
         return None, ""
     try:
         step = int(str(text).strip())
     except ValueError:
         return None, f"step {text!r} is not a whole number"
-    if not 1 <= step <= 1000:
-        return None, f"step {step} is outside 1..1000"
+    if not 1 <= step <= MAX_NODES:
+        return None, f"step {step} is outside 1..{MAX_NODES}"
     return step, ""

@@ -60,6 +60,20 @@ def summary(kept: Sequence[tuple[str, str]]) -> str:
     return shown + (f"; and {more} more" if more > 0 else "")
 
 
+@dataclass(frozen=True)
+class Leased:
+    """What a scale-in under a pool's lease works with: the pool, its provider and count, the lease's owner (the
+    cordons' mark) and its renewal, and the decision's time."""
+
+    spec: PoolSpec
+    provider: RemovesNamedNodes
+    current: int
+    owner: str
+    renew: Callable[[], bool]
+    now: float
+    status: CloudStatus | None = None  # the cloud's status the decision was made on, handed to the provider
+
+
 class NodeScaleIn:
     """The orchestration between a :class:`Cluster` and a provider that removes named nodes."""
 
@@ -94,27 +108,25 @@ class NodeScaleIn:
         return done
 
     # ---- scale-in by alert ---------------------------------------------------------------------------------------
-    def scale_in(self, spec: PoolSpec, provider: RemovesNamedNodes, current: int, remove: int,
-                 alerted: Sequence[str], owner: str, now: float, renew: Callable[[], bool],
-                 status: CloudStatus | None = None) -> Removal:
-        """Remove up to ``remove`` idle nodes (alert-named first, then newest), never below ``spec.min``
-        (``status``: the cloud's status the decision was made on, handed to the provider)."""
+    def scale_in(self, job: Leased, remove: int, alerted: Sequence[str]) -> Removal:
+        """Remove up to ``remove`` idle nodes (alert-named first, then newest), never below ``spec.min``; with
+        ``victims: movable`` also drain one node whose pods can all move."""
+        spec = job.spec
         if spec.victims == "alerted" and not alerted:
-            swept = self.sweep(spec, now)
-            return Removal(Outcome.SKIPPED_IN_USE, current, "victims: alerted, and the alerts name no node "
+            swept = self.sweep(spec, job.now)
+            return Removal(Outcome.SKIPPED_IN_USE, job.current, "victims: alerted, and the alerts name no node "
                            "(label routing.node_label)", uncordoned=tuple(swept))
         views = self.cluster.nodes(dict(spec.node_selector))
-        swept = self.sweep(spec, now, views)
+        swept = self.sweep(spec, job.now, views)
         views = [replace(v, cordoned=False, cordoned_by_us=None, cordon_owner="") if v.name in swept else v
                  for v in views if v.name in swept or not v.cordon_owner.endswith(REMOVING)]  # already going
         pick = self._pick(spec, views, remove, alerted)
         kept_list = [(n.name, _why(n, r)) for n, r in pick.kept]
-        drained = self._drain_all(spec, [pick.drain] if pick.drain else [], kept_list, owner, renew)
+        drained = self._drain_all(job, [pick.drain] if pick.drain else [], kept_list)
         if pick.drain is not None and not pick.idle and not drained:
-            return Removal(Outcome.FAILED, current, f"no node of pool {spec.name} went: {summary(kept_list)}",
+            return Removal(Outcome.FAILED, job.current, f"no node of pool {spec.name} went: {summary(kept_list)}",
                            kept=tuple(kept_list), uncordoned=tuple(swept))
-        result = self._cordon_and_remove(spec, provider, current, pick.idle, kept_list, owner, renew, drained,
-                                         status=status)
+        result = self._cordon_and_remove(job, pick.idle, kept_list, drained)
         return replace(result, uncordoned=tuple(swept))
 
     def _pick(self, spec: PoolSpec, views: Sequence[NodeView], remove: int, alerted: Sequence[str]) -> Pick:
@@ -141,13 +153,12 @@ class NodeScaleIn:
                        tuple((n.name, _why(n, r)) for n, r in pick.kept))
 
     # ---- scale-in by name (manual) -------------------------------------------------------------------------------
-    def remove_named(self, spec: PoolSpec, provider: RemovesNamedNodes, current: int, names: Sequence[str],
-                     room: int, force: bool, owner: str, now: float, renew: Callable[[], bool],
-                     status: CloudStatus | None = None) -> Removal:
+    def remove_named(self, job: Leased, names: Sequence[str], room: int, force: bool) -> Removal:
         """Remove the named nodes (at most ``room``); a busy one only with ``force``, after draining it (every
         pod but DaemonSets' and mirror pods, through the Eviction API)."""
+        spec, current = job.spec, job.current
         views = {v.name: v for v in self.cluster.nodes(dict(spec.node_selector))}
-        swept = self.sweep(spec, now, list(views.values()))
+        swept = self.sweep(spec, job.now, list(views.values()))
         kept: list[tuple[str, str]] = []
         chosen: list[NodeView] = []
         busy: list[NodeView] = []
@@ -169,19 +180,19 @@ class NodeScaleIn:
             outcome = Outcome.SKIPPED_IN_USE if any(n in views for n, _ in kept) else Outcome.FAILED
             return Removal(outcome, current, f"no named node can go: {summary(kept)}", kept=tuple(kept),
                            uncordoned=tuple(swept))
-        drained = self._drain_all(spec, busy, kept, owner, renew)
+        drained = self._drain_all(job, busy, kept)
         if busy and not chosen and not drained:
             return Removal(Outcome.FAILED, current, summary(kept), kept=tuple(kept), uncordoned=tuple(swept))
-        result = self._cordon_and_remove(spec, provider, current, chosen, kept, owner, renew, drained, status)
+        result = self._cordon_and_remove(job, chosen, kept, drained)
         return replace(result, uncordoned=tuple(swept))
 
-    def _drain_all(self, spec: PoolSpec, views: Sequence[NodeView], kept: list[tuple[str, str]], owner: str,
-                   renew: Callable[[], bool]) -> list[NodeView]:
+    def _drain_all(self, job: Leased, views: Sequence[NodeView], kept: list[tuple[str, str]]) -> list[NodeView]:
         """Drain each node (:func:`autoscaler.drain.drain`); those drained, the others added to ``kept``."""
+        spec = job.spec
         drained: list[NodeView] = []
         for view in views:
             try:
-                problem = drain(self.cluster, spec, view, owner, renew, self.clock, self.sleep)
+                problem = drain(self.cluster, spec, view, job.owner, job.renew, self.clock, self.sleep)
             except ClusterError as exc:
                 raise self._unwind(exc, [view.name] + [v.name for v in drained]) from None
             if problem:
@@ -191,10 +202,9 @@ class NodeScaleIn:
         return drained
 
     # ---- the common end ------------------------------------------------------------------------------------------
-    def _cordon_and_remove(self, spec: PoolSpec, provider: RemovesNamedNodes, current: int,
-                           chosen: Sequence[NodeView], kept: list[tuple[str, str]], owner: str,
-                           renew: Callable[[], bool], drained: Sequence[NodeView] = (),
-                           status: CloudStatus | None = None) -> Removal:
+    def _cordon_and_remove(self, job: Leased, chosen: Sequence[NodeView], kept: list[tuple[str, str]],
+                           drained: Sequence[NodeView] = ()) -> Removal:
+        spec, current, owner = job.spec, job.current, job.owner
         if not chosen and not drained:
             return Removal(Outcome.SKIPPED_IN_USE, current, f"no node of pool {spec.name} can go: {summary(kept)}",
                            kept=tuple(kept))
@@ -221,13 +231,13 @@ class NodeScaleIn:
         if not survivors:
             return Removal(Outcome.SKIPPED_IN_USE, current, f"no node of pool {spec.name} can go: {summary(kept)}",
                            kept=tuple(kept))
-        if not renew():
+        if not job.renew():
             stuck = self._uncordon(mine)
             return Removal(Outcome.FAILED, current, "the pool's lease was lost before the removal" + _stuck(stuck),
                            kept=tuple(kept))
         refs = [NodeRef(v.name, v.provider_id) for v in survivors]
         try:
-            reached = provider.remove_nodes(refs, current, self.clock(), status=status)
+            reached = job.provider.remove_nodes(refs, current, self.clock(), status=job.status)
         except ProviderError as exc:
             self._uncordon(mine)
             return Removal(Outcome.FAILED, exc.applied if exc.applied is not None else current,

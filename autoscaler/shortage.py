@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from typing import TYPE_CHECKING
 
+from autoscaler.attempt import Attempt, DedupClaim
 from autoscaler.fallback import signal_for_rest
 from autoscaler.lease import Lease
 from autoscaler.models import Action, CloudStatus, Decision, Outcome, PoolSpec, PoolState, Shortfall, Signal, Source
@@ -30,9 +30,12 @@ def check(engine: Engine, spec: PoolSpec, now: float, seen: Shortfall | None = N
     """Record the pool's shortfall under its lease, if the cloud still reports one (or ``seen``: one the cluster
     showed, which the cloud does not report); None when there is none (or the pool is held by another decision: the
     next tick looks again)."""
-    owner = f"{engine.owner_prefix}:{uuid.uuid4().hex}"
-    lease = Lease(engine.store, spec.name, owner, engine.clock, engine.lease_ttl)
-    state = lease.take(time.monotonic() + engine.lock_wait)
+    signal = Signal(pool=spec.name, action=Action.SCALE_OUT, source=Source.RECONCILE)
+    claim = DedupClaim(engine.store, spec.name, ())
+    attempt = Attempt(signal, spec, engine.providers[spec.name], claim, f"{engine.owner_prefix}:{claim.id}", now,
+                      time.monotonic() + engine.lock_wait)
+    lease = Lease(engine.store, spec.name, attempt.owner, engine.clock, engine.lease_ttl)
+    state = lease.take(attempt.deadline)
     if state is None:
         return None
     try:
@@ -46,14 +49,14 @@ def check(engine: Engine, spec: PoolSpec, now: float, seen: Shortfall | None = N
             lease.release()
             return None
         decision, change = _give_back(engine, spec, state, cloud, short, now)
-        recorded = engine.events.finish(spec.name, owner, decision, Source.RECONCILE.value, [], engine.clock(), change)
+        recorded = engine.events.finish(attempt, decision, change)
     except BaseException:
         lease.release()
         raise
     if engine.metrics is not None:
         engine.metrics.no_capacity(spec.name, short.code)
     log.info("no_capacity pool=%s code=%s asked=%d delivered=%d", spec.name, short.code, short.asked,
-                short.delivered)
+             short.delivered)
     return recorded
 
 

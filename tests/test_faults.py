@@ -152,12 +152,15 @@ def _mount(*args: str) -> bool:
 
 def _remount_read_only(disk: Path) -> bool:
     """Remount read-only once no file on it is open or mapped (a connection in a reference cycle may still be)."""
-    for _ in range(40):
+    def unmapped() -> bool:
         gc.collect()
-        if not any(str(disk) in line for line in Path("/proc/self/maps").read_text().splitlines()):
-            return _mount("-o", "remount,ro", str(disk))
-        time.sleep(0.05)
-    return False
+        return not any(str(disk) in line for line in Path("/proc/self/maps").read_text().splitlines())
+
+    try:
+        wait_for(unmapped, 2.0, f"no file of {disk} mapped")
+    except TimeoutError:
+        return False
+    return _mount("-o", "remount,ro", str(disk))
 
 
 @pytest.fixture
@@ -177,9 +180,6 @@ def test_read_only_disk_answers_503_and_writes_nothing(small_disk: Path) -> None
     app = make_app(f"sqlite:///{small_disk}/state.db", clock)
     client = app.test_client()
     assert send(client, "fp-before").status_code == 200
-    pruning = app.extensions["autoscaler_pruner"]._thread
-    if pruning is not None:  # it may still hold a connection, which would outlive the dispose below
-        pruning.join(timeout=10)
     app.extensions["autoscaler"].store.engine.dispose()  # close the pooled files so the disk can go read-only
     assert _remount_read_only(small_disk)
     clock.advance(400)
@@ -262,14 +262,16 @@ def test_store_file_read_only_and_back_under_gunicorn(tmp_path: Path) -> None:
         _booted(server)
         assert _hook_answers(server, ["fp-1"])[0].status_code == 200
         os.chmod(db, 0o444)
-        time.sleep(2.5)  # the writability probe looks at most every 2 s per worker
+        # A fixed wait on purpose: each worker's probe looks at most every 2 s, and which worker answers a poll is
+        # gunicorn's choice, so no answer tells that both have looked; after 2.5 s both have.
+        time.sleep(2.5)
         answers = _hook_answers(server, [f"fp-ro-{i}" for i in range(6)])
         assert all(r.status_code == 503 and r.headers["Retry-After"] for r in answers), [r.text for r in answers]
         assert all(requests.get(f"{server.url}/readyz", timeout=10).status_code == 503 for _ in range(4))
         assert {_store_up(server) for _ in range(4)} == {"0.0"}
 
         os.chmod(db, 0o644)
-        time.sleep(2.5)
+        time.sleep(2.5)  # likewise
         assert all(requests.get(f"{server.url}/readyz", timeout=10).status_code == 200 for _ in range(4))
         answers = _hook_answers(server, [f"fp-ro-{i}" for i in range(6)])  # the senders' retries act
         assert [r.status_code for r in answers] == [200] * 6, [r.text for r in answers]

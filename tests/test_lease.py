@@ -4,7 +4,6 @@ decision in beside it."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +12,14 @@ import pytest
 from autoscaler.app import create_app
 from autoscaler.config import build_settings
 from autoscaler.engine import LEASE_TTL
+from autoscaler.lease import Lease
 from autoscaler.models import Action, CloudStatus
 from autoscaler.store import EventRecord, PoolChange, SqlStore, Store
 from autoscaler.store.memory import MemoryStore
 from providers import Tracked
 from tests.fakes.scripted_cloud import ScriptedCloud
-from tests.support import AUTH, am_alert, am_payload, config
+from tests.pipeline import wait_for
+from tests.support import AUTH, FakeClock, am_alert, am_payload, config
 
 
 class SlowCloud(ScriptedCloud):
@@ -35,11 +36,11 @@ class SlowCloud(ScriptedCloud):
         return super().scale(current, target, now, status)
 
 
-def _replica(db: str, cloud: Any, **server: Any) -> Any:
-    """One app instance on the shared store (another gunicorn worker or replica), on the real clock."""
+def _replica(db: str, cloud: Any, clock: FakeClock | None = None, **server: Any) -> Any:
+    """One app instance on the shared store (another gunicorn worker or replica), on ``clock`` (else the real one)."""
     cfg = config(db)
     cfg["server"].update(server)
-    return create_app(build_settings(cfg, env={}), providers={"gpu": cloud}, startup_check=False)
+    return create_app(build_settings(cfg, env={}), providers={"gpu": cloud}, clock=clock, startup_check=False)
 
 
 def _send(app: Any, fp: str) -> Any:
@@ -54,18 +55,18 @@ def test_the_default_lease_is_short() -> None:
 def test_a_slow_decision_keeps_its_lease_and_the_other_replica_answers_503(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path}/state.db"
     slow = SlowCloud()
-    first = _replica(db, slow, lease_ttl="1s", lock_wait="100ms")
-    other = _replica(db, slow, lease_ttl="1s", lock_wait="100ms")
+    clock = FakeClock()  # the store's time: the lease lapses by it, never by the machine's speed
+    first = _replica(db, slow, clock, lease_ttl="150ms", lock_wait="100ms")
+    other = _replica(db, slow, clock, lease_ttl="150ms", lock_wait="100ms")
     answers: list[Any] = []
     holder = threading.Thread(target=lambda: answers.append(_send(first, "fp-slow")))
     holder.start()
     try:
         assert slow.entered.wait(10)
         busy = []
-        deadline = time.monotonic() + 3.0  # three times the lease: without renewal it would have lapsed
-        while time.monotonic() < deadline:
+        for _ in range(9):  # three times the lease: without renewal it would have lapsed
+            clock.advance(0.05)  # each answer below waits lock_wait (100 ms), in which the lease renews twice
             busy.append(_send(other, f"fp-{len(busy)}"))
-            time.sleep(0.3)
     finally:
         slow.gate.set()
         holder.join(20)
@@ -135,13 +136,42 @@ def test_a_hung_decision_is_let_go_after_max_decision(tmp_path: Path) -> None:
     try:
         assert slow.entered.wait(10)
         assert _send(other, "fp-0").status_code == 503  # renewed past its TTL: still held
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline:
-            answer = _send(other, "fp-1")
-            if answer.status_code == 200:
-                break
-            time.sleep(0.1)
+        # the real clock: max_decision (0.5 s) and then the TTL (0.3 s) must pass
+        answer = wait_for(lambda: (lambda a: a if a.status_code == 200 else None)(_send(other, "fp-1")), 5.0,
+                          "the hung decision's lease to lapse", interval=0.1)
     finally:
         slow.gate.set()
         holder.join(20)
     assert answer.status_code == 200 and answer.get_json()["decisions"][0]["outcome"] == "scaled"
+
+
+def _fake_time() -> tuple[FakeClock, list[float], Any]:
+    """A fake clock, the sleeps asked of it, and a sleep that moves it."""
+    clock, sleeps = FakeClock(), []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        clock.advance(seconds)
+
+    return clock, sleeps, sleep
+
+
+def test_take_polls_a_held_lease_until_its_deadline_on_the_fake_clock(store: Store) -> None:
+    clock, sleeps, sleep = _fake_time()
+    assert store.acquire("gpu", "other", clock(), 30.0) is not None
+    lease = Lease(store, "gpu", "me", clock, 30.0, monotonic=clock, sleep=sleep)
+    assert lease.take(clock() + 0.5) is None
+    assert sleeps[:4] == [0.005, 0.01, 0.02, 0.04] and set(sleeps[4:]) == {0.05}  # backing off, then steady
+    assert 0.5 <= sum(sleeps) < 0.55
+    assert store.acquire("gpu", "third", clock(), 30.0) is None  # the other's lease is untouched
+
+
+def test_take_gets_the_lease_once_the_holders_lapses(store: Store) -> None:
+    clock, sleeps, sleep = _fake_time()
+    assert store.acquire("gpu", "dead-worker", clock(), 1.0) is not None
+    lease = Lease(store, "gpu", "me", clock, 30.0, monotonic=clock, sleep=sleep)
+    assert lease.take(clock() + 5.0) is not None
+    assert 1.0 <= sum(sleeps) < 1.06  # taken at the first poll after it lapsed
+    assert store.acquire("gpu", "dead-worker", clock(), 1.0) is None  # ours now
+    lease.release()
+    assert store.acquire("gpu", "dead-worker", clock(), 1.0) is not None

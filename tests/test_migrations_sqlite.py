@@ -69,7 +69,7 @@ def _event(t: float) -> EventRecord:
                        to=None, reason="test")
 
 
-def test_pruner_runs_at_most_once_a_minute_off_the_request_thread(tmp_path: Path) -> None:
+def test_pruner_runs_at_most_once_a_minute(tmp_path: Path) -> None:
     store = SqlStore(f"sqlite:///{tmp_path}/prune.db")
     day = 86400.0
     clock = Clock(100 * day)
@@ -78,21 +78,17 @@ def test_pruner_runs_at_most_once_a_minute_off_the_request_thread(tmp_path: Path
             store.record(_event(t))
         assert store.claim_dedup("gpu", ("expired",), 0.0, 60.0, "a")
         assert store.claim_dedup("gpu", ("live",), clock.now, 600.0, "b")
-        pruner = Pruner(store, 30 * day, clock, batch=1)
-        thread = pruner.maybe_start()
-        assert thread is not None and thread.name == "autoscaler-prune"
-        thread.join(10)
+        pruner = Pruner(store, 30 * day, batch=1)
+        assert pruner.maybe_run(clock.now) == 4  # three events past retention, one expired key
         assert sorted(e.time for e in store.events(None, 10)) == [71 * day, 99 * day]
         assert store.claim_dedup("gpu", ("expired",), clock.now, 60.0, "c")
         assert not store.claim_dedup("gpu", ("live",), clock.now, 60.0, "c")
 
         store.record(_event(1.0))
         clock.now += 59
-        assert pruner.maybe_start() is None  # ran less than a minute ago
+        assert pruner.maybe_run(clock.now) is None  # ran less than a minute ago
         clock.now += 1
-        thread = pruner.maybe_start()
-        assert thread is not None
-        thread.join(10)
+        assert pruner.maybe_run(clock.now) == 2  # the old event, and the key claimed for a minute a minute ago
         assert 1.0 not in {e.time for e in store.events(None, 10)}
     finally:
         store.close()
@@ -103,7 +99,7 @@ def test_without_retention_only_dedup_keys_are_pruned(tmp_path: Path) -> None:
     try:
         store.record(_event(1.0))
         assert store.claim_dedup("gpu", ("expired",), 0.0, 60.0, "a")
-        assert Pruner(store, None, Clock(1e9)).run(1e9) == 1
+        assert Pruner(store, None).run(1e9) == 1
         assert [e.time for e in store.events(None, 10)] == [1.0]
     finally:
         store.close()

@@ -13,6 +13,7 @@ from autoscaler.app import create_app
 from autoscaler.config import build_settings
 from providers import build
 from tests.app_server import AppServer, RecordingProvider
+from tests.pipeline import wait_for
 from tests.pipeline_stack import POOL, Stack
 
 pytestmark = pytest.mark.slow
@@ -48,15 +49,6 @@ def _events(server: AppServer) -> list[dict[str, Any]]:
     return list(reversed(resp.json()["events"]))  # oldest first
 
 
-def _wait_events(server: AppServer, want: Any, timeout: float = 10.0) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while True:
-        events = _events(server)
-        if want(events) or time.monotonic() > deadline:
-            return events
-        time.sleep(0.1)
-
-
 def _pool(server: AppServer) -> dict[str, Any]:
     resp = requests.get(f"{server.url}/api/v1/pools/{POOL}", headers={"Authorization": f"Bearer {TOKEN}"},
                         timeout=5)
@@ -84,7 +76,8 @@ def test_gpu_utilisation_scales_the_pool_out_and_back_in(
     print(f"metric change -> provider scale-in call: {back.at - changed:.2f}s")
 
     pipeline.dcgm.set_utilization(50)  # resolves GPUUtilizationLow as well
-    events = _wait_events(server, lambda evs: sum(e["outcome"] == "ignored_resolved" for e in evs) >= 2)
+    events = wait_for(lambda: (lambda evs: evs if sum(e["outcome"] == "ignored_resolved" for e in evs) >= 2
+                               else None)(_events(server)), 10.0, "both alerts' resolved events", interval=0.1)
     summary = [(e["action"], e["outcome"], e["from"], e["to"]) for e in events]
     assert ("scale_out", "scaled", 2, 3) in summary
     assert ("scale_in", "scaled", 3, 2) in summary

@@ -83,7 +83,6 @@ def test_no_sequence_of_alerts_scales_inside_a_cooldown(sequence: list[tuple[int
             body = am_payload(am_alert("Load", fingerprint=f"fp{i}", autoscaler_pool="gpu", autoscaler_action=action))
             assert client.post("/webhook/alertmanager", json=body, headers=AUTH).status_code == 200
         events = client.get("/api/v1/events?pool=gpu", headers=AUTH).get_json()["events"]
-        client.application.extensions["autoscaler_pruner"].join(30)  # its writes must end before the dir goes
     scaled = [(e["id"], e["action"], clock_of(e)) for e in reversed(events) if e["outcome"] == "scaled"]
     last: dict[str, float] = {}
     for _, action, at in scaled:  # config: out 5m; in 15m and 10m after an out
@@ -117,7 +116,6 @@ def test_dedup_is_idempotent(fingerprints: list[str], repeats: int, gaps: list[i
             clock.now = T0 + min(sum(gaps[:i]), 590)  # all inside the 10 min window
             answers.append(client.post("/webhook/alertmanager", json=body, headers=AUTH).get_json())
         pool = client.get("/api/v1/pools/gpu", headers=AUTH).get_json()
-        client.application.extensions["autoscaler_pruner"].join(30)
     assert [d["outcome"] for d in answers[0]["decisions"]] == ["scaled"]
     for later in answers[1:]:
         assert [d["outcome"] for d in later["decisions"]] == ["skipped_duplicate"]

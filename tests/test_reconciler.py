@@ -134,3 +134,22 @@ def test_api_status_page_and_metrics_read_the_stored_view_not_the_cloud(tmp_path
         arm.pools["gpunp"]["count"] = 4  # changed behind our back: shown after the next tick
         _reconciler(app).tick(clock())
         assert client.get("/api/v1/pools/gpu", headers=AUTH).get_json()["current"] == 4
+
+
+def test_the_tick_prunes_expired_dedup_keys_at_most_once_a_minute(tmp_path: Path) -> None:
+    """Pruning is periodic work: the reconciler's tick does it (the lease holder only), no request starts it."""
+    clock = FakeClock()
+    app = _app(tmp_path, clock)
+    store = app.extensions["autoscaler"].store
+    assert post(app.test_client(), "/webhook/alertmanager", am_payload(am_alert())).status_code == 200
+    assert store.claim_dedup("gpu", ("old",), clock() - 700, 60.0, "a")  # expired long ago
+    mine = _reconciler(app)
+    other = Reconciler(mine.settings, store, mine.providers, mine.engine, clock, pruner=mine.pruner)
+    other.owner = "another-replica:1:reconciler"
+    assert _reconciler(app).tick(clock()).pruned == 1  # the expired key; the notification's keys still hold
+    assert other.tick(clock()).held is False  # another process's reconciler neither ticks nor prunes
+    assert store.claim_dedup("gpu", ("old",), clock(), 60.0, "b")  # it is gone: claimable again
+    clock.advance(30)
+    assert _reconciler(app).tick(clock()).pruned is None  # not due yet
+    clock.advance(30 + 600)  # the notification's keys (10 min window) and "old" (1 min) expired meanwhile
+    assert _reconciler(app).tick(clock()).pruned == 2

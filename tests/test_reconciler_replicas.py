@@ -3,7 +3,6 @@ a schedule window raises the pool once, with source ``schedule``."""
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -12,6 +11,7 @@ import pytest
 import requests
 
 from tests import pg
+from tests.pipeline import wait_for
 from tests.servers import Service
 
 pytestmark = pytest.mark.slow
@@ -44,21 +44,19 @@ def test_two_instances_of_two_workers_hold_one_reconciler(tmp_path: Path, databa
             inst.spawn()
         for inst in instances:
             inst.wait_ready()
-        deadline = time.monotonic() + 20
-        events: list[dict[str, Any]] = []
-        while time.monotonic() < deadline:
-            events = requests.get(f"{instances[0].url}/api/v1/events", headers=AUTH, timeout=10).json()["events"]
-            if events:
-                break
-            time.sleep(0.2)
-        time.sleep(4)  # four more ticks: the floor is met, nobody acts again
+        wait_for(lambda: requests.get(f"{instances[0].url}/api/v1/events", headers=AUTH, timeout=10).json()["events"],
+                 20, "the schedule's decision", interval=0.2)
+        with psycopg.connect(pg.ADMIN_DSN.replace("dbname=test", f"dbname={database}"), autocommit=True) as conn:
+            def read_at() -> Any:
+                return conn.execute("SELECT read_at FROM pool_views WHERE pool = 'sim'").fetchone()
+
+            first = read_at()
+            # four more ticks (the view is read at each): the floor is met, nobody acts again
+            later = wait_for(lambda: (lambda r: r if r is not None and first is not None and r[0] >= first[0] + 4
+                                      else None)(read_at()), 20, "four more reconciler ticks", interval=0.2)
+            owners = conn.execute("SELECT owner FROM leases WHERE name = 'reconciler'").fetchall()
         events = requests.get(f"{instances[1].url}/api/v1/events", headers=AUTH, timeout=10).json()["events"]
         assert [(e["source"], e["outcome"], e["from"], e["to"]) for e in events] == [("schedule", "scaled", 1, 3)]
-        with psycopg.connect(pg.ADMIN_DSN.replace("dbname=test", f"dbname={database}")) as conn:
-            owners = conn.execute("SELECT owner FROM leases WHERE name = 'reconciler'").fetchall()
-            first = conn.execute("SELECT read_at FROM pool_views WHERE pool = 'sim'").fetchone()
-            time.sleep(2.5)
-            later = conn.execute("SELECT read_at FROM pool_views WHERE pool = 'sim'").fetchone()
         assert len(owners) == 1 and first is not None and later is not None and later[0] > first[0]  # it ticks
         logs = "".join(inst.read_log() for inst in instances)
         taken = re.findall(r"reconciler lease taken by (\S+)", logs)

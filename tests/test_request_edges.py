@@ -145,7 +145,7 @@ def test_dedup_pruner_keeps_up_with_a_large_notification(tmp_path: Any) -> None:
         with store.engine.begin() as conn:
             conn.execute(insert(tables.dedup), rows)
         assert store.claim_dedup("gpu", ("live",), 100.0, 600.0, "x")
-        assert Pruner(store, None, lambda: 100.0).run(100.0) == 45_000
+        assert Pruner(store, None).run(100.0) == 45_000
         assert not store.claim_dedup("gpu", ("live",), 100.0, 60.0, "y")  # a live key stays
     finally:
         store.close()

@@ -61,7 +61,7 @@ def test_a_dozen_stalled_bodies_do_not_stop_healthz(tmp_path: Path) -> None:
         port = int(svc.url.rsplit(":", 1)[1])
         # without credentials, or with a bearer token that is wrong: refused on the headers, the body never read
         socks = [_stall(port, {} if i % 2 else {"Authorization": "Bearer wrong"}) for i in range(12)]
-        time.sleep(0.3)
+        time.sleep(0.3)  # the scenario: the stalled clients reach the threads first (no answer to poll for)
         quick = _healthz(svc.url)
         print(f"/healthz with 12 stalled unauthenticated bodies: {quick:.3f}s")
         assert quick < 3.0  # at once (before: never, while the clients held every thread)
@@ -70,7 +70,7 @@ def test_a_dozen_stalled_bodies_do_not_stop_healthz(tmp_path: Path) -> None:
         # with an HMAC signature, which needs the body: each waits at most read_timeout, then 408
         started = time.monotonic()
         socks = [_stall(port, {"X-Grafana-Alerting-Signature": "ab" * 32}) for _ in range(12)]
-        time.sleep(0.3)
+        time.sleep(0.3)  # likewise
         waited = _healthz(svc.url)
         answers = [_status(s) for s in socks]
         print(f"/healthz with 12 stalled HMAC bodies: {waited:.3f}s; last 408 after "

@@ -136,8 +136,8 @@ def test_prometheus_rules_carry_the_chosen_thresholds_and_pass_promtool(tuned: d
     tuned_cfg = yaml.safe_load((out / "tuned.yaml").read_text())["replay"]["rules"]
     rules = yaml.safe_load((out / "prometheus-rules.yml").read_text())["groups"][0]["rules"]
     high, low = rules
-    assert high["expr"] == ('avg by (autoscaler_pool) (DCGM_FI_DEV_GPU_UTIL{autoscaler_pool="gpu"}) > '
-                            f"{tuned_cfg[0]['above']:g}")
+    # on the shipped recording rule, which puts each GPU on its pool by the node's pool label (docs/rules.md)
+    assert high["expr"] == f'autoscaler_pool:gpu_utilization:avg{{autoscaler_pool="gpu"}} > {tuned_cfg[0]["above"]:g}'
     assert low["expr"].endswith(f"< {tuned_cfg[1]['below']:g}") and low["for"] == tuned_cfg[1]["for"]
     assert high["labels"] == {"team": "ml", "autoscaler_pool": "gpu", "autoscaler_action": "scale_out"}
     assert low["labels"]["autoscaler_action"] == "scale_in"
@@ -382,7 +382,7 @@ def test_a_pending_rule_searches_demand_mode_and_writes_a_pending_alert(tmp_path
                  "--workers", "2"]) == 0
     assert main(["check-config", str(out / "tuned.yaml")]) == 0
     high = yaml.safe_load((out / "prometheus-rules.yml").read_text())["groups"][0]["rules"][0]
-    assert "kube_pod_status_phase" in high["expr"] and high["labels"]["autoscaler_action"] == "scale_out"
+    assert high["expr"].startswith('autoscaler_pool:gpus_pending:sum{autoscaler_pool="gpu"} > ') and high["labels"]["autoscaler_action"] == "scale_out"
     checked = subprocess.run([require_binary(*PROMTOOL), "check", "rules", str(out / "prometheus-rules.yml")],
                              capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr

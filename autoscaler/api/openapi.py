@@ -10,8 +10,9 @@ from pydantic.json_schema import models_json_schema
 from autoscaler import __version__
 from autoscaler.answers import (DecisionBody, ErrorBody, EventList, GroupBody, GroupList, PoolBody, PoolList,
                                 WebhookAnswer)
-from autoscaler.api.pools import CountRequest, PauseRequest, ScaleRequest
+from autoscaler.api.pools import MAX_PAGE, CountRequest, PauseRequest, ScaleRequest
 from autoscaler.models import Action
+from autoscaler.settings import MAX_NODES
 from autoscaler.sources.alertmanager import AlertmanagerPayload
 from autoscaler.sources.azure_monitor import AzureMonitorPayload
 from autoscaler.sources.grafana import GrafanaPayload, LegacyPayload
@@ -81,7 +82,7 @@ def _webhook(summary: str, body: dict[str, Any]) -> dict[str, Any]:
         "parameters": [
             _query("pool", {"type": "string"}, "Pool for alerts without routing labels or a matching rule."),
             _query("action", {"type": "string", "enum": [a.value for a in Action]}, "Action, likewise."),
-            _query("step", {"type": "integer", "minimum": 1, "maximum": 1000}, "Step, likewise."),
+            _query("step", {"type": "integer", "minimum": 1, "maximum": MAX_NODES}, "Step, likewise."),
         ],
         "requestBody": _body(body),
         "responses": {"200": _json(_ref(WebhookAnswer), "Every alert ended up in exactly one decision."),
@@ -130,7 +131,7 @@ def _paths(pools: list[str]) -> dict[str, Any]:
         "/api/v1/events": {"get": {
             "summary": "The event log, newest first",
             "parameters": [_query("pool", {"type": "string"}, "Only this pool."),
-                           _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "Default 100."),
+                           _query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}, "Default 100."),
                            _query("before", {"type": "integer", "minimum": 0, "maximum": 10**18 - 1}, "Only events with a smaller id.")],
             "responses": {"200": _json(_ref(EventList), "The events of pools the credential may read."),
                           **_errors("400", "401", "403", "503")}}},

@@ -9,14 +9,16 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 from autoscaler.api import fail, read_json, request_body, require_auth
 from autoscaler.answers import decision_json, event_json
 from autoscaler.api.guards import WRITES, json_only, may_see, principal, same_origin_only, visible_events
-from autoscaler.events import acting_as
+from autoscaler.events import OperatorAct, acting_as
 from autoscaler.models import Action, OperatorOutcome, Signal, Source, usable_value
 from autoscaler.service import Service
+from autoscaler.settings import MAX_NODES
 from autoscaler.store import PoolChange
 from autoscaler.sources import validation_message
 
 bp = Blueprint("pools", __name__, url_prefix="/api/v1")
 NODE_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"  # a Kubernetes node name (DNS subdomain)
+MAX_PAGE = 1000  # the most events one GET /api/v1/events answers
 
 
 class ScaleRequest(BaseModel):
@@ -25,13 +27,13 @@ class ScaleRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     action: Action | None = None
-    step: int | None = Field(default=None, ge=1, le=1000, strict=True)
-    target: int | None = Field(default=None, ge=0, le=1000, strict=True)
+    step: int | None = Field(default=None, ge=1, le=MAX_NODES, strict=True)
+    target: int | None = Field(default=None, ge=0, le=MAX_NODES, strict=True)
     reason: str = Field(default="", max_length=500)
     force: StrictBool = False
     value: float | None = None
     nodes: list[Annotated[str, Field(pattern=NODE_NAME, max_length=253)]] | None = Field(
-        default=None, min_length=1, max_length=1000, description="scale_in: remove exactly these nodes.")
+        default=None, min_length=1, max_length=MAX_NODES, description="scale_in: remove exactly these nodes.")
 
     @model_validator(mode="after")
     def _one_kind(self) -> "ScaleRequest":
@@ -55,7 +57,7 @@ class CountRequest(BaseModel):
     """Body of PUT /api/v1/pools/{pool}/count."""
 
     model_config = ConfigDict(extra="ignore")
-    count: int = Field(ge=0, le=1000, strict=True)
+    count: int = Field(ge=0, le=MAX_NODES, strict=True)
 
 
 def _svc() -> Service:
@@ -91,8 +93,9 @@ def _operator(spec: Any, change: PoolChange, action: str, outcome: OperatorOutco
     """Apply an operator's change with its event (who, what, why) and answer the pool."""
     svc = _svc()
     who = _on_behalf_of()
-    svc.events.operator(spec.name, change, action=action, outcome=outcome, reason=reason, actor=principal().name,
-                        now=svc.clock(), details={"on_behalf_of": who} if who else None, **values)
+    act = OperatorAct(spec.name, action, outcome, reason, principal().name,
+                      details={"on_behalf_of": who} if who else None, **values)
+    svc.events.operator(act, change, svc.clock())
     return jsonify(svc.pool_json(spec))
 
 
@@ -183,8 +186,8 @@ def set_count(pool: str) -> Response:
 def events() -> Response:
     pool = request.args.get("pool") or None
     text = request.args.get("limit", "100")
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 1000:
-        fail(400, "limit must be a whole number from 1 to 1000")
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_PAGE:
+        fail(400, f"limit must be a whole number from 1 to {MAX_PAGE}")
     before = request.args.get("before")
     if before is not None and not (before.isascii() and before.isdigit() and len(before) <= 18):
         fail(400, "before must be an event id")

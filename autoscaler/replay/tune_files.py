@@ -14,11 +14,11 @@ from autoscaler.replay.space import Candidate, duration_text, settings_text, sho
 from autoscaler.replay.tune import Score
 from autoscaler.replay.yaml_edit import edit
 
-#: Average GPU utilisation (0-100) of one pool's GPUs, from dcgm-exporter; ``{pool}``/``{pool_label}`` filled in.
-UTILIZATION_EXPR = 'avg by ({pool_label}) (DCGM_FI_DEV_GPU_UTIL{{pool_label}="{pool}"})'
-#: GPUs requested by pods still pending (kube-state-metrics), for ``pending_above`` rules.
-PENDING_EXPR = ('sum(kube_pod_container_resource_requests{resource="nvidia_com_gpu"} * on(pod, namespace) '
-                'group_left kube_pod_status_phase{phase="Pending"} > 0)')
+#: Average GPU utilisation (0-100) of one pool's GPUs and the GPUs its pending pods request: the recording rules of
+#: deploy/prometheus/gpu-autoscaler-rules.yml and gpu-demand-rules.yml, which put dcgm-exporter's and
+#: kube-state-metrics' series on their pool by the node's pool label (docs/rules.md); ``{pool}`` filled in.
+UTILIZATION_EXPR = 'autoscaler_pool:gpu_utilization:avg{autoscaler_pool="{pool}"}'
+PENDING_EXPR = 'autoscaler_pool:gpus_pending:sum{autoscaler_pool="{pool}"}'
 FRONTIER_HEADER = ["node_hours", "saturated_minutes", "direction_changes", "settings"]
 
 

@@ -8,8 +8,8 @@ from typing import Any, Sequence
 from pydantic import Field, model_validator
 
 from autoscaler.settings.cluster import KubernetesConfig
-from autoscaler.settings.common import (DEFAULT_GPU_RESOURCES, MAX_MATCHED_LABEL, POOL_NAME, Count, Frozen, Step,
-                                        regex_risk)
+from autoscaler.settings.common import (DEFAULT_GPU_RESOURCES, MAX_MATCHED_LABEL, MAX_NODES, POOL_NAME, Count,
+                                        Frozen, Step, regex_risk)
 from autoscaler.settings.groups import CapacityConfig, GroupConfig, group_problems
 from autoscaler.settings.pools import (DefaultsConfig, DirectionConfig, PoolConfig, ScaleInConfig, ScheduleConfig,
                                        Victims)
@@ -19,9 +19,10 @@ from autoscaler.settings.server import (AZURE_ACTION_GROUPS_APP, SCOPES, AuthCon
                                         InfluxConfig, QueryToken, Scope, ServerConfig, StoreConfig,
                                         credential_problems)
 
-__all__ = ["AZURE_ACTION_GROUPS_APP", "AuthConfig", "BasicUser", "BearerToken", "CapacityConfig", "Config", "Count", "DEFAULT_GPU_RESOURCES", "DefaultsConfig",
-           "DirectionConfig", "EntraId", "GrafanaHmac", "GroupConfig", "InfluxConfig", "KubernetesConfig", "MAX_MATCHED_LABEL", "POOL_NAME",
-           "PoolConfig", "QueryToken", "ReplayConfig", "ReplayRule", "RoutingConfig", "RuleConfig", "SCOPES", "ScaleInConfig",
+__all__ = ["AZURE_ACTION_GROUPS_APP", "AuthConfig", "BasicUser", "BearerToken", "CapacityConfig", "Config", "Count",
+           "DEFAULT_GPU_RESOURCES", "DefaultsConfig", "DirectionConfig", "EntraId", "GrafanaHmac", "GroupConfig", "InfluxConfig",
+           "KubernetesConfig", "MAX_MATCHED_LABEL", "MAX_NODES", "POOL_NAME", "PoolConfig", "QueryToken", "ReplayConfig",
+           "ReplayRule", "RoutingConfig", "RuleConfig", "SCOPES", "ScaleInConfig",
            "ScheduleConfig", "Scope", "ServerConfig", "Step", "StoreConfig", "Victims", "credential_problems",
            "group_problems", "reference_problems", "regex_risk"]
 

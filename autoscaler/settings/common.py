@@ -6,10 +6,12 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 POOL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
-#: A node count in the config (min, max, a schedule's floor): 0..1000.
-Count = Annotated[int, Field(ge=0, le=1000)]
-#: A step in nodes (a direction's step and max_step, a rule's step): 1..1000.
-Step = Annotated[int, Field(ge=1, le=1000)]
+#: The most nodes any count or step may name: in the config, the API, a routing label or a query parameter.
+MAX_NODES = 1000
+#: A node count in the config (min, max, a schedule's floor): 0..MAX_NODES.
+Count = Annotated[int, Field(ge=0, le=MAX_NODES)]
+#: A step in nodes (a direction's step and max_step, a rule's step): 1..MAX_NODES.
+Step = Annotated[int, Field(ge=1, le=MAX_NODES)]
 #: Resource names that count as GPU work when the config names none.
 DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-*")
 #: Owner kinds whose pods ``victims: movable`` may move (their controller recreates them elsewhere).

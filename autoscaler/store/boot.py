@@ -47,8 +47,7 @@ def check_at_start(config_path: str | None = None) -> None:
         from sqlalchemy.exc import SQLAlchemyError
 
         cfg = settings.config.store
-        engine = postgres_engine(url, StoreOptions(connect_timeout=cfg.connect_timeout,
-                                                   statement_timeout=cfg.statement_timeout), pooled=False)
+        engine = postgres_engine(url, StoreOptions.of(cfg), pooled=False)
         try:
             with engine.connect() as conn:
                 conn.execute(text("SELECT 1"))

@@ -7,23 +7,37 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 
+from autoscaler.settings import ServerConfig, StoreConfig
 from autoscaler.store.sqlite_file import pinned
+
+
+def _default(section: type[BaseModel], name: str) -> Any:
+    """A setting's default as the config declares it, so that each is written once."""
+    return section.model_fields[name].default
 
 
 @dataclass(frozen=True)
 class StoreOptions:
-    """How long the store may wait, and how many connections one process keeps (PostgreSQL)."""
+    """How long the store may wait, and how many connections one process keeps (PostgreSQL); the defaults are the
+    config's (``server.lock_wait`` and the ``store:`` section)."""
 
-    lock_wait: float = 5.0          # lock_timeout: longest wait for a row lock held by another replica
-    statement_timeout: float = 10.0  # longest any single statement may run
-    connect_timeout: float = 5.0    # longest a new connection may take to open
-    pool_size: int = 2              # connections kept open per process (gunicorn worker)
-    max_overflow: int = 3           # extra connections under a burst, closed when returned
-    probe_interval: float = 2.0     # SQLite: how often (at most) to ask whether the file is still writable
+    lock_wait: float = _default(ServerConfig, "lock_wait")  # lock_timeout: longest wait for another's row lock
+    statement_timeout: float = _default(StoreConfig, "statement_timeout")  # longest any single statement may run
+    connect_timeout: float = _default(StoreConfig, "connect_timeout")  # longest a new connection may take to open
+    pool_size: int = _default(StoreConfig, "pool_size")  # connections kept open per process (gunicorn worker)
+    max_overflow: int = _default(StoreConfig, "max_overflow")  # extra connections under a burst, closed when returned
+    probe_interval: float = 2.0  # SQLite: how often (at most) to ask whether the file is still writable
+
+    @classmethod
+    def of(cls, store: StoreConfig, lock_wait: float = _default(ServerConfig, "lock_wait")) -> StoreOptions:
+        """The options of a ``store:`` section (and ``server.lock_wait``)."""
+        return cls(lock_wait=lock_wait, statement_timeout=store.statement_timeout,
+                   connect_timeout=store.connect_timeout, pool_size=store.pool_size, max_overflow=store.max_overflow)
 
 
 def normalize_url(url: str) -> URL:
@@ -105,8 +119,11 @@ def sqlite_engine(url: URL, options: StoreOptions, **kwargs: Any) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:
-        # Take the write lock at BEGIN: no deadlock between two readers that both want to write.
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # Take the write lock at BEGIN: no deadlock between two readers that both want to write. A connection marked
+        # ``read_only`` (one SELECT, never a write) begins nothing: the statement is its own read transaction, and
+        # it does not wait for writers.
+        if not conn.get_execution_options().get("read_only"):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 from autoscaler.models import PoolState
 from autoscaler.store import tables
 from autoscaler.store.base import DedupConfirm, EventRecord, PoolChange, PoolView, QuickState, Store
-from autoscaler.store.raw import hash_key, pool_state
+from autoscaler.store.rows import hash_key, pool_state
 
 _DEFAULT_ROW = {c.name: None for c in tables.pools.c} | {"paused": False, "pause_reason": "", "failures": 0,
                                                      "short_reason": ""}

@@ -26,8 +26,8 @@ from autoscaler.redact import redact_text
 from autoscaler.store import tables
 from autoscaler.store.base import (DedupConfirm, EventRecord, PoolChange, PoolView, QuickState, Store,
                                    StoreUnavailable)
-from autoscaler.store.raw import (RawConnections, claim_params, claim_sql, event_record, event_row, hash_key,
-                                  pool_state)
+from autoscaler.store.rows import (STATE_COLUMNS, claim_params, claim_sql, event_record, event_row, hash_key,
+                                   pool_state)
 from autoscaler.store.gate import WriterGate
 from autoscaler.store.connections import (StoreOptions, after_fork_dispose, make_engine, normalize_url,
                                           postgres_engine, sqlite_file)
@@ -40,6 +40,11 @@ log = logging.getLogger(__name__)
 # Hot-path statements built once, values bound at execution: building them per call, and compiling the dialect
 # INSERT ... ON CONFLICT that SQLAlchemy never caches, was most of the CPU a webhook spent in the store.
 _POOL = select(tables.pools).where(tables.pools.c.name == bindparam("p_name"))
+_QUICK = (select(*(tables.pools.c[c] for c in STATE_COLUMNS), tables.events.c.to_count)
+          .select_from(tables.pools.outerjoin(tables.events, tables.events.c.id == tables.pools.c.last_event_id))
+          .where(tables.pools.c.name == bindparam("p_name")))
+_SET_LAST_EVENT = (update(tables.pools).where(tables.pools.c.name == bindparam("p_name"))
+                   .values(last_event_id=bindparam("p_event")))
 _ACQUIRE = (update(tables.pools)
             .where(tables.pools.c.name == bindparam("p_name"),
                    tables.pools.c.lease_owner.is_(None) | (tables.pools.c.lease_until < bindparam("p_now"))
@@ -78,7 +83,6 @@ class SqlStore(Store):
         self.gate = WriterGate(os.path.abspath(database)) if database and database != ":memory:" else None
         path = sqlite_file(parsed) if self.dialect == "sqlite" else None
         self.file = SqliteFile(path, self.options.probe_interval, self.engine.dispose) if path else None
-        self._raw = RawConnections(self.engine)
         after_fork_dispose(self.engine)
         self._setup_lock = threading.Lock()
         self._later: tuple[bool, list[str]] | None = None  # (migrate, pools) to set up once the file is back
@@ -192,34 +196,21 @@ class SqlStore(Store):
 
     def quick_state(self, pool: str) -> QuickState | None:
         self._guard()
-        with _unavailable("store unavailable"), self._raw.cursor() as (_, cur):
-            read = self._raw.read(cur, pool)
-        return QuickState(*read) if read else None
+        # A read: a deferred BEGIN, outside the writer gate (see ``connections.sqlite_engine``).
+        with _unavailable("store unavailable"), self.engine.connect() as conn:
+            row = conn.execution_options(read_only=True).execute(_QUICK, {"p_name": pool}).first()
+        return QuickState(pool_state(row._mapping), row.to_count) if row else None
 
     def record_settled(self, pool: str, keys: tuple[str, ...], claim: str, now: float, expires_at: float,
                        event: EventRecord, duplicate: EventRecord) -> tuple[int, bool]:
         # The claim decides between the event and the duplicate in the same transaction as the event is written.
         count, params = claim_params(pool, keys, now, expires_at, claim)
-        self._guard()
-        with _unavailable("store unavailable"), self._raw.cursor() as (fairy, cur):
-            if self.dialect == "postgresql":  # one statement, one round trip (autocommit)
-                params.update(event_row(event))
-                params.update({f"d_{k}": v for k, v in event_row(duplicate).items()})
-                cur.execute(self._raw.settle_write(count), params)
-                event_id, claimed = cur.fetchone()
-            else:
-                with self.gate.hold() if self.gate else nullcontext():
-                    cur.execute("BEGIN IMMEDIATE")
-                    claimed = 1
-                    if count:
-                        cur.execute(self._raw.claim(count), params)
-                        claimed = len(cur.fetchall())
-                    cur.execute(self._raw.insert_event, event_row(event if claimed else duplicate))
-                    event_id = cur.fetchone()[0]
-                    if claimed:
-                        cur.execute(self._raw.set_last_event, {"name": pool, "event": event_id})
-                    fairy.commit()
-        return int(event_id), not claimed
+        with self._tx() as conn:
+            claimed = bool(conn.execute(claim_sql(count), params).all()) if count else True
+            event_id = self._append(conn, event if claimed else duplicate)
+            if claimed:
+                conn.execute(_SET_LAST_EVENT, {"p_name": pool, "p_event": event_id})
+        return event_id, not claimed
 
     def release_dedup(self, keys: tuple[str, ...], claim: str) -> None:
         if not keys:

@@ -1,0 +1,69 @@
+"""Rows of ``tables`` as the store's types, by column name: the column lists, events and pool states, dedup keys.
+
+Everything is derived from ``tables``; nothing is positional.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from typing import Any
+
+from sqlalchemy import text
+
+from autoscaler.models import PoolState
+from autoscaler.store import tables
+from autoscaler.store.base import EventRecord
+
+#: The pool row's columns that make a PoolState (everything but the lease), by name.
+STATE_COLUMNS = tuple(c.name for c in tables.pools.c if c.name not in ("lease_owner", "lease_until"))
+#: The events table's columns an insert writes (all but the generated id).
+EVENT_COLUMNS = tuple(c.name for c in tables.events.c if not c.primary_key)
+#: EventRecord's attribute for each events column whose name differs.
+_EVENT_ATTRS = {"from_count": "from_", "to_count": "to"}
+_JSON_COLUMNS = ("alerts", "details")
+
+
+def event_row(ev: EventRecord) -> dict[str, Any]:
+    """An event as the events table's columns, by name (JSON columns serialised)."""
+    row = {c: getattr(ev, _EVENT_ATTRS.get(c, c)) for c in EVENT_COLUMNS}
+    for column in _JSON_COLUMNS:
+        row[column] = json.dumps(row[column], default=str)
+    return row
+
+
+def event_record(row: Any) -> EventRecord:
+    """An events row (any mapping-like result row) as an EventRecord."""
+    values = {_EVENT_ATTRS.get(c, c): getattr(row, c) for c in EVENT_COLUMNS}
+    for column in _JSON_COLUMNS:
+        values[column] = json.loads(values[column] or ("[]" if column == "alerts" else "{}"))
+    return EventRecord(id=row.id, **values)
+
+
+def pool_state(values: Any) -> PoolState:
+    """A PoolState from the pool row's columns (any mapping), by name."""
+    return PoolState(**{c: values[c] for c in STATE_COLUMNS} | {"paused": bool(values["paused"])})
+
+
+def hash_key(key: str) -> str:
+    """A dedup key as stored: long keys hashed."""
+    return key if len(key) <= 200 else "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=64)
+def claim_sql(keys: int) -> Any:
+    """Claim ``keys`` dedup rows in one statement (the same SQL on SQLite and PostgreSQL): a new key is inserted,
+    an expired one taken over, an unexpired one left alone; RETURNING lists the keys claimed."""
+    rows = ", ".join(f"(:k{i}, :pool, :expires_at, :claim)" for i in range(keys))
+    return text(f"INSERT INTO dedup (key, pool, expires_at, claim) VALUES {rows} ON CONFLICT (key) DO UPDATE "
+                "SET pool = excluded.pool, expires_at = excluded.expires_at, claim = excluded.claim "
+                "WHERE dedup.expires_at <= :now RETURNING key")
+
+
+def claim_params(pool: str, keys: tuple[str, ...], now: float, expires_at: float,
+                 claim: str) -> tuple[int, dict[str, Any]]:
+    """How many distinct keys, and the parameters of ``claim_sql`` for them."""
+    hashed = sorted({hash_key(k) for k in keys})
+    params: dict[str, Any] = {f"k{i}": k for i, k in enumerate(hashed)}
+    params.update(pool=pool, expires_at=expires_at, claim=claim, now=now)
+    return len(hashed), params
