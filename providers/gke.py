@@ -116,11 +116,13 @@ class GkeProvider(RemovingProvider):
         if running:
             return replace(read, busy=True, detail=f"{self.where}: operation {running[0]} is still running")
         return replace(read, detail=f"status={_RUNNING} zones={len(sizes)} per-zone targetSize={sizes}",
-                       shortfall=self._shortfall(groups, sum(sizes)))
+                       shortfall=self._shortfall(groups, sum(sizes), _conditions(read.read)))
 
-    def _shortfall(self, groups: list[tuple[str, dict[str, Any]]], asked: int) -> Shortfall | None:
+    def _shortfall(self, groups: list[tuple[str, dict[str, Any]]], asked: int,
+                   conditions: list[tuple[str, str]]) -> Shortfall | None:
         """Instances a MIG keeps trying to create whose ``lastAttempt.errors`` name a capacity or quota code (read
-        with ``listManagedInstances`` only where ``currentActions.creating`` says some are being created)."""
+        with ``listManagedInstances`` only where ``currentActions.creating`` says some are being created); else, with
+        instances being created, the node pool's condition (GCE_STOCKOUT, GCE_QUOTA_EXCEEDED)."""
         failed: list[tuple[str, str]] = []
         for url, answer in groups:
             if not (answer.get("currentActions") or {}).get("creating"):
@@ -132,6 +134,10 @@ class GkeProvider(RemovingProvider):
                          if shortfalls.classify("gke", str(e.get("code", "")), str(e.get("message", "")))]
                 if item.get("currentAction") == "CREATING" and found:
                     failed.append(found[0])
+        creating = sum(int((answer.get("currentActions") or {}).get("creating") or 0) for _, answer in groups)
+        if not failed and creating:  # the node pool's own condition, where the instances do not say why yet
+            failed = [(code, message) for code, message in conditions
+                      if shortfalls.classify("gke", code, message)][:1] * creating
         if not failed:
             return None
         code, message = failed[0]
@@ -282,3 +288,12 @@ def _target_size(answer: dict[str, Any], where: str, url: str) -> int:
         raise TemporaryError(f"{where}: instance group {url.rsplit('/', 1)[-1]} reports no targetSize",
                              code=Code.BAD_ANSWER)
     return size
+
+
+def _conditions(pool: Any) -> list[tuple[str, str]]:
+    """A node pool's conditions as (code, message): GKE's StatusCondition codes by name (GCE_STOCKOUT, ...)."""
+    out = []
+    for condition in getattr(pool, "conditions", None) or []:
+        code = getattr(condition.code, "name", str(condition.code))
+        out.append((str(code), str(condition.message or "")))
+    return out

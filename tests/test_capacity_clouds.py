@@ -246,3 +246,30 @@ def test_aks_a_put_refused_for_a_cores_quota_falls_back_in_the_same_decision(tmp
         pool = client.get("/api/v1/pools/gpu", headers=AUTH).get_json()
         assert pool["short_until"] is not None and pool["backoff_remaining_s"] == 0 and pool["failures"] == 0
         assert arm.pools["gpunp"]["count"] == 2
+
+
+def test_gke_the_node_pool_condition_when_the_instances_do_not_say(tmp_path: Path) -> None:
+    from google.oauth2.credentials import Credentials
+
+    from providers.gke import GkeProvider
+    from tests.fakes.gke_api import FakeGke
+
+    with FakeGke("ya29.capacity", per_zone=1) as gke:
+        for zone in gke.migs:
+            gke.stock_out(zone, 1)
+        gke.quiet_instances = True
+        gke.conditions = [{"code": "GCE_QUOTA_EXCEEDED", "message": "Quota 'NVIDIA_L4_GPUS' exceeded. Limit: 2.0 "
+                                                                    "in region us-central1."}]
+        clock = FakeClock()
+        section = {"project": gke.project, "location": gke.location, "cluster": gke.cluster,
+                   "node_pool": gke.node_pool, "api_endpoint": gke.url, "retry_budget": 1}
+        app = _app(tmp_path, clock, lambda s: GkeProvider("gpu", s, credentials=Credentials(token=gke.token),
+                                                          sleep=lambda _: None), "gke", section)
+        client = app.test_client()
+        post(client, "/api/v1/pools/gpu/scale", {"target": 4})
+        gke.settle()
+        clock.advance(30)
+        assert _tick(app, clock) == [("gpu", "no_capacity"), ("gpu-ondemand", "scaled")]
+        short = events(client, pool="gpu")[0]
+        assert {k: short["details"][k] for k in ("code", "asked", "delivered", "kind")} == {
+            "code": "GCE_QUOTA_EXCEEDED", "asked": 4, "delivered": 2, "kind": "quota"}

@@ -55,6 +55,8 @@ class FakeGke(FakeHttpServer):
         self.project, self.location, self.cluster, self.node_pool = project, location, cluster, node_pool
         self.autoscaling = autoscaling
         self.status = "RUNNING"
+        self.conditions: list[dict[str, str]] = []  # the node pool's conditions (code names, as the REST API gives)
+        self.quiet_instances = False  # failing instances without lastAttempt.errors (the pool's condition says why)
         self.operations: list[dict[str, Any]] = []
         self.requests: list[tuple[str, str]] = []
         self.failures: list[Reply] = []
@@ -150,8 +152,8 @@ class FakeGke(FakeHttpServer):
         if request.method == "POST" and match["verb"] == "/listManagedInstances":
             base = f"{self.url}/compute/v1/projects/{self.project}/zones/{mig.zone}/instances/"
             code, message = mig.error
-            failing = [{"instance": base + i, "currentAction": "CREATING",
-                        "lastAttempt": {"errors": {"errors": [{"code": code, "message": message}]}}}
+            errors = {} if self.quiet_instances else {"errors": {"errors": [{"code": code, "message": message}]}}
+            failing = [{"instance": base + i, "currentAction": "CREATING", "lastAttempt": errors}
                        for i in mig.failing]
             return Reply(body={"managedInstances": [{"instance": base + i, "currentAction": "NONE",
                                                      "instanceStatus": "RUNNING"} for i in mig.instances] + failing})
@@ -180,7 +182,7 @@ class FakeGke(FakeHttpServer):
         return {"name": self.node_pool, "status": self.status, "initialNodeCount": 1, "locations": list(self.migs),
                 "instanceGroupUrls": urls, "config": {"machineType": "g2-standard-8"},
                 "autoscaling": {"enabled": True, "minNodeCount": 0, "maxNodeCount": 4} if self.autoscaling else {},
-                "selfLink": self._pool_link()}
+                "selfLink": self._pool_link(), **({"conditions": self.conditions} if self.conditions else {})}
 
     def _pool_link(self) -> str:
         return (f"https://container.googleapis.com/v1/projects/{self.project}/locations/{self.location}/clusters/"
