@@ -120,3 +120,33 @@ def test_no_pool_of_the_group_can_take_it(tmp_path: Path) -> None:
     idle = _alert(client, "scale_in", 1, "fp2")
     assert (idle["pool"], idle["outcome"]) == ("a100-ondemand", "skipped_limit")
     assert "a100-ondemand: at min (0); a100-spot: paused" in idle["reason"]
+
+
+def test_a_paused_or_dry_run_pool_is_marked_short_but_left_as_it_is(tmp_path: Path) -> None:
+    clock = FakeClock(T0)
+    app = _app(tmp_path, clock, {"capacity": 1})
+    client = app.test_client()
+    assert post(client, "/api/v1/pools/a100-spot/scale", {"target": 3}).get_json()["outcome"] == "scaled"
+    post(client, "/api/v1/pools/a100-spot/pause", {"reason": "driver upgrade"})
+    clock.advance(30)
+    short, fell_back = _tick(app, clock)
+    assert (short.outcome.value, short.from_, short.to) == ("no_capacity", 3, 3)
+    assert "paused: the asked size is left as it is" in short.reason
+    assert (fell_back.pool, fell_back.to) == ("a100-ondemand", 2)
+    assert _pool(client, "a100-spot")["current"] == 3
+
+
+def test_a_proportional_scale_in_of_a_group_is_sized_over_the_group(tmp_path: Path) -> None:
+    clock = FakeClock(T0)
+    proportional = {"mode": "proportional", "target_utilization": 60, "cooldown": 0, "delay_after_scale_out": 0,
+                    "stabilization_window": 0}
+    app = _app(tmp_path, clock, {"initial_count": 4}, defaults={"scale_in": proportional})
+    client = app.test_client()
+    assert post(client, "/api/v1/pools/a100-ondemand/scale", {"target": 4}).get_json()["to"] == 4
+    clock.advance(HOUR)
+    alert = am_alert("GPUIdle", fingerprint="fp-idle", autoscaler_pool="a100", autoscaler_action="scale_in")
+    alert["annotations"]["value"] = "30"
+    [decision] = post(client, "/webhook/alertmanager", am_payload(alert)).get_json()["decisions"]
+    # 8 nodes at 30% of a 60% target: the group needs 4, so on-demand (the last above min) gives all 4 back
+    assert (decision["pool"], decision["outcome"], decision["from"], decision["to"]) == ("a100-ondemand", "scaled",
+                                                                                         4, 0)
