@@ -14,6 +14,8 @@ What counts as a secret of the config:
   (all lower or all upper case) with at most ``-``, ``_`` and ``.`` between them (``scale-out``, ``trigger``,
   ``hooks``); a segment of 8 or more characters that mixes classes (``a1b2c3d4``, ``AbCdEfGh``) or is 24 or more
   characters long is a secret. A ``{placeholder}`` splits a segment; configured pool names and actions are words.
+In a request's query string (gunicorn's access lines) the ``query_token``'s parameter is masked by name, and any
+value that holds a secret once percent-decoded.
 Values shorter than ``MIN_SECRET`` characters are not replaced by value (replacing every ``abc`` would garble every
 log line); check-config warns about credentials that short.
 """
@@ -23,7 +25,7 @@ import html
 import json
 import re
 from typing import Any, Iterable
-from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, unquote_plus, urlsplit, urlunsplit
 
 import markupsafe
 from pydantic import BaseModel, SecretStr
@@ -76,7 +78,8 @@ def url_secrets(url: str, words: Iterable[str] = ()) -> set[str]:
 class Redactor:
     """Replaces each of a fixed set of secret strings (and their JSON- and HTML-escaped forms) by ``MASK``."""
 
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
+    def __init__(self, secrets: Iterable[str] = (), params: Iterable[str] = ()) -> None:
+        self.params = frozenset(params)  # query parameters that carry a secret, whatever their value
         values: set[str] = set()
         for whole in secrets:  # "Bearer abc123XYZ": the token alone is a secret too, "Bearer" is not
             for secret in {whole, *(p for p in whole.split() if not plain_word(p))}:
@@ -97,6 +100,18 @@ class Redactor:
             return text
         return self._pattern.sub(MASK, text)
 
+    def query(self, query: str) -> str:
+        """A URL's raw query string with each value masked that is a secret parameter's (``params``) or that,
+        decoded, holds a secret: by value alone a percent-encoded copy, or a rotated-out token, would show."""
+        pieces = []
+        for piece in query.split("&"):
+            name, eq, value = piece.partition("=")
+            plain = unquote_plus(value)
+            if eq and (unquote_plus(name) in self.params or self.redact(plain) != plain):
+                piece = f"{name}={MASK}"
+            pieces.append(piece)
+        return "&".join(pieces)
+
     def tree(self, value: Any) -> Any:
         """A JSON-like tree with every string redacted."""
         if isinstance(value, str):
@@ -110,7 +125,8 @@ class Redactor:
     @classmethod
     def from_config(cls, config: Any, provider_settings: Iterable[Any] = (), words: Iterable[str] = ()) -> "Redactor":
         """Every secret a validated ``Config`` holds (see the module docstring), plus the typed provider settings."""
-        return cls(config_secrets(config, provider_settings, words))
+        query_token = getattr(getattr(getattr(config, "server", None), "auth", None), "query_token", None)
+        return cls(config_secrets(config, provider_settings, words), [query_token.param] if query_token else [])
 
 
 def config_secrets(config: Any, provider_settings: Iterable[Any] = (), words: Iterable[str] = ()) -> set[str]:
@@ -170,6 +186,11 @@ def active() -> Redactor:
 def redact_text(text: str) -> str:
     """Every URL inside free text redacted, then every configured secret replaced by value."""
     return _ACTIVE.redact(_URL.sub(lambda m: redact_url(m.group(1)), text))
+
+
+def redact_query(query: str) -> str:
+    """A raw URL query string with the process's secret parameters and secret values masked (``Redactor.query``)."""
+    return _ACTIVE.query(query)
 
 
 def redact_tree(value: Any) -> Any:

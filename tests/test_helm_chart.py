@@ -237,3 +237,32 @@ def test_notes_say_how_to_reach_the_page_and_point_alertmanager(helm: str) -> No
     assert "http://gpu-pool-autoscaler.gpu-autoscaler.svc:8080/webhook/alertmanager" in notes
     assert "AUTOSCALER_PASSWORD" in notes
 
+
+
+def _pool_map(rule: dict[str, Any]) -> dict[str, str]:
+    entries = [r["labels"] for g in rule["spec"]["groups"] for r in g["rules"] if r.get("record") == "autoscaler_pool_map"]
+    return {e["cloud_pool"]: e["autoscaler_pool"] for e in entries}
+
+
+@pytest.mark.parametrize("values", SETS)
+def test_the_rules_pool_map_names_only_pools_the_config_has(helm: str, values: str) -> None:
+    """The GPU rules put `autoscaler_pool` on each alert from the pool map: an entry naming a pool the release's
+    config does not have (the example gpunp -> gpu-a100 of deploy/prometheus/) sends every alert of that cloud pool
+    to `unknown_pool`."""
+    docs = render(helm, *value_set(values), "--set", "prometheusRule.enabled=true")
+    settings = build_settings(config_of(docs), env=ENV)
+    assert set(_pool_map(one(docs, "PrometheusRule")).values()) <= set(settings.pools)
+
+
+def test_the_pool_map_comes_from_values_and_passes_promtool(helm: str, tmp_path: Path) -> None:
+    promtool = require_binary(*PROMTOOL)
+    docs = render(helm, *value_set("aks"), "--set", "prometheusRule.enabled=true",
+                  "--set", "prometheusRule.poolMap.gpunp=gpu-h100")
+    rule = one(docs, "PrometheusRule")
+    assert _pool_map(rule) == {"gpunp": "gpu-h100"} and "gpu-h100" in build_settings(config_of(docs), env=ENV).pools
+    path = tmp_path / "rules.yml"
+    path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    out = run_tool([promtool, "check", "rules", str(path)])
+    assert out.returncode == 0, out.stdout + out.stderr
+    wrong = run_tool([helm, "template", "x", str(CHART), "--set", "prometheusRule.poolMap.gpunp=9"])
+    assert wrong.returncode != 0 and "poolMap" in wrong.stderr

@@ -105,3 +105,37 @@ def test_service_logs_never_show_it(app: Flask, caplog: pytest.LogCaptureFixture
         app.test_client().post(f"{HOOK}?token={SECRET}x", json=BODY)
     formatter = TextFormatter()
     assert caplog.records and all(SECRET not in formatter.format(r) for r in caplog.records)
+
+
+ENCODED = "".join(f"%{ord(c):02X}" for c in SECRET[:4]) + SECRET[4:]  # the same token, percent-encoded in part
+OLD = "Az-mon_0ld0ld0ld0ld0ld0ld0ld"  # the token before a rotation, still in a sender's URL
+
+
+def test_a_percent_encoded_copy_is_the_same_token(app: Flask) -> None:
+    """URLs are compared decoded (RFC 3986: %41 is A), so the encoded copy authenticates: it is as secret."""
+    resp = app.test_client().post(f"{HOOK}?token={ENCODED}", json=BODY)
+    assert resp.status_code == 200
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+@pytest.mark.parametrize("query", [
+    pytest.param(f"token={ENCODED}&pool=gpu", id="percent-encoded-token"),
+    pytest.param(f"pool=gpu&token={OLD}", id="wrong-or-rotated-token"),
+    pytest.param(f"pool=gpu&%74oken={OLD}", id="encoded-parameter-name"),
+])
+def test_access_lines_mask_the_token_parameter_whatever_its_value(app: Flask, fmt: str, query: str,
+                                                                  capsys: pytest.CaptureFixture[str],
+                                                                  _keep_logging: None) -> None:
+    """Redaction by value finds the configured token only as written; the parameter is masked by its name, so an
+    encoded copy, an old token after a rotation or a near miss never reaches a log either."""
+    cfg = Config()
+    cfg.set("logconfig_dict", gunicorn_logconfig("INFO", fmt, access=True))
+    logger = GunicornLogger(cfg)
+    environ = {"REQUEST_METHOD": "POST", "RAW_URI": f"{HOOK}?{query}", "SERVER_PROTOCOL": "HTTP/1.1",
+               "PATH_INFO": HOOK, "QUERY_STRING": query, "REMOTE_ADDR": "10.0.0.4"}
+    resp = SimpleNamespace(status="401 UNAUTHORIZED", headers=[("Content-Type", "application/json")], sent=42)
+    logger.access(resp, SimpleNamespace(headers=[("HOST", "autoscaler")]), environ, datetime.timedelta(milliseconds=3))
+    line = capsys.readouterr().err
+    assert HOOK in line and "pool=gpu" in line and "**********" in line
+    for leaked in (SECRET, SECRET[4:], ENCODED, OLD):
+        assert leaked not in line

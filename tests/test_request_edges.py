@@ -172,3 +172,33 @@ def test_a_long_label_is_not_matched_slowly(tmp_path: Any) -> None:
     assert resp.get_json()["decisions"][0]["outcome"] == "unrouted"
     ok = client.post("/webhook/alertmanager", json=am_payload(am_alert("aab", fingerprint="short")), headers=AUTH)
     assert ok.get_json()["decisions"][0]["outcome"] == "scaled"
+
+
+LONE_SURROGATE = '{"alerts": [{"status": "firing", "labels": {"alertname": "GPU\\ud800Hot"}, "fingerprint": "%s"}]}'
+
+
+@pytest.mark.parametrize("path, body", [
+    pytest.param("/webhook/alertmanager", LONE_SURROGATE % "", id="alertmanager-label"),
+    pytest.param("/webhook/alertmanager?pool=gpu&action=scale_out", LONE_SURROGATE % "f1", id="alertmanager-routed"),
+    pytest.param("/webhook/grafana", '{"ruleId": 1, "ruleName": "\\udfff", "state": "alerting", "evalMatches": []}',
+                 id="grafana-legacy"),
+    pytest.param("/webhook/azure-monitor", '{"schemaId": "azureMonitorCommonAlertSchema", "data": {"essentials": '
+                 '{"alertId": "a", "monitorCondition": "Fired", "alertRule": "\\uDBFF"}, "alertContext": {}}}',
+                 id="azure-monitor"),
+    pytest.param("/api/v1/pools/gpu/pause", '{"reason": "\\ud800"}', id="manual-api"),
+])
+def test_a_lone_surrogate_escape_is_400_not_500(client: Any, path: str, body: str) -> None:
+    """JSON may escape a UTF-16 surrogate that has no pair (``"\\ud800"``): no Unicode text, so nothing can encode,
+    hash or store it. It is a malformed body like any other, refused before anything acts."""
+    resp = client.post(path, data=body, headers={**AUTH, "Content-Type": "application/json"})
+    assert resp.status_code == 400, resp.get_data(as_text=True)
+    assert "surrogate" in resp.get_json()["error"]
+    assert events(client) == []
+
+
+def test_a_paired_surrogate_escape_is_ordinary_text(client: Any) -> None:
+    body = '{"alerts": [{"status": "firing", "labels": {"alertname": "GPU \\ud83d\\udd25", "autoscaler_pool": "gpu", ' \
+           '"autoscaler_action": "scale_out"}}]}'
+    resp = client.post("/webhook/alertmanager", data=body, headers={**AUTH, "Content-Type": "application/json"})
+    assert resp.status_code == 200 and resp.get_json()["decisions"][0]["outcome"] == "scaled"
+    assert events(client)[0]["alerts"][0]["alertname"] == "GPU \U0001f525"

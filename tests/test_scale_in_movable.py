@@ -169,3 +169,11 @@ def test_config_movable_owners_and_what_movable_needs() -> None:
     _, warned, _ = check({"victims": "idle", "movable_owners": ["ReplicaSet"]})
     assert "pools[0].scale_in.movable_owners: does nothing with victims: idle (only victims: movable moves pods)" \
         in warned
+
+
+def test_a_jobs_pods_never_become_movable_by_config() -> None:
+    """A Job's pod is run-to-completion work (a training step): evicting it throws the work away, which is what
+    `movable` promises never to do (README: "a Job's, a bare pod and any other kind keep their node")."""
+    problems, _, _ = check({"victims": "movable", "movable_owners": ["ReplicaSet", "Job"]})
+    assert [p.split(":")[0] for p in problems] == ["pools[0].scale_in.movable_owners[1]"]
+    assert "a Job's pods are never moved" in problems[0]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any, NoReturn
 
 from flask import Flask, Response, abort, current_app, g, jsonify, request
@@ -13,6 +14,9 @@ from autoscaler.auth import AuthError, AuthUnavailable, Principal
 from autoscaler.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
+
+# A JSON string may escape a UTF-16 surrogate (\ud800-\udfff); one without its pair is no Unicode text at all.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 class ApiError(Exception):
@@ -46,7 +50,12 @@ def read_json() -> Any:
     if not raw.strip():
         fail(400, "empty body: expected a JSON object")
     try:
-        return json.loads(raw.decode("utf-8"))
+        value = json.loads(raw.decode("utf-8"))
+        if _SURROGATE_ESCAPE.search(raw):  # rare: only then is the whole tree checked
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return value
+    except UnicodeEncodeError:  # a lone surrogate escape: nothing could hash, log or store that string
+        fail(400, "body is not valid JSON text: a \\u escape names a lone UTF-16 surrogate (\\ud800-\\udfff)")
     except UnicodeDecodeError:
         fail(400, "body is not UTF-8")
     except RecursionError:

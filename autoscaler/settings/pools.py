@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from autoscaler.durations import Duration
 from autoscaler.settings.common import POOL_NAME, Count, Frozen, Step
@@ -43,8 +43,15 @@ class DirectionConfig(Frozen):
                                             "above need, {nodes: N} | {gpus: G} | {fraction: F}.")
 
 
-#: A Kubernetes kind: ReplicaSet, StatefulSet, a custom resource's kind (RayCluster).
-OwnerKind = Annotated[str, Field(pattern=r"^[A-Z][A-Za-z0-9]{0,62}$")]
+def _not_job(kind: str) -> str:
+    if kind == "Job":
+        raise ValueError("a Job's pods are never moved (evicting one throws its run away): victims: movable moves "
+                         "only work a controller recreates elsewhere, such as ReplicaSet or StatefulSet")
+    return kind
+
+
+#: A Kubernetes kind: ReplicaSet, StatefulSet, a custom resource's kind (RayCluster); never Job.
+OwnerKind = Annotated[str, Field(pattern=r"^[A-Z][A-Za-z0-9]{0,62}$"), AfterValidator(_not_job)]
 Victims = Literal["cloud", "alerted", "idle", "movable"]
 _HEADROOM_OUT = ("scale_in.headroom: headroom is set under scale_out (scale-in never eats into it); move it to "
                  "scale_out.headroom")
