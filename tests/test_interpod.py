@@ -202,3 +202,22 @@ def test_a_spread_deployment_frees_one_node_onto_a_free_one() -> None:
     assert place_all(pick.drain.pods, stay) is None
     assert [r.name for r in stay if len(r.pods) == 2] == ["n3"]  # no replica there; n3 and n4 tie: the first
     assert pick_victims(views, 1, (), "idle", 1)[0] == []  # what idle frees: nothing
+
+
+def test_rules_parse_as_the_scheduler_reads_them() -> None:
+    from autoscaler.cluster.labels import Selector
+    from autoscaler.cluster.topology import pod_rules
+
+    spec = {"affinity": {"podAntiAffinity": {REQUIRED: [
+        term(mismatchLabelKeys=["tenant"]), term(namespaces=["a", "b"]), {"topologyKey": HOSTNAME}]}},
+        "topologySpreadConstraints": [spread(matchLabelKeys=["pod-template-hash", "absent"], minDomains=2),
+                                      spread(ZONE, whenUnsatisfiable="ScheduleAnyway")]}
+    rules = pod_rules(spec, "ml", {"app": "infer", "tenant": "t1", "pod-template-hash": "h2"})
+    own, listed, bare = rules.anti_affinity
+    assert own.namespaces == ("ml",) and listed.namespaces == ("a", "b") and bare.selector is None
+    assert own.selector == Selector((("app", "infer"),), (("tenant", "NotIn", ("t1",)),))
+    assert not own.matches("ml", {"app": "infer", "tenant": "t1"}) and own.matches("ml", {"app": "infer"})
+    assert not bare.matches("ml", {"app": "infer"})  # no labelSelector: matches no pod
+    (hard,) = rules.spread  # ScheduleAnyway does not bind
+    assert hard.selector == Selector((("app", "infer"),), (("pod-template-hash", "In", ("h2",)),))
+    assert (hard.min_domains, hard.honor_affinity, hard.honor_taints, rules.unsimulated) == (2, True, False, "")

@@ -50,7 +50,7 @@ class Neighbours(Generic[P]):
 
     def __init__(self, pod: PodFacts, places: Sequence[P], eligible: Callable[[P, Spread], bool],
                  shunners: bool = True) -> None:
-        self.pod, self.own = pod, dict(pod.labels)
+        self.pod, self.own = pod, pod.label_map
         self.peers: dict[Pair, int] = {}  # domains with a pod matching all the pod's affinity terms
         self.shunned: dict[Pair, str] = {}  # domains with a pod the pod's anti-affinity matches: the first one
         self.shunning: dict[Pair, str] = {}  # domains with a pod whose anti-affinity matches the pod
@@ -61,7 +61,10 @@ class Neighbours(Generic[P]):
         self.spread = [(c, self._domains(c, places, eligible)) for c in pod.spread]
 
     def _count(self, labels: Mapping[str, str], other: PodFacts) -> None:
-        pod, theirs = self.pod, dict(other.labels)
+        pod = self.pod
+        if not (pod.pod_affinity or pod.pod_anti_affinity or other.pod_anti_affinity):
+            return
+        theirs = other.label_map
         if pod.pod_affinity and all(t.matches(other.namespace, theirs) for t in pod.pod_affinity):
             for t in pod.pod_affinity:
                 if t.topology_key in labels:
@@ -83,7 +86,7 @@ class Neighbours(Generic[P]):
                 continue
             value = place.labels[c.topology_key]
             counts[value] = counts.get(value, 0) + sum(
-                c.counts(o.namespace, dict(o.labels), self.pod.namespace) for o in place.pods)
+                c.counts(o.namespace, o.label_map, self.pod.namespace) for o in place.pods)
         return counts
 
     def refusal(self, place: P) -> str | None:

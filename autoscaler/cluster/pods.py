@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from decimal import Decimal, InvalidOperation
 from typing import Any, Mapping, Sequence
 
@@ -71,6 +72,11 @@ class PodFacts:
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    @cached_property
+    def label_map(self) -> dict[str, str]:
+        """The labels as a mapping, built once (the fit matches every pod of a pool against each one it moves)."""
+        return dict(self.labels)
+
     def annotation(self, key: str) -> str:
         return dict(self.annotations).get(key, "")
 
@@ -88,7 +94,7 @@ class Budget:
     def covers(self, pod: PodFacts) -> bool:
         if pod.namespace != self.namespace:
             return False
-        return Selector(self.match_labels, self.match_expressions).matches(dict(pod.labels))
+        return Selector(self.match_labels, self.match_expressions).matches(pod.label_map)
 
 
 # ---- parsing ------------------------------------------------------------------------------------------------
