@@ -221,3 +221,10 @@ def test_rules_parse_as_the_scheduler_reads_them() -> None:
     (hard,) = rules.spread  # ScheduleAnyway does not bind
     assert hard.selector == Selector((("app", "infer"),), (("pod-template-hash", "In", ("h2",)),))
     assert (hard.min_domains, hard.honor_affinity, hard.honor_taints, rules.unsimulated) == (2, True, False, "")
+
+
+def test_the_pick_bench_measures_what_it_says() -> None:
+    from bench.movable_fit import measure
+
+    got = measure(nodes=6, pods=3, runs=1)
+    assert [got[k]["drains"] for k in ("plain", "anti", "anti-full")] == ["gpu-004", "gpu-004", None]
