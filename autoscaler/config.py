@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from autoscaler import validation
+from autoscaler import validation, yaml_strict
 from autoscaler.models import DirectionPolicy, Mode, PoolSpec, Schedule
 from autoscaler.settings import (AuthConfig, Config, DirectionConfig, PoolConfig, credential_problems,
                                  reference_problems)
@@ -299,7 +299,7 @@ def read_yaml(path: str) -> Any:
     caller does, once)."""
     try:
         with open(path, encoding="utf-8") as fh:
-            return yaml.safe_load(fh)
+            return yaml_strict.load(fh)
     except OSError as exc:
         raise ConfigError([f"cannot read: {exc.strerror}"]) from None
     except yaml.YAMLError as exc:

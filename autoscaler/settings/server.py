@@ -9,6 +9,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from autoscaler.durations import Duration
 from autoscaler.settings.common import Frozen
 
+_UNSENDABLE = re.compile(r"[\s\x00-\x1f\x7f]")  # what no ``Authorization: Bearer`` value can hold
 Scope = Literal["webhook", "read", "operate"]
 SCOPES: tuple[Scope, ...] = ("webhook", "read", "operate")
 
@@ -157,6 +158,10 @@ def credential_problems(auth: AuthConfig, names: set[str]) -> list[str]:
         seen.setdefault(name, path)
         what, secret = (("token", entry.token.get_secret_value()) if isinstance(entry, BearerToken)
                         else ("username", f"basic:{getattr(entry, 'username', '')}"))
+        if isinstance(entry, BearerToken) and _UNSENDABLE.search(secret):
+            problems.append(f"{path}.token: contains whitespace or a control character (a newline at the end of "
+                            "a Secret made from a file?); no Authorization header can carry it, so it would never "
+                            "match: remove it")
         if secret in secrets:  # which entry's scopes would apply is then a guess
             problems.append(f"{path}: the same {what} as {secrets[secret]}")
         secrets.setdefault(secret, path)
