@@ -7,7 +7,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 POOL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 #: A node count in the config (min, max, a schedule's floor): 0..1000.
-Count = Annotated[int, Field(ge=0, le=1000)]
+MAX_NODES = 1000
+Count = Annotated[int, Field(ge=0, le=MAX_NODES)]
 #: A step in nodes (a direction's step and max_step, a rule's step): 1..1000.
 Step = Annotated[int, Field(ge=1, le=1000)]
 #: Resource names that count as GPU work when the config names none.
