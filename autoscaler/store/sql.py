@@ -27,7 +27,7 @@ from autoscaler.store import tables
 from autoscaler.store.base import (DedupConfirm, EventRecord, PoolChange, PoolView, QuickState, Store,
                                    StoreUnavailable)
 from autoscaler.store.raw import (RawConnections, claim_params, claim_sql, event_record, event_row, hash_key,
-                                  pool_state)
+                                  pool_state, storable)
 from autoscaler.store.gate import WriterGate
 from autoscaler.store.connections import (StoreOptions, after_fork_dispose, make_engine, normalize_url,
                                           postgres_engine, sqlite_file)
@@ -258,7 +258,7 @@ class SqlStore(Store):
 
     def finish(self, pool: str, owner: str, event: EventRecord, change: PoolChange,
                confirm: DedupConfirm | None = None) -> int:
-        columns = change.columns()
+        columns = storable(tables.pools, change.columns())
         with self._tx() as conn:
             event_id = self._append(conn, event)
             conn.execute(_finish_sql(tuple(sorted(columns))),
@@ -276,7 +276,7 @@ class SqlStore(Store):
         t = tables.pools
         with self._tx() as conn:
             event_id = self._append(conn, event) if event else None
-            values = change.columns()
+            values = storable(tables.pools, change.columns())
             if event_id is not None:
                 values["last_event_id"] = event_id
             if values:
@@ -335,8 +335,8 @@ class SqlStore(Store):
 
     def save_view(self, view: PoolView) -> None:
         t = tables.pool_views
-        row = {"pool": view.pool, "current": view.current, "busy": view.busy, "detail": view.detail,
-               "in_flight": view.in_flight, "error": view.error, "read_at": view.read_at}
+        row = storable(t, {"pool": view.pool, "current": view.current, "busy": view.busy, "detail": view.detail,
+                           "in_flight": view.in_flight, "error": view.error, "read_at": view.read_at})
         with self._tx() as conn:
             conn.execute(self._insert_ignore(t, [row]))
             conn.execute(update(t).where(t.c.pool == view.pool, t.c.read_at <= view.read_at).values(**row))
