@@ -1,6 +1,8 @@
 """HTTP API: JSON errors, body reading, auth, and the blueprints."""
 from __future__ import annotations
 
+import math
+
 import json
 import logging
 from typing import Any, NoReturn
@@ -10,6 +12,7 @@ from werkzeug.exceptions import HTTPException
 
 from autoscaler.api.body import BodyError, read_body
 from autoscaler.auth import AuthError, Principal
+from autoscaler.lease import PoolBusy
 from autoscaler.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -90,6 +93,10 @@ def register_errors(app: Flask) -> None:
     def _store(exc: StoreUnavailable) -> Response:
         log.error("store unavailable: %s", exc)
         return error_response(503, "state store unavailable; retry later", {"Retry-After": "10"})
+
+    @app.errorhandler(PoolBusy)
+    def _busy(exc: PoolBusy) -> Response:
+        return error_response(503, str(exc), {"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
 
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException) -> Response:
