@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 from flask import Flask, Response, abort, current_app, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from autoscaler.api.body import BodyError, read_body
+from autoscaler.api.body import BodyError, UnauthenticatedReads, read_body
 from autoscaler.auth import AuthError, Principal
 from autoscaler.lease import PoolBusy
 from autoscaler.store import StoreUnavailable
@@ -68,12 +68,21 @@ def request_body() -> bytes:
         fail(exc.status, messages.get(exc.status, exc.message), {"Connection": "close"})
 
 
+def _unauthenticated_body() -> bytes:
+    """The body, read in one of the few slots for senders not yet known (503 + Retry-After when all are taken)."""
+    reads: UnauthenticatedReads = current_app.extensions["autoscaler_unauthenticated_reads"]
+    try:
+        return reads.read(request_body)
+    except BodyError as exc:
+        fail(exc.status, exc.message, {"Retry-After": "1", "Connection": "close"})
+
+
 def require_auth(scope: str) -> Principal:
     """The request's credential; 401 unless it carries a valid one, 403 unless that one has ``scope``."""
     auth = current_app.extensions["autoscaler"].auth
     headers = {k: v for k, v in request.headers.items()}
     try:  # the body is read only for an HMAC signature, once every check that needs no body has passed
-        who: Principal = auth.authenticate(headers, request_body)
+        who: Principal = auth.authenticate(headers, _unauthenticated_body)
     except AuthError as exc:
         fail(401, str(exc), {"WWW-Authenticate": 'Bearer realm="gpu-pool-autoscaler", Basic realm="gpu-pool-autoscaler"'})
     if not who.may(scope):

@@ -101,6 +101,10 @@ class ServerConfig(Frozen):
     max_body_bytes: int = Field(default=1048576, ge=1024)
     read_timeout: Duration = Field(default=10.0, gt=0, description="Longest a client may take to send a request "
                                    "body; slower ones get 408 (a gthread worker's thread is not held longer).")
+    max_unauthenticated_reads: int = Field(default=2, ge=1, le=1000, description="Request bodies read at once, per "
+                                           "worker, before their sender is known (a Grafana HMAC signature needs "
+                                           "the body); more are answered 503, so forged ones cannot hold every "
+                                           "thread for read_timeout.")
     lock_wait: Duration = Field(default=5.0, description="How long a decision waits for another on the same pool.")
     lease_ttl: Duration = Field(default=30.0, gt=0, description="How long a pool's lease outlives a dead worker "
                                 "(a running decision renews it every third of it).")
