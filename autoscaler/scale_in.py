@@ -12,7 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from autoscaler.models import Outcome, PoolSpec
-from autoscaler.cluster.nodes import (REMOVING, Cluster, ClusterError, MarkedNodes, NodeView, kept_reason, pick_victims)
+from autoscaler.cluster.nodes import (REMOVING, Cluster, ClusterError, MarkedNodes, NodeGone, NodeView, kept_reason,
+                                      pick_victims)
 from providers import NodeRef, ProviderError, RemovesNamedNodes
 
 log = logging.getLogger(__name__)
@@ -191,15 +192,20 @@ class NodeScaleIn:
             return Removal(Outcome.SKIPPED_IN_USE, current, f"no node of pool {spec.name} can go: {summary(kept)}",
                            kept=tuple(kept))
         mine = [v.name for v in drained]  # cordoned by _drain
+        gone: set[str] = set()
         try:
             for view in chosen:
                 if view.cordoned and view.cordoned_by_us is None:
                     continue  # someone else's cordon: theirs to lift
-                self.cluster.cordon(view.name, owner, self.clock())
+                try:
+                    self.cluster.cordon(view.name, owner, self.clock())
+                except NodeGone:
+                    gone.add(view.name)  # deleted since the pick: kept below, as the re-read would
+                    continue
                 mine.append(view.name)
             survivors = list(drained)
             for view in chosen:
-                again = self.cluster.node(view.name)
+                again = None if view.name in gone else self.cluster.node(view.name)
                 why = "gone before its removal was asked" if again is None else again.busy_reason()
                 if why:
                     if view.name in mine:

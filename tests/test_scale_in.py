@@ -334,3 +334,20 @@ def test_details_list_at_most_a_hundred_kept_nodes() -> None:
     details = Removal(Outcome.SCALED, 5, "removed a", ("a",), kept).details()
     assert len(details["kept"]) == 100 and details["kept_total"] == 130 and details["nodes"] == ["a"]
     assert "kept_total" not in Removal(Outcome.SCALED, 5, "removed a", ("a",), kept[:3]).details()
+
+
+def test_node_gone_between_pick_and_cordon_is_kept_not_failed(tmp_path: Any, kube: FakeKube,
+                                                              receiver: WebhookReceiver) -> None:
+    """Two idle nodes picked; one is deleted (by someone else) before it is cordoned: the other goes, the gone one
+    is kept with "gone" as its reason, as the re-read already treats a node that vanished."""
+    def delete_the_other(name: str) -> None:
+        if name == "gpunp-1":
+            del kube.nodes["gpunp-0"]
+
+    kube.on_cordon = delete_the_other
+    s = make(tmp_path, kube, receiver.url, step=2)
+    d = scale_in_alert(s.client)
+    assert d["outcome"] == "scaled" and (d["from"], d["to"]) == (3, 2), d
+    assert [r.body["nodes"] for r in receiver.received] == [["gpunp-1"]]
+    kept = last_event(s.client)["details"]["kept"]
+    assert {"node": "gpunp-0", "reason": "gone before its removal was asked"} in kept

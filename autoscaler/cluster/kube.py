@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
 from autoscaler.settings import KubernetesConfig
-from autoscaler.cluster.nodes import CORDON_ANNOTATION, ClusterError, NodeView, cordon_mark, node_view
+from autoscaler.cluster.nodes import CORDON_ANNOTATION, ClusterError, NodeGone, NodeView, cordon_mark, node_view
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +61,10 @@ class KubeCluster:
             self._core = client.CoreV1Api(client.ApiClient(conf))
         return self._core
 
-    def _call(self, what: str, fn: Any, *args: Any, raw: bool = False, **kwargs: Any) -> Any:
-        """One API call with the configured timeout; ClusterError with the server's own words on failure."""
+    def _call(self, what: str, fn: Any, *args: Any, raw: bool = False, gone_is_404: bool = False,
+              **kwargs: Any) -> Any:
+        """One API call with the configured timeout; ClusterError with the server's own words on failure (NodeGone
+        for a 404 with ``gone_is_404``: a change asked of a node deleted since it was listed)."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
@@ -72,7 +74,8 @@ class KubeCluster:
         try:
             result = fn(*args, **kwargs)
         except ApiException as exc:
-            raise ClusterError(f"{what}: {exc.status} {_message(exc)}") from None
+            error = NodeGone if gone_is_404 and exc.status == 404 else ClusterError
+            raise error(f"{what}: {exc.status} {_message(exc)}") from None
         except (HTTPError, OSError) as exc:
             raise ClusterError(f"{what}: {self._unreachable(exc)}") from None
         return json.loads(result.data) if raw else result
@@ -131,7 +134,7 @@ class KubeCluster:
     def cordon(self, name: str, owner: str, now: float) -> None:
         mark = cordon_mark(owner, now)
         body = {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDON_ANNOTATION: mark}}}
-        self._call(f"cordoning {name}", self._api().patch_node, name, body, _content_type=_MERGE)
+        self._call(f"cordoning {name}", self._api().patch_node, name, body, _content_type=_MERGE, gone_is_404=True)
 
     def uncordon(self, name: str) -> None:
         body = {"spec": {"unschedulable": None}, "metadata": {"annotations": {CORDON_ANNOTATION: None}}}
