@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import time
 from typing import Any, Iterator
 
 import pytest
@@ -136,3 +137,45 @@ def test_missing_kubeconfig_is_a_cluster_error(tmp_path: Any) -> None:
     c = KubeCluster(KubernetesConfig(kubeconfig=str(tmp_path / "none")))
     with pytest.raises(ClusterError, match="kubeconfig .*none"):
         c.nodes(POOL)
+
+
+class HungKube(FakeKube):
+    """Pod lists that hang (a stuck API server) except for the nodes in ``fails``, whose lists answer 500 at once."""
+
+    fails: frozenset[str] = frozenset()
+    hang = 6.0
+
+    def handle(self, request: Any) -> Any:
+        selector = (request.param("fieldSelector") or "").split(",")[0]
+        if request.path.endswith("/pods") and selector.startswith("spec.nodeName="):
+            if selector.split("=", 1)[1] in self.fails:
+                from tests.fakes.kube import status
+                return status(500, "InternalError", "etcd is sad")
+            time.sleep(self.hang)
+        return super().handle(request)
+
+
+def _hung(n: int, fails: frozenset[str] = frozenset()) -> HungKube:
+    fake = HungKube()
+    fake.fails = fails
+    for i in range(n):
+        fake.add_node(f"gpu-{i:02d}", POOL)
+    return fake
+
+
+def test_a_failed_pod_list_fails_the_read_at_once() -> None:
+    with _hung(20, frozenset({"gpu-00"})) as fake:
+        c = KubeCluster(KubernetesConfig(host=fake.url, token=fake.token, timeout=2.0))
+        started = time.monotonic()
+        with pytest.raises(ClusterError, match="listing pods on gpu-00: 500"):
+            c.nodes(POOL)
+        assert time.monotonic() - started < 1.5  # before: every other list's timeout, 8 at a time
+
+
+def test_a_pool_read_has_one_deadline() -> None:
+    with _hung(20) as fake:
+        c = KubeCluster(KubernetesConfig(host=fake.url, token=fake.token, timeout=1.0))
+        started = time.monotonic()
+        with pytest.raises(ClusterError, match="no answer within kubernetes.timeout 1s"):
+            c.nodes(POOL)
+        assert time.monotonic() - started < 2.5  # before: ceil(20 / 8) rounds of two attempts of 1 s each

@@ -3,14 +3,16 @@
 The client is imported inside functions, so it loads only when the config has a ``kubernetes:`` section. Reads
 ask for raw JSON (``_preload_content=False``) and hand plain dicts to :mod:`autoscaler.cluster.nodes`, which decides what
 they mean. A pool's read is one node list by label selector, then one pod list per node by field selector (run a
-few at a time); a re-read is one node GET and one pod list.
+few at a time) under one deadline (``kubernetes.timeout`` for the whole read): the first list that fails fails
+the read at once, and lists still running are not waited for. A re-read is one node GET and one pod list.
 """
 from __future__ import annotations
 
 import json
 import os
 import logging
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any, Mapping
 
 from autoscaler.settings import KubernetesConfig
@@ -62,13 +64,16 @@ class KubeCluster:
         return self._core
 
     def _call(self, what: str, fn: Any, *args: Any, raw: bool = False, gone_is_404: bool = False,
-              **kwargs: Any) -> Any:
+              deadline: float | None = None, **kwargs: Any) -> Any:
         """One API call with the configured timeout; ClusterError with the server's own words on failure (NodeGone
         for a 404 with ``gone_is_404``: a change asked of a node deleted since it was listed)."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        kwargs["_request_timeout"] = (min(self.settings.timeout, 3.0), self.settings.timeout)
+        timeout = self.settings.timeout
+        if deadline is not None:  # what is left of the read's one deadline (monotonic)
+            timeout = max(0.05, min(timeout, deadline - time.monotonic()))
+        kwargs["_request_timeout"] = (min(timeout, 3.0), timeout)
         if raw:
             kwargs["_preload_content"] = False
         try:
@@ -95,19 +100,31 @@ class KubeCluster:
         return f"API server {host} unreachable ({said[:200]}); check kubernetes: host/kubeconfig and the network"
 
     # ---- reads -----------------------------------------------------------------------------------------------
-    def _pods(self, node: str) -> list[dict[str, Any]]:
+    def _pods(self, node: str, deadline: float | None = None) -> list[dict[str, Any]]:
         answer = self._call(f"listing pods on {node}", self._api().list_pod_for_all_namespaces, raw=True,
-                            field_selector=f"spec.nodeName={node},{_NOT_FINISHED}")
+                            field_selector=f"spec.nodeName={node},{_NOT_FINISHED}", deadline=deadline)
         return list(answer.get("items") or [])
 
     def nodes(self, selector: Mapping[str, str]) -> list[NodeView]:
+        deadline = time.monotonic() + self.settings.timeout  # one deadline for the pool's whole read
         labels = ",".join(f"{k}={v}" if v else k for k, v in selector.items())
-        answer = self._call(f"listing nodes {labels}", self._api().list_node, raw=True, label_selector=labels)
+        answer = self._call(f"listing nodes {labels}", self._api().list_node, raw=True, label_selector=labels,
+                            deadline=deadline)
         items = list(answer.get("items") or [])
         names = [n["metadata"]["name"] for n in items]
-        with ThreadPoolExecutor(max_workers=min(_PARALLEL, max(len(items), 1))) as pool:
-            pods = list(pool.map(self._pods, names))
-        return [node_view(n, p, self.patterns) for n, p in zip(items, pods)]
+        pool = ThreadPoolExecutor(max_workers=min(_PARALLEL, max(len(items), 1)))
+        try:
+            futures = [pool.submit(self._pods, name, deadline) for name in names]
+            done, pending = wait(futures, timeout=max(0.0, deadline - time.monotonic()), return_when=FIRST_EXCEPTION)
+            failed = [f.exception() for f in futures if f in done and f.exception() is not None]
+            if failed:
+                raise failed[0]  # type: ignore[misc]
+            if pending:
+                raise ClusterError(f"listing pods of {len(pending)} node(s) of {labels}: no answer within "
+                                   f"kubernetes.timeout {self.settings.timeout:g}s")
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)  # a list still hanging is not waited for
+        return [node_view(n, f.result(), self.patterns) for n, f in zip(items, futures)]
 
     def marked(self, selector: Mapping[str, str]) -> list[NodeView]:
         """The pool's nodes without their pods: one call, for the stale-cordon sweep."""

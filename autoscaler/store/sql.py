@@ -11,6 +11,7 @@ StoreUnavailable after the transaction rolled back, so nothing is half-written.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import threading
@@ -24,7 +25,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from autoscaler.models import PoolState
 from autoscaler.redact import redact_text
 from autoscaler.store import tables
-from autoscaler.store.base import (DedupConfirm, EventRecord, PoolChange, PoolView, QuickState, Store,
+from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState, Store,
                                    StoreUnavailable)
 from autoscaler.store.raw import (RawConnections, claim_params, claim_sql, event_record, event_row, hash_key,
                                   pool_state, storable)
@@ -346,6 +347,20 @@ class SqlStore(Store):
             rows = conn.execute(select(tables.pool_views)).all()
         return {r.pool: PoolView(r.pool, r.current, bool(r.busy), r.detail, int(r.in_flight), r.error,
                                  float(r.read_at)) for r in rows}
+
+    def save_nodes(self, view: NodesView) -> None:
+        t = tables.node_views
+        row = storable(t, {"pool": view.pool, "nodes": json.dumps(view.nodes), "error": view.error,
+                           "read_at": view.read_at})
+        with self._tx() as conn:
+            conn.execute(self._insert_ignore(t, [row]))
+            conn.execute(update(t).where(t.c.pool == view.pool, t.c.read_at <= view.read_at).values(**row))
+
+    def nodes_view(self, pool: str) -> NodesView | None:
+        t = tables.node_views
+        with self._tx() as conn:
+            row = conn.execute(select(t).where(t.c.pool == pool)).first()
+        return NodesView(row.pool, json.loads(row.nodes or "[]"), row.error, float(row.read_at)) if row else None
 
     def ping(self) -> None:
         with self._tx() as conn:
