@@ -32,9 +32,12 @@ def acting_as(name: str) -> Iterator[None]:
         _ACTOR.reset(token)
 
 
+_POOL_WIDTH: int | None = getattr(tables.events.c.pool.type, "length", None)
+
+
 def _pool_text(pool: str | None) -> str | None:
     """A pool as an event names it: an unknown or unrouted alert's label may be anything, the column holds 64."""
-    return None if pool is None else clean(pool, tables.events.c.pool.type.length)
+    return None if pool is None else clean(pool, _POOL_WIDTH)
 
 
 def _redacted(details: dict[str, Any]) -> dict[str, Any]:

@@ -29,12 +29,12 @@ class StrictLoader(yaml.SafeLoader):
         self._sizes: dict[int, int] = {}
         self._aliased = 0
 
-    def compose_node(self, parent: Node | None, index: Any) -> Node:
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         if not self.check_event(AliasEvent):
-            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+            return super().compose_node(parent, index)
         mark = self.peek_event().start_mark
-        node: Node = super().compose_node(parent, index)
-        self._aliased += self._size(node, mark, set())
+        node = super().compose_node(parent, index)
+        self._aliased += self._size(node, mark, set()) if node is not None else 0
         if self._aliased > MAX_ALIASED:
             raise ComposerError(None, None, f"aliases expand to more than {MAX_ALIASED} values (an alias bomb?); "
                                 "write the values out or use fewer aliases", mark)
