@@ -10,7 +10,6 @@ again where a row is built (each column's width from ``store/tables.py``, ``MAX_
 from __future__ import annotations
 
 import re
-from typing import Any
 
 MAX_LABEL = 1024  # characters of one label or annotation value (or name) a sender's alert keeps
 MAX_TEXT = 4096  # characters of a reason, a pause reason or a view's detail (columns without a width)
@@ -22,14 +21,9 @@ _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 def clean(text: str, limit: int | None = MAX_TEXT) -> str:
     """``text`` without NUL and lone surrogates (each replaced by U+FFFD), at most ``limit`` characters (the last
     one then an ellipsis)."""
-    if _UNSTORABLE.search(text):
+    if not (text.isascii() and "\x00" not in text) and _UNSTORABLE.search(text):  # the common case: plain ASCII
         text = _UNSTORABLE.sub("\ufffd", text)
     if limit is not None and len(text) > limit:
         text = text[:limit - 1] + "…"
     return text
 
-
-def fit(value: Any, limit: int | None) -> Any:
-    """``clean`` for a text value (a column's width as ``limit``, ``MAX_TEXT`` where it has none); other values as
-    they are."""
-    return clean(value, limit or MAX_TEXT) if isinstance(value, str) else value

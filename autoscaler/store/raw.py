@@ -23,7 +23,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from autoscaler.models import PoolState
-from autoscaler.storable import clean, fit
+from autoscaler.storable import MAX_TEXT, clean
 from autoscaler.store import tables
 from autoscaler.store.base import EventRecord
 from autoscaler.store.connections import broken_sqlite_connection
@@ -42,7 +42,9 @@ _WIDTHS = {t.name: {c.name: getattr(c.type, "length", None) for c in t.c} for t 
 def storable(table: Any, row: dict[str, Any]) -> dict[str, Any]:
     """``row`` with every text cleaned and bounded to its column's width (``autoscaler.storable``): the same rule on
     SQLite and PostgreSQL, so no content can make a write fail (JSON columns are ASCII once serialised)."""
-    return {name: fit(value, _WIDTHS[table.name][name]) for name, value in row.items()}
+    widths = _WIDTHS[table.name]
+    return {name: clean(value, widths[name] or MAX_TEXT) if isinstance(value, str) else value
+            for name, value in row.items()}
 
 
 def event_row(ev: EventRecord) -> dict[str, Any]:
