@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from autoscaler import validation
+from autoscaler import validation, yaml_strict
 from autoscaler.models import DirectionPolicy, Headroom, Mode, PoolSpec, Schedule
 from autoscaler.settings.common import DEFAULT_MOVABLE_OWNERS
 from autoscaler.settings import (AuthConfig, Config, DirectionConfig, PoolConfig, credential_problems,
@@ -333,7 +333,7 @@ def read_yaml(path: str) -> Any:
     caller does, once)."""
     try:
         with open(path, encoding="utf-8") as fh:
-            return yaml.safe_load(fh)
+            return yaml_strict.load(fh)
     except OSError as exc:
         raise ConfigError([f"cannot read: {exc.strerror}"]) from None
     except yaml.YAMLError as exc:

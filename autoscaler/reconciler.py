@@ -31,8 +31,10 @@ from autoscaler.headroom import Floor, floor as headroom_floor
 from autoscaler.models import Action, CloudStatus, Decision, PoolFacts, PoolSpec, Signal, Source
 from autoscaler.policy import cooldown_remaining
 from autoscaler.redact import redact_text
+from autoscaler.answers import dump, node_body
 from autoscaler.retention import Pruner
-from autoscaler.store import PoolView, Store, StoreUnavailable
+from autoscaler.cluster.nodes import ClusterError
+from autoscaler.store import NodesView, PoolView, Store, StoreUnavailable
 from providers import NodePoolProvider, ProviderError, Tracked
 
 log = logging.getLogger(__name__)
@@ -83,6 +85,7 @@ class Reconciler:
         for spec in self.settings.pools.values() if pools else ():
             view, facts = self.refresh(spec, now)
             out.views.append(view)
+            self.refresh_nodes(spec, now)
             decision = self._floor(spec, view, facts, now) or self._headroom(spec, view, now)
             if decision is not None:
                 out.decisions.append(decision)
@@ -105,6 +108,25 @@ class Reconciler:
             view = replace(last, error=error)
         self.store.save_view(view)
         return view, facts
+
+    def refresh_nodes(self, spec: PoolSpec, now: float) -> NodesView | None:
+        """List a node-aware pool's nodes (with their GPU pods) and store them for the pages and the API, which
+        never list them per request: a hung API server then costs this loop a read, not every page a thread.
+        A failed list keeps the last good nodes, with the error and their time."""
+        cluster = self.engine.nodes.cluster if self.engine.nodes is not None else None
+        if cluster is None or not spec.node_selector:
+            return None
+        try:
+            listed = cluster.nodes(dict(spec.node_selector))
+            view = NodesView(spec.name, [dump(node_body(v)) for v in sorted(listed, key=lambda v: (-v.created,
+                                                                                                  v.name))],
+                             None, now)
+        except ClusterError as exc:
+            last = self.store.nodes_view(spec.name)
+            error = redact_text(str(exc))
+            view = replace(last, error=error) if last is not None else NodesView(spec.name, [], error, now)
+        self.store.save_nodes(view)
+        return view
 
     def _floor(self, spec: PoolSpec, view: PoolView, facts: PoolFacts, now: float) -> Decision | None:
         """Raise a pool below its effective min to it through the engine; None when there is nothing to do."""

@@ -90,6 +90,10 @@ class ClusterError(Exception):
     """The API server could not be read or refused a change; the message never holds a credential."""
 
 
+class NodeGone(ClusterError):
+    """The node a change was asked of no longer exists (deleted since it was listed): nothing to change."""
+
+
 class Cluster(Protocol):
     """What the scale-in needs of a cluster. Calls may block on the API server for a few seconds."""
 

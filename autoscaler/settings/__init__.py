@@ -3,6 +3,7 @@
 the provider names in the validation context and validates each provider's own section itself."""
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from pydantic import Field, model_validator
@@ -59,12 +60,12 @@ class Config(Frozen):
 def reference_problems(pools: list[Any], rule_pools: list[Any], replay_pools: list[Any]) -> list[str]:
     """Every duplicate pool name and every rule naming no configured pool (cross-field: checked on the raw file
     too, so that check-config reports them beside the field errors)."""
-    names = [n for n in pools if isinstance(n, str)]
+    counts = Counter(n for n in pools if isinstance(n, str))  # a set and a count: linear in the pools
     problems = []
-    dupes = sorted({n for n in names if names.count(n) > 1})
+    dupes = sorted(n for n, seen in counts.items() if seen > 1)
     if dupes:
         problems.append(f"pools: duplicate pool names: {', '.join(dupes)}")
     for where, refs in (("rules", rule_pools), ("replay.rules", replay_pools)):
         problems += [f"{where}[{i}].pool: no pool named {pool!r}" for i, pool in enumerate(refs)
-                     if isinstance(pool, str) and pool not in names]
+                     if isinstance(pool, str) and pool not in counts]
     return problems
