@@ -114,7 +114,9 @@ class PoolBody(BaseModel):
     error: str | None = None
     nodes: list[NodeBody] | None = Field(default=None, description="With `kubernetes:` and a node selector: the "
                                          "pool's nodes, newest first (GET of one pool and the status page).")
-    nodes_error: str | None = Field(default=None, description="Why the nodes could not be read.")
+    nodes_error: str | None = Field(default=None, description="Why the nodes could not be read (the last listing).")
+    nodes_read_at: float | None = Field(default=None, description="Unix time the stored node view was listed.")
+    nodes_age_s: float | None = Field(default=None, description="Seconds since then.")
     short_until: str | None = Field(default=None, description="RFC 3339: until when the pool is passed over by its "
                                     "group because its cloud could not deliver (null: not short).")
     short_reason: str | None = Field(default=None, description="The cloud's code and message, nodes asked for and "

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from flask import Flask
 
-from autoscaler.api.body import close_after
+from autoscaler.api.body import UnauthenticatedReads, close_after
 from autoscaler.auth import Authenticator
 from autoscaler.config import Settings, build_settings, load_config, warnings
 from autoscaler.engine import Engine
@@ -114,6 +114,8 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
     app.config["MAX_CONTENT_LENGTH"] = settings.config.server.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["autoscaler"] = service
+    app.extensions["autoscaler_unauthenticated_reads"] = UnauthenticatedReads(
+        settings.config.server.max_unauthenticated_reads)
     # Started by gunicorn's post_worker_init (gunicorn.conf.py), not here: an app built by a test runs no thread;
     # tests call tick(now) themselves.
     app.extensions["autoscaler_reconciler"] = Reconciler(settings, store, built, engine, clock,

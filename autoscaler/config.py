@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from autoscaler import validation
+from autoscaler import validation, yaml_strict
 from autoscaler.models import DirectionPolicy, Headroom, Mode, PoolSpec, Schedule
 from autoscaler.settings.common import DEFAULT_MOVABLE_OWNERS
 from autoscaler.settings import (AuthConfig, Config, DirectionConfig, PoolConfig, credential_problems,
@@ -192,7 +192,17 @@ def warnings(settings: Settings) -> list[str]:
         if limits is not None and spec.min < limits.low:
             out.append(f"pools[{index}].min: {spec.min} is below what the cloud allows ({limits.low}: {limits.why}); "
                        f"scale-in stops at {limits.low} (skipped_limit)")
+        out += _headroom_beyond_max(index, spec)
     return out
+
+
+def _headroom_beyond_max(index: int, spec: PoolSpec) -> list[str]:
+    """Spare whole nodes that max can never hold (headroom is clamped at max, so such a setting says more than it
+    does)."""
+    where = [(f"pools[{index}].scale_out.headroom", spec.scale_out.headroom)]
+    where += [(f"pools[{index}].schedules[{i}].headroom", w.headroom) for i, w in enumerate(spec.schedules)]
+    return [f"{path}: {room.nodes} spare nodes can never be kept: the pool's max is {spec.max} (headroom is clamped "
+            "at max)" for path, room in where if room is not None and room.nodes > spec.max]
 
 
 def _list(value: Any) -> list[Any]:
@@ -332,7 +342,7 @@ def read_yaml(path: str) -> Any:
     caller does, once)."""
     try:
         with open(path, encoding="utf-8") as fh:
-            return yaml.safe_load(fh)
+            return yaml_strict.load(fh)
     except OSError as exc:
         raise ConfigError([f"cannot read: {exc.strerror}"]) from None
     except yaml.YAMLError as exc:

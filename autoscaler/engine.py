@@ -6,15 +6,17 @@ import os
 import socket
 import threading
 import time
+import uuid
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from autoscaler import fallback
 from autoscaler.attempt import Attempt, DedupClaim
 from autoscaler.config import Settings
 from autoscaler.events import EventLog
 from autoscaler.facts import keeps_headroom, pool_facts, view_after
-from autoscaler.lease import Lease
+from autoscaler.lease import Lease, PoolBusy
 from autoscaler.models import (Action, CloudStatus, Decision, Notification, Outcome, PoolFacts, PoolSpec, PoolState,
                                Signal, Source)
 from autoscaler.node_actions import NodeActions
@@ -191,6 +193,30 @@ class Engine:
                                   f"died); try again", retry_after=min(self.lease_ttl, BUSY_RETRY),
                             details={"busy": "lease"})
         return self.events.record(decision, attempt.source, attempt.alerts, self.clock())
+
+    @contextmanager
+    def holding(self, pool: str) -> Iterator[PoolState]:
+        """Hold ``pool`` as a decision does (this process's lock, then the store lease, waiting up to
+        ``lock_wait``) while an operator changes it (pause, resume, count correction), so that a decision in flight
+        finishes first and none starts meanwhile; PoolBusy when it stays held."""
+        deadline = time.monotonic() + self.lock_wait
+        lock = self._locks.setdefault(pool, threading.Lock())
+        busy = PoolBusy(f"another decision on pool {pool} is still running after {self.lock_wait:g}s; try again",
+                        min(self.lease_ttl, BUSY_RETRY))
+        if not lock.acquire(timeout=self.lock_wait):
+            raise busy
+        try:
+            lease = Lease(self.store, pool, f"{self.owner_prefix}:operator:{uuid.uuid4().hex}", self.clock,
+                          self.lease_ttl)
+            state = lease.take(deadline)
+            if state is None:
+                raise busy
+            try:
+                yield state
+            finally:
+                lease.release()
+        finally:
+            lock.release()
 
     def names_nodes(self, spec: PoolSpec) -> bool:
         """Whether this pool's nodes can be removed by name (see ``NodeActions.names_nodes``)."""

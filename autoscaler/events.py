@@ -15,7 +15,8 @@ from autoscaler.logjson import json_logs
 from autoscaler.models import Alert, Decision, OperatorOutcome, Source
 from autoscaler.redact import active, redact_text
 from autoscaler.sinks import EventSink
-from autoscaler.store import DedupConfirm, EventRecord, PoolChange, Store
+from autoscaler.storable import MAX_ALERTS_LISTED, clean
+from autoscaler.store import DedupConfirm, EventRecord, PoolChange, Store, tables
 
 log = logging.getLogger("autoscaler.decision")
 _ACTOR: ContextVar[str | None] = ContextVar("actor", default=None)
@@ -30,6 +31,14 @@ def acting_as(name: str) -> Iterator[None]:
         yield
     finally:
         _ACTOR.reset(token)
+
+
+_POOL_WIDTH: int | None = getattr(tables.events.c.pool.type, "length", None)
+
+
+def _pool_text(pool: str | None) -> str | None:
+    """A pool as an event names it: an unknown or unrouted alert's label may be anything, the column holds 64."""
+    return None if pool is None else clean(pool, _POOL_WIDTH)
 
 
 def _redacted(details: dict[str, Any]) -> dict[str, Any]:
@@ -65,10 +74,14 @@ class EventLog:
         actor = _ACTOR.get()
         if actor:
             details["actor"] = actor
-        # redacted before it is stored: the event log, the API, the status page and the sinks all read it from here
-        return EventRecord(time=now, pool=d.pool, source=source, action=d.action.value if d.action else None,
-                           outcome=d.outcome.value, from_=d.from_, to=d.to, reason=redact_text(d.reason),
-                           alerts=[a.ref() for a in alerts], details=_redacted(details))
+        if len(alerts) > MAX_ALERTS_LISTED:  # every alert counted, a bounded number listed
+            details["alerts_not_listed"] = len(alerts) - MAX_ALERTS_LISTED
+        # redacted and made storable before it is stored: the event log, the API, the status page, the log line
+        # and the sinks all read it from here
+        return EventRecord(time=now, pool=_pool_text(d.pool), source=source,
+                           action=d.action.value if d.action else None, outcome=d.outcome.value, from_=d.from_,
+                           to=d.to, reason=clean(redact_text(d.reason)),
+                           alerts=[a.ref() for a in alerts[:MAX_ALERTS_LISTED]], details=_redacted(details))
 
     def record(self, d: Decision, source: str, alerts: list[Alert], now: float) -> Decision:
         """Record a decision that changes no pool state."""
@@ -99,7 +112,7 @@ class EventLog:
         """Apply an operator's change to a pool (pause, resume, count correction) and record who made it, in one
         transaction, so the event log is the whole audit trail; return the event id."""
         ev = EventRecord(time=now, pool=act.pool, source=Source.OPERATOR.value, action=act.action,
-                         outcome=act.outcome.value, from_=act.from_, to=act.to, reason=redact_text(act.reason),
+                         outcome=act.outcome.value, from_=act.from_, to=act.to, reason=clean(redact_text(act.reason)),
                          alerts=[], details=_redacted({"actor": act.actor, **(act.details or {})}))
         event_id = self.store.update_pool(act.pool, ev, change)
         self._publish(replace(ev, id=event_id), count=False)  # not a decision: no decisions_total sample

@@ -21,6 +21,14 @@ Clock = Callable[[], float]
 Sleep = Callable[[float], None]
 
 
+class PoolBusy(Exception):
+    """A pool stayed held by a decision past ``lock_wait``; ``retry_after`` seconds is when to try again (503)."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 @dataclass(frozen=True)
 class Lease:
     """One owner's lease on one pool (``ttl`` seconds from each take or renewal, by ``clock``, the store's time).

@@ -93,8 +93,15 @@ class Alert:
         return self.value
 
     def ref(self) -> dict[str, str]:
-        """The short form stored in events: name and fingerprint."""
-        return {"alertname": self.name, "fingerprint": self.fingerprint}
+        """The short form stored in events: name and fingerprint, each at most ``MAX_REF`` characters."""
+        return {"alertname": _bounded(self.name), "fingerprint": _bounded(self.fingerprint)}
+
+
+MAX_REF = 200  # characters of an alert's name and fingerprint in an event's ``alerts`` list
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= MAX_REF else text[:MAX_REF - 1] + "…"
 
 
 @dataclass(frozen=True)

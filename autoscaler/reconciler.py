@@ -33,8 +33,10 @@ from autoscaler.inflight import NOT_REGISTERED, unregistered
 from autoscaler.models import Action, CloudStatus, Decision, PoolFacts, PoolSpec, Shortfall, Signal, Source
 from autoscaler.policy import cooldown_remaining
 from autoscaler.redact import redact_text
+from autoscaler.answers import dump, node_body
 from autoscaler.retention import Pruner
-from autoscaler.store import PoolView, Store, StoreUnavailable
+from autoscaler.cluster.nodes import ClusterError
+from autoscaler.store import NodesView, PoolView, Store, StoreUnavailable
 from providers import NodePoolProvider, ProviderError, Tracked
 
 log = logging.getLogger(__name__)
@@ -85,6 +87,7 @@ class Reconciler:
         for spec in self.settings.pools.values() if pools else ():
             view, facts, short = self.refresh(spec, now)
             out.views.append(view)
+            self.refresh_nodes(spec, now)
             if short is not None:  # the cloud accepted a size it could not deliver: say so, give back, ask the group
                 out.decisions += self._short(spec, now, short)
                 continue
@@ -138,6 +141,25 @@ class Reconciler:
         if found is None:
             return None
         return Shortfall(asked=asked, delivered=found[0], code=NOT_REGISTERED, message=found[1], give_back=False)
+
+    def refresh_nodes(self, spec: PoolSpec, now: float) -> NodesView | None:
+        """List a node-aware pool's nodes (with their GPU pods) and store them for the pages and the API, which
+        never list them per request: a hung API server then costs this loop a read, not every page a thread.
+        A failed list keeps the last good nodes, with the error and their time."""
+        cluster = self.engine.nodes.cluster if self.engine.nodes is not None else None
+        if cluster is None or not spec.node_selector:
+            return None
+        try:
+            listed = cluster.nodes(dict(spec.node_selector))
+            view = NodesView(spec.name, [dump(node_body(v)) for v in sorted(listed, key=lambda v: (-v.created,
+                                                                                                  v.name))],
+                             None, now)
+        except ClusterError as exc:
+            last = self.store.nodes_view(spec.name)
+            error = redact_text(str(exc))
+            view = replace(last, error=error) if last is not None else NodesView(spec.name, [], error, now)
+        self.store.save_nodes(view)
+        return view
 
     def _floor(self, spec: PoolSpec, view: PoolView, facts: PoolFacts, now: float) -> Decision | None:
         """Raise a pool below its effective min to it through the engine; None when there is nothing to do."""

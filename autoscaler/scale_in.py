@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 from autoscaler.models import CloudStatus, Outcome, PoolSpec
 from autoscaler.cluster.movable import Pick, pick_movable
-from autoscaler.cluster.nodes import (REMOVING, Budgets, Cluster, ClusterError, MarkedNodes, NodeView,
+from autoscaler.cluster.nodes import (REMOVING, Budgets, Cluster, ClusterError, MarkedNodes, NodeGone, NodeView,
                                       pick_victims)
 from autoscaler.cluster.pods import Budget
 from autoscaler.drain import drain
@@ -209,15 +209,20 @@ class NodeScaleIn:
             return Removal(Outcome.SKIPPED_IN_USE, current, f"no node of pool {spec.name} can go: {summary(kept)}",
                            kept=tuple(kept))
         mine = [v.name for v in drained]  # cordoned by _drain
+        gone: set[str] = set()
         try:
             for view in chosen:
                 if view.cordoned and view.cordoned_by_us is None:
                     continue  # someone else's cordon: theirs to lift
-                self.cluster.cordon(view.name, owner, self.clock())
+                try:
+                    self.cluster.cordon(view.name, owner, self.clock())
+                except NodeGone:
+                    gone.add(view.name)  # deleted since the pick: kept below, as the re-read would
+                    continue
                 mine.append(view.name)
             survivors = list(drained)
             for view in chosen:
-                again = self.cluster.node(view.name)
+                again = None if view.name in gone else self.cluster.node(view.name)
                 why = "gone before its removal was asked" if again is None else again.busy_reason()
                 if why:
                     if view.name in mine:

@@ -8,12 +8,11 @@ from typing import Any, Callable
 from autoscaler.auth import Authenticator
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
-from autoscaler.answers import Cooldown, PoolBody, dump, event_body, node_body
+from autoscaler.answers import Cooldown, PoolBody, dump, event_body
 from autoscaler.durations import rfc3339
 from autoscaler.events import EventLog
 from autoscaler.metrics import Metrics
 from autoscaler.models import PoolSpec
-from autoscaler.cluster.nodes import ClusterError
 from autoscaler.policy import cooldown_remaining
 from autoscaler.redact import redact_text
 from autoscaler.schedules import effective_min
@@ -40,7 +39,7 @@ class Service:
     def pool_json(self, spec: PoolSpec, with_last_event: bool = True, with_nodes: bool = False,
                   views: dict[str, PoolView] | None = None) -> dict[str, Any]:
         """A pool as the API shows it: configured limits, stored state and the stored cloud view (and with
-        ``with_nodes``, where a cluster is configured, the pool's nodes: one node list, one pod list per node).
+        ``with_nodes``, where a cluster is configured, the pool's nodes as the reconciler last listed them).
 
         Never calls the cloud: a provider that tracks its count is read from the store (that is all its status
         does); any other shows the view the reconciler (or the last decision) stored, with its age.
@@ -113,14 +112,20 @@ class Service:
         return [self.pool_json(spec, with_last_event, views=views) for spec in specs]
 
     def _nodes(self, spec: PoolSpec) -> dict[str, Any]:
-        cluster = self.engine.nodes.cluster if self.engine.nodes is not None else None
-        if cluster is None or not spec.node_selector:
+        """The pool's stored node view (the reconciler lists the nodes; a request never waits on the API server)."""
+        if self.engine.nodes is None or not spec.node_selector:
             return {}
-        try:
-            views = cluster.nodes(dict(spec.node_selector))
-        except ClusterError as exc:
-            return {"nodes_error": redact_text(str(exc))}
-        return {"nodes": [node_body(v) for v in sorted(views, key=lambda v: (-v.created, v.name))]}
+        view = self.store.nodes_view(spec.name)
+        if view is None:
+            return {"nodes_error": "not listed yet: the reconciler lists the pool's nodes every "
+                                   "server.reconcile_interval"}
+        out: dict[str, Any] = {"nodes_read_at": view.read_at,
+                               "nodes_age_s": round(max(0.0, self.clock() - view.read_at), 1)}
+        if view.nodes or not view.error:  # a failed first listing shows no nodes, not "none"
+            out["nodes"] = view.nodes
+        if view.error:
+            out["nodes_error"] = view.error
+        return out
 
     def groups_json(self, visible: Callable[[str], bool]) -> list[dict[str, Any]]:
         """Each fallback group with the pools of it the caller may see, most preferred first."""

@@ -50,7 +50,7 @@ class AksSettings(BaseModel):
     api_version: str | None = Field(default=None, description="ARM api-version; the SDK's default when unset.")
     mode: Literal["System", "User"] | None = Field(default=None, description="The agent pool's mode, when you "
                                                    "want check-config to warn that a System pool keeps 1 node.")
-    retry_budget: Duration = Field(default=8.0, gt=0, validation_alias=AliasChoices("retry_budget", "budget"),
+    retry_budget: Duration = Field(default=8.0, ge=0, validation_alias=AliasChoices("retry_budget", "budget"),
                                    description="Total time one read and the change it leads to may take, retries "
                                                "included (`budget` is its older name).")
     timeout: Duration = Field(default=5.0, gt=0, validation_alias=AliasChoices("timeout", "request_timeout"),

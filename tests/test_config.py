@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from autoscaler.config import ConfigError, build_settings, load_config
+from autoscaler.config import ConfigError, build_settings, load_config, warnings
 from tests.support import BASE_CONFIG
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,6 +92,9 @@ def test_provider_section_problems() -> None:
     pytest.param({"rules": [{"match": {"a": "b"}, "pool": "gpu", "action": "grow"}]}, "rules[0].action: Input should be",
                  id="bad-action"),
     pytest.param({"unknown_top": 1}, "unknown_top: Extra inputs are not permitted", id="unknown-key"),
+    pytest.param({"pools": [{"name": "x", "provider": "simulated", "min": 0, "max": 4,
+                             "scale_out": {"headroom": {"nodes": True}}}]},
+                 "pools[0].scale_out.headroom.nodes: a whole number, not true/false", id="headroom-nodes-boolean"),
 ])
 def test_invalid(change: dict[str, Any], expected: str) -> None:
     found = problems(cfg(**change))
@@ -165,3 +168,30 @@ def test_invalid_headroom(where: str, value: Any, expected: str) -> None:
     raw["pools"][0][where] = value
     found = problems(raw)
     assert any(p.startswith(expected) for p in found), found
+
+
+def test_headroom_beyond_max_is_warned() -> None:
+    """Headroom is clamped at max: more spare than max allows is a config that does not do what it says."""
+    raw = cfg()
+    raw["pools"][0]["scale_out"] = {"headroom": {"nodes": 100}}
+    raw["pools"][0]["schedules"] = [{"cron": "0 8 * * 1-5", "duration": "11h", "headroom": {"nodes": 50}}]
+    found = warnings(build_settings(raw, env={}))
+    top = raw["pools"][0]["max"]
+    assert (f"pools[0].scale_out.headroom: 100 spare nodes can never be kept: the pool's max is {top} "
+            "(headroom is clamped at max)") in found
+    assert (f"pools[0].schedules[0].headroom: 50 spare nodes can never be kept: the pool's max is {top} "
+            "(headroom is clamped at max)") in found
+
+
+@pytest.mark.parametrize("provider, section", [
+    pytest.param("aks", {"subscription_id": "s", "resource_group": "rg", "cluster": "c", "agent_pool": "gpunp"},
+                 id="aks"),
+    pytest.param("eks", {"region": "us-east-1", "cluster": "c", "nodegroup": "g"}, id="eks"),
+    pytest.param("webhook", {"url": "http://127.0.0.1:9/scale"}, id="webhook"),
+])
+def test_retry_budget_zero_means_one_try_on_every_provider(provider: str, section: dict[str, Any]) -> None:
+    """The per-call settings have the same names and bounds on every provider: 0 is "no retries"."""
+    raw = cfg(rules=[], pools=[{"name": "p", "provider": provider, "min": 0, "max": 2,
+                      provider: {**section, "retry_budget": 0}}])
+    settings = build_settings(raw, env={})
+    assert settings.pools["p"].provider_settings.retry_budget == 0

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import time
 from decimal import Decimal
 from typing import Any, Iterator
 
@@ -163,3 +164,46 @@ def test_budgets_are_listed_once_with_what_they_allow(kube: FakeKube) -> None:
     assert kube.calls == {"LIST poddisruptionbudgets": 1}
     kube.add_pod("web-0", "aks-gpunp-1-vmss000001", owner="ReplicaSet", labels={"app": "web"})
     assert "disruption budget" in str(cluster(kube).evict("ml", "web-0"))  # the budget object refuses it
+
+
+class HungKube(FakeKube):
+    """Pod list pages that hang (a stuck API server) for ``hang`` seconds each, or answer 500 at once (``fails``)."""
+
+    fails = False
+    hang = 6.0
+
+    def handle(self, request: Any) -> Any:
+        if request.path.endswith("/pods") and request.method == "GET":
+            if self.fails:
+                from tests.fakes.kube import status
+                return status(500, "InternalError", "etcd is sad")
+            time.sleep(self.hang)
+        return super().handle(request)
+
+
+def _hung(n: int, fails: bool = False, hang: float = 6.0) -> HungKube:
+    fake = HungKube()
+    fake.fails, fake.hang = fails, hang
+    for i in range(n):
+        fake.add_node(f"gpu-{i:02d}", POOL)
+        fake.add_pod(f"work-{i:02d}", f"gpu-{i:02d}", gpus=1)
+    return fake
+
+
+def test_a_failed_pod_list_fails_the_read_at_once() -> None:
+    with _hung(20, fails=True) as fake:
+        c = KubeCluster(KubernetesConfig(host=fake.url, token=fake.token, timeout=2.0))
+        started = time.monotonic()
+        with pytest.raises(ClusterError, match="listing pods: 500"):
+            c.nodes(POOL)
+        assert time.monotonic() - started < 1.5  # before: every other list's timeout, 8 at a time
+
+
+def test_a_pool_read_has_one_deadline() -> None:
+    """Each page of the pod list answers after 0.6 s: four pages must not take four timeouts."""
+    with _hung(20, hang=0.6) as fake:
+        c = KubeCluster(KubernetesConfig(host=fake.url, token=fake.token, timeout=1.0), page=5)
+        started = time.monotonic()
+        with pytest.raises(ClusterError, match="no answer within kubernetes.timeout 1s"):
+            c.nodes(POOL)
+        assert time.monotonic() - started < 2.5  # before: ceil(20 / 8) rounds of two attempts of 1 s each

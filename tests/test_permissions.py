@@ -243,6 +243,19 @@ def test_a_pool_scoped_webhook_credential_acts_only_on_its_pools(tmp_path: Path)
     assert len(events(client)) == 1  # nothing of the refused notification acted
 
 
+@pytest.mark.parametrize("status", ["resolved", "firing"])
+def test_a_pool_scoped_webhook_credential_writes_no_event_on_another_pool(tmp_path: Path, status: str) -> None:
+    """Resolved alerts act on nothing, but they write an ``ignored_resolved`` event on their pool: another pool's
+    event log is not the credential's to write either."""
+    auth = {"bearer_tokens": [TOKEN, {"token": HOOK, "name": "team-gpu-am", "scopes": ["webhook"], "pools": ["gpu"]}]}
+    client = make_app(f"sqlite:///{tmp_path}/w.db", FakeClock(), server={"auth": auth}).test_client()
+    body = am_payload(am_alert(fingerprint="r1", status=status, autoscaler_pool="spare",
+                               autoscaler_action="scale_out"), status=status)
+    resp = client.post("/webhook/alertmanager", json=body, headers=bearer(HOOK))
+    assert resp.status_code == 403 and "spare" in error_of(resp)
+    assert events(client) == []
+
+
 def test_decisions_name_the_credential_that_caused_them(client: FlaskClient) -> None:
     client.post("/webhook/alertmanager", json=am_payload(am_alert(fingerprint="d1")), headers=bearer(HOOK))
     client.post("/webhook/alertmanager", json=am_payload(am_alert(fingerprint="d1")), headers=basic("grafana", "pw-7"))

@@ -262,7 +262,12 @@ def test_pool_shows_its_nodes(tmp_path: Any, kube: FakeKube, receiver: WebhookRe
     kube.add_pod("db", "gpunp-0", annotations={"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"})
     kube.nodes["gpunp-1"]["spec"]["unschedulable"] = True
     s = make(tmp_path, kube, receiver.url)
+    before = s.client.get("/api/v1/pools/gpu", headers=AUTH).get_json()
+    assert "nodes" not in before and "not listed yet" in before["nodes_error"]
+    s.client.application.extensions["autoscaler_reconciler"].tick(s.clock())  # the reconciler lists the nodes
+    kube.calls.clear()
     body = s.client.get("/api/v1/pools/gpu", headers=AUTH).get_json()
+    assert body["nodes_read_at"] == s.clock() and body["nodes_age_s"] == 0 and "nodes_error" not in body
     assert [n["name"] for n in body["nodes"]] == ["gpunp-2", "gpunp-1", "gpunp-0"]  # newest first
     busy, cordoned, protected = body["nodes"]
     assert busy["gpu_pods"] == [{"namespace": "ml", "name": "train-7", "resource": "nvidia.com/gpu", "count": 8}]
@@ -273,13 +278,22 @@ def test_pool_shows_its_nodes(tmp_path: Any, kube: FakeKube, receiver: WebhookRe
     assert "nodes" not in listed  # the list (and /metrics) never reads the cluster
     page = s.client.get("/", headers=AUTH).get_data(as_text=True)
     assert 'data-node="gpunp-2"' in page and "ml/train-7" in page and "safe-to-evict=false" in page
+    assert not kube.calls  # pages and the API read the stored view: no request lists the cluster (issue 24)
 
 
 def test_pool_nodes_error_is_said(tmp_path: Any, kube: FakeKube, receiver: WebhookReceiver) -> None:
     s = make(tmp_path, kube, receiver.url)
     kube.token = "rotated"
+    s.client.application.extensions["autoscaler_reconciler"].tick(s.clock())
     body = s.client.get("/api/v1/pools/gpu", headers=AUTH).get_json()
     assert "nodes" not in body and body["nodes_error"].startswith("listing nodes agentpool=gpunp: 401")
+    kube.token = FakeKube.token  # back: the next listing stores the nodes; then a failed one keeps them, said
+    s.client.application.extensions["autoscaler_reconciler"].tick(s.clock())
+    s.clock.advance(30)
+    kube.token = "rotated"
+    s.client.application.extensions["autoscaler_reconciler"].tick(s.clock())
+    body = s.client.get("/api/v1/pools/gpu", headers=AUTH).get_json()
+    assert len(body["nodes"]) == 3 and body["nodes_age_s"] == 30 and "401" in body["nodes_error"]
 
 
 def test_a_node_already_being_removed_is_not_picked_again(tmp_path: Any, kube: FakeKube,
@@ -334,3 +348,20 @@ def test_details_list_at_most_a_hundred_kept_nodes() -> None:
     details = Removal(Outcome.SCALED, 5, "removed a", ("a",), kept).details()
     assert len(details["kept"]) == 100 and details["kept_total"] == 130 and details["nodes"] == ["a"]
     assert "kept_total" not in Removal(Outcome.SCALED, 5, "removed a", ("a",), kept[:3]).details()
+
+
+def test_node_gone_between_pick_and_cordon_is_kept_not_failed(tmp_path: Any, kube: FakeKube,
+                                                              receiver: WebhookReceiver) -> None:
+    """Two idle nodes picked; one is deleted (by someone else) before it is cordoned: the other goes, the gone one
+    is kept with "gone" as its reason, as the re-read already treats a node that vanished."""
+    def delete_the_other(name: str) -> None:
+        if name == "gpunp-1":
+            del kube.nodes["gpunp-0"]
+
+    kube.on_cordon = delete_the_other
+    s = make(tmp_path, kube, receiver.url, step=2)
+    d = scale_in_alert(s.client)
+    assert d["outcome"] == "scaled" and (d["from"], d["to"]) == (3, 2), d
+    assert [r.body["nodes"] for r in receiver.received] == [["gpunp-1"]]
+    kept = last_event(s.client)["details"]["kept"]
+    assert {"node": "gpunp-0", "reason": "gone before its removal was asked"} in kept

@@ -42,6 +42,7 @@ def test_idle_nodes_go_by_name_busy_ones_stay(tmp_path: Path) -> None:
         aks_names, ack_nodes = [n.name for n in aks.nodes()], ack.nodes()
         cfg = service_config(tmp_path, [aks.pool_config("gpu-aks"), ack.pool_config("gpu-ack")], RULES,
                              kubernetes={"host": kube.url, "token": kube.token})
+        cfg["server"]["reconcile_interval"] = "1s"  # pages and the CLI show the node view the reconciler stores
         with Service(cfg, tmp_path, workers=1, env={**aks.env, **ack.env}, app=CLOUD_APP) as svc:
             body = am_payload(am_alert("GPUUtilizationLow", fingerprint="a", cloud="aks"),
                               am_alert("GPUUtilizationLow", fingerprint="b", cloud="ack"))
@@ -51,10 +52,15 @@ def test_idle_nodes_go_by_name_busy_ones_stay(tmp_path: Path) -> None:
             assert decisions["gpu-aks"]["outcome"] == "scaled" and decisions["gpu-ack"]["outcome"] == "scaled"
             events = requests.get(f"{svc.url}/api/v1/events", headers=AUTH, timeout=5).json()["events"]
             details = {e["pool"]: e["details"] for e in events}
-            nodes = subprocess.run([sys.executable, "-m", "autoscaler", "nodes", "gpu-aks"], capture_output=True,
-                                   text=True, timeout=30, cwd=ROOT,
-                                   env={**os.environ, "PYTHONPATH": str(ROOT), "AUTOSCALER_URL": svc.url,
-                                        "AUTOSCALER_TOKEN": TOKEN})
+            def listed() -> subprocess.CompletedProcess[str]:
+                return subprocess.run([sys.executable, "-m", "autoscaler", "nodes", "gpu-aks"], capture_output=True,
+                                      text=True, timeout=30, cwd=ROOT,
+                                      env={**os.environ, "PYTHONPATH": str(ROOT), "AUTOSCALER_URL": svc.url,
+                                           "AUTOSCALER_TOKEN": TOKEN})
+            seen: list[subprocess.CompletedProcess[str]] = []
+            wait_for(lambda: seen.append(listed()) or "yes (us)" in seen[-1].stdout, 20,
+                     "the reconciler's next node listing (after the cordon)")
+            nodes = seen[-1]
             log = svc.read_log()
         # AKS: exactly the idle middle machine went through deleteMachines; the busy newest one stays
         assert aks.arm.machine_names("gpunp") == [aks_names[0], aks_names[2]]

@@ -37,7 +37,7 @@ def receiver() -> Iterator[WebhookReceiver]:
     rec.stop()
 
 
-def make(tmp_path: Any, kube: FakeKube, url: str, sleeps: list[float], dry_run: bool = False,
+def make(tmp_path: Any, kube: FakeKube, url: str, sleeps: list[float], dry_run: bool = False, count: int = 3,
          **scale_in: Any) -> FlaskClient:
     clock = FakeClock(NOW)
 
@@ -46,7 +46,7 @@ def make(tmp_path: Any, kube: FakeKube, url: str, sleeps: list[float], dry_run: 
         clock.advance(seconds)
 
     pool = {"name": "gpu", "provider": "webhook", "min": 1, "max": 6, "node_selector": "agentpool=gpunp",
-            "webhook": {"url": url, "initial_count": 3}, "scale_in": {"victims": "movable", **scale_in},
+            "webhook": {"url": url, "initial_count": count}, "scale_in": {"victims": "movable", **scale_in},
             "dry_run": dry_run}
     cfg = config(f"sqlite:///{tmp_path}/s.db", pools=[pool], kubernetes={"host": kube.url, "token": kube.token})
     return create_app(cfg, clock=clock, sleep=sleep, startup_check=False).test_client()
@@ -138,6 +138,48 @@ def test_dry_run_names_the_node_it_would_drain(tmp_path: Any, kube: FakeKube, re
     d = scale_in(make(tmp_path, kube, receiver.url, [], dry_run=True))
     assert d["outcome"] == "dry_run" and "would remove gpunp-2 (draining gpunp-2 first: 1 pods would move)" in d["reason"]
     assert kube.calls["PATCH nodes"] == 0 and kube.calls["CREATE eviction"] == 0
+
+
+HOSTNAME_ANTI = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+    {"labelSelector": {"matchLabels": {"app": "infer"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+
+
+def spread_deployment(kube: FakeKube, job_gpus: int) -> None:
+    """An inference Deployment with required anti-affinity on kubernetes.io/hostname: 3 replicas on 5 nodes, Jobs
+    on the other 2 (``job_gpus`` of 8 each)."""
+    for i in range(5):
+        kube.add_node(f"gpunp-{i}", {**LABELS, "kubernetes.io/hostname": f"gpunp-{i}"},
+                      created=f"2026-11-0{i + 1}T00:00:00Z")
+    for i in range(3):
+        kube.add_pod(f"infer-{i}", f"gpunp-{i}", gpus=1, owner="ReplicaSet", labels={"app": "infer"},
+                     affinity=HOSTNAME_ANTI)
+    for i in (3, 4):
+        kube.add_pod(f"train-{i}", f"gpunp-{i}", gpus=job_gpus)
+
+
+def test_replicas_spread_by_hostname_anti_affinity_move_to_a_node_without_one(tmp_path: Any,
+                                                                                receiver: WebhookReceiver) -> None:
+    with FakeKube() as kube:
+        spread_deployment(kube, job_gpus=4)
+        client = make(tmp_path, kube, receiver.url, [], count=5)
+        d = scale_in(client)
+        assert d["outcome"] == "scaled" and (d["from"], d["to"]) == (5, 4), d
+        assert [r.body["nodes"] for r in receiver.received] == [["gpunp-2"]]  # the newest replica's node
+        assert ("ml", "infer-2") not in kube.pods and kube.calls["CREATE eviction"] == 1
+        kept = {k["node"]: k["reason"] for k in details(client)["kept"]}
+        assert kept["gpunp-1"] == "its pods could move, but one node with work goes per decision"
+        assert kept["gpunp-3"].startswith("pod ml/train-3 is owned by a Job")
+
+
+def test_a_replica_whose_only_room_is_beside_another_replica_stays(tmp_path: Any, receiver: WebhookReceiver) -> None:
+    with FakeKube() as kube:
+        spread_deployment(kube, job_gpus=8)  # the Jobs' nodes are full: only replicas' nodes have room
+        d = scale_in(make(tmp_path, kube, receiver.url, [], count=5))
+        assert d["outcome"] == "skipped_in_use", d
+        assert ("gpunp-2: pod ml/infer-2 fits on none of the pool's 4 other nodes (gpunp-0: required pod "
+                "anti-affinity: ml/infer-0 runs in its kubernetes.io/hostname gpunp-0; gpunp-1: required pod "
+                "anti-affinity: ml/infer-1 runs in its kubernetes.io/hostname gpunp-1; and 2 more)") in d["reason"]
+        assert kube.calls["PATCH nodes"] == 0 and kube.calls["CREATE eviction"] == 0
 
 
 def check(scale_in: dict[str, Any], kubernetes: bool = True) -> tuple[list[str], list[str], Any]:

@@ -67,7 +67,8 @@ def test_a_dozen_stalled_bodies_do_not_stop_healthz(tmp_path: Path) -> None:
         assert quick < 3.0  # at once (before: never, while the clients held every thread)
         answers = [_status(s) for s in socks]
         assert [code for code, _ in answers] == [401] * 12
-        # with an HMAC signature, which needs the body: each waits at most read_timeout, then 408
+        # with an HMAC signature, which needs the body: at most server.max_unauthenticated_reads (2) wait, at most
+        # read_timeout, then 408; the others are answered 503 at once (issue 24: before, each held a thread)
         started = time.monotonic()
         socks = [_stall(port, {"X-Grafana-Alerting-Signature": "ab" * 32}) for _ in range(12)]
         time.sleep(0.3)  # likewise
@@ -75,10 +76,10 @@ def test_a_dozen_stalled_bodies_do_not_stop_healthz(tmp_path: Path) -> None:
         answers = [_status(s) for s in socks]
         print(f"/healthz with 12 stalled HMAC bodies: {waited:.3f}s; last 408 after "
               f"{max(at for _, at in answers) - started:.2f}s")
-        assert [code for code, _ in answers] == [408] * 12
-        rounds = -(-12 // THREADS)
-        assert max(at for _, at in answers) - started < rounds * READ_TIMEOUT + 3
-        assert waited < rounds * READ_TIMEOUT + 2  # served as soon as a thread came free, not never
+        codes = [code for code, _ in answers]
+        assert sorted(codes) == [408] * 2 + [503] * 10, codes
+        assert max(at for _, at in answers) - started < READ_TIMEOUT + 3
+        assert waited < 3.0  # at once: two threads of four stay free
         assert _healthz(svc.url) < 3.0
 
 
@@ -104,3 +105,32 @@ def test_chunked_body_over_the_limit_is_refused_whole_under_gunicorn(tmp_path: P
         assert events == []  # nothing of the cut body was processed
         status, data = send(body.encode())
         assert status == 200 and data["decisions"][0]["outcome"] == "scaled"
+
+
+def test_forged_hmac_bodies_cannot_take_every_thread(tmp_path: Path) -> None:
+    """32 connections with a well-formed but wrong signature, a current timestamp and one byte of a 100-byte body:
+    at most ``server.max_unauthenticated_reads`` of them wait for their bodies, the rest are answered 503 at once,
+    and /healthz and an authenticated sender keep their threads."""
+    cfg = _config(tmp_path)
+    cfg["server"]["auth"]["grafana_hmac"]["timestamp_header"] = "X-Grafana-Alerting-Timestamp"
+    with Service(cfg, tmp_path, workers=1, env={"GUNICORN_THREADS": str(THREADS)}) as svc:
+        port = int(svc.url.rsplit(":", 1)[1])
+        started = time.monotonic()
+        socks = []
+        for _ in range(32):
+            sock = socket.create_connection(("127.0.0.1", port))
+            lines = ["POST /webhook/grafana HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json",
+                     "Content-Length: 100", "X-Grafana-Alerting-Signature: " + "ab" * 32,
+                     f"X-Grafana-Alerting-Timestamp: {int(time.time())}"]
+            sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + b"{")
+            sock.settimeout(READ_TIMEOUT + 10)
+            socks.append(sock)
+        time.sleep(0.3)
+        assert _healthz(svc.url) < 1.5
+        sent = requests.post(f"{svc.url}/webhook/alertmanager", json=am_payload(am_alert()), headers=AUTH,
+                             timeout=READ_TIMEOUT)
+        assert sent.status_code == 200
+        answers = [_status(s) for s in socks]
+        codes = [code for code, _ in answers]
+        assert set(codes) <= {408, 503} and codes.count(408) <= 2, codes
+        assert all(at - started < READ_TIMEOUT + 3 for code, at in answers if code == 503)

@@ -93,6 +93,15 @@ def test_grafana_legacy_states(state: str, status: str) -> None:
     assert a.dedup_key == f"grafana_legacy|7|{state}"
 
 
+@pytest.mark.parametrize("state", [5, True, None, ["alerting"]])
+def test_grafana_legacy_state_must_be_text(state: object) -> None:
+    """A legacy body whose state is not a word is refused (422), not read as a state nobody sent."""
+    body = load("grafana_legacy.json")
+    body["state"] = state
+    with pytest.raises(PayloadError, match="state"):
+        grafana.parse(body, {})
+
+
 @pytest.mark.parametrize("tags", [None, "missing", {"autoscaler_pool": "gpu"}])
 def test_grafana_legacy_tags(tags: object) -> None:
     body = load("grafana_legacy.json")

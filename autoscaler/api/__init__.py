@@ -1,6 +1,8 @@
 """HTTP API: JSON errors, body reading, auth, and the blueprints."""
 from __future__ import annotations
 
+import math
+
 import json
 import logging
 import re
@@ -9,8 +11,9 @@ from typing import Any, NoReturn
 from flask import Flask, Response, abort, current_app, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from autoscaler.api.body import BodyError, read_body
+from autoscaler.api.body import BodyError, UnauthenticatedReads, read_body
 from autoscaler.auth import AuthError, AuthUnavailable, Principal
+from autoscaler.lease import PoolBusy
 from autoscaler.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -74,12 +77,21 @@ def request_body() -> bytes:
         fail(exc.status, messages.get(exc.status, exc.message), {"Connection": "close"})
 
 
+def _unauthenticated_body() -> bytes:
+    """The body, read in one of the few slots for senders not yet known (503 + Retry-After when all are taken)."""
+    reads: UnauthenticatedReads = current_app.extensions["autoscaler_unauthenticated_reads"]
+    try:
+        return reads.read(request_body)
+    except BodyError as exc:
+        fail(exc.status, exc.message, {"Retry-After": "1", "Connection": "close"})
+
+
 def require_auth(scope: str) -> Principal:
     """The request's credential; 401 unless it carries a valid one, 403 unless that one has ``scope``."""
     auth = current_app.extensions["autoscaler"].auth
     headers = {k: v for k, v in request.headers.items()}
     try:  # the body is read only for an HMAC signature, once every check that needs no body has passed
-        who: Principal = auth.authenticate(headers, request_body, request.args)
+        who: Principal = auth.authenticate(headers, _unauthenticated_body, request.args)
     except AuthError as exc:
         fail(401, str(exc), {"WWW-Authenticate": 'Bearer realm="gpu-pool-autoscaler", Basic realm="gpu-pool-autoscaler"'})
     except AuthUnavailable as exc:  # Azure retries a 503; the keys may be back by then
@@ -103,6 +115,10 @@ def register_errors(app: Flask) -> None:
     def _store(exc: StoreUnavailable) -> Response:
         log.error("store unavailable: %s", exc)
         return error_response(503, "state store unavailable; retry later", {"Retry-After": "10"})
+
+    @app.errorhandler(PoolBusy)
+    def _busy(exc: PoolBusy) -> Response:
+        return error_response(503, str(exc), {"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
 
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException) -> Response:

@@ -9,8 +9,9 @@ for the whole body (``server.read_timeout``): a client that sends headers and th
 from __future__ import annotations
 
 import socket
+import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from flask import g, request
 
@@ -24,6 +25,29 @@ class BodyError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+class UnauthenticatedReads:
+    """At most ``limit`` bodies read at once before their sender is known (per process): a signature check needs the
+    body, so without a bound, connections with a well-formed but forged signature and a body that never comes would
+    each hold a thread for ``read_timeout`` and leave none for /healthz or the real senders."""
+
+    def __init__(self, limit: int) -> None:
+        self._slots = threading.BoundedSemaphore(limit)
+        self.limit = limit
+
+    def read(self, reader: Callable[[], bytes]) -> bytes:
+        """``reader()`` in one of the slots; BodyError 503 at once when every slot is taken (a body already read,
+        which costs no wait, needs none)."""
+        if g.get("_body") is not None:
+            return reader()
+        if not self._slots.acquire(blocking=False):
+            raise BodyError(503, f"{self.limit} request bodies of unauthenticated senders are being read already; "
+                                 "try again")
+        try:
+            return reader()
+        finally:
+            self._slots.release()
 
 
 def unread_body() -> bool:

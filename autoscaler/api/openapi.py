@@ -55,7 +55,7 @@ _ERRORS = {
     "413": "Body over server.max_body_bytes.",
     "415": "Body is not JSON (state-changing /api routes: not declared application/json, an empty body too).",
     "422": "Valid JSON that means nothing valid.",
-    "503": "A retry could help (failed scale, backoff, store unavailable).",
+    "503": "A retry could help (failed scale, backoff, the pool held by a decision past lock_wait, store unavailable).",
 }
 
 

@@ -89,14 +89,13 @@ def _on_behalf_of() -> str:
 
 
 def _operator(spec: Any, change: PoolChange, action: str, outcome: OperatorOutcome, reason: str,
-              **values: Any) -> Response:
-    """Apply an operator's change with its event (who, what, why) and answer the pool."""
+              **values: Any) -> None:
+    """Apply an operator's change with its event (who, what, why); the caller holds the pool."""
     svc = _svc()
     who = _on_behalf_of()
     act = OperatorAct(spec.name, action, outcome, reason, principal().name,
                       details={"on_behalf_of": who} if who else None, **values)
     svc.events.operator(act, change, svc.clock())
-    return jsonify(svc.pool_json(spec))
 
 
 def _body(model: type[BaseModel], optional: bool = False) -> Any:
@@ -155,7 +154,9 @@ def _set_pause(pool: str, paused: bool) -> Response:
     reason = f"{verb} by {principal().name}" + (f": {req.reason}" if req.reason else "")
     change = PoolChange(paused=paused, pause_reason=req.reason if paused else "")
     outcome = OperatorOutcome.PAUSED if paused else OperatorOutcome.RESUMED
-    return _operator(spec, change, "pause" if paused else "resume", outcome, reason)
+    with _svc().engine.holding(spec.name):  # "paused" holds from the answer on: no decision is still running
+        _operator(spec, change, "pause" if paused else "resume", outcome, reason)
+    return jsonify(_svc().pool_json(spec))
 
 
 @bp.post("/pools/<pool>/pause")
@@ -175,11 +176,13 @@ def set_count(pool: str) -> Response:
     if svc.providers[spec.name].capabilities.reports_count:
         fail(409, f"provider {spec.provider} reports the pool's real size; the count cannot be set by hand")
     req: CountRequest = _body(CountRequest)
-    before = svc.pool_json(spec, with_last_event=False)["current"]  # the tracked count, or the provider's initial one
-    was = before if before is not None else "unknown"
-    reason = f"tracked count corrected from {was} to {req.count} by {principal().name}"
-    return _operator(spec, PoolChange(tracked_count=req.count), "set_count", OperatorOutcome.COUNT_CORRECTED, reason,
-                     from_=before, to=req.count)
+    with svc.engine.holding(spec.name):  # a decision in flight records its count first, never after this one
+        before = svc.pool_json(spec, with_last_event=False)["current"]  # tracked, or the provider's initial one
+        was = before if before is not None else "unknown"
+        reason = f"tracked count corrected from {was} to {req.count} by {principal().name}"
+        _operator(spec, PoolChange(tracked_count=req.count), "set_count", OperatorOutcome.COUNT_CORRECTED, reason,
+                  from_=before, to=req.count)
+    return jsonify(svc.pool_json(spec))
 
 
 @bp.get("/events")

@@ -57,13 +57,13 @@ def _handle(parse: Callable[[Any, dict[str, str]], Notification]) -> Response:
 
 
 def _within_pools(note: Notification, engine: Any) -> None:
-    """403 for the whole notification when a credential limited to some pools sends an alert that would act on
-    another configured pool (nothing of it acts)."""
+    """403 for the whole notification when a credential limited to some pools sends an alert for another configured
+    pool (nothing of it acts): firing, resolved or ignored, each writes that pool's event log."""
     who = principal()
     if who.pools is None:
         return
     for alert in note.alerts:
-        if alert.status != "firing" or alert.is_test:
+        if alert.is_test:
             continue
         route = engine.router.route(alert, note.query)
         if not route.problem and route.pool in engine.settings.pools and not who.sees(route.pool):

@@ -3,7 +3,8 @@
 The client is imported inside functions, so it loads only when the config has a ``kubernetes:`` section. Reads
 ask for raw JSON (``_preload_content=False``) and hand plain dicts to :mod:`autoscaler.cluster.nodes`, which decides what
 they mean. A pool's read is one node list by label selector and one list of the cluster's unfinished pods (in pages
-of ``_PAGE``), grouped by node here; a re-read is one node GET and one pod list by field selector. ``victims:
+of ``_PAGE``), grouped by node here, under one deadline (``kubernetes.timeout`` for the whole read): the first call
+that fails fails the read at once. A re-read is one node GET and one pod list by field selector. ``victims:
 movable`` also lists PodDisruptionBudgets, once per decision that weighs a busy node.
 """
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 import json
 import os
 import logging
+import time
 from typing import Any, Mapping
 
 from autoscaler.settings import KubernetesConfig
-from autoscaler.cluster.nodes import CORDON_ANNOTATION, ClusterError, NodeView, cordon_mark, node_view
+from autoscaler.cluster.nodes import CORDON_ANNOTATION, ClusterError, NodeGone, NodeView, cordon_mark, node_view
 from autoscaler.cluster.pods import Budget, budget_of
 
 log = logging.getLogger(__name__)
@@ -64,18 +66,24 @@ class KubeCluster:
             self._core = client.CoreV1Api(client.ApiClient(conf))
         return self._core
 
-    def _call(self, what: str, fn: Any, *args: Any, raw: bool = False, **kwargs: Any) -> Any:
-        """One API call with the configured timeout; ClusterError with the server's own words on failure."""
+    def _call(self, what: str, fn: Any, *args: Any, raw: bool = False, gone_is_404: bool = False,
+              deadline: float | None = None, **kwargs: Any) -> Any:
+        """One API call with the configured timeout; ClusterError with the server's own words on failure (NodeGone
+        for a 404 with ``gone_is_404``: a change asked of a node deleted since it was listed)."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        kwargs["_request_timeout"] = (min(self.settings.timeout, 3.0), self.settings.timeout)
+        timeout = self.settings.timeout
+        if deadline is not None:  # what is left of the read's one deadline (monotonic)
+            timeout = max(0.05, min(timeout, deadline - time.monotonic()))
+        kwargs["_request_timeout"] = (min(timeout, 3.0), timeout)
         if raw:
             kwargs["_preload_content"] = False
         try:
             result = fn(*args, **kwargs)
         except ApiException as exc:
-            raise ClusterError(f"{what}: {exc.status} {_message(exc)}") from None
+            error = NodeGone if gone_is_404 and exc.status == 404 else ClusterError
+            raise error(f"{what}: {exc.status} {_message(exc)}") from None
         except (HTTPError, OSError) as exc:
             raise ClusterError(f"{what}: {self._unreachable(exc)}") from None
         return json.loads(result.data) if raw else result
@@ -95,31 +103,34 @@ class KubeCluster:
         return f"API server {host} unreachable ({said[:200]}); check kubernetes: host/kubeconfig and the network"
 
     # ---- reads -----------------------------------------------------------------------------------------------
-    def _pods(self, node: str) -> list[dict[str, Any]]:
+    def _pods(self, node: str, deadline: float | None = None) -> list[dict[str, Any]]:
         answer = self._call(f"listing pods on {node}", self._api().list_pod_for_all_namespaces, raw=True,
-                            field_selector=f"spec.nodeName={node},{_NOT_FINISHED}")
+                            field_selector=f"spec.nodeName={node},{_NOT_FINISHED}", deadline=deadline)
         return list(answer.get("items") or [])
 
-    def _all_pods(self) -> list[dict[str, Any]]:
-        """Every unfinished pod of the cluster, page by page."""
+    def _all_pods(self, deadline: float | None = None) -> list[dict[str, Any]]:
+        """Every unfinished pod of the cluster, page by page (every page within ``deadline``)."""
         items: list[dict[str, Any]] = []
         token: str | None = None
         while True:
+            more: dict[str, Any] = {"_continue": token} if token else {}
             page = self._call("listing pods", self._api().list_pod_for_all_namespaces, raw=True,
-                              field_selector=_NOT_FINISHED, limit=self.page, **({"_continue": token} if token else {}))
+                              field_selector=_NOT_FINISHED, limit=self.page, deadline=deadline, **more)
             items += page.get("items") or []
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return items
 
     def nodes(self, selector: Mapping[str, str]) -> list[NodeView]:
+        deadline = time.monotonic() + self.settings.timeout  # one deadline for the pool's whole read
         labels = ",".join(f"{k}={v}" if v else k for k, v in selector.items())
-        answer = self._call(f"listing nodes {labels}", self._api().list_node, raw=True, label_selector=labels)
+        answer = self._call(f"listing nodes {labels}", self._api().list_node, raw=True, label_selector=labels,
+                            deadline=deadline)
         items = list(answer.get("items") or [])
         if not items:
             return []
         by_node: dict[str, list[dict[str, Any]]] = {n["metadata"]["name"]: [] for n in items}
-        for pod in self._all_pods():
+        for pod in self._all_pods(deadline):
             bound = by_node.get((pod.get("spec") or {}).get("nodeName") or "")
             if bound is not None:
                 bound.append(pod)
@@ -159,7 +170,7 @@ class KubeCluster:
     def cordon(self, name: str, owner: str, now: float) -> None:
         mark = cordon_mark(owner, now)
         body = {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDON_ANNOTATION: mark}}}
-        self._call(f"cordoning {name}", self._api().patch_node, name, body, _content_type=_MERGE)
+        self._call(f"cordoning {name}", self._api().patch_node, name, body, _content_type=_MERGE, gone_is_404=True)
 
     def uncordon(self, name: str) -> None:
         body = {"spec": {"unschedulable": None}, "metadata": {"annotations": {CORDON_ANNOTATION: None}}}

@@ -3,7 +3,8 @@
 cluster-autoscaler's scale-down, narrowed to one non-empty node per decision: of the busy nodes whose every pod
 may move (:func:`autoscaler.cluster.pods.move_blocker`), take the cheapest to empty (fewest GPU pods, then fewest
 pods; alert-named first, then the newest among equals) whose pods fit on the nodes that stay (Ready, schedulable,
-not cordoned, not going themselves).
+not cordoned, not going themselves; the pods of cordoned and not Ready ones still count for topology spread and
+pod (anti-)affinity).
 """
 from __future__ import annotations
 
@@ -70,8 +71,8 @@ def pick_movable(nodes: Sequence[NodeView], remove: int, alerted: Collection[str
             why = NOT_TRIED
         if why is None:
             tried += 1
-            stay = [n.room() for n in nodes if n.name not in going and n.name != node.name
-                    and n.ready and not n.cordoned]
+            stay = [n.room(takes=n.ready and not n.cordoned) for n in nodes
+                    if n.name not in going and n.name != node.name]
             why = place_all(node.pods, stay)
             if why is None:
                 chosen = node

@@ -69,9 +69,11 @@ class NodeView:
     free: tuple[tuple[str, Decimal], ...] = ()  # allocatable minus what all its pods (DaemonSets too) request
     gpu_resources: tuple[str, ...] = ()  # which of its resources are GPUs (kubernetes.gpu_resources)
 
-    def room(self) -> Room:
-        """The node as a place the fit may put pods on (a fresh copy: the fit spends it)."""
-        return Room(self.name, dict(self.labels), self.taints, dict(self.free), frozenset(self.gpu_resources))
+    def room(self, takes: bool = True) -> Room:
+        """The node as a place the fit may put pods on (a fresh copy: the fit spends it), or with ``takes`` False
+        one whose pods count for the others' spread and (anti-)affinity only."""
+        return Room(self.name, dict(self.labels), self.taints, dict(self.free), frozenset(self.gpu_resources),
+                    list(self.pods), takes)
 
     def busy_reason(self) -> str | None:
         """Why this node must stay (protection first, then GPU work), None when it may go."""
@@ -86,6 +88,10 @@ class NodeView:
 
 class ClusterError(Exception):
     """The API server could not be read or refused a change; the message never holds a credential."""
+
+
+class NodeGone(ClusterError):
+    """The node a change was asked of no longer exists (deleted since it was listed): nothing to change."""
 
 
 class Cluster(Protocol):

@@ -4,15 +4,21 @@ The rules follow cluster-autoscaler's drain rules, narrowed to what a GPU pool n
 controller that recreates it owns it (``scale_in.movable_owners``: ReplicaSet and StatefulSet by default), no
 annotation protects it, it keeps nothing on the node's disk (hostPath, or emptyDir not in memory) unless
 ``cluster-autoscaler.kubernetes.io/safe-to-evict: "true"`` says that is fine, and, in kube-system, a
-PodDisruptionBudget covers it. A Job's pod, a bare pod or any other owner's keeps its node.
+PodDisruptionBudget covers it. A Job's pod, a bare pod or any other owner's keeps its node. Required pod
+(anti-)affinity and hard topology spread are simulated by the fit (:mod:`autoscaler.cluster.interpod`) for the
+topology keys a GPU pool has (:data:`autoscaler.cluster.topology.TOPOLOGY_KEYS`); a pod that uses another key
+keeps its node.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from decimal import Decimal, InvalidOperation
 from typing import Any, Mapping, Sequence
 
+from autoscaler.cluster.labels import Requirement, Selector, requirements
+from autoscaler.cluster.topology import PodTerm, Spread, pod_rules
 from autoscaler.settings.common import DEFAULT_MOVABLE_OWNERS
 SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
@@ -21,10 +27,6 @@ _SUFFIX: dict[str, int | Decimal] = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti"
            "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
            "P": 10**15, "E": 10**18}
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
-
-#: (key, operator, values): a label requirement (node affinity's matchExpressions, a PDB's selector).
-Requirement = tuple[str, str, tuple[str, ...]]
-
 
 def quantity(value: Any) -> Decimal:
     """A Kubernetes quantity (``500m``, ``16Gi``, ``1e3``, ``2``) as a number; 0 for garbage (the API server
@@ -60,12 +62,20 @@ class PodFacts:
     node_selector: tuple[tuple[str, str], ...] = ()
     affinity: tuple[tuple[Requirement, ...], ...] = ()  # required node affinity: OR of terms, each an AND
     tolerations: tuple[Toleration, ...] = ()
-    pod_affinity: bool = False  # required inter-pod (anti-)affinity or a hard topology spread: not simulated
+    pod_affinity: tuple[PodTerm, ...] = ()  # required: every term needs a matching pod in the node's domain
+    pod_anti_affinity: tuple[PodTerm, ...] = ()  # required: no pod any term matches in the node's domain
+    spread: tuple[Spread, ...] = ()  # hard topology spread constraints
+    unsimulated: str = ""  # which of its rules the fit cannot simulate ("" when it can simulate them all)
     gpus: int = 0  # GPU units requested (the resources matching kubernetes.gpu_resources)
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @cached_property
+    def label_map(self) -> dict[str, str]:
+        """The labels as a mapping, built once (the fit matches every pod of a pool against each one it moves)."""
+        return dict(self.labels)
 
     def annotation(self, key: str) -> str:
         return dict(self.annotations).get(key, "")
@@ -84,35 +94,7 @@ class Budget:
     def covers(self, pod: PodFacts) -> bool:
         if pod.namespace != self.namespace:
             return False
-        labels = dict(pod.labels)
-        return (all(labels.get(k) == v for k, v in self.match_labels)
-                and all(requirement_met(r, labels) for r in self.match_expressions))
-
-
-def requirement_met(requirement: Requirement, labels: Mapping[str, str]) -> bool:
-    """One label requirement (In, NotIn, Exists, DoesNotExist, Gt, Lt) against a label set."""
-    key, op, values = requirement
-    have = labels.get(key)
-    if op == "In":
-        return have in values
-    if op == "NotIn":
-        return have not in values
-    if op == "Exists":
-        return have is not None
-    if op == "DoesNotExist":
-        return have is None
-    if op in ("Gt", "Lt") and have is not None and values:
-        try:
-            return int(have) > int(values[0]) if op == "Gt" else int(have) < int(values[0])
-        except ValueError:
-            return False
-    return False
-
-
-def requirements(expressions: Any) -> tuple[Requirement, ...]:
-    """matchExpressions (or matchFields) as the API sends them, as requirements."""
-    return tuple((str(e.get("key", "")), str(e.get("operator", "")), tuple(str(v) for v in e.get("values") or ()))
-                 for e in expressions or ())
+        return Selector(self.match_labels, self.match_expressions).matches(pod.label_map)
 
 
 # ---- parsing ------------------------------------------------------------------------------------------------
@@ -153,36 +135,35 @@ def _local_storage(spec: Mapping[str, Any]) -> str:
     return ""
 
 
-def _affinity(spec: Mapping[str, Any]) -> tuple[tuple[tuple[Requirement, ...], ...], bool]:
+def _node_affinity(spec: Mapping[str, Any]) -> tuple[tuple[Requirement, ...], ...]:
     affinity = spec.get("affinity") or {}
     required = ((affinity.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {})
     terms = tuple(requirements(t.get("matchExpressions")) + tuple(
         ("metadata.name", op, values) for _, op, values in requirements(t.get("matchFields")))
         for t in required.get("nodeSelectorTerms") or ())
-    hard_pods = any((affinity.get(k) or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
-                    for k in ("podAffinity", "podAntiAffinity"))
-    hard_spread = any(c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"
-                      for c in spec.get("topologySpreadConstraints") or ())
-    return terms, hard_pods or hard_spread
+    return terms
 
 
 def pod_facts(pod: Mapping[str, Any], is_gpu: Any) -> PodFacts:
     """A pod as the API server sends it; ``is_gpu(resource)`` says which resources are GPU work."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     asked = requests_of(spec)
-    terms, hard = _affinity(spec)
+    namespace = str(meta.get("namespace", ""))
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    rules = pod_rules(spec, namespace, labels)
     return PodFacts(
-        namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")), owner=_controller_kind(meta),
+        namespace=namespace, name=str(meta.get("name", "")), owner=_controller_kind(meta),
         requests=tuple(sorted(asked.items())),
-        labels=tuple(sorted((str(k), str(v)) for k, v in (meta.get("labels") or {}).items())),
+        labels=tuple(sorted(labels.items())),
         annotations=tuple(sorted((str(k), str(v)) for k, v in (meta.get("annotations") or {}).items())),
         local_storage=_local_storage(spec),
         node_selector=tuple(sorted((str(k), str(v)) for k, v in (spec.get("nodeSelector") or {}).items())),
-        affinity=terms,
+        affinity=_node_affinity(spec),
         tolerations=tuple(Toleration(str(t.get("key") or ""), str(t.get("operator") or "Equal"),
                                      str(t.get("value") or ""), str(t.get("effect") or ""))
                           for t in spec.get("tolerations") or ()),
-        pod_affinity=hard,
+        pod_affinity=rules.affinity, pod_anti_affinity=rules.anti_affinity, spread=rules.spread,
+        unsimulated=rules.unsimulated,
         gpus=int(sum(v for k, v in asked.items() if is_gpu(k))),
     )
 
@@ -220,6 +201,6 @@ def move_blocker(pod: PodFacts, owners: Sequence[str] = DEFAULT_MOVABLE_OWNERS,
     closed = next((b for b in covering if b.disruptions_allowed <= 0), None)
     if closed is not None:
         return f"{said}: PodDisruptionBudget {closed.namespace}/{closed.name} allows no disruption now"
-    if pod.pod_affinity:
-        return f"{said} has required pod (anti-)affinity or a hard topology spread (not simulated: it stays)"
+    if pod.unsimulated:
+        return f"{said} has required {pod.unsimulated} (not simulated: it stays)"
     return None

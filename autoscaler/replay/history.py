@@ -18,7 +18,7 @@ import requests
 
 from autoscaler.durations import parse_duration, rfc3339
 from autoscaler.redact import redact_url
-from autoscaler.replay.trace import STEP, parse_time
+from autoscaler.replay.trace import MAX_DEMAND, STEP, parse_time
 
 MAX_POINTS = 11_000
 
@@ -92,18 +92,46 @@ def query_range(session: requests.Session, base: str, query: str, first: float, 
         body = resp.json()
     except ValueError:
         raise HistoryError(f"{redact_url(url)}: HTTP {resp.status_code}, not a Prometheus answer") from None
+    if not isinstance(body, dict):
+        raise HistoryError(f"{redact_url(url)}: HTTP {resp.status_code}, not a Prometheus answer (a JSON "
+                           f"{type(body).__name__}, not an object)")
     if resp.status_code != 200 or body.get("status") != "success":
         raise HistoryError(f"Prometheus refused {query!r}: {body.get('errorType', resp.status_code)}: "
                            f"{body.get('error', '')}".rstrip(": "))
-    result = body["data"]["result"]
+    return _matrix_values(query, body)
+
+
+def _matrix_values(query: str, body: dict[str, Any]) -> dict[float, float]:
+    """The one series of a range query's answer, value by evaluation time; HistoryError naming what is amiss
+    when the answer has another shape (no data, a vector, a value that is no number)."""
+    data = body.get("data")
+    if not isinstance(data, dict):
+        raise HistoryError(f"{query!r}: Prometheus's answer has no `data` object")
+    result = data.get("result")
+    if not isinstance(result, list):
+        raise HistoryError(f"{query!r}: Prometheus's answer has no `data.result` list")
+    if data.get("resultType", "matrix") != "matrix":
+        raise HistoryError(f"{query!r}: a range query answered a {str(data.get('resultType'))[:20]!r}, not a matrix")
     if len(result) > 1:
         raise HistoryError(f"{query!r} gives {len(result)} series; it must give one (wrap it in sum(...))")
+    pairs = result[0].get("values") if result and isinstance(result[0], dict) else [] if not result else None
+    if not isinstance(pairs, list):
+        raise HistoryError(f"{query!r}: the series has no `values` list")
     values: dict[float, float] = {}
-    for stamp, text in result[0]["values"] if result else []:
-        value = float(text)
-        if math.isfinite(value):
-            values[float(stamp)] = value
+    for pair in pairs:
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise HistoryError(f"{query!r}: a sample {str(pair)[:40]} is not a [time, value] pair")
+        stamp, value = _number(query, "time", pair[0]), _number(query, "value", pair[1])
+        if math.isfinite(value) and math.isfinite(stamp):
+            values[stamp] = value
     return values
+
+
+def _number(query: str, what: str, text: Any) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        raise HistoryError(f"{query!r}: a sample's {what} {str(text)[:30]!r} is not a number") from None
 
 
 def fetch(session: requests.Session, base: str, query: str, spans: list[tuple[float, float]], start: float,
@@ -134,7 +162,11 @@ def fill(used: Series, pending: Series | None, gpus_per_node: float, start: floa
                 run_start = None
         extra = pending.values[i] if pending is not None else 0.0
         history.pending_missing += pending is not None and extra is None
-        history.demand.append(max(0.0, (last + (extra or 0.0)) / gpus_per_node))
+        demand = max(0.0, (last + (extra or 0.0)) / gpus_per_node)
+        if not demand <= MAX_DEMAND:  # also an overflow to infinity
+            raise HistoryError(f"demand at {rfc3339(start + STEP * i)[:16]}Z is {demand:g} nodes, beyond what any "
+                               f"pool could hold ({MAX_DEMAND:g} nodes): check the queries and --gpus-per-node")
+        history.demand.append(demand)
     if run_start is not None:
         history.gaps.append((start + STEP * run_start, len(used.values) - run_start))
     return history

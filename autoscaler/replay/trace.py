@@ -6,8 +6,13 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from autoscaler.settings.common import MAX_NODES
+
 HEADER = ["timestamp", "demand"]
 STEP = 60.0
+#: The most demand a trace may hold, in nodes: the largest ``max`` a pool may have (``settings.common.MAX_NODES``).
+#: More is no pool's demand but a unit mistake, and the replay's cluster has a pod per GPU of it.
+MAX_DEMAND = float(MAX_NODES)
 
 
 class ReplayError(Exception):
@@ -53,6 +58,9 @@ def _row(path: str, line: int, row: list[str], previous: float | None) -> tuple[
         raise ReplayError(f"{where}: demand {row[1]!r} is not a number") from None
     if not math.isfinite(demand) or demand < 0:
         raise ReplayError(f"{where}: demand {row[1]!r} must be a finite number >= 0")
+    if demand > MAX_DEMAND:
+        raise ReplayError(f"{where}: demand {row[1]!r} is beyond what any pool could hold ({MAX_DEMAND:g} nodes; "
+                          "demand is in nodes' worth of work, not GPUs)")
     if previous is not None and ts - previous != STEP:
         raise ReplayError(f"{where}: timestamp {row[0]} is not 60 s after the previous row (one row a minute)")
     return ts, demand

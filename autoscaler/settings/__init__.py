@@ -3,6 +3,7 @@
 the provider names in the validation context and validates each provider's own section itself."""
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Sequence
 
 from pydantic import Field, model_validator
@@ -64,10 +65,10 @@ def reference_problems(pools: list[Any], rule_pools: list[Any], replay_pools: li
                        groups: Sequence[Any] = ()) -> list[str]:
     """Every duplicate pool name and every rule naming no configured pool or group (cross-field: checked on the raw
     file too, so that check-config reports them beside the field errors)."""
-    names = [n for n in pools if isinstance(n, str)]
-    routable = names + [n for n in groups if isinstance(n, str)]
+    counts = Counter(n for n in pools if isinstance(n, str))  # a set and a count: linear in the pools
+    routable = set(counts) | {n for n in groups if isinstance(n, str)}
     problems = []
-    dupes = sorted({n for n in names if names.count(n) > 1})
+    dupes = sorted(n for n, seen in counts.items() if seen > 1)
     if dupes:
         problems.append(f"pools: duplicate pool names: {', '.join(dupes)}")
     for where, refs, known in (("rules", rule_pools, routable), ("replay.rules", replay_pools, routable)):

@@ -18,6 +18,13 @@ class HeadroomConfig(Frozen):
     fraction: float | None = Field(default=None, ge=0, le=10, description="A fraction of the need kept "
                                    "spare (0.2: 20% above it, rounded up to whole nodes).")
 
+    @field_validator("nodes", "gpus", mode="before")
+    @classmethod
+    def _whole(cls, v: Any) -> Any:
+        if isinstance(v, bool):  # YAML's true would otherwise count as 1
+            raise ValueError("a whole number, not true/false")
+        return v
+
     @model_validator(mode="after")
     def _one(self) -> "HeadroomConfig":
         given = [k for k in ("nodes", "gpus", "fraction") if getattr(self, k) is not None]

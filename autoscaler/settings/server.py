@@ -9,6 +9,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from autoscaler.durations import Duration
 from autoscaler.settings.common import Frozen
 
+_UNSENDABLE = re.compile(r"[\s\x00-\x1f\x7f]")  # what no ``Authorization: Bearer`` value can hold
 Scope = Literal["webhook", "read", "operate"]
 SCOPES: tuple[Scope, ...] = ("webhook", "read", "operate")
 
@@ -179,6 +180,10 @@ class ServerConfig(Frozen):
     max_body_bytes: int = Field(default=1048576, ge=1024)
     read_timeout: Duration = Field(default=10.0, gt=0, description="Longest a client may take to send a request "
                                    "body; slower ones get 408 (a gthread worker's thread is not held longer).")
+    max_unauthenticated_reads: int = Field(default=2, ge=1, le=1000, description="Request bodies read at once, per "
+                                           "worker, before their sender is known (a Grafana HMAC signature needs "
+                                           "the body); more are answered 503, so forged ones cannot hold every "
+                                           "thread for read_timeout.")
     lock_wait: Duration = Field(default=5.0, description="How long a decision waits for another on the same pool.")
     lease_ttl: Duration = Field(default=30.0, gt=0, description="How long a pool's lease outlives a dead worker "
                                 "(a running decision renews it every third of it).")
@@ -236,6 +241,10 @@ def credential_problems(auth: AuthConfig, names: set[str]) -> list[str]:
         seen.setdefault(name, path)
         what, secret = (("token", entry.token.get_secret_value()) if isinstance(entry, BearerToken)
                         else ("username", f"basic:{getattr(entry, 'username', '')}"))
+        if isinstance(entry, BearerToken) and _UNSENDABLE.search(secret):
+            problems.append(f"{path}.token: contains whitespace or a control character (a newline at the end of "
+                            "a Secret made from a file?); no Authorization header can carry it, so it would never "
+                            "match: remove it")
         if secret in secrets:  # which entry's scopes would apply is then a guess
             problems.append(f"{path}: the same {what} as {secrets[secret]}")
         secrets.setdefault(secret, path)

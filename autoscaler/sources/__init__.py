@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator
 
+from autoscaler.storable import MAX_LABEL, clean
 from autoscaler.validation import one_line
 
 
@@ -15,6 +16,9 @@ class PayloadError(Exception):
 
 
 def _as_text(value: Any) -> Any:
+    """Numbers as senders write them in labels, as text; every text storable and bounded (``storable.MAX_LABEL``)."""
+    if isinstance(value, str):
+        return clean(value, MAX_LABEL)
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, (int, float)):

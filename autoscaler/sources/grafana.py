@@ -49,7 +49,7 @@ class LegacyPayload(BaseModel):
     ruleId: int | None = None
     ruleName: Text = ""
     ruleUrl: Text = ""
-    state: Text
+    state: str = Field(strict=True)  # a word (alerting, ok, ...): a number or true is not a state Grafana sends
     title: Text = ""
     message: Text = ""
     tags: dict[str, Text] | None = None

@@ -90,6 +90,17 @@ class PoolView:
 
 
 @dataclass(frozen=True)
+class NodesView:
+    """A node-aware pool's nodes as the reconciler last listed them (the API's node bodies, newest first), or why
+    the last listing failed (``nodes`` then are the last good ones, ``read_at`` their time)."""
+
+    pool: str
+    nodes: list[dict[str, Any]]
+    error: str | None
+    read_at: float
+
+
+@dataclass(frozen=True)
 class QuickState:
     """What the cooldown short cut reads without the lease: the pool's state and the node count of its last event."""
 
@@ -192,6 +203,14 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def views(self) -> dict[str, PoolView]:
         """Every pool's stored cloud view, by pool."""
+
+    @abc.abstractmethod
+    def save_nodes(self, view: NodesView) -> None:
+        """Store a pool's node view, replacing the one before (an older read never replaces a newer one)."""
+
+    @abc.abstractmethod
+    def nodes_view(self, pool: str) -> NodesView | None:
+        """A pool's stored node view (None: never listed)."""
 
     @abc.abstractmethod
     def ping(self) -> None:

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from autoscaler.models import PoolState
 from autoscaler.store import tables
-from autoscaler.store.base import DedupConfirm, EventRecord, PoolChange, PoolView, QuickState, Store
+from autoscaler.store.base import DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState, Store
 from autoscaler.store.rows import hash_key, pool_state
 
 _DEFAULT_ROW = {c.name: None for c in tables.pools.c} | {"paused": False, "pause_reason": "", "failures": 0,
@@ -34,6 +34,7 @@ class MemoryStore(Store):
         self._scale_outs: dict[str, list[tuple[float, int, int]]] = {}  # accepted scale-outs per pool, by time
         self._leases: dict[str, tuple[str, float]] = {}  # name -> (owner, until)
         self._views: dict[str, PoolView] = {}
+        self._nodes: dict[str, NodesView] = {}
 
     # -- helpers (the lock is held) --------------------------------------------------------------------
     def _append(self, event: EventRecord) -> int:
@@ -214,6 +215,16 @@ class MemoryStore(Store):
     def views(self) -> dict[str, PoolView]:
         with self._lock:
             return dict(self._views)
+
+    def save_nodes(self, view: NodesView) -> None:
+        with self._lock:
+            old = self._nodes.get(view.pool)
+            if old is None or old.read_at <= view.read_at:
+                self._nodes[view.pool] = view
+
+    def nodes_view(self, pool: str) -> NodesView | None:
+        with self._lock:
+            return self._nodes.get(pool)
 
     def ping(self) -> None:
         """Memory always answers."""

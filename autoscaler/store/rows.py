@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import text
 
 from autoscaler.models import PoolState
+from autoscaler.storable import MAX_TEXT, clean
 from autoscaler.store import tables
 from autoscaler.store.base import EventRecord
 
@@ -22,13 +23,24 @@ EVENT_COLUMNS = tuple(c.name for c in tables.events.c if not c.primary_key)
 #: EventRecord's attribute for each events column whose name differs.
 _EVENT_ATTRS = {"from_count": "from_", "to_count": "to"}
 _JSON_COLUMNS = ("alerts", "details")
+#: Each table's text columns' widths (None: unbounded ``Text``), for ``storable``.
+_WIDTHS = {t.name: {c.name: getattr(c.type, "length", None) for c in t.c} for t in tables.metadata.sorted_tables}
+
+
+def storable(table: Any, row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with every text cleaned and bounded to its column's width (``autoscaler.storable``): the same rule on
+    SQLite and PostgreSQL, so no content can make a write fail (JSON columns are ASCII once serialised)."""
+    widths = _WIDTHS[table.name]
+    return {name: clean(value, widths[name] or MAX_TEXT) if isinstance(value, str) else value
+            for name, value in row.items()}
 
 
 def event_row(ev: EventRecord) -> dict[str, Any]:
-    """An event as the events table's columns, by name (JSON columns serialised)."""
-    row = {c: getattr(ev, _EVENT_ATTRS.get(c, c)) for c in EVENT_COLUMNS}
+    """An event as the events table's columns, by name (JSON columns serialised, texts storable)."""
+    row = storable(tables.events, {c: getattr(ev, _EVENT_ATTRS.get(c, c)) for c in EVENT_COLUMNS
+                                   if c not in _JSON_COLUMNS})
     for column in _JSON_COLUMNS:
-        row[column] = json.dumps(row[column], default=str)
+        row[column] = json.dumps(getattr(ev, column), default=str)  # ensure_ascii: no NUL, no surrogate left
     return row
 
 
@@ -46,8 +58,10 @@ def pool_state(values: Any) -> PoolState:
 
 
 def hash_key(key: str) -> str:
-    """A dedup key as stored: long keys hashed."""
-    return key if len(key) <= 200 else "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+    """A dedup key as stored: long keys, and keys with a character the database cannot hold, hashed."""
+    if len(key) <= 200 and clean(key, None) == key:
+        return key
+    return "sha256:" + hashlib.sha256(key.encode(errors="surrogatepass")).hexdigest()
 
 
 @functools.lru_cache(maxsize=64)

@@ -11,6 +11,7 @@ StoreUnavailable after the transaction rolled back, so nothing is half-written.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import threading
@@ -24,10 +25,10 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from autoscaler.models import PoolState
 from autoscaler.redact import redact_text
 from autoscaler.store import tables
-from autoscaler.store.base import (DedupConfirm, EventRecord, PoolChange, PoolView, QuickState, Store,
+from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState, Store,
                                    StoreUnavailable)
 from autoscaler.store.rows import (STATE_COLUMNS, claim_params, claim_sql, event_record, event_row, hash_key,
-                                   pool_state)
+                                   pool_state, storable)
 from autoscaler.store.gate import WriterGate
 from autoscaler.store.connections import (StoreOptions, after_fork_dispose, make_engine, normalize_url,
                                           postgres_engine, sqlite_file)
@@ -249,7 +250,7 @@ class SqlStore(Store):
 
     def finish(self, pool: str, owner: str, event: EventRecord, change: PoolChange,
                confirm: DedupConfirm | None = None) -> int:
-        columns = change.columns()
+        columns = storable(tables.pools, change.columns())
         with self._tx() as conn:
             event_id = self._append(conn, event)
             conn.execute(_finish_sql(tuple(sorted(columns))),
@@ -267,7 +268,7 @@ class SqlStore(Store):
         t = tables.pools
         with self._tx() as conn:
             event_id = self._append(conn, event) if event else None
-            values = change.columns()
+            values = storable(tables.pools, change.columns())
             if event_id is not None:
                 values["last_event_id"] = event_id
             if values:
@@ -326,8 +327,8 @@ class SqlStore(Store):
 
     def save_view(self, view: PoolView) -> None:
         t = tables.pool_views
-        row = {"pool": view.pool, "current": view.current, "busy": view.busy, "detail": view.detail,
-               "in_flight": view.in_flight, "error": view.error, "read_at": view.read_at}
+        row = storable(t, {"pool": view.pool, "current": view.current, "busy": view.busy, "detail": view.detail,
+                           "in_flight": view.in_flight, "error": view.error, "read_at": view.read_at})
         with self._tx() as conn:
             conn.execute(self._insert_ignore(t, [row]))
             conn.execute(update(t).where(t.c.pool == view.pool, t.c.read_at <= view.read_at).values(**row))
@@ -337,6 +338,20 @@ class SqlStore(Store):
             rows = conn.execute(select(tables.pool_views)).all()
         return {r.pool: PoolView(r.pool, r.current, bool(r.busy), r.detail, int(r.in_flight), r.error,
                                  float(r.read_at)) for r in rows}
+
+    def save_nodes(self, view: NodesView) -> None:
+        t = tables.node_views
+        row = storable(t, {"pool": view.pool, "nodes": json.dumps(view.nodes), "error": view.error,
+                           "read_at": view.read_at})
+        with self._tx() as conn:
+            conn.execute(self._insert_ignore(t, [row]))
+            conn.execute(update(t).where(t.c.pool == view.pool, t.c.read_at <= view.read_at).values(**row))
+
+    def nodes_view(self, pool: str) -> NodesView | None:
+        t = tables.node_views
+        with self._tx() as conn:
+            row = conn.execute(select(t).where(t.c.pool == pool)).first()
+        return NodesView(row.pool, json.loads(row.nodes or "[]"), row.error, float(row.read_at)) if row else None
 
     def ping(self) -> None:
         with self._tx() as conn:

@@ -81,3 +81,12 @@ pool_views = Table(  # each pool's cloud view as the reconciler (or the last dec
     Column("error", Text, nullable=True),
     Column("read_at", Float, nullable=False),
 )
+
+node_views = Table(  # each node-aware pool's nodes as the reconciler last listed them (what pages and the API show)
+    "node_views",
+    metadata,
+    Column("pool", String(64), primary_key=True),
+    Column("nodes", Text, nullable=False, default="[]"),  # JSON: the API's node bodies, newest first
+    Column("error", Text, nullable=True),
+    Column("read_at", Float, nullable=False),
+)

@@ -4,7 +4,7 @@ It serves what the node-aware scale-in uses: list/get/patch nodes (``labelSelect
 (``fieldSelector`` on ``spec.nodeName``, ``status.phase``, ``metadata.*``; ``limit`` and ``continue`` pages), list
 PodDisruptionBudgets (policy/v1), and the Eviction subresource, which answers 429 for a pod a budget protects
 (a budget object whose selector matches the pod and that allows no disruption, or the ``pdb`` refusal count). Pods
-carry owner references (controller), labels, requests and volumes. It checks the bearer token, answers errors as
+carry owner references (controller), labels, requests, volumes and affinity. It checks the bearer token, answers errors as
 ``Status`` objects, counts calls per verb and resource, and has hooks to land a pod while a node is being
 cordoned.
 """
@@ -118,7 +118,7 @@ class FakeKube(FakeHttpServer):
     def add_pod(self, name: str, node: str, *, namespace: str = "ml", gpus: int = 0, resource: str = "nvidia.com/gpu",
                 phase: str = "Running", owner: str | None = "Job", annotations: dict[str, str] | None = None,
                 labels: dict[str, str] | None = None, volumes: list[dict[str, Any]] | None = None,
-                cpu: str = "1", memory: str | None = None) -> None:
+                cpu: str = "1", memory: str | None = None, affinity: dict[str, Any] | None = None) -> None:
         """A pod bound to ``node``; ``owner`` is its controller's kind (None: a bare pod)."""
         limits = {resource: str(gpus)} if gpus else {}
         requests = {"cpu": cpu, **({"memory": memory} if memory else {})}
@@ -133,6 +133,8 @@ class FakeKube(FakeHttpServer):
                 {"name": "main", "image": "train:1", "resources": {"limits": limits, "requests": requests}}]},
             "status": {"phase": phase},
         }
+        if affinity is not None:
+            self.pods[(namespace, name)]["spec"]["affinity"] = affinity
 
     def add_budget(self, name: str, match_labels: dict[str, str], *, namespace: str = "ml",
                    allowed: int = 0) -> None:
