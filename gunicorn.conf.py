@@ -11,6 +11,8 @@ accesslog = os.environ.get("GUNICORN_ACCESS_LOG") or None
 # gunicorn's own lines go through the service's formatters too (control characters escaped, secrets redacted)
 from autoscaler.gunicorn_log import GunicornLogger  # noqa: E402
 from autoscaler.logjson import gunicorn_logconfig, json_logs  # noqa: E402
+# imported now, in the master: child_exit may run while the master stops, when an import can fail half-way
+from prometheus_client import multiprocess  # noqa: E402
 
 _json_logs = json_logs()
 logconfig_dict = gunicorn_logconfig(os.environ.get("LOG_LEVEL", "INFO").upper(), "json" if _json_logs else "text",
@@ -38,8 +40,6 @@ def on_starting(server):  # noqa: ANN001 - gunicorn hook
 def child_exit(server, worker):  # noqa: ANN001 - gunicorn hook
     """Mark a dead worker's live gauges gone (prometheus_client multiprocess mode)."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        from prometheus_client import multiprocess
-
         multiprocess.mark_process_dead(worker.pid)
 
 
