@@ -120,6 +120,19 @@ def _mounts(container: Container, root: Path) -> tuple[list[str], list[str]]:
     return before, after
 
 
+def _keep_interpreter(stage: Path) -> tuple[list[str], list[str]]:
+    """Shell lines that keep this interpreter (the venv the service runs from) at its own path when it lies under
+    /tmp (a clone checked out there), where the namespace's tmpfs would hide it: held aside before, put back after."""
+    prefix = Path(sys.prefix)
+    if _inside(stage, str(prefix)) != str(prefix):  # not under /tmp: the read-only root shows it as it is
+        return [], []
+    held = stage / "interpreter"
+    held.mkdir()
+    return ([f"mount --bind {shlex.quote(str(prefix))} {held}"],
+            [f"mkdir -p {shlex.quote(str(prefix))} && mount --bind {held} {shlex.quote(str(prefix))} "
+             f"&& mount -o remount,bind,ro {shlex.quote(str(prefix))}"])
+
+
 def run(stage: Path, container: Container, probe: str, *args: str) -> tuple[dict[str, Any], str]:
     """Start the image's command in the namespace, run ``probe`` (Python, as root, in the namespace) with the
     service's pid and ``args``; the probe's last JSON line and the service's log."""
@@ -127,6 +140,8 @@ def run(stage: Path, container: Container, probe: str, *args: str) -> tuple[dict
     root = stage / "root"
     _copy_image(image, root)
     before, after = _mounts(container, root)
+    keep_before, keep_after = _keep_interpreter(stage)
+    before, after = before + keep_before, after + keep_after
     for path in [root, *root.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     workdir = root / image["workdir"].lstrip("/")
