@@ -103,16 +103,9 @@ def get_client(settings: AksSettings, credential: Any = None, **client_kwargs: A
     """The shared ContainerServiceClient of this subscription and endpoint (and injected credential)."""
     from azure.mgmt.containerservice import ContainerServiceClient
 
-    key = (
-        settings.subscription_id,
-        settings.arm_endpoint,
-        settings.authority_host,
-        settings.api_version,
-        settings.connect_timeout,
-        settings.timeout,
-        id(credential) if credential is not None else None,
-        tuple(sorted((name, id(value)) for name, value in client_kwargs.items())),
-    )
+    key = (settings.subscription_id, settings.arm_endpoint, settings.authority_host, settings.api_version,
+           settings.connect_timeout, settings.timeout, id(credential) if credential is not None else None,
+           tuple(sorted((name, id(value)) for name, value in client_kwargs.items())))
     with _LOCK:
         entry = _CLIENTS.get(key)
         if entry is None:
@@ -120,17 +113,10 @@ def get_client(settings: AksSettings, credential: Any = None, **client_kwargs: A
             extra = dict(client_kwargs)
             if settings.api_version:
                 extra["api_version"] = settings.api_version
-            client = ContainerServiceClient(
-                cred,
-                settings.subscription_id,
-                base_url=settings.arm_endpoint,
-                credential_scopes=[settings.arm_endpoint + "/.default"],
-                retry_total=0,
-                polling_interval=1,
-                connection_timeout=settings.connect_timeout,
-                read_timeout=settings.timeout,
-                **extra,
-            )
+            client = ContainerServiceClient(cred, settings.subscription_id, base_url=settings.arm_endpoint,
+                                            credential_scopes=[settings.arm_endpoint + "/.default"], retry_total=0,
+                                            polling_interval=1, connection_timeout=settings.connect_timeout,
+                                            read_timeout=settings.timeout, **extra)
             # keep the credential and kwargs alive with the client, so the ids in the key stay unique
             entry = (client, credential, client_kwargs)
             _CLIENTS[key] = entry
