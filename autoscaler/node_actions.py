@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 from autoscaler.attempt import Attempt
 from autoscaler.lease import Lease
 from autoscaler.models import Decision, Outcome, PoolSpec, Source
-from autoscaler.cluster.nodes import ClusterError, MarkedNodes, NodeView
+from autoscaler.cluster.nodes import Cluster, ClusterError, MarkedNodes, NodeView
 from autoscaler.outcomes import failed, result_label
 from autoscaler.redact import redact_text
 from autoscaler.scale_in import Leased, NodeScaleIn, summary
@@ -41,29 +41,24 @@ class NodeActions:
     def marked(self, spec: PoolSpec) -> list[NodeView] | None:
         """The pool's nodes without their pods (one list call), where ``kubernetes:`` is configured, the pool's
         nodes are selectable and the cluster lists them so; None otherwise or when it cannot be read."""
-        cluster = self.scale_in.cluster if self.scale_in is not None else None
-        if cluster is None or not spec.node_selector or not isinstance(cluster, MarkedNodes):
+        cluster = self._cluster(spec)
+        if cluster is None or not isinstance(cluster, MarkedNodes):
             return None
-        try:
-            return cluster.marked(dict(spec.node_selector))
-        except ClusterError as exc:
-            log.warning("pool=%s in flight from recorded scale-outs: cluster unreadable: %s", spec.name,
-                        redact_text(str(exc)))
-            return None
+        return _read(spec, lambda: cluster.marked(dict(spec.node_selector)), "in flight from recorded scale-outs")
 
     def with_pods(self, spec: PoolSpec) -> list[NodeView] | None:
         """The pool's nodes with their pods (the headroom's spare GPUs), where ``kubernetes:`` is configured and the
         pool's nodes are selectable; None otherwise or when the cluster cannot be read (the headroom then measures
         need from the alert's value)."""
+        cluster = self._cluster(spec)
+        if cluster is None:
+            return None
+        return _read(spec, lambda: cluster.nodes(dict(spec.node_selector)), "headroom from the alert's value")
+
+    def _cluster(self, spec: PoolSpec) -> Cluster | None:
+        """The cluster, where ``kubernetes:`` is configured and the pool's nodes are selectable; else None."""
         cluster = self.scale_in.cluster if self.scale_in is not None else None
-        if cluster is None or not spec.node_selector:
-            return None
-        try:
-            return cluster.nodes(dict(spec.node_selector))
-        except ClusterError as exc:
-            log.warning("pool=%s headroom from the alert's value: cluster unreadable: %s", spec.name,
-                        redact_text(str(exc)))
-            return None
+        return cluster if cluster is not None and spec.node_selector else None
 
     def sweep(self, spec: PoolSpec, since: float, views: Sequence[NodeView] | None = None) -> None:
         """Best effort: uncordon what a stopped decision left cordoned (the next one retries on failure)."""
@@ -119,3 +114,12 @@ class NodeActions:
         return Decision(spec.name, plan.action, Outcome.SCALED, plan.from_, done.reached,
                         f"{plan.reason}; {done.reason}" + (f"; kept {summary(done.kept)}" if done.kept else ""),
                         details=details), change, "ok"
+
+
+def _read(spec: PoolSpec, read: Callable[[], list[NodeView]], instead: str) -> list[NodeView] | None:
+    """``read()``, or None when the cluster cannot be read (logged, with what the decision uses instead)."""
+    try:
+        return read()
+    except ClusterError as exc:
+        log.warning("pool=%s %s: cluster unreadable: %s", spec.name, instead, redact_text(str(exc)))
+        return None
