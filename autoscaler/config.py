@@ -310,11 +310,14 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
                 problems.append(f"{where}.node_selector: the default from {where}.{pool.provider} is unusable: {exc}; "
                                 "set node_selector")
     if victims != "cloud" and settings is not None:
+        # the key the user wrote: the pool's own, or the defaults' it inherits (then the pool is named)
+        said, of = ((f"{where}.scale_in.victims", "") if pool.scale_in.victims
+                    else ("defaults.scale_in.victims", f" (pool {pool.name})"))
         if not removes:
-            problems.append(f"{where}.scale_in.victims: {victims} needs a provider that removes named nodes; "
-                            f"{pool.provider} can't name a node (it only changes the count): use victims: cloud")
+            problems.append(f"{said}: {victims} needs a provider that removes named nodes; {pool.provider}{of} "
+                            "can't name a node (it only changes the count): use victims: cloud")
         elif config.kubernetes is None and not replay:
-            problems.append(f"{where}.scale_in.victims: {victims} needs the top-level `kubernetes:` section "
+            problems.append(f"{said}: {victims} needs the top-level `kubernetes:` section{of} "
                             "(the service must see the pool's nodes and pods to pick them)")
         elif text is None and not replay:
             problems.append(f"{where}.node_selector: required with victims: {victims} (provider {pool.provider} "

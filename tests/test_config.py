@@ -195,3 +195,13 @@ def test_retry_budget_zero_means_one_try_on_every_provider(provider: str, sectio
                       provider: {**section, "retry_budget": 0}}])
     settings = build_settings(raw, env={})
     assert settings.pools["p"].provider_settings.retry_budget == 0
+
+
+def test_victims_inherited_from_defaults_are_reported_where_they_are_written() -> None:
+    """A problem with ``defaults.scale_in.victims`` names that key (and the pool), not a key the pool never has."""
+    raw = cfg(defaults={"scale_in": {"victims": "movable"}})
+    found = problems(raw)
+    pool = raw["pools"][0]["name"]
+    assert (f"defaults.scale_in.victims: movable needs the top-level `kubernetes:` section (pool {pool}) (the service "
+            "must see the pool's nodes and pods to pick them)") in found, found
+    assert not any(p.startswith("pools[0].scale_in.victims") for p in found), found
