@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
+import logging
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from flask import Flask
 from flask.testing import FlaskClient
@@ -95,3 +97,17 @@ def events(client: FlaskClient, **query: str) -> list[dict[str, Any]]:
     resp = client.get("/api/v1/events", query_string=query, headers=AUTH)
     assert resp.status_code == 200
     return resp.get_json()["events"]
+
+
+@contextmanager
+def logging_kept() -> Iterator[None]:
+    """gunicorn's logger runs dictConfig on the root logger: put every touched logger back afterwards."""
+    names = ["", "gunicorn.error", "gunicorn.access"]
+    saved = [(lg, lg.level, list(lg.handlers), lg.propagate) for lg in map(logging.getLogger, names)]
+    try:
+        yield
+    finally:
+        for lg, level, handlers, propagate in saved:
+            lg.setLevel(level)
+            lg.handlers[:] = handlers
+            lg.propagate = propagate

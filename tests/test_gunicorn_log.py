@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import datetime
-import logging
 from types import SimpleNamespace
 from typing import Any, Iterator
 
@@ -11,18 +10,14 @@ from gunicorn.config import Config
 
 from autoscaler.gunicorn_log import GunicornLogger
 from autoscaler.logjson import gunicorn_logconfig
+from tests.support import logging_kept
 
 
 @pytest.fixture(autouse=True)
 def _keep_logging() -> Iterator[None]:
     """gunicorn's logger runs dictConfig on the root logger: put every touched logger back afterwards."""
-    names = ["", "gunicorn.error", "gunicorn.access"]
-    saved = [(lg, lg.level, list(lg.handlers), lg.propagate) for lg in map(logging.getLogger, names)]
-    yield
-    for lg, level, handlers, propagate in saved:
-        lg.setLevel(level)
-        lg.handlers[:] = handlers
-        lg.propagate = propagate
+    with logging_kept():
+        yield
 
 
 class Environ(dict[str, Any]):

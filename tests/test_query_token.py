@@ -16,7 +16,7 @@ from gunicorn.config import Config
 from autoscaler.config import ConfigError, build_settings
 from autoscaler.gunicorn_log import GunicornLogger
 from autoscaler.logjson import TextFormatter, gunicorn_logconfig
-from tests.support import AUTH, BASE_CONFIG
+from tests.support import AUTH, BASE_CONFIG, logging_kept
 
 SECRET = "Az-mon_7f3c9e2b4d6a8f10.c5e7"
 HOOK = "/webhook/azure-monitor"
@@ -74,13 +74,8 @@ def test_weak_or_clashing_query_tokens_are_config_errors(entry: dict[str, Any], 
 
 @pytest.fixture
 def _keep_logging() -> Iterator[None]:
-    names = ["", "gunicorn.error", "gunicorn.access"]
-    saved = [(lg, lg.level, list(lg.handlers), lg.propagate) for lg in map(logging.getLogger, names)]
-    yield
-    for lg, level, handlers, propagate in saved:
-        lg.setLevel(level)
-        lg.handlers[:] = handlers
-        lg.propagate = propagate
+    with logging_kept():
+        yield
 
 
 @pytest.mark.parametrize("fmt", ["text", "json"])
