@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Callable, Sequence
 
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
@@ -35,7 +35,7 @@ from autoscaler.policy import cooldown_remaining
 from autoscaler.redact import redact_text
 from autoscaler.answers import dump, node_body
 from autoscaler.retention import Pruner
-from autoscaler.cluster.nodes import ClusterError
+from autoscaler.cluster.nodes import ClusterError, NodeView
 from autoscaler.store import NodesView, PoolView, Store, StoreUnavailable
 from providers import NodePoolProvider, ProviderError, Tracked
 
@@ -87,11 +87,11 @@ class Reconciler:
         for spec in self.settings.pools.values() if pools else ():
             view, facts, short = self.refresh(spec, now)
             out.views.append(view)
-            self.refresh_nodes(spec, now)
+            listed = self.refresh_nodes(spec, now)
             if short is not None:  # the cloud accepted a size it could not deliver: say so, give back, ask the group
                 out.decisions += self._short(spec, now, short)
                 continue
-            decision = self._floor(spec, view, facts, now) or self._headroom(spec, view, now)
+            decision = self._floor(spec, view, facts, now) or self._headroom(spec, view, now, listed)
             if decision is not None:
                 out.decisions.append(decision)
         if self.pruner is not None:
@@ -142,10 +142,11 @@ class Reconciler:
             return None
         return Shortfall(asked=asked, delivered=found[0], code=NOT_REGISTERED, message=found[1], give_back=False)
 
-    def refresh_nodes(self, spec: PoolSpec, now: float) -> NodesView | None:
-        """List a node-aware pool's nodes (with their GPU pods) and store them for the pages and the API, which
-        never list them per request: a hung API server then costs this loop a read, not every page a thread.
-        A failed list keeps the last good nodes, with the error and their time."""
+    def refresh_nodes(self, spec: PoolSpec, now: float) -> list[NodeView] | None:
+        """List a node-aware pool's nodes (with their pods) and store them for the pages and the API, which never
+        list them per request: a hung API server then costs this loop a read, not every page a thread. A failed
+        list keeps the last good nodes, with the error and their time. The fresh listing (the headroom's top-up
+        reads it too), or None: not node-aware, or the list failed."""
         cluster = self.engine.nodes.cluster if self.engine.nodes is not None else None
         if cluster is None or not spec.node_selector:
             return None
@@ -157,9 +158,11 @@ class Reconciler:
         except ClusterError as exc:
             last = self.store.nodes_view(spec.name)
             error = redact_text(str(exc))
-            view = replace(last, error=error) if last is not None else NodesView(spec.name, [], error, now)
+            self.store.save_nodes(replace(last, error=error) if last is not None else NodesView(spec.name, [], error,
+                                                                                                now))
+            return None
         self.store.save_nodes(view)
-        return view
+        return listed
 
     def _floor(self, spec: PoolSpec, view: PoolView, facts: PoolFacts, now: float) -> Decision | None:
         """Raise a pool below its effective min to it through the engine; None when there is nothing to do."""
@@ -180,12 +183,14 @@ class Reconciler:
                  decision.outcome.value, decision.from_, decision.to)
         return decision
 
-    def headroom_short(self, spec: PoolSpec, current: int, now: float) -> Floor | None:
+    def headroom_short(self, spec: PoolSpec, current: int, now: float,
+                       listed: Sequence[NodeView] | None = None) -> Floor | None:
         """The headroom's floor when the cluster shows the pool below it (``current`` nodes asked for), else None:
-        no headroom kept, no cluster to read, or spare enough."""
+        no headroom kept, no cluster to read, or spare enough. ``listed``: the pool's nodes with their pods, already
+        read this tick (else they are read here)."""
         if not keeps_headroom(spec):
             return None
-        pods = self.engine.node_actions.with_pods(spec)
+        pods = listed if listed is not None else self.engine.node_actions.with_pods(spec)
         if pods is None:
             return None
         facts = headroom_facts(spec, now, pods)
@@ -193,11 +198,13 @@ class Reconciler:
                               current, facts)
         return room if room is not None and room.nodes > current else None
 
-    def _headroom(self, spec: PoolSpec, view: PoolView, now: float) -> Decision | None:
-        """Top a pool up to its headroom where the cluster shows less spare than it keeps; None otherwise."""
-        if view.current is None or view.busy or view.error:
+    def _headroom(self, spec: PoolSpec, view: PoolView, now: float,
+                  listed: Sequence[NodeView] | None) -> Decision | None:
+        """Top a pool up to its headroom where this tick's listing shows less spare than it keeps; None otherwise
+        (no listing: not node-aware, or the cluster could not be read)."""
+        if view.current is None or view.busy or view.error or listed is None:
             return None
-        room = self.headroom_short(spec, view.current, now)
+        room = self.headroom_short(spec, view.current, now, listed)
         if room is None:
             return None
         state = self.store.pool(spec.name)
