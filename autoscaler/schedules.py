@@ -93,8 +93,8 @@ def effective_min(spec: PoolSpec, now: float) -> tuple[int, str]:
     """The floor in force at ``now`` (never above ``max``) and why: the highest open window's min, else the pool's
     (and why, when a window could not be evaluated)."""
     best: tuple[Schedule, float] | None = None
-    opened, broken = _evaluated(spec, now)
-    for window, start in opened:
+    windows, broken = _evaluated(spec, now)
+    for window, start in windows:
         if window.min > spec.min and (best is None or window.min > best[0].min):
             best = (window, start)
     if best is None:
