@@ -42,12 +42,12 @@ class KeysUnavailable(Exception):
 class SigningKeys:
     """The tenant's signing keys by key ID, fetched from the JWK set URL and used for ``ttl`` seconds (``clock``
     time); a key ID not in the set refetches it, at most once per ``min_refetch``; a failed fetch keeps the keys
-    fetched before. ``deadline`` and ``wait`` are real (monotonic) seconds."""
+    fetched before. ``deadline`` (and ``WAIT``) are real (monotonic) seconds."""
 
     def __init__(self, url: str, ttl: float, clock: Callable[[], float], min_refetch: float = MIN_REFETCH,
-                 deadline: float = FETCH_DEADLINE, wait: float = WAIT) -> None:
+                 deadline: float = FETCH_DEADLINE) -> None:
         self.url, self.ttl, self.clock, self.min_refetch = url, ttl, clock, min_refetch
-        self.deadline, self.wait = deadline, wait
+        self.deadline, self.wait = deadline, WAIT
         self._keys: dict[str, jwt.PyJWK] = {}
         self._fetched_at: float | None = None
         self._tried_at: float | None = None
