@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 import uuid
 from typing import Any, Callable
 
@@ -12,6 +11,7 @@ from flask import Flask
 
 from autoscaler.api.body import UnauthenticatedReads, close_after
 from autoscaler.auth import Authenticator
+from autoscaler.clock import SYSTEM, Clock
 from autoscaler.config import Settings, build_settings, load_config, warnings
 from autoscaler.engine import Engine
 from autoscaler.events import EventLog, EventSink
@@ -75,11 +75,13 @@ def _check(providers: dict[str, NodePoolProvider]) -> None:
             log.error("pool %s cannot be managed: %s", name, exc.message)
 
 
-def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None = None, *, clock: Callable[[], float] | None = None,
-               providers: dict[str, NodePoolProvider] | None = None, store: Store | None = None,
-               sinks: list[EventSink] | None = None, startup_check: bool = True, cluster: Cluster | None = None,
-               sleep: Callable[[float], None] | None = None) -> Flask:
-    """Build the app from settings, a parsed config mapping, a config path, or ``AUTOSCALER_CONFIG``."""
+# Over 5 parameters: after the config, each is an optional keyword-only part a test or an embedding hands in.
+def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None = None, *,
+               clock: Clock | None = None, providers: dict[str, NodePoolProvider] | None = None,
+               store: Store | None = None, sinks: list[EventSink] | None = None,
+               startup_check: bool = True, cluster: Cluster | None = None) -> Flask:
+    """Build the app from settings, a parsed config mapping, a config path, or ``AUTOSCALER_CONFIG``. ``clock``:
+    the one source of time (``autoscaler.clock``) for the engine, the reconciler and every provider built here."""
     setup_logging()
     if config is None:
         config = os.environ.get("AUTOSCALER_CONFIG", DEFAULT_CONFIG)
@@ -91,7 +93,8 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
         settings = config
     install(Redactor.from_config(settings.config, [s.provider_settings for s in settings.pools.values()],
                                  words=list(settings.pools)))
-    clock = clock or time.time
+    time_source = clock or SYSTEM
+    wall = time_source.wall
     store = store or open_store(settings.config.store.url, _store_options(settings))
     store.ensure_pools(list(settings.pools))
     built = _providers(settings, providers)
@@ -102,13 +105,12 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
     events = EventLog(store, sinks, metrics)
     if cluster is None and settings.config.kubernetes is not None:
         cluster = build_cluster(settings.config.kubernetes)
-    engine = Engine(settings, store, built, events, clock=clock, metrics=metrics, cluster=cluster,
-                    sleep=sleep or time.sleep)
+    engine = Engine(settings, store, built, events, clock=time_source, metrics=metrics, cluster=cluster)
     service = Service(settings=settings, store=store, providers=built, engine=engine, events=events,
-                      auth=Authenticator(settings.config.server.auth, clock, _hmac_nonce_cache(store, clock)),
-                      metrics=metrics, clock=clock,
+                      auth=Authenticator(settings.config.server.auth, wall, _hmac_nonce_cache(store, wall)),
+                      metrics=metrics, clock=wall,
                       sinks=sinks)
-    metrics.add_collector(PoolStateCollector(service.pool_rows, clock))
+    metrics.add_collector(PoolStateCollector(service.pool_rows, wall))
 
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = settings.config.server.max_body_bytes
@@ -118,7 +120,7 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
         settings.config.server.max_unauthenticated_reads)
     # Started by gunicorn's post_worker_init (gunicorn.conf.py), not here: an app built by a test runs no thread;
     # tests call tick(now) themselves.
-    app.extensions["autoscaler_reconciler"] = Reconciler(settings, store, built, engine, clock,
+    app.extensions["autoscaler_reconciler"] = Reconciler(settings, store, built, engine, time_source,
                                                          pruner=Pruner(store, settings.config.store.retain_events))
     from autoscaler.api import health, openapi, pools, register_errors, status, webhooks
     from autoscaler.api.headers import browser_headers

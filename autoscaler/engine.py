@@ -2,21 +2,16 @@
 from __future__ import annotations
 
 import logging
-import os
-import socket
-import threading
-import time
-import uuid
-from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Sequence
 
 from autoscaler import fallback
 from autoscaler.attempt import Attempt, DedupClaim
+from autoscaler.clock import SYSTEM, Clock
 from autoscaler.config import Settings
 from autoscaler.events import EventLog
 from autoscaler.facts import keeps_headroom, pool_facts, view_after
-from autoscaler.lease import Lease, PoolBusy
+from autoscaler.lease import Held, PoolHold
 from autoscaler.models import (Action, CloudStatus, Decision, Notification, Outcome, PoolFacts, PoolSpec, PoolState,
                                Signal, Source)
 from autoscaler.node_actions import NodeActions
@@ -32,31 +27,27 @@ from providers import Code, LimitError, NoCapacityError, NodePoolProvider, Provi
 log = logging.getLogger(__name__)
 
 LEASE_TTL = 30.0  # the default of server.lease_ttl; a running decision renews it every third of it
-MAX_DECISION = 3600.0  # a decision's lease is renewed for at most this long (drains included)
-BUSY_RETRY = 5.0  # Retry-After (at most) when the pool is held by another decision of ours
 UNEXPECTED_RETRY = 30.0  # Retry-After for a decision that failed on an unexpected error
-Clock = Callable[[], float]
 
 
 class Engine:
     """Turns notifications and manual requests into decisions, one pool at a time."""
 
     def __init__(self, settings: Settings, store: Store, providers: dict[str, NodePoolProvider],
-                 events: EventLog, clock: Clock = time.time, metrics: Any = None, cluster: Cluster | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 events: EventLog, clock: Clock = SYSTEM, metrics: Any = None, cluster: Cluster | None = None) -> None:
         self.settings = settings
         self.store = store
         self.providers = providers
         self.events = events
-        self.clock = clock
+        self.time = clock
+        self.clock = clock.wall
         self.metrics = metrics
         self.router = Router(settings.config.routing, settings.config.rules, settings.groups)
         self.lock_wait = settings.config.server.lock_wait
         self.lease_ttl = settings.config.server.lease_ttl
-        self.max_decision = MAX_DECISION
-        self.owner_prefix = f"{socket.gethostname()}:{os.getpid()}"
-        self._locks: dict[str, threading.Lock] = {name: threading.Lock() for name in settings.pools}
-        self.nodes = NodeScaleIn(cluster, clock, sleep) if cluster is not None else None
+        #: the one way anything changes a pool (decisions here, operator acts, the reconciler's shortage handling)
+        self.hold = PoolHold(store, events, self.lock_wait, self.lease_ttl, clock)
+        self.nodes = NodeScaleIn(cluster, clock.wall, clock.sleep) if cluster is not None else None
         self.node_actions = NodeActions(self.nodes)
 
     # -- notifications --------------------------------------------------------------------------------
@@ -92,8 +83,8 @@ class Engine:
             # transaction (see ``_settled``). The clock is read once, after the state: a scale-out another worker
             # recorded since must not look like a cooldown still to run (with a zero cooldown it is not).
             quick = self.store.quick_state(spec.name)
-            attempt = Attempt(signal, spec, self.providers[spec.name], claim, f"{self.owner_prefix}:{claim.id}",
-                              self.clock(), time.monotonic() + self.lock_wait)
+            attempt = Attempt(signal, spec, self.providers[spec.name], claim, self.hold.owner(claim.id),
+                              self.clock(), self.hold.deadline())
             decision = self._handle(attempt, quick)
         except StoreUnavailable:
             raise  # the request is answered 503; a claim left behind lapses after its short pending window
@@ -104,7 +95,7 @@ class Engine:
         return decision
 
     def _handle(self, attempt: Attempt, quick: QuickState | None) -> Decision:
-        """The short cut, else claim, lock, lease, decide, act and record."""
+        """The short cut, else claim, hold the pool, decide, act and record."""
         spec = attempt.spec
         settled_decision = self._settled(attempt, quick) if quick else None
         if settled_decision is not None:
@@ -113,46 +104,35 @@ class Engine:
         # database connection or a killed worker must not swallow the sender's retries for the whole window.
         if not attempt.claim.take(attempt.now, self._pending(spec)):
             return self.events.record(attempt.duplicate(), attempt.source, attempt.alerts, attempt.now)
-        # Threads of this process queue here, woken by the kernel, rather than polling the database for the lease.
-        lock = self._locks.setdefault(spec.name, threading.Lock())
-        if not lock.acquire(timeout=self.lock_wait):
-            return self._busy(attempt)
         try:
-            return self._leased(attempt)
-        finally:
-            lock.release()
+            held = self.hold.take(spec.name, attempt.owner, attempt.deadline)
+        except StoreUnavailable:
+            attempt.claim.forget()
+            raise
+        if held is None:
+            return self._busy(attempt)
+        with held:
+            return self._held(attempt, held)
 
     def _pending(self, spec: PoolSpec) -> float:
         """How long a dedup claim holds before its decision is recorded."""
         return min(spec.dedup_window, self.lease_ttl + self.lock_wait)
 
-    def _leased(self, attempt: Attempt) -> Decision:
-        """Take the pool's lease, decide, act and record (lease released and dedup keys confirmed with it)."""
-        lease = Lease(self.store, attempt.spec.name, attempt.owner, self.clock, self.lease_ttl)
-        try:
-            state = lease.take(attempt.deadline)
-        except StoreUnavailable:
-            attempt.claim.forget()
-            raise
-        if state is None:
-            return self._busy(attempt)
-        try:
-            # The decision's time: read once, now that the pool's state is ours (see ``handle`` for why after).
-            decided = replace(attempt, now=self.clock())
-            with lease.kept(self.max_decision):
-                decision, change, view = self._decide_and_act(decided, state, lease)
-            decision = _in_group(attempt.signal, decision)
-            if decision.retry_after is not None:
-                attempt.claim.release()  # let the sender's retry act
-            confirm = None
-            if decision.retry_after is None and attempt.spec.dedup_window > self._pending(attempt.spec):
-                confirm = attempt.claim.confirm(attempt.expires_at)  # in finish's transaction
-            recorded = self.events.finish(decided, decision, change, confirm)
-            self._remember_view(view)
-            return recorded
-        except BaseException:
-            lease.release()  # finish did not commit: the lease is still ours
-            raise
+    def _held(self, attempt: Attempt, held: Held) -> Decision:
+        """Decide, act and record on the held pool (the lease released and the dedup keys confirmed with the
+        record; a failure before it lets the hold give the lease back)."""
+        # The decision's time: read once, now that the pool's state is ours (see ``handle`` for why after).
+        decided = replace(attempt, now=self.clock())
+        decision, change, view = self._decide_and_act(decided, held)
+        decision = _in_group(attempt.signal, decision)
+        if decision.retry_after is not None:
+            attempt.claim.release()  # let the sender's retry act
+        confirm = None
+        if decision.retry_after is None and attempt.spec.dedup_window > self._pending(attempt.spec):
+            confirm = attempt.claim.confirm(attempt.expires_at)  # in finish's transaction
+        recorded = held.finish(decided, decision, change, confirm)
+        self._remember_view(view)
+        return recorded
 
     def _unexpected(self, signal: Signal, spec: PoolSpec, claim: DedupClaim, exc: Exception) -> Decision:
         """An error no code path expects: log it, free the dedup claim (the sender's retry must act, not be
@@ -191,41 +171,17 @@ class Engine:
         decision = Decision(name, attempt.signal.action, Outcome.SKIPPED_BUSY, None,
                             None, f"another decision on pool {name} is still running after "
                                   f"{self.lock_wait:g}s (its lease lapses within {self.lease_ttl:g}s if its worker "
-                                  f"died); try again", retry_after=min(self.lease_ttl, BUSY_RETRY),
+                                  f"died); try again", retry_after=self.hold.retry_after,
                             details={"busy": "lease"})
         return self.events.record(decision, attempt.source, attempt.alerts, self.clock())
-
-    @contextmanager
-    def holding(self, pool: str) -> Iterator[PoolState]:
-        """Hold ``pool`` as a decision does (this process's lock, then the store lease, waiting up to
-        ``lock_wait``) while an operator changes it (pause, resume, count correction), so that a decision in flight
-        finishes first and none starts meanwhile; PoolBusy when it stays held."""
-        deadline = time.monotonic() + self.lock_wait
-        lock = self._locks.setdefault(pool, threading.Lock())
-        busy = PoolBusy(f"another decision on pool {pool} is still running after {self.lock_wait:g}s; try again",
-                        min(self.lease_ttl, BUSY_RETRY))
-        if not lock.acquire(timeout=self.lock_wait):
-            raise busy
-        try:
-            lease = Lease(self.store, pool, f"{self.owner_prefix}:operator:{uuid.uuid4().hex}", self.clock,
-                          self.lease_ttl)
-            state = lease.take(deadline)
-            if state is None:
-                raise busy
-            try:
-                yield state
-            finally:
-                lease.release()
-        finally:
-            lock.release()
 
     def names_nodes(self, spec: PoolSpec) -> bool:
         """Whether this pool's nodes can be removed by name (see ``NodeActions.names_nodes``)."""
         return self.node_actions.names_nodes(spec, self.providers[spec.name])
 
-    def _decide_and_act(self, attempt: Attempt, state: PoolState,
-                        lease: Lease) -> tuple[Decision, PoolChange, PoolView | None]:
+    def _decide_and_act(self, attempt: Attempt, held: Held) -> tuple[Decision, PoolChange, PoolView | None]:
         signal, spec, provider, now = attempt.signal, attempt.spec, attempt.provider, attempt.now
+        state = held.state
         try:
             cloud = provider.status(Tracked(state.tracked_count, state.count_changed_at), now)
         except ProviderError as exc:
@@ -250,10 +206,10 @@ class Engine:
         plan = said_by(signal, plan)
         by_name = named and plan.action is Action.SCALE_IN
         if plan.outcome is Outcome.SCALED and by_name:
-            started = time.monotonic()
-            decision, change, result = self.node_actions.remove(attempt, plan, state.failures, lease)
+            started = self.time.monotonic()
+            decision, change, result = self.node_actions.remove(attempt, plan, state.failures, held.lease)
             if result is not None:
-                self._observe(spec, result, time.monotonic() - started)
+                self._observe(spec, result, self.time.monotonic() - started)
             return decision, change, view_after(spec, cloud, facts, decision, now)
         if self.names_nodes(spec):
             self.node_actions.sweep(spec, now, views)
@@ -277,11 +233,11 @@ class Engine:
         reached (or its failure, with the backoff) to record."""
         assert plan.action is not None and plan.from_ is not None and plan.to is not None
         spec, provider, now = attempt.spec, attempt.provider, attempt.now
-        started = time.monotonic()
+        started = self.time.monotonic()
         try:
             reached = provider.scale(plan.from_, plan.to, now, status=attempt.status)
         except NoCapacityError as exc:  # refused at once for capacity or quota: short, not failing
-            self._observe(spec, result_label(exc), time.monotonic() - started)
+            self._observe(spec, result_label(exc), self.time.monotonic() - started)
             if self.metrics is not None:
                 self.metrics.no_capacity(spec.name, exc.shown_code)
             return refused_for_capacity(spec, plan, now, exc)
@@ -296,12 +252,12 @@ class Engine:
             error = TemporaryError(f"unexpected {type(exc).__name__}: {redact_text(str(exc))[:300]}",
                                    code=Code.INTERNAL)
         else:
-            self._observe(spec, "ok", time.monotonic() - started)
+            self._observe(spec, "ok", self.time.monotonic() - started)
             tracks = not provider.capabilities.reports_count
             change = PoolChange(at=now, acted=plan.action, failures=0, backoff_until=None,
                                 tracked_count=reached if tracks else None)
             return replace(plan, to=reached), change
-        self._observe(spec, result_label(error), time.monotonic() - started)
+        self._observe(spec, result_label(error), self.time.monotonic() - started)
         return failed(spec, not provider.capabilities.reports_count, failures, plan, now, error)
 
     def _observe(self, spec: PoolSpec, result: str, seconds: float) -> None:

@@ -1,28 +1,41 @@
-"""A decision's hold on its pool: take the store lease, keep it while the decision runs, give it back.
+"""Holding a pool: the only way anything changes one.
 
-The lease (``Store.acquire`` / ``renew`` / ``release``) is what makes one decision per pool across workers and
-replicas; the engine's per-process lock only spares the database the polling of threads of the same process.
+:class:`PoolHold` takes this process's lock on the pool (threads of one process queue on it, woken by the kernel,
+rather than polling the database), then the pool's store lease (``Store.acquire`` / ``renew`` / ``release``: one
+holder across workers and replicas), keeps the lease renewed while the holder works (a cloud call may outlast the
+lease's TTL), and records the outcome and gives the lease back in one step (:meth:`Held.finish`, one store
+transaction) or lets it go unrecorded. The engine's decisions, the operator's acts (pause, resume, count), the
+reconciler's shortage handling and its floor and headroom top-ups (decisions too) all go through it.
 """
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
-import time
+import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Callable, Iterator
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Iterator
 
-from autoscaler.models import PoolState
-from autoscaler.store import Store, StoreUnavailable
+from autoscaler.clock import SYSTEM, Clock
+from autoscaler.models import Decision, PoolState
+from autoscaler.store import DedupConfirm, PoolChange, Store, StoreUnavailable
+
+if TYPE_CHECKING:
+    from autoscaler.attempt import Attempt
+    from autoscaler.events import EventLog
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], float]
-Sleep = Callable[[float], None]
+MAX_DECISION = 3600.0  # a hold's lease is renewed for at most this long (drains included)
+HELD_RETRY = 5.0  # Retry-After (at most) when the pool is held by another holder of ours
 
 
-class PoolBusy(Exception):
-    """A pool stayed held by a decision past ``lock_wait``; ``retry_after`` seconds is when to try again (503)."""
+class PoolHeld(Exception):
+    """A pool stayed held (by a decision, an operator's act, the reconciler) past ``lock_wait``; ``retry_after``
+    seconds is when to try again (503). Not the cloud's busy (``providers.BusyError``, code ``PoolBusy``)."""
 
     def __init__(self, message: str, retry_after: float) -> None:
         super().__init__(message)
@@ -31,34 +44,30 @@ class PoolBusy(Exception):
 
 @dataclass(frozen=True)
 class Lease:
-    """One owner's lease on one pool (``ttl`` seconds from each take or renewal, by ``clock``, the store's time).
-
-    ``monotonic`` measures the waits (``take``'s deadline, ``kept``'s ``max_decision``) and ``sleep`` paces
-    ``take``'s polling; both are injected, so that tests run on a fake clock."""
+    """One owner's lease on one pool (``ttl`` seconds from each take or renewal, by the wall clock: the store's
+    time). The monotonic clock measures ``take``'s deadline and ``sleep`` paces its polling."""
 
     store: Store
     pool: str
     owner: str
-    clock: Clock
     ttl: float
-    monotonic: Clock = time.monotonic
-    sleep: Sleep = time.sleep
+    clock: Clock = SYSTEM
 
     def take(self, deadline: float) -> PoolState | None:
-        """The pool's state once the lease is ours; None when it stays taken until ``deadline`` (by ``monotonic``)."""
+        """The pool's state once the lease is ours; None when it stays taken until ``deadline`` (monotonic)."""
         delay = 0.005
         while True:
-            state = self.store.acquire(self.pool, self.owner, self.clock(), self.ttl)
+            state = self.store.acquire(self.pool, self.owner, self.clock.wall(), self.ttl)
             if state is not None:
                 return state
-            if self.monotonic() >= deadline:
+            if self.clock.monotonic() >= deadline:
                 return None
-            self.sleep(delay)
+            self.clock.sleep(delay)
             delay = min(delay * 2, 0.05)
 
     def renew(self) -> bool:
         """Extend the lease now; False when it is no longer ours."""
-        return bool(self.store.renew(self.pool, self.owner, self.clock(), self.ttl))
+        return bool(self.store.renew(self.pool, self.owner, self.clock.wall(), self.ttl))
 
     def release(self) -> None:
         """Best effort: give the pool's lease back (it expires by itself when the store is away)."""
@@ -67,32 +76,118 @@ class Lease:
         except StoreUnavailable:
             log.warning("lease of pool %s left to expire by itself: store unavailable", self.pool)
 
-    @contextmanager
-    def kept(self, max_decision: float) -> Iterator[None]:
-        """Keep the lease while the decision runs (the cloud call may outlast ``ttl``): a small thread bound to this
-        decision extends it every third of the TTL, so only a dead worker's lease ever lapses. A decision still
-        running after ``max_decision`` seconds (a call that hangs for good) is let go: its lease lapses, so a hung
-        worker cannot hold its pool forever."""
-        stop = threading.Event()
-        give_up = self.monotonic() + max_decision
 
-        def renew() -> None:
-            while not stop.wait(max(self.ttl / 3, 0.05)):
-                if self.monotonic() >= give_up:
-                    log.error("decision on pool %s still running after %.0fs: its lease is left to lapse",
-                              self.pool, max_decision)
+@dataclass
+class Held:
+    """One hold on one pool: its state as leased, and the lease, renewed until the hold ends. Used as a context
+    manager: leaving it stops the renewal, gives the lease back unless :meth:`finish` recorded (and released) it,
+    and frees this process's lock."""
+
+    state: PoolState
+    lease: Lease
+    events: EventLog
+    lock: threading.Lock
+    max_decision: float
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _finished: bool = False
+
+    def __post_init__(self) -> None:
+        threading.Thread(target=self._renew, name=f"lease-{self.lease.pool}", daemon=True).start()
+
+    def _renew(self) -> None:
+        """Extend the lease every third of its TTL while the hold lasts, so only a dead worker's lease ever lapses.
+        A hold still running after ``max_decision`` seconds (a call that hangs for good) is let go: its lease
+        lapses, so a hung worker cannot hold its pool forever."""
+        lease = self.lease
+        give_up = lease.clock.monotonic() + self.max_decision
+        while not self._stop.wait(max(lease.ttl / 3, 0.05)):
+            if lease.clock.monotonic() >= give_up:
+                log.error("decision on pool %s still running after %.0fs: its lease is left to lapse", lease.pool,
+                          self.max_decision)
+                return
+            try:
+                if not lease.renew():
+                    log.error("lease of pool %s was lost while its decision ran (held past lease_ttl?)", lease.pool)
                     return
-                try:
-                    if not self.renew():
-                        log.error("lease of pool %s was lost while its decision ran (held past lease_ttl?)",
-                                  self.pool)
-                        return
-                except StoreUnavailable:
-                    log.warning("could not renew the lease of pool %s: store unavailable; retrying", self.pool)
+            except StoreUnavailable:
+                log.warning("could not renew the lease of pool %s: store unavailable; retrying", lease.pool)
 
-        thread = threading.Thread(target=renew, name=f"lease-{self.pool}", daemon=True)
-        thread.start()
+    def finish(self, attempt: Attempt, decision: Decision, change: PoolChange,
+               confirm: DedupConfirm | None = None) -> Decision:
+        """Record the outcome, apply its change to the pool and give the lease back, in one transaction (see
+        ``EventLog.finish``); ``attempt.owner`` must be this hold's owner."""
+        self._stop.set()  # a renewal racing the release is harmless: it only touches a lease this owner still holds
+        recorded = self.events.finish(attempt, decision, change, confirm)
+        self._finished = True
+        return recorded
+
+    def __enter__(self) -> Held:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._stop.set()
         try:
-            yield
+            if not self._finished:
+                self.lease.release()
         finally:
-            stop.set()  # a renewal racing the release is harmless: it only touches a lease this owner still holds
+            self.lock.release()
+
+
+class PoolHold:
+    """Hands out holds on pools, one at a time per pool (see the module). ``lock_wait``: how long a holder waits
+    for a pool another holds; ``lease_ttl``: the lease's TTL, renewed every third of it."""
+
+    def __init__(self, store: Store, events: EventLog, lock_wait: float, lease_ttl: float,
+                 clock: Clock = SYSTEM) -> None:
+        self.store = store
+        self.events = events
+        self.clock = clock
+        self.lock_wait = lock_wait
+        self.lease_ttl = lease_ttl
+        self.max_decision = MAX_DECISION
+        self.owner_prefix = f"{socket.gethostname()}:{os.getpid()}"
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def owner(self, tag: str) -> str:
+        """The lease's owner for one holder of this process (``tag``: a claim's id, ``operator:<uuid>``)."""
+        return f"{self.owner_prefix}:{tag}"
+
+    def deadline(self) -> float:
+        """When a holder starting now gives up waiting (monotonic)."""
+        return self.clock.monotonic() + self.lock_wait
+
+    @property
+    def retry_after(self) -> float:
+        """Retry-After for a pool that stayed held."""
+        return min(self.lease_ttl, HELD_RETRY)
+
+    def take(self, pool: str, owner: str, deadline: float) -> Held | None:
+        """Hold ``pool`` as ``owner``: this process's lock, then the lease, waiting until ``deadline`` (monotonic);
+        None when it stays held. StoreUnavailable (nothing held) when the store is away."""
+        with self._guard:
+            lock = self._locks.setdefault(pool, threading.Lock())
+        if not lock.acquire(timeout=max(0.0, deadline - self.clock.monotonic())):
+            return None
+        try:
+            state = Lease(self.store, pool, owner, self.lease_ttl, self.clock).take(deadline)
+        except BaseException:
+            lock.release()
+            raise
+        if state is None:
+            lock.release()
+            return None
+        return Held(state, Lease(self.store, pool, owner, self.lease_ttl, self.clock), self.events, lock,
+                    self.max_decision)
+
+    @contextmanager
+    def operator(self, pool: str) -> Iterator[PoolState]:
+        """Hold ``pool`` for an operator's change (pause, resume, count correction): a decision in flight finishes
+        first and none starts meanwhile; PoolHeld when it stays held past ``lock_wait``."""
+        held = self.take(pool, self.owner(f"operator:{uuid.uuid4().hex}"), self.deadline())
+        if held is None:
+            raise PoolHeld(f"another decision on pool {pool} is still running after {self.lock_wait:g}s; try again",
+                           self.retry_after)
+        with held:
+            yield held.state

@@ -20,10 +20,10 @@ import logging
 import os
 import socket
 import threading
-import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
+from typing import Sequence
 
+from autoscaler.clock import SYSTEM, Clock
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
 from autoscaler import shortage
@@ -60,7 +60,7 @@ class Reconciler:
     store's retention, run from the tick (the service's; a replay prunes nothing)."""
 
     def __init__(self, settings: Settings, store: Store, providers: dict[str, NodePoolProvider], engine: Engine,
-                 clock: Callable[[], float] = time.time, interval: float | None = None,
+                 clock: Clock = SYSTEM, interval: float | None = None,
                  pruner: Pruner | None = None) -> None:
         self.settings = settings
         self.store = store
@@ -111,10 +111,11 @@ class Reconciler:
 
     def _short(self, spec: PoolSpec, now: float, short: Shortfall) -> list[Decision]:
         """``no_capacity`` for the pool, then what it did not deliver asked of its group's next pool."""
-        recorded = shortage.check(self.engine, spec, now, short if short.code == NOT_REGISTERED else None)
+        recorded = shortage.check(self.engine.hold, self.providers[spec.name], spec, now,
+                                  short if short.code == NOT_REGISTERED else None, self.engine.metrics)
         if recorded is None:
             return []
-        fallback = shortage.fall_back(self.engine, spec, recorded)
+        fallback = shortage.fall_back(self.engine.handle, spec, recorded)
         return [recorded] + ([fallback] if fallback is not None else [])
 
     def refresh(self, spec: PoolSpec, now: float) -> tuple[PoolView, PoolFacts, Shortfall | None]:
@@ -258,7 +259,7 @@ class Reconciler:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.tick(self.clock(), pools=self.interval > 0)
+                self.tick(self.clock.wall(), pools=self.interval > 0)
             except StoreUnavailable as exc:
                 log.warning("reconcile skipped: %s", exc)
             except Exception:  # a bug here must never take the worker down

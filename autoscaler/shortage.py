@@ -3,58 +3,49 @@ back, mark the pool short, and ask the pool's group for what it did not deliver.
 
 The reconciler calls :func:`check` when a pool's status carries a :class:`~autoscaler.models.Shortfall` (each
 provider reports it from its cloud's own shapes; the pure classification of the clouds' codes decides capacity and
-quota from other failures). The work runs under the pool's lease like any decision, after a fresh read: two
+quota from other failures). The work holds the pool like any decision (``lease.PoolHold``), after a fresh read: two
 replicas, or a decision racing the reconciler, never record one shortfall twice.
 """
 from __future__ import annotations
 
 import logging
-import time
-from typing import TYPE_CHECKING
+from typing import Any, Callable
 
 from autoscaler.attempt import Attempt, DedupClaim
 from autoscaler.fallback import signal_for_rest
-from autoscaler.lease import Lease
+from autoscaler.lease import PoolHold
 from autoscaler.models import Action, CloudStatus, Decision, Outcome, PoolSpec, PoolState, Shortfall, Signal, Source
 from autoscaler.redact import redact_text
 from autoscaler.store import PoolChange
-from providers import ProviderError, Tracked
-
-if TYPE_CHECKING:
-    from autoscaler.engine import Engine
+from providers import NodePoolProvider, ProviderError, Tracked
 
 log = logging.getLogger(__name__)
 
 
-def check(engine: Engine, spec: PoolSpec, now: float, seen: Shortfall | None = None) -> Decision | None:
-    """Record the pool's shortfall under its lease, if the cloud still reports one (or ``seen``: one the cluster
+def check(hold: PoolHold, provider: NodePoolProvider, spec: PoolSpec, now: float, seen: Shortfall | None = None,
+          metrics: Any = None) -> Decision | None:
+    """Record the pool's shortfall while holding it, if the cloud still reports one (or ``seen``: one the cluster
     showed, which the cloud does not report); None when there is none (or the pool is held by another decision: the
-    next tick looks again)."""
+    next tick looks again). ``metrics``: the service's, counting the ``no_capacity``."""
     signal = Signal(pool=spec.name, action=Action.SCALE_OUT, source=Source.RECONCILE)
-    claim = DedupClaim(engine.store, spec.name, ())
-    attempt = Attempt(signal, spec, engine.providers[spec.name], claim, f"{engine.owner_prefix}:{claim.id}", now,
-                      time.monotonic() + engine.lock_wait)
-    lease = Lease(engine.store, spec.name, attempt.owner, engine.clock, engine.lease_ttl)
-    state = lease.take(attempt.deadline)
-    if state is None:
+    claim = DedupClaim(hold.store, spec.name, ())
+    attempt = Attempt(signal, spec, provider, claim, hold.owner(claim.id), now, hold.deadline())
+    held = hold.take(spec.name, attempt.owner, attempt.deadline)
+    if held is None:
         return None
-    try:
-        provider = engine.providers[spec.name]
+    with held:
+        state = held.state
         try:
             cloud = provider.status(Tracked(state.tracked_count, state.count_changed_at), now)
         except ProviderError:
             cloud = CloudStatus(current=None)
         short = cloud.shortfall or (seen if seen is not None and cloud.current == seen.asked else None)
         if short is None or short.undelivered <= 0 or _already_told(state, short, now):
-            lease.release()
             return None
-        decision, change = _give_back(engine, spec, state, cloud, short, now)
-        recorded = engine.events.finish(attempt, decision, change)
-    except BaseException:
-        lease.release()
-        raise
-    if engine.metrics is not None:
-        engine.metrics.no_capacity(spec.name, short.code)
+        decision, change = _give_back(provider, spec, state, cloud, short, now)
+        recorded = held.finish(attempt, decision, change)
+    if metrics is not None:
+        metrics.no_capacity(spec.name, short.code)
     log.info("no_capacity pool=%s code=%s asked=%d delivered=%d", spec.name, short.code, short.asked,
              short.delivered)
     return recorded
@@ -65,11 +56,11 @@ def _already_told(state: PoolState, short: Shortfall, now: float) -> bool:
     return not short.give_back and state.short_until is not None and state.short_until > now
 
 
-def _give_back(engine: Engine, spec: PoolSpec, state: PoolState, cloud: CloudStatus, short: Shortfall,
-               now: float) -> tuple[Decision, PoolChange]:
+def _give_back(provider: NodePoolProvider, spec: PoolSpec, state: PoolState, cloud: CloudStatus,  # 6: the held
+               short: Shortfall, now: float) -> tuple[Decision, PoolChange]:  # pool's whole context, read once
+
     """Ask the cloud for what it delivered (cluster-autoscaler's ``DecreaseTargetSize``) where it allows it and the
     pool may change (not paused, not dry-run); the decision and the pool's change (the short mark) to record."""
-    provider = engine.providers[spec.name]
     kind = "quota" if short.quota else "capacity"
     details = {"code": short.code, "message": redact_text(short.message), "asked": short.asked,
                "delivered": short.delivered, "kind": kind}
@@ -96,10 +87,10 @@ def _give_back(engine: Engine, spec: PoolSpec, state: PoolState, cloud: CloudSta
                     details=details), change
 
 
-def fall_back(engine: Engine, spec: PoolSpec, short: Decision) -> Decision | None:
+def fall_back(handle: Callable[[Signal], Decision], spec: PoolSpec, short: Decision) -> Decision | None:
     """Ask the pool's group for what the pool did not deliver (the group's choice passes the short pool over)."""
     asked, delivered = short.details.get("asked"), short.details.get("delivered")
     if not spec.group or not isinstance(asked, int) or not isinstance(delivered, int) or asked <= delivered:
         return None
-    return engine.handle(signal_for_rest(spec, short, Source.RECONCILE))
+    return handle(signal_for_rest(spec, short, Source.RECONCILE))
 

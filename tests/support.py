@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -41,16 +42,38 @@ BASE_CONFIG: dict[str, Any] = {
 
 
 class FakeClock:
-    """A clock the test moves by hand."""
+    """The one fake of the service's time source (``autoscaler.clock.Clock``), for every test.
 
-    def __init__(self, start: float = 1_800_000_000.0) -> None:
+    A wall clock the test moves by hand (``advance``; calling the fake reads it) and a monotonic clock that moves
+    with it; ``sleep`` records the wait in ``sleeps`` and moves both, so no test waits out a real backoff.
+    ``real_waits``: the monotonic clock and sleep are the machine's (the wall clock stays the test's), for a test
+    whose waits stand for a real peer, such as another thread still holding the pool."""
+
+    def __init__(self, start: float = 1_800_000_000.0, real_waits: bool = False) -> None:
         self.now = start
+        self.elapsed = 0.0
+        self.real_waits = real_waits
+        self.sleeps: list[float] = []
 
     def __call__(self) -> float:
         return self.now
 
+    def wall(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return time.monotonic() if self.real_waits else self.elapsed
+
+    def sleep(self, seconds: float) -> None:
+        if self.real_waits:
+            time.sleep(seconds)
+            return
+        self.sleeps.append(seconds)
+        self.advance(seconds)
+
     def advance(self, seconds: float) -> None:
         self.now += seconds
+        self.elapsed += seconds
 
 
 def config(db_url: str, **changes: Any) -> dict[str, Any]:

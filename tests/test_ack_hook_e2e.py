@@ -14,6 +14,7 @@ from autoscaler.app import create_app
 from autoscaler.config import load_config
 from providers.ack_hook import AckHookProvider
 from tests.fakes.ack_hook import Answer, FakeHookServer
+from tests.support import FakeClock
 
 SECRET = "9c2d7e55aa01b2c3d4e5f60718293a4b"
 TOKEN = "e2e-token"
@@ -70,7 +71,7 @@ def settings(hook: FakeHookServer, db: Path, tmp_path: Path, monkeypatch: pytest
 
 @pytest.fixture
 def client(settings: Any) -> FlaskClient:
-    return create_app(settings, clock=lambda: 1_700_000_000.0).test_client()
+    return create_app(settings, clock=FakeClock(1_700_000_000.0)).test_client()
 
 
 def test_alerts_scale_out_and_in_through_the_hook(client: FlaskClient, hook: FakeHookServer) -> None:
@@ -102,7 +103,7 @@ def test_retryable_hook_failure_answers_503_and_the_count_can_be_corrected(
         settings: Any, hook: FakeHookServer, db: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     provider = AckHookProvider("ack-t4", settings.pools["ack-t4"].provider_settings, sleep=lambda s: None)
-    client = create_app(settings, clock=lambda: 1_700_000_000.0, providers={"ack-t4": provider}).test_client()
+    client = create_app(settings, clock=FakeClock(1_700_000_000.0), providers={"ack-t4": provider}).test_client()
     hook.then(*[Answer(status=502, body="bad gateway")] * 5)
     answer = client.post("/webhook/grafana?pool=ack-t4&action=scale_out", json=grafana_legacy("GPU Usage", 1),
                          headers=AUTH)

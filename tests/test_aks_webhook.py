@@ -17,6 +17,7 @@ from autoscaler.app import create_app
 from autoscaler.config import build_settings
 from providers.aks import AksProvider
 from tests.fakes.arm import FakeArm
+from tests.support import FakeClock
 
 SUB = "3f2c1d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
 HOOK_TOKEN = "hook-token-e2e"
@@ -41,26 +42,6 @@ class AllowHttp(SansIOHTTPPolicy):  # type: ignore[type-arg]
         request.context["enforce_https"] = False
 
 
-class Clocks:
-    """The service's wall clock and the provider's monotonic clock; sleeping moves both."""
-
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-        self.offset = 0.0
-        self.sleeps: list[float] = []
-
-    def wall(self) -> float:
-        return self.now
-
-    def mono(self) -> float:
-        return time.monotonic() + self.offset
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.offset += seconds
-        self.now += seconds
-
-
 @pytest.fixture
 def arm_token() -> str:
     return f"eyJarm.{uuid.uuid4().hex}.sig"
@@ -75,12 +56,12 @@ def arm(arm_token: str) -> Iterator[FakeArm]:
 
 
 @pytest.fixture
-def clocks() -> Clocks:
-    return Clocks()
+def clocks() -> FakeClock:
+    return FakeClock()
 
 
 @pytest.fixture
-def client(arm: FakeArm, arm_token: str, clocks: Clocks, tmp_path: Any) -> FlaskClient:
+def client(arm: FakeArm, arm_token: str, clocks: FakeClock, tmp_path: Any) -> FlaskClient:
     aks = {"subscription_id": SUB, "resource_group": "rg-gpu", "cluster": "prod-aks", "arm_endpoint": arm.url}
     settings = build_settings({
         "server": {"auth": {"bearer_tokens": [HOOK_TOKEN]}},
@@ -95,10 +76,10 @@ def client(arm: FakeArm, arm_token: str, clocks: Clocks, tmp_path: Any) -> Flask
     credential, policies = StaticCredential(arm_token), [AllowHttp()]
     providers: dict[str, Any] = {
         name: AksProvider(name, spec.provider_settings, credential=credential, sleep=clocks.sleep,
-                          clock=clocks.mono, per_call_policies=policies)
+                          clock=clocks.monotonic, per_call_policies=policies)
         for name, spec in settings.pools.items()
     }
-    return create_app(settings, clock=clocks.wall, providers=providers).test_client()
+    return create_app(settings, clock=clocks, providers=providers).test_client()
 
 
 def alert(pool: str = "gpu-h100", action: str = "scale_out", name: str = "GPUUtilizationHigh") -> dict[str, Any]:
@@ -121,7 +102,7 @@ def post(client: FlaskClient, body: dict[str, Any]) -> tuple[int, dict[str, Any]
     return resp.status_code, decisions[0], resp
 
 
-def test_scale_out_then_busy_then_scale_out_again(client: FlaskClient, arm: FakeArm, clocks: Clocks) -> None:
+def test_scale_out_then_busy_then_scale_out_again(client: FlaskClient, arm: FakeArm, clocks: FakeClock) -> None:
     status, decision, _ = post(client, alert())
     assert status == 200 and decision["outcome"] == "scaled" and (decision["from"], decision["to"]) == (1, 2)
     assert arm.pools["gpunp"]["count"] == 2 and arm.calls(kind="operations") == []
@@ -138,7 +119,7 @@ def test_scale_out_then_busy_then_scale_out_again(client: FlaskClient, arm: Fake
     assert decision["outcome"] == "scaled" and (decision["from"], decision["to"]) == (2, 3)
 
 
-def test_alerts_inside_the_cooldown_never_reach_arm(client: FlaskClient, arm: FakeArm, clocks: Clocks) -> None:
+def test_alerts_inside_the_cooldown_never_reach_arm(client: FlaskClient, arm: FakeArm, clocks: FakeClock) -> None:
     status, decision, _ = post(client, alert())
     assert decision["outcome"] == "scaled" and (decision["from"], decision["to"]) == (1, 2)
     arm.finish_operations()
@@ -167,14 +148,14 @@ def test_scale_in_uses_the_count_arm_reports(client: FlaskClient, arm: FakeArm) 
     assert [r.body["properties"]["count"] for r in arm.calls("PUT")] == [2]
 
 
-def test_throttled_then_accepted(client: FlaskClient, arm: FakeArm, clocks: Clocks) -> None:
+def test_throttled_then_accepted(client: FlaskClient, arm: FakeArm, clocks: FakeClock) -> None:
     arm.fail_next(429, retry_after="2", method="PUT")
     status, decision, _ = post(client, alert())
     assert status == 200 and decision["outcome"] == "scaled" and clocks.sleeps == [2.0]
 
 
 def test_server_errors_exhaust_the_budget_and_ask_for_a_retry(client: FlaskClient, arm: FakeArm,
-                                                              clocks: Clocks) -> None:
+                                                              clocks: FakeClock) -> None:
     arm.fail_next(500, times=50, method="PUT")
     status, decision, resp = post(client, alert())
     assert status == 503 and int(resp.headers["Retry-After"]) >= 1

@@ -30,7 +30,7 @@ def app(tmp_path: Any, kube: FakeKube, **scale_in: Any) -> FlaskClient:
             "simulated": {"nodes": NAMES}, "scale_in": scale_in}
     cfg = config(f"sqlite:///{tmp_path}/s.db", pools=[pool], routing={"node_label": "Hostname"},
                  kubernetes={"host": kube.url, "token": kube.token})
-    return create_app(cfg, clock=FakeClock(), sleep=lambda s: None, startup_check=False).test_client()
+    return create_app(cfg, clock=FakeClock(), startup_check=False).test_client()
 
 
 def scale_in(client: FlaskClient, fingerprint: str = "fp1", **labels: str) -> dict[str, Any]:

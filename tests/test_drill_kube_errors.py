@@ -37,7 +37,7 @@ def _client(tmp_path: Path, host: str, token: str, clock: FakeClock | None = Non
     pool = {"name": "gpu", "provider": "simulated", "min": 0, "max": 6, "node_selector": "pool=gpu",
             "simulated": {"nodes": NAMES}, "scale_in": {"victims": "idle", "step": 2}}
     cfg = config(f"sqlite:///{tmp_path}/s.db", pools=[pool], kubernetes={"host": host, "token": token})
-    return create_app(cfg, clock=clock or FakeClock(), sleep=lambda s: None, startup_check=False).test_client()
+    return create_app(cfg, clock=clock or FakeClock(), startup_check=False).test_client()
 
 
 def _scale_in(client: FlaskClient) -> dict[str, Any]:

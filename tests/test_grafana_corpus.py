@@ -13,6 +13,7 @@ from flask.testing import FlaskClient
 
 from autoscaler.app import create_app
 from autoscaler.config import build_settings
+from tests.support import FakeClock
 
 PAYLOADS = Path(__file__).parent / "payloads"
 TOKEN = "corpus-token"
@@ -55,7 +56,7 @@ def _app(tmp_path: Path, grafana_hmac: dict[str, Any]) -> Flask:
             {"name": "gpu-h100", "provider": "simulated", "min": 1, "max": 8, "simulated": {"initial_count": 3}},
         ],
     }, env={})
-    return create_app(settings, clock=lambda: NOW)
+    return create_app(settings, clock=FakeClock(NOW))
 
 
 @pytest.fixture

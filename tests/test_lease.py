@@ -55,7 +55,9 @@ def test_the_default_lease_is_short() -> None:
 def test_a_slow_decision_keeps_its_lease_and_the_other_replica_answers_503(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path}/state.db"
     slow = SlowCloud()
-    clock = FakeClock()  # the store's time: the lease lapses by it, never by the machine's speed
+    # the store's time: the lease lapses by it, never by the machine's speed; the waits are real, since the pool
+    # is held by a real peer (the other replica's thread, renewing its lease on the machine's time)
+    clock = FakeClock(real_waits=True)
     first = _replica(db, slow, clock, lease_ttl="150ms", lock_wait="100ms")
     other = _replica(db, slow, clock, lease_ttl="150ms", lock_wait="100ms")
     answers: list[Any] = []
@@ -63,7 +65,7 @@ def test_a_slow_decision_keeps_its_lease_and_the_other_replica_answers_503(tmp_p
     holder.start()
     try:
         assert slow.entered.wait(10)
-        busy = []
+        busy: list[Any] = []
         for _ in range(9):  # three times the lease: without renewal it would have lapsed
             clock.advance(0.05)  # each answer below waits lock_wait (100 ms), in which the lease renews twice
             busy.append(_send(other, f"fp-{len(busy)}"))
@@ -129,7 +131,7 @@ def test_a_hung_decision_is_let_go_after_max_decision(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path}/state.db"
     slow = SlowCloud()
     first = _replica(db, slow, lease_ttl="300ms", lock_wait="100ms")
-    first.extensions["autoscaler"].engine.max_decision = 0.5  # a cloud call that never returns, in short
+    first.extensions["autoscaler"].engine.hold.max_decision = 0.5  # a cloud call that never returns, in short
     other = _replica(db, ScriptedCloud(count=2), lease_ttl="300ms", lock_wait="100ms")
     holder = threading.Thread(target=lambda: _send(first, "fp-hung"))
     holder.start()
@@ -145,32 +147,23 @@ def test_a_hung_decision_is_let_go_after_max_decision(tmp_path: Path) -> None:
     assert answer.status_code == 200 and answer.get_json()["decisions"][0]["outcome"] == "scaled"
 
 
-def _fake_time() -> tuple[FakeClock, list[float], Any]:
-    """A fake clock, the sleeps asked of it, and a sleep that moves it."""
-    clock, sleeps = FakeClock(), []
-
-    def sleep(seconds: float) -> None:
-        sleeps.append(seconds)
-        clock.advance(seconds)
-
-    return clock, sleeps, sleep
-
-
 def test_take_polls_a_held_lease_until_its_deadline_on_the_fake_clock(store: Store) -> None:
-    clock, sleeps, sleep = _fake_time()
+    clock = FakeClock()
+    sleeps = clock.sleeps
     assert store.acquire("gpu", "other", clock(), 30.0) is not None
-    lease = Lease(store, "gpu", "me", clock, 30.0, monotonic=clock, sleep=sleep)
-    assert lease.take(clock() + 0.5) is None
+    lease = Lease(store, "gpu", "me", 30.0, clock)
+    assert lease.take(clock.monotonic() + 0.5) is None
     assert sleeps[:4] == [0.005, 0.01, 0.02, 0.04] and set(sleeps[4:]) == {0.05}  # backing off, then steady
     assert 0.5 <= sum(sleeps) < 0.55
     assert store.acquire("gpu", "third", clock(), 30.0) is None  # the other's lease is untouched
 
 
 def test_take_gets_the_lease_once_the_holders_lapses(store: Store) -> None:
-    clock, sleeps, sleep = _fake_time()
+    clock = FakeClock()
+    sleeps = clock.sleeps
     assert store.acquire("gpu", "dead-worker", clock(), 1.0) is not None
-    lease = Lease(store, "gpu", "me", clock, 30.0, monotonic=clock, sleep=sleep)
-    assert lease.take(clock() + 5.0) is not None
+    lease = Lease(store, "gpu", "me", 30.0, clock)
+    assert lease.take(clock.monotonic() + 5.0) is not None
     assert 1.0 <= sum(sleeps) < 1.06  # taken at the first poll after it lapsed
     assert store.acquire("gpu", "dead-worker", clock(), 1.0) is None  # ours now
     lease.release()

@@ -14,6 +14,7 @@ from autoscaler.policy import decide
 from autoscaler.sources import grafana
 from autoscaler.store import SqlStore
 from providers import build
+from tests.support import FakeClock
 
 NOW = 10_000.0
 SPEC = PoolSpec(
@@ -74,7 +75,7 @@ def test_manual_target_and_step_mode_ignore_the_formula() -> None:
     assert (plan.to, plan.details) == (6, {"in_flight": 0})  # every decision says what was in flight
 
 
-def _engine(tmp_path: Path, clock: list[float], pool: dict[str, Any]) -> tuple[Engine, SqlStore]:
+def _engine(tmp_path: Path, clock: FakeClock, pool: dict[str, Any]) -> tuple[Engine, SqlStore]:
     raw = {"server": {"auth": {"disabled": True}}, "pools": [{
         "name": "gpu", "provider": "simulated", "min": 1, "max": 16,
         "simulated": {"initial_count": 8, "provision_seconds": 0}, **pool}]}
@@ -82,11 +83,11 @@ def _engine(tmp_path: Path, clock: list[float], pool: dict[str, Any]) -> tuple[E
     store = SqlStore(f"sqlite:///{tmp_path}/state.db")
     store.ensure_pools(["gpu"])
     providers = {"gpu": build("simulated", "gpu", settings.pools["gpu"].provider_settings)}
-    return Engine(settings, store, providers, EventLog(store), clock=lambda: clock[0]), store
+    return Engine(settings, store, providers, EventLog(store), clock=clock), store
 
 
 def test_stabilization_window_uses_stored_recommendations(tmp_path: Path) -> None:
-    clock = [1000.0]
+    clock = FakeClock(1000.0)
     engine, store = _engine(tmp_path, clock, {
         "scale_in": {"mode": "proportional", "target_utilization": 70, "max_step": 2, "cooldown": 0,
                      "delay_after_scale_out": 0, "stabilization_window": "5m"}})
@@ -96,9 +97,9 @@ def test_stabilization_window_uses_stored_recommendations(tmp_path: Path) -> Non
         return d.outcome.value, d.to
 
     assert scale_in(60.0) == ("scaled", 7)  # ceil(8 x 60 / 70) = 7
-    clock[0] = 1060.0
+    clock.now = 1060.0
     assert scale_in(10.0) == ("skipped_cooldown", 7)  # wants 1, but 7 was recommended 60 s ago
-    clock[0] = 1301.0
+    clock.now = 1301.0
     assert scale_in(10.0) == ("scaled", 5)  # 7 left the window; 1 recommended at 1060, max_step 2
     assert [t for t, _ in store.recommendations("gpu", 0)] == [1060.0, 1301.0]  # 1000 pruned
     details = store.events("gpu", 1)[0].details
@@ -107,7 +108,7 @@ def test_stabilization_window_uses_stored_recommendations(tmp_path: Path) -> Non
 
 
 def test_grafana_value_ref_picks_the_configured_query(tmp_path: Path) -> None:
-    engine, _ = _engine(tmp_path, [5000.0], {
+    engine, _ = _engine(tmp_path, FakeClock(5000.0), {
         "scale_out": {"mode": "proportional", "target_utilization": 70, "cooldown": 0, "value_ref": "B"}})
     body = {"alerts": [{"status": "firing", "labels": {"alertname": "Hot", "autoscaler_pool": "gpu",
                                                        "autoscaler_action": "scale_out"},

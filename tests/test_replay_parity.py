@@ -13,6 +13,7 @@ from autoscaler.replay.sim import simulate
 from autoscaler.replay.trace import Trace, parse_time
 from autoscaler.store import SqlStore
 from providers.simulated import SimulatedProvider
+from tests.support import FakeClock
 
 T0 = parse_time("2025-01-06T00:00:00Z")
 TOKEN = "parity-token"
@@ -38,13 +39,13 @@ def test_same_alert_sequence_same_decisions(tmp_path: Path) -> None:
     outcomes = {d.outcome.value for _, d in replayed.decisions}
     assert {"scaled", "ignored_resolved"} <= outcomes and len(replayed.notifications) >= 8
 
-    clock = [T0]
-    app = create_app(settings, clock=lambda: clock[0], store=SqlStore(f"sqlite:///{tmp_path}/live.db"),
+    clock = FakeClock(T0)
+    app = create_app(settings, clock=clock, store=SqlStore(f"sqlite:///{tmp_path}/live.db"),
                      startup_check=False)
     client = app.test_client()
     live = []
     for when, body in replayed.notifications:
-        clock[0] = when
+        clock.now = when
         resp = client.post("/webhook/alertmanager", json=body, headers={"Authorization": f"Bearer {TOKEN}"})
         assert resp.status_code == 200, resp.get_json()
         live += [(when, d) for d in resp.get_json()["decisions"]]
@@ -87,8 +88,8 @@ def _drive_with_cluster(settings: Any, demand: list[float], notifications: list[
     evaluations, notifications, reconciler ticks)."""
     provider = SimulatedProvider("gpu", settings.pools["gpu"].provider_settings)
     cluster = ReplayCluster(provider.node_names(), 8, 240, T0)
-    clock = [T0]
-    app = create_app(settings, clock=lambda: clock[0], store=SqlStore(f"sqlite:///{tmp_path}/live.db"),
+    clock = FakeClock(T0)
+    app = create_app(settings, clock=clock, store=SqlStore(f"sqlite:///{tmp_path}/live.db"),
                      startup_check=False, providers={"gpu": provider}, cluster=cluster)
     client = app.test_client()
     events: list[tuple[float, int, int]] = [(T0 + 60 * i, 0, i) for i in range(len(demand))]
@@ -100,7 +101,7 @@ def _drive_with_cluster(settings: Any, demand: list[float], notifications: list[
     live = []
     while events:
         when, kind, index = heapq.heappop(events)
-        clock[0] = when
+        clock.now = when
         cluster.place(when)
         if kind == 0:
             cluster.set_demand(demand[index], when)
@@ -161,8 +162,8 @@ def test_demand_mode_schedules_and_in_flight_decide_alike_live_and_replayed(tmp_
     assert replayed.reconciles and max(m.requested for m in replayed.minutes) <= 6  # no overshoot past demand
     assert any(d.to == 5 for d in scaled)  # the 03:00 window
 
-    clock = [T0]
-    app = create_app(settings, clock=lambda: clock[0], store=SqlStore(f"sqlite:///{tmp_path}/live2.db"),
+    clock = FakeClock(T0)
+    app = create_app(settings, clock=clock, store=SqlStore(f"sqlite:///{tmp_path}/live2.db"),
                      startup_check=False)
     client = app.test_client()
     reconciler = app.extensions["autoscaler_reconciler"]
@@ -170,7 +171,7 @@ def test_demand_mode_schedules_and_in_flight_decide_alike_live_and_replayed(tmp_
                    + [(t, 1, -1) for t in replayed.reconciles])
     live: list[tuple[float, dict[str, object]]] = []
     for when, kind, index in steps:
-        clock[0] = when
+        clock.now = when
         if kind == 1:
             live += [(when, decision_json(d)) for d in reconciler.tick(when).decisions]
             continue
@@ -216,8 +217,8 @@ def test_headroom_decides_alike_live_and_replayed(tmp_path: Path) -> None:
     assert max(requested[20:60]) >= 7  # 5 nodes of work + 2 spare
     assert max(requested[140:180]) <= 5  # the 02:00 window: no headroom, 4 nodes of work
 
-    clock = [T0]
-    app = create_app(settings, clock=lambda: clock[0], store=SqlStore(f"sqlite:///{tmp_path}/live3.db"),
+    clock = FakeClock(T0)
+    app = create_app(settings, clock=clock, store=SqlStore(f"sqlite:///{tmp_path}/live3.db"),
                      startup_check=False)
     client = app.test_client()
     reconciler = app.extensions["autoscaler_reconciler"]
@@ -225,7 +226,7 @@ def test_headroom_decides_alike_live_and_replayed(tmp_path: Path) -> None:
                    + [(t, 1, -1) for t in replayed.reconciles])
     live: list[tuple[float, dict[str, Any]]] = []
     for when, kind, index in steps:
-        clock[0] = when
+        clock.now = when
         if kind == 1:
             live += [(when, decision_json(d)) for d in reconciler.tick(when).decisions]
             continue

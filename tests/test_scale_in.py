@@ -52,16 +52,10 @@ def pool_cfg(url: str, count: int = 3, **scale_in: Any) -> dict[str, Any]:
 
 def make(tmp_path: Any, kube: FakeKube, url: str, count: int = 3, **scale_in: Any) -> Stack:
     clock = FakeClock(NOW)
-    sleeps: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        sleeps.append(seconds)
-        clock.advance(seconds)
-
     cfg = config(f"sqlite:///{tmp_path}/s.db", pools=[pool_cfg(url, count, **scale_in)],
                  kubernetes={"host": kube.url, "token": kube.token})
-    app = create_app(cfg, clock=clock, sleep=sleep, startup_check=False)
-    return Stack(app.test_client(), clock, sleeps)
+    app = create_app(cfg, clock=clock, startup_check=False)
+    return Stack(app.test_client(), clock, clock.sleeps)
 
 
 def scale_in_alert(client: FlaskClient, fingerprint: str = "fp1", **labels: str) -> dict[str, Any]:

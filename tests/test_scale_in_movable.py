@@ -37,19 +37,15 @@ def receiver() -> Iterator[WebhookReceiver]:
     rec.stop()
 
 
-def make(tmp_path: Any, kube: FakeKube, url: str, sleeps: list[float], dry_run: bool = False, count: int = 3,
-         **scale_in: Any) -> FlaskClient:
-    clock = FakeClock(NOW)
-
-    def sleep(seconds: float) -> None:
-        sleeps.append(seconds)
-        clock.advance(seconds)
+def make(tmp_path: Any, kube: FakeKube, url: str, clock: FakeClock | None = None, dry_run: bool = False,
+         count: int = 3, **scale_in: Any) -> FlaskClient:
+    clock = clock or FakeClock(NOW)
 
     pool = {"name": "gpu", "provider": "webhook", "min": 1, "max": 6, "node_selector": "agentpool=gpunp",
             "webhook": {"url": url, "initial_count": count}, "scale_in": {"victims": "movable", **scale_in},
             "dry_run": dry_run}
     cfg = config(f"sqlite:///{tmp_path}/s.db", pools=[pool], kubernetes={"host": kube.url, "token": kube.token})
-    return create_app(cfg, clock=clock, sleep=sleep, startup_check=False).test_client()
+    return create_app(cfg, clock=clock, startup_check=False).test_client()
 
 
 def scale_in(client: FlaskClient, fingerprint: str = "fp1") -> dict[str, Any]:
@@ -64,7 +60,7 @@ def details(client: FlaskClient) -> dict[str, Any]:
 
 def test_a_node_of_movable_work_is_drained_and_removed_the_job_stays(tmp_path: Any, kube: FakeKube,
                                                                       receiver: WebhookReceiver) -> None:
-    client = make(tmp_path, kube, receiver.url, [])
+    client = make(tmp_path, kube, receiver.url)
     kube.calls.clear()
     d = scale_in(client)
     assert d["outcome"] == "scaled" and (d["from"], d["to"]) == (3, 2), d
@@ -82,21 +78,21 @@ def test_a_budget_that_never_allows_the_eviction_keeps_the_node_uncordoned(tmp_p
                                                                            receiver: WebhookReceiver) -> None:
     kube.pdb[("ml", "infer-b")] = 10**6  # the Eviction API refuses it for good (a budget the list does not show)
     kube.pdb[("ml", "infer-a")] = 10**6
-    sleeps: list[float] = []
-    client = make(tmp_path, kube, receiver.url, sleeps, drain_timeout="20s")
+    clock = FakeClock(NOW)
+    client = make(tmp_path, kube, receiver.url, clock, drain_timeout="20s")
     d = scale_in(client)
     assert d["outcome"] == "failed" and (d["from"], d["to"]) == (3, 3)
     assert "gave up after drain_timeout 20s: GPU pod ml/infer-b blocks the drain" in d["reason"]
     assert "disruption budget" in d["reason"]
     node = kube.nodes["gpunp-2"]
     assert "unschedulable" not in node["spec"] and CORDON_ANNOTATION not in node["metadata"]["annotations"]
-    assert ("ml", "infer-b") in kube.pods and receiver.received == [] and sum(sleeps) >= 20
+    assert ("ml", "infer-b") in kube.pods and receiver.received == [] and sum(clock.sleeps) >= 20
 
 
 def test_a_budget_allowing_no_disruption_is_weighed_before_any_drain(tmp_path: Any, kube: FakeKube,
                                                                      receiver: WebhookReceiver) -> None:
     kube.add_budget("infer", {"app": "infer"}, allowed=0)
-    client = make(tmp_path, kube, receiver.url, [])
+    client = make(tmp_path, kube, receiver.url)
     d = scale_in(client)
     assert d["outcome"] == "skipped_in_use"
     assert "gpunp-2: pod ml/infer-b: PodDisruptionBudget ml/infer allows no disruption now: cannot move" in d["reason"]
@@ -106,7 +102,7 @@ def test_a_budget_allowing_no_disruption_is_weighed_before_any_drain(tmp_path: A
 def test_pods_that_fit_nowhere_keep_their_node(tmp_path: Any, kube: FakeKube, receiver: WebhookReceiver) -> None:
     kube.add_pod("infer-c", "gpunp-1", gpus=7, owner="ReplicaSet")  # gpunp-1 is full
     kube.add_pod("infer-d", "gpunp-2", gpus=4, owner="StatefulSet")  # 5 on gpunp-2: gpunp-0 has 4 free
-    client = make(tmp_path, kube, receiver.url, [])
+    client = make(tmp_path, kube, receiver.url)
     d = scale_in(client)
     assert d["outcome"] == "skipped_in_use"
     # infer-d's 4 GPUs take gpunp-0's last 4, then infer-b's 1 fits nowhere; gpunp-1's 7-GPU replica fits nowhere
@@ -120,8 +116,8 @@ def test_force_drains_every_pod_and_respects_a_cpu_pods_budget(tmp_path: Any, ku
                                                                receiver: WebhookReceiver) -> None:
     kube.add_pod("api", "gpunp-0", owner="ReplicaSet", labels={"app": "api"})  # a CPU pod beside the job
     kube.add_budget("api", {"app": "api"}, allowed=0)
-    sleeps: list[float] = []
-    client = make(tmp_path, kube, receiver.url, sleeps, drain_timeout="10s")
+    clock = FakeClock(NOW)
+    client = make(tmp_path, kube, receiver.url, clock, drain_timeout="10s")
     resp = post(client, "/api/v1/pools/gpu/scale", {"action": "scale_in", "nodes": ["gpunp-0"], "force": True})
     d = resp.get_json()
     assert resp.status_code == 200 and d["outcome"] == "failed"
@@ -135,7 +131,7 @@ def test_force_drains_every_pod_and_respects_a_cpu_pods_budget(tmp_path: Any, ku
 
 
 def test_dry_run_names_the_node_it_would_drain(tmp_path: Any, kube: FakeKube, receiver: WebhookReceiver) -> None:
-    d = scale_in(make(tmp_path, kube, receiver.url, [], dry_run=True))
+    d = scale_in(make(tmp_path, kube, receiver.url, None, dry_run=True))
     assert d["outcome"] == "dry_run" and "would remove gpunp-2 (draining gpunp-2 first: 1 pods would move)" in d["reason"]
     assert kube.calls["PATCH nodes"] == 0 and kube.calls["CREATE eviction"] == 0
 
@@ -161,7 +157,7 @@ def test_replicas_spread_by_hostname_anti_affinity_move_to_a_node_without_one(tm
                                                                                 receiver: WebhookReceiver) -> None:
     with FakeKube() as kube:
         spread_deployment(kube, job_gpus=4)
-        client = make(tmp_path, kube, receiver.url, [], count=5)
+        client = make(tmp_path, kube, receiver.url, None, count=5)
         d = scale_in(client)
         assert d["outcome"] == "scaled" and (d["from"], d["to"]) == (5, 4), d
         assert [r.body["nodes"] for r in receiver.received] == [["gpunp-2"]]  # the newest replica's node
@@ -174,7 +170,7 @@ def test_replicas_spread_by_hostname_anti_affinity_move_to_a_node_without_one(tm
 def test_a_replica_whose_only_room_is_beside_another_replica_stays(tmp_path: Any, receiver: WebhookReceiver) -> None:
     with FakeKube() as kube:
         spread_deployment(kube, job_gpus=8)  # the Jobs' nodes are full: only replicas' nodes have room
-        d = scale_in(make(tmp_path, kube, receiver.url, [], count=5))
+        d = scale_in(make(tmp_path, kube, receiver.url, None, count=5))
         assert d["outcome"] == "skipped_in_use", d
         assert ("gpunp-2: pod ml/infer-2 fits on none of the pool's 4 other nodes (gpunp-0: required pod "
                 "anti-affinity: ml/infer-0 runs in its kubernetes.io/hostname gpunp-0; gpunp-1: required pod "

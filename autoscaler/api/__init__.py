@@ -13,7 +13,7 @@ from werkzeug.exceptions import HTTPException
 
 from autoscaler.api.body import BodyError, UnauthenticatedReads, read_body
 from autoscaler.auth import AuthError, AuthUnavailable, Principal
-from autoscaler.lease import PoolBusy
+from autoscaler.lease import PoolHeld
 from autoscaler.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -116,8 +116,8 @@ def register_errors(app: Flask) -> None:
         log.error("store unavailable: %s", exc)
         return error_response(503, "state store unavailable; retry later", {"Retry-After": "10"})
 
-    @app.errorhandler(PoolBusy)
-    def _busy(exc: PoolBusy) -> Response:
+    @app.errorhandler(PoolHeld)
+    def _held(exc: PoolHeld) -> Response:
         return error_response(503, str(exc), {"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
 
     @app.errorhandler(HTTPException)

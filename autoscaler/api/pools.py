@@ -154,7 +154,7 @@ def _set_pause(pool: str, paused: bool) -> Response:
     reason = f"{verb} by {principal().name}" + (f": {req.reason}" if req.reason else "")
     change = PoolChange(paused=paused, pause_reason=req.reason if paused else "")
     outcome = OperatorOutcome.PAUSED if paused else OperatorOutcome.RESUMED
-    with _svc().engine.holding(spec.name):  # "paused" holds from the answer on: no decision is still running
+    with _svc().engine.hold.operator(spec.name):  # "paused" holds from the answer on: no decision is still running
         _operator(spec, change, "pause" if paused else "resume", outcome, reason)
     return jsonify(_svc().pool_json(spec))
 
@@ -176,7 +176,7 @@ def set_count(pool: str) -> Response:
     if svc.providers[spec.name].capabilities.reports_count:
         fail(409, f"provider {spec.provider} reports the pool's real size; the count cannot be set by hand")
     req: CountRequest = _body(CountRequest)
-    with svc.engine.holding(spec.name):  # a decision in flight records its count first, never after this one
+    with svc.engine.hold.operator(spec.name):  # a decision in flight records its count first, never after this one
         before = svc.pool_json(spec, with_last_event=False)["current"]  # tracked, or the provider's initial one
         was = before if before is not None else "unknown"
         reason = f"tracked count corrected from {was} to {req.count} by {principal().name}"

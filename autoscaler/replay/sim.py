@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from autoscaler.clock import ManualClock
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
 from autoscaler.events import EventLog
@@ -158,9 +159,9 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
                           provision_by_pool={name: s.provision_seconds for name, s in sims.items()})
     # The engine's own node-aware scale-in (pick, cordon, re-check, remove by name) runs against the replay's
     # cluster; a forced drain's retries would sleep, the replay never forces one.
-    engine = Engine(settings, store, providers, EventLog(store), clock=lambda: now, cluster=nodes,
-                    sleep=lambda _: None)
-    reconciler = Reconciler(settings, store, providers, engine, clock=lambda: now)
+    clock = ManualClock(now)
+    engine = Engine(settings, store, providers, EventLog(store), clock=clock, cluster=nodes)
+    reconciler = Reconciler(settings, store, providers, engine, clock=clock)
     reconcile_every = settings.config.server.reconcile_interval or 30.0
     emulator = AlertEmulator(cfg, settings.config.routing, use_steps=use_steps)
     queue: list[tuple[float, int, int]] = [(trace.start + STEP * i, SAMPLE, i) for i in range(len(trace.demand))]
@@ -184,6 +185,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
         if not queue:
             break
         now, kind, index = heapq.heappop(queue)
+        clock.now = now
         nodes.place(now)
         if kind == SAMPLE:
             if minutes and outcomes:
