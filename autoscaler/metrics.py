@@ -119,6 +119,9 @@ class PoolStateCollector(Collector):
         window = GaugeMetricFamily(f"{PREFIX}_pool_short_window_seconds", "capacity.short_for: how long one "
                                    "shortfall marks the pool short.", labels=["pool"])
         short_total = GaugeMetricFamily(f"{PREFIX}_pools_short", "How many pools are short of capacity.")
+        gpus = GaugeMetricFamily(f"{PREFIX}_pool_gpus", "The pool's GPUs as the last listing counted them (device "
+                                 "plugin or DRA): allocatable, requested (or allocated), pending (unscheduled "
+                                 "pods' requests and unallocated claims).", labels=["pool", "state"])
         up = GaugeMetricFamily(f"{PREFIX}_store_up", "1 when the store answered this scrape.")
         try:
             rows = list(self.read())
@@ -147,8 +150,11 @@ class PoolStateCollector(Collector):
                 family.add_metric([name], row[end])
             if row.get("view_age_s") is not None:
                 age.add_metric([name], row["view_age_s"])
+            for state, value in (row.get("gpus") or {}).items():
+                if value is not None:
+                    gpus.add_metric([name, state], value)
         if rows:
             paused_total.add_metric([], sum(1 for row in rows if row["paused"]))
             short_total.add_metric([], sum(1 for row in rows if row.get("short_until")))
         yield from (paused, paused_total, short, short_total, window, size, cooldown, backoff, last, in_flight, floor,
-                    *limits.values(), age, up)
+                    *limits.values(), age, gpus, up)

@@ -16,13 +16,14 @@ spare is known only from alerts' values, so only decisions keep it.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
+from typing import Callable, ContextManager, Sequence
 
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
@@ -35,7 +36,7 @@ from autoscaler.policy import cooldown_remaining
 from autoscaler.redact import redact_text
 from autoscaler.answers import dump, node_body
 from autoscaler.retention import Pruner
-from autoscaler.cluster.nodes import ClusterError, NodeView
+from autoscaler.cluster.nodes import ClusterError, NodeView, PoolRead, PoolReads
 from autoscaler.store import NodesView, PoolView, Store, StoreUnavailable
 from providers import NodePoolProvider, ProviderError, Tracked
 
@@ -84,19 +85,27 @@ class Reconciler:
         if not held:
             return Tick(held=False)
         out = Tick(held=True)
-        for spec in self.settings.pools.values() if pools else ():
-            view, facts, short = self.refresh(spec, now)
-            out.views.append(view)
-            listed = self.refresh_nodes(spec, now)
-            if short is not None:  # the cloud accepted a size it could not deliver: say so, give back, ask the group
-                out.decisions += self._short(spec, now, short)
-                continue
-            decision = self._floor(spec, view, facts, now) or self._headroom(spec, view, now, listed)
-            if decision is not None:
-                out.decisions.append(decision)
+        with self._one_read():  # the DRA lists: read at most once for all the tick's pools
+            for spec in self.settings.pools.values() if pools else ():
+                self._pool(spec, now, out)
         if self.pruner is not None:
             out.pruned = self.pruner.maybe_run(now)
         return out
+
+    def _pool(self, spec: PoolSpec, now: float, out: Tick) -> None:
+        view, facts, short = self.refresh(spec, now)
+        out.views.append(view)
+        listed = self.refresh_nodes(spec, now)
+        if short is not None:  # the cloud accepted a size it could not deliver: say so, give back, ask the group
+            out.decisions += self._short(spec, now, short)
+            return
+        decision = self._floor(spec, view, facts, now) or self._headroom(spec, view, now, listed)
+        if decision is not None:
+            out.decisions.append(decision)
+
+    def _one_read(self) -> ContextManager[None]:
+        cluster = self.engine.nodes.cluster if self.engine.nodes is not None else None
+        return cluster.once() if isinstance(cluster, PoolReads) else contextlib.nullcontext()
 
     def _short(self, spec: PoolSpec, now: float, short: Shortfall) -> list[Decision]:
         """``no_capacity`` for the pool, then what it did not deliver asked of its group's next pool."""
@@ -151,10 +160,15 @@ class Reconciler:
         if cluster is None or not spec.node_selector:
             return None
         try:
-            listed = cluster.nodes(dict(spec.node_selector))
+            read = (cluster.read_pool(spec.name, dict(spec.node_selector)) if isinstance(cluster, PoolReads)
+                    else PoolRead(cluster.nodes(dict(spec.node_selector)), None, ""))
+            listed = read.nodes
+            gpus = {"allocatable": sum(v.gpu_allocatable for v in listed),
+                    "requested": sum(v.gpus_used() for v in listed)} | (
+                {"pending": read.pending} if read.pending is not None else {})
             view = NodesView(spec.name, [dump(node_body(v)) for v in sorted(listed, key=lambda v: (-v.created,
                                                                                                   v.name))],
-                             None, now)
+                             None, now, gpus, read.dra, read.dra_reason)
         except ClusterError as exc:
             last = self.store.nodes_view(spec.name)
             error = redact_text(str(exc))

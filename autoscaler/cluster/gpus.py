@@ -126,3 +126,39 @@ def count_gpus(node: str, allocatable: Mapping[str, Any], work: Sequence[Mapping
     if on_dra and dra is not None:
         return NodeGpus(dra.node_gpus(node), used + dra.node_taken(node), free, tuple(pods), tuple(facts))
     return NodeGpus(ext, used, free, tuple(pods), tuple(facts))
+
+
+#: The pod label that names the pool an unscheduled pod waits for (as the shipped demand rules read it).
+POOL_LABEL = "gpu-autoscaler/pool"
+
+
+def not_extended(node: Mapping[str, Any], patterns: Sequence[str]) -> bool:
+    """Whether the node has no device-plugin GPU allocatable (its GPUs, if any, come through DRA)."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    return sum(whole(v) for k, v in allocatable.items() if matches(k, patterns)) <= 0
+
+
+def waits_for(pod: Mapping[str, Any], pool: str, selector: Mapping[str, str]) -> bool:
+    """Whether an unscheduled pod waits for this pool: its label ``gpu-autoscaler/pool`` names the pool, or its
+    ``nodeSelector`` asks for every label of the pool's node selector."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    if spec.get("nodeName") or (pod.get("status") or {}).get("phase", "Pending") != "Pending":
+        return False
+    named = (meta.get("labels") or {}).get(POOL_LABEL)
+    if named:
+        return bool(pool) and named == pool
+    wants = spec.get("nodeSelector") or {}
+    return bool(selector) and all(k in wants and (not v or wants[k] == v) for k, v in selector.items())
+
+
+def pending_gpus(waiting: Sequence[Mapping[str, Any]], patterns: Sequence[str], dra: Dra | None) -> int:
+    """The GPUs unscheduled pods wait for: their GPU extended requests and their claims not allocated yet (a claim
+    several pods share counts once)."""
+    total, seen = 0, set()
+    for pod in waiting:
+        total += sum(extended_gpus(pod.get("spec") or {}, patterns).values())
+        for key, claim in pod_gpu_claims(pod, dra):
+            if not claim.allocated and key not in seen:
+                seen.add(key)
+                total += claim.gpus
+    return total

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Collection, ContextManager, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from autoscaler.cluster.dra import Dra
 from autoscaler.cluster.gpus import GpuPod, count_gpus, extended_pod, matches  # noqa: F401 (GpuPod: its home once)
@@ -79,6 +79,17 @@ class NodeView:
         return None
 
 
+@dataclass(frozen=True)
+class PoolRead:
+    """One read of a pool: its nodes (with their pods), the GPUs its unscheduled pods wait for (None: not
+    counted), and whether DRA was read (``read``, ``not_read`` with the reason, ``unused``: nothing needed it)."""
+
+    nodes: list[NodeView]
+    pending: int | None
+    dra: str
+    dra_reason: str = ""
+
+
 class ClusterError(Exception):
     """The API server could not be read or refused a change; the message never holds a credential."""
 
@@ -112,6 +123,18 @@ class Budgets(Protocol):
 
     def budgets(self) -> list[Budget]:
         """Every PodDisruptionBudget of the cluster, with how many disruptions it allows now."""
+
+
+@runtime_checkable
+class PoolReads(Protocol):
+    """Optional: a cluster that reads a pool whole (nodes, pods, pending GPUs, DRA), for the reconciler's view,
+    and scopes its DRA read to one tick (``once``)."""
+
+    def read_pool(self, pool: str, selector: Mapping[str, str], pending: bool = True) -> PoolRead:
+        """The pool's nodes with their pods and the GPUs its unscheduled pods wait for."""
+
+    def once(self) -> ContextManager[None]:
+        """Within this scope (this thread), the DRA API is read at most once."""
 
 
 @runtime_checkable

@@ -28,7 +28,7 @@ from autoscaler.store import tables
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState, Store,
                                    StoreUnavailable)
 from autoscaler.store.rows import (STATE_COLUMNS, claim_params, claim_sql, event_record, event_row, hash_key,
-                                   pool_state, storable)
+                                   nodes_json, nodes_of, pool_state, storable)
 from autoscaler.store.gate import WriterGate
 from autoscaler.store.connections import (StoreOptions, after_fork_dispose, make_engine, normalize_url,
                                           postgres_engine, sqlite_file)
@@ -341,8 +341,8 @@ class SqlStore(Store):
 
     def save_nodes(self, view: NodesView) -> None:
         t = tables.node_views
-        row = storable(t, {"pool": view.pool, "nodes": json.dumps(view.nodes), "error": view.error,
-                           "read_at": view.read_at})
+        row = storable(t, {"pool": view.pool, "error": view.error, "read_at": view.read_at})
+        row["nodes"] = nodes_json(view)  # JSON (ASCII, unbounded): bounding it to MAX_TEXT would cut the list
         with self._tx() as conn:
             conn.execute(self._insert_ignore(t, [row]))
             conn.execute(update(t).where(t.c.pool == view.pool, t.c.read_at <= view.read_at).values(**row))
@@ -351,7 +351,7 @@ class SqlStore(Store):
         t = tables.node_views
         with self._tx() as conn:
             row = conn.execute(select(t).where(t.c.pool == pool)).first()
-        return NodesView(row.pool, json.loads(row.nodes or "[]"), row.error, float(row.read_at)) if row else None
+        return nodes_of(row.pool, row.nodes, row.error, float(row.read_at)) if row else None
 
     def ping(self) -> None:
         with self._tx() as conn:
