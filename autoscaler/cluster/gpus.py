@@ -122,10 +122,9 @@ def count_gpus(node: str, allocatable: Mapping[str, Any], work: Sequence[Mapping
         if gpu is not None:
             pods.append(gpu)
     on_dra = ext <= 0 and dra is not None and dra.node_gpus(node) > 0
-    used = sum(p.count for p in pods if matches(p.resource, patterns))
-    if on_dra and dra is not None:
-        return NodeGpus(dra.node_gpus(node), used + dra.node_taken(node), free, tuple(pods), tuple(facts))
-    return NodeGpus(ext, used, free, tuple(pods), tuple(facts))
+    if on_dra and dra is not None:  # no device plugin here: an extended request is served by a claim it holds
+        return NodeGpus(dra.node_gpus(node), dra.node_taken(node), free, tuple(pods), tuple(facts))
+    return NodeGpus(ext, sum(p.count for p in pods if matches(p.resource, patterns)), free, tuple(pods), tuple(facts))
 
 
 #: The pod label that names the pool an unscheduled pod waits for (as the shipped demand rules read it).
