@@ -5,7 +5,7 @@ Shapes follow the Kubernetes API reference (v1): a slice's ``spec{nodeName, driv
 resourceSliceCount}, devices[{name, attributes, capacity, taints}]}``; a claim's ``spec.devices.requests[{name,
 exactly{deviceClassName, allocationMode, count}}]`` and ``status{allocation.devices.results[{request, driver, pool,
 device}], reservedFor[{resource, name, uid}]}``; a class's ``spec.selectors[{cel{expression}}]``. Lists page with
-``limit``/``continue``; ``status`` 404 (no API) or 403 (RBAC) answers every DRA request with that error.
+``limit``/``continue``; ``status`` 404 (no API), 403 (RBAC) or any other error code answers every DRA request with that error.
 """
 from __future__ import annotations
 
@@ -108,6 +108,8 @@ class DraObjects:
             return status(403, "Forbidden", f'{m.group("kind")}.resource.k8s.io is forbidden: User '
                           '"system:serviceaccount:gpu-autoscaler:gpu-autoscaler" cannot list resource '
                           f'"{m.group("kind")}" in API group "resource.k8s.io" at the cluster scope')
+        if self.status != 200:
+            return status(self.status, "InternalError", "etcdserver: request timed out")
         if request.method != "GET":
             return status(405, "MethodNotAllowed", "the server does not allow this method")
         kind = m.group("kind")
