@@ -57,13 +57,15 @@ def scenario() -> dict[str, Any]:
                 "webhook": {"url": receiver.url, "initial_count": 4},
                 "scale_in": {"cooldown": 0, "delay_after_scale_out": 0, "victims": "idle"}}
         client = _app(kube, tmp, [pool]).test_client()
+        kube.calls.clear()
         answer = client.post("/api/v1/pools/h100/scale", headers=AUTH,
                              json={"action": "scale_in", "step": 3}).get_json()
         event = client.get("/api/v1/events", headers=AUTH).get_json()["events"][0]
+        decision_calls = dict(sorted(kube.calls.items()))
     receiver.stop()
     return {"benchmark": "dra_scenario", "outcome": answer["outcome"], "from": answer["from"], "to": answer["to"],
             "removed": (event.get("details") or {}).get("nodes"), "kept": (event.get("details") or {}).get("kept"),
-            "webhook_bodies": [r.body for r in receiver.received]}
+            "webhook_bodies": [r.body for r in receiver.received], "kube_calls_of_the_decision": decision_calls}
 
 
 def calls(nodes: int, claims: int) -> dict[str, Any]:
