@@ -19,7 +19,7 @@ from typing import Any, ContextManager, Mapping
 from autoscaler.settings import KubernetesConfig
 from autoscaler.cluster.dra import UNUSED, Dra, asks_through_claims
 from autoscaler.cluster.gpus import not_extended, pending_gpus, waits_for
-from autoscaler.cluster.kube_dra import DraReads
+from autoscaler.cluster.kube_dra import DraReads, Refused
 from autoscaler.cluster.nodes import (CORDON_ANNOTATION, ClusterError, NodeGone, NodeView, PoolRead, cordon_mark,
                                       node_view)
 from autoscaler.cluster.pods import Budget, budget_of
@@ -76,7 +76,7 @@ class KubeCluster:
               deadline: float | None = None, let: tuple[int, ...] = (), **kwargs: Any) -> Any:
         """One API call with the configured timeout; ClusterError with the server's own words on failure (NodeGone
         for a 404 with ``gone_is_404``: a change asked of a node deleted since it was listed; the client's
-        ApiException itself for a status in ``let``)."""
+        Refused for a status in ``let``)."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
@@ -90,7 +90,7 @@ class KubeCluster:
             result = fn(*args, **kwargs)
         except ApiException as exc:
             if exc.status in let:
-                raise
+                raise Refused(exc.status, f"{what}: {exc.status} {_message(exc)}") from None
             error = NodeGone if gone_is_404 and exc.status == 404 else ClusterError
             raise error(f"{what}: {exc.status} {_message(exc)}") from None
         except (HTTPError, OSError) as exc:
@@ -172,8 +172,11 @@ class KubeCluster:
         """The reconciler's tick: the DRA lists read at most once for all its pools' reads (this thread)."""
         return self.dra.once()
 
-    def api_client(self) -> Any:
-        return self._api().api_client
+    def resource_api(self) -> Any:
+        """The client's ``ResourceV1Api`` (resource.k8s.io/v1) on the same connection pool."""
+        from kubernetes import client
+
+        return client.ResourceV1Api(self._api().api_client)
 
     def budgets(self) -> list[Budget]:
         """Every PodDisruptionBudget (policy/v1), for ``victims: movable``: one list call."""

@@ -26,12 +26,20 @@ _NOT_SERVED = {404: "the API server does not serve resource.k8s.io/v1 (Kubernete
                     "resourceclaims and deviceclasses to its ClusterRole"}
 
 
+class Refused(ClusterError):
+    """The API server answered a list with a status the reader handles itself (404, 403)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class Lister(Protocol):
     """What the reader needs of the cluster client."""
 
     def paged(self, what: str, fn: Any, deadline: float | None, **kwargs: Any) -> list[dict[str, Any]]: ...
 
-    def api_client(self) -> Any: ...
+    def resource_api(self) -> Any: ...
 
 
 class DraReads:
@@ -69,18 +77,15 @@ class DraReads:
     def _read(self, deadline: float | None) -> Dra:
         if not self.gpu_classes:
             return not_read("kubernetes.gpu_device_classes is empty")
-        from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
-
-        api = client.ResourceV1Api(self.lister.api_client())
+        api = self.lister.resource_api()
         lists = (("DeviceClasses", api.list_device_class), ("ResourceSlices", api.list_resource_slice),
                  ("ResourceClaims", api.list_resource_claim_for_all_namespaces))
         got: list[list[dict[str, Any]]] = []
         for what, fn in lists:
             try:
                 got.append(self.lister.paged(f"listing {what}", fn, deadline, let=tuple(_NOT_SERVED)))
-            except ApiException as exc:
-                why = f"{exc.status}: " + _NOT_SERVED[int(exc.status)].format(what=what.lower())
+            except Refused as exc:
+                why = f"{exc.status}: " + _NOT_SERVED[exc.status].format(what=what.lower())
                 if why != self._said:
                     log.warning("DRA not read (GPUs counted from device-plugin resources only): %s", why)
                     self._said = why
