@@ -149,3 +149,29 @@ def test_a_stored_node_view_of_a_big_pool_reads_back_whole(tmp_path: Path) -> No
     store.save_nodes(NodesView("old", nodes[:2], None, 1.0))  # without GPU counts: the list as before
     old = store.nodes_view("old")
     assert old is not None and old.nodes == nodes[:2] and old.gpus is None and old.dra == ""
+
+
+@pytest.mark.parametrize("classes, code, says", [
+    pytest.param(None, 0, "OK: 1 pool(s)", id="default"),
+    pytest.param(["gpu.nvidia.com", "mig.nvidia.com", "gpu.example.com"], 0, "OK: 1 pool(s)", id="a third class"),
+    pytest.param([], 0, "OK: 1 pool(s)", id="none-dra-off"),
+    pytest.param(["gpu.nvidia.com", "Bad Class"], 1, "kubernetes.gpu_device_classes[1]: 'Bad Class' is not a "
+                 "DeviceClass name (a lower-case DNS subdomain, e.g. gpu.nvidia.com)", id="not-a-class-name"),
+])
+def test_check_config_takes_gpu_device_classes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               classes: list[str] | None, code: int, says: str) -> None:
+    import yaml
+
+    from autoscaler.__main__ import main
+
+    kubernetes: dict[str, object] = {"host": "http://127.0.0.1:1"}
+    if classes is not None:
+        kubernetes["gpu_device_classes"] = classes
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"server": {"auth": {"bearer_tokens": ["abcdefghijkl-123456"]}},
+                                    "store": {"url": f"sqlite:///{tmp_path}/c.db"}, "kubernetes": kubernetes,
+                                    "pools": [{"name": "sim", "provider": "simulated", "min": 0, "max": 3,
+                                               "node_selector": "pool=sim"}]}))
+    assert main(["check-config", str(path)]) == code
+    out = capsys.readouterr()
+    assert says in out.out + out.err

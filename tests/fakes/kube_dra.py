@@ -5,7 +5,8 @@ Shapes follow the Kubernetes API reference (v1): a slice's ``spec{nodeName, driv
 resourceSliceCount}, devices[{name, attributes, capacity, taints}]}``; a claim's ``spec.devices.requests[{name,
 exactly{deviceClassName, allocationMode, count}}]`` and ``status{allocation.devices.results[{request, driver, pool,
 device}], reservedFor[{resource, name, uid}]}``; a class's ``spec.selectors[{cel{expression}}]``. Lists page with
-``limit``/``continue``; ``status`` 404 (no API), 403 (RBAC) or any other error code answers every DRA request with that error.
+``limit``/``continue``; ``status`` 404 (no API), 403 (RBAC) or any other error code answers every DRA request
+with that error.
 """
 from __future__ import annotations
 
