@@ -155,6 +155,32 @@ def test_headroom_spare_reads_the_claimed_devices() -> None:
     assert how == "the cluster: 2 Ready node(s), 1 with free GPUs (5 GPU(s) free), 11 GPU(s) requested"
 
 
+def test_headroom_counts_a_shared_claim_once() -> None:
+    k = cluster()
+    k.add_dra_node("n", POOL)
+    _shared(k)  # two pods share one claim of 2 GPUs
+    used, how = used_on_nodes([read(k, "n")], 8)
+    assert used == 2 / 8 and how.endswith("(6 GPU(s) free), 2 GPU(s) requested")
+
+
+def test_a_dra_pod_moves_only_where_enough_devices_are_free() -> None:
+    from autoscaler.cluster.movable import pick_movable
+
+    k = cluster()
+    for name in ("a", "b"):
+        k.add_dra_node(name, POOL)
+    k.add_claim_pod("serve", "a", gpus=2, owner="ReplicaSet")
+    k.add_claim_pod("train", "b", gpus=7, devices=[f"gpu-{i}" for i in range(7)])
+    views = [read(k, "a"), read(k, "b")]
+    pick = pick_movable(views, 1, [], 0)
+    assert pick.drain is None and pick.idle == []
+    assert dict((n.name, why) for n, why in pick.kept)["a"] == (
+        "kept a: pod ml/serve fits on none of the pool's 1 other nodes (b: needs gpu.nvidia.com 2, 1 free)")
+    k.dra.claims[("ml", "train-gpu-x7k2p")]["status"]["allocation"]["devices"]["results"].pop()  # 6 held: 2 free
+    pick = pick_movable([read(k, "a"), read(k, "b")], 1, [], 0)
+    assert pick.drain is not None and pick.drain.name == "a"
+
+
 @pytest.mark.parametrize("selectors, name, driver", [
     pytest.param([{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}], "gpus", "gpu.nvidia.com",
                  id="simple-form"),
