@@ -175,3 +175,31 @@ def test_check_config_takes_gpu_device_classes(tmp_path: Path, capsys: pytest.Ca
     assert main(["check-config", str(path)]) == code
     out = capsys.readouterr()
     assert says in out.out + out.err
+
+
+@pytest.mark.parametrize("status, dra, reason", [
+    pytest.param(200, "read", None, id="read"),
+    pytest.param(403, "not_read", "403: the service account may not list deviceclasses", id="rbac"),
+    pytest.param(404, "not_read", "404: the API server does not serve resource.k8s.io/v1", id="no-api"),
+])
+def test_the_pool_answer_says_whether_dra_was_read(kube: FakeKube, tmp_path: Path, status: int, dra: str,
+                                                   reason: str | None) -> None:
+    from autoscaler.reconciler import Reconciler
+    from tests.support import AUTH, FakeClock, make_app
+
+    kube.dra.status = status
+    pools = [{"name": "h100", "provider": "simulated", "min": 0, "max": 8, "node_selector": "pool=h100",
+              "simulated": {"initial_count": 4}}]
+    clock = FakeClock()
+    app = make_app(f"sqlite:///{tmp_path}/a.db", clock=clock, pools=pools, rules=[],
+                   kubernetes={"host": kube.url, "token": kube.token})
+    reconciler: Reconciler = app.extensions["autoscaler_reconciler"]
+    reconciler.tick(clock())
+    body = app.test_client().get("/api/v1/pools/h100", headers=AUTH).get_json()
+    assert body["dra"] == dra and body.get("dra_reason", "").startswith(reason or "")
+    assert ("dra_reason" in body) == (reason is not None)
+    assert body["gpus"] == ({"allocatable": 32, "requested": 9, "pending": 0} if status == 200 else
+                            {"allocatable": 0, "requested": 0, "pending": 0})  # as before: nothing seen
+    removable = {n["name"]: n["removable"] for n in body["nodes"]}
+    assert removable == ({"h100-0": False, "h100-1": False, "h100-2": True, "h100-3": True} if status == 200 else
+                         dict.fromkeys(removable, True))
