@@ -136,9 +136,12 @@ class Reconciler:
         except ProviderError as exc:
             cloud, error = CloudStatus(current=None), redact_text(exc.message)
         if cloud.shortfall is None and cloud.current:
-            cloud = replace(cloud, shortfall=self._unregistered(spec, cloud.current, now))
+            nodes = self.engine.node_actions.marked(spec)  # GPU-ready or not: in flight and the shortfall read it
+            cloud = replace(cloud, shortfall=self._unregistered(spec, cloud.current, now, nodes))
+        else:
+            nodes = None
         undelivered = cloud.shortfall.undelivered if cloud.shortfall is not None else 0
-        facts = self.engine.pool_facts(spec, cloud.current, now, undelivered=undelivered)
+        facts = self.engine.pool_facts(spec, cloud.current, now, nodes=nodes, undelivered=undelivered)
         view = PoolView(spec.name, cloud.current, cloud.busy, cloud.detail, facts.in_flight, error, now)
         last = self.store.views().get(spec.name) if error else None
         if last is not None:  # keep the last good read and its time: the view's age (and its alert) shows the outage
@@ -146,11 +149,11 @@ class Reconciler:
         self.store.save_view(view)
         return view, facts, cloud.shortfall if undelivered > 0 else None
 
-    def _unregistered(self, spec: PoolSpec, asked: int, now: float) -> Shortfall | None:
-        """With ``kubernetes:``, nodes asked for by the service's scale-outs that never registered Ready with GPUs
-        within ``provision_time``: a shortfall the cloud did not report (kept as asked: which machine is missing is
-        the cloud's to say, so nothing is given back)."""
-        nodes = self.engine.node_actions.marked(spec)
+    def _unregistered(self, spec: PoolSpec, asked: int, now: float,
+                      nodes: Sequence[NodeView] | None) -> Shortfall | None:
+        """With ``kubernetes:`` (the pool's ``nodes``), nodes asked for by the service's scale-outs that never
+        registered Ready with GPUs within ``provision_time``: a shortfall the cloud did not report (kept as asked:
+        which machine is missing is the cloud's to say, so nothing is given back)."""
         if nodes is None:
             return None
         state = self.store.pool(spec.name)

@@ -68,6 +68,39 @@ def scenario() -> dict[str, Any]:
             "webhook_bodies": [r.body for r in receiver.received], "kube_calls_of_the_decision": decision_calls}
 
 
+def joined() -> dict[str, Any]:
+    """Two DRA nodes; a scale-out to 3; the third node joins and publishes its 8 GPUs at once: in flight and
+    shortfalls one tick later and past provision_time (5 minutes), on an injected clock."""
+    from datetime import datetime, timezone
+
+    from autoscaler.config import build_settings
+    from tests.support import FakeClock
+
+    clock = FakeClock()
+    with FakeKube() as kube, tempfile.TemporaryDirectory() as tmp:
+        for i in range(2):
+            kube.add_dra_node(f"h100-{i}", {"agentpool": "h100"}, created="2026-11-10T00:00:00Z")
+        pool = {"name": "h100", "provider": "simulated", "min": 0, "max": 8, "node_selector": "agentpool=h100",
+                "provision_time": "5m", "simulated": {"initial_count": 2}}
+        cfg = config(f"sqlite:///{tmp}/bench.db", pools=[pool], rules=[],
+                     kubernetes={"host": kube.url, "token": kube.token})
+        app = create_app(build_settings(cfg, env={}), clock=clock, startup_check=False)
+        client = app.test_client()
+        client.post("/api/v1/pools/h100/scale", headers=AUTH, json={"target": 3, "force": True})
+        created = datetime.fromtimestamp(clock(), tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        kube.add_dra_node("h100-2", {"agentpool": "h100"}, created=created)  # joined, its GPUs published
+        reconciler = app.extensions["autoscaler_reconciler"]
+        clock.advance(30)
+        reconciler.tick(clock())
+        soon = client.get("/api/v1/pools/h100", headers=AUTH).get_json()["in_flight"]
+        clock.advance(300)
+        reconciler.tick(clock())
+        late = client.get("/api/v1/events?pool=h100", headers=AUTH).get_json()["events"]
+    return {"in_flight_30s_after": soon, "no_capacity_past_provision_time": [
+        {k: e["details"].get(k) for k in ("code", "asked", "delivered")} for e in late
+        if e["outcome"] == "no_capacity"]}
+
+
 def calls(nodes: int, claims: int) -> dict[str, Any]:
     out: dict[str, Any] = {"benchmark": "dra_calls", "nodes": nodes, "claims": claims, "pools": 2}
     for dra in (False, True):
@@ -121,7 +154,7 @@ def main() -> None:
     parser.add_argument("--claims", type=int, default=None)
     args = parser.parse_args()
     if args.what == "scenario":
-        result = scenario()
+        result = {**scenario(), "joined_node": joined()}
     elif args.what == "calls":
         n = args.nodes or 50
         result = calls(n, args.claims if args.claims is not None else 10 * n)

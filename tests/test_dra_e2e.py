@@ -101,7 +101,7 @@ def test_a_joined_node_is_in_flight_until_its_slices_appear_and_one_without_is_s
             kube.add_dra_node(f"h100-{i}", selector, created="2026-11-10T00:00:00Z")
         kube.add_claim_pod("train-0", "h100-0", gpus=8)
         pool = {"name": "h100", "provider": "simulated", "min": 0, "max": 8, "node_selector": "agentpool=h100",
-                "provision_time": "6s", "gpus_per_node": 8, "scale_out": {"headroom": {"gpus": 4}},
+                "provision_time": "12s", "gpus_per_node": 8, "scale_out": {"headroom": {"gpus": 4}},
                 "simulated": {"initial_count": 2}}
         cfg = service_config(tmp_path, [pool], [], kubernetes={"host": kube.url, "token": kube.token})
         cfg["server"]["reconcile_interval"] = "1s"
@@ -111,13 +111,18 @@ def test_a_joined_node_is_in_flight_until_its_slices_appear_and_one_without_is_s
             # the serving claims take 5 of the spare devices: spare 3 < 4, the reconciler tops the pool up
             kube.add_claim_pod("serve-0", "h100-1", gpus=5, owner="ReplicaSet")
             wait_for(lambda: _pool(svc, "h100")["current"] == 3, 20, "the headroom top-up")
-            topped = _pool(svc, "h100")["last_event"]
+            topped, topped_at = _pool(svc, "h100")["last_event"], time.time()
             # the new machine registers as a node; the driver has not published its GPUs yet: in flight
             kube.add_dra_node("h100-2", selector, created=_now(), publish=False)
             wait_for(lambda: _pool(svc, "h100")["in_flight"] == 1 and any(
                 n["name"] == "h100-2" for n in _pool(svc, "h100")["nodes"]), 20, "the joined node in flight")
             kube.dra.publish("h100-2")
             wait_for(lambda: _pool(svc, "h100")["in_flight"] == 0, 20, "in flight once its slices appear")
+            landed = time.time()  # well within provision_time: the node, not the clock, ended its flight
+            # past provision_time of the top-up (and two more ticks): the node with its GPUs is no shortfall
+            wait_for(lambda: time.time() > topped_at + 12 + 2.5, 30, "provision_time past the top-up", interval=0.2)
+            early = [e for e in requests.get(f"{svc.url}/api/v1/events?pool=h100", headers=AUTH,
+                                             timeout=5).json()["events"] if e["outcome"] == "no_capacity"]
             # one more machine asked for by hand; its node joins and never publishes a slice
             manual = requests.post(f"{svc.url}/api/v1/pools/h100/scale", headers=AUTH, timeout=30,
                                    json={"target": 4, "force": True})
@@ -125,9 +130,10 @@ def test_a_joined_node_is_in_flight_until_its_slices_appear_and_one_without_is_s
             kube.add_dra_node("h100-3", selector, created=_now(), publish=False)
             short = wait_for(lambda: [e for e in requests.get(f"{svc.url}/api/v1/events?pool=h100", headers=AUTH,
                                                               timeout=5).json()["events"]
-                                      if e["outcome"] == "no_capacity"], 30, "the shortfall of the silent node")
+                                      if e["outcome"] == "no_capacity"], 40, "the shortfall of the silent node")
     assert topped["source"] == "reconcile" and "spare below the headroom" in topped["reason"]
     assert (topped["from"], topped["to"]) == (2, 3)
-    assert len(short) == 1
+    assert landed < topped_at + 12, "in flight ended by provision_time, not by the GPUs appearing"
+    assert early == [] and len(short) == 1
     details = short[0]["details"]
     assert (details["code"], details["asked"], details["delivered"]) == ("NodesNotReadyInTime", 4, 3)

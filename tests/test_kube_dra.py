@@ -203,3 +203,41 @@ def test_the_pool_answer_says_whether_dra_was_read(kube: FakeKube, tmp_path: Pat
     removable = {n["name"]: n["removable"] for n in body["nodes"]}
     assert removable == ({"h100-0": False, "h100-1": False, "h100-2": True, "h100-3": True} if status == 200 else
                          dict.fromkeys(removable, True))
+
+
+def test_the_stored_in_flight_reads_the_nodes_gpus(kube: FakeKube, tmp_path: Path) -> None:
+    """A node the service asked for is in flight until its slices appear, not until provision_time has passed
+    (before: the stored view counted recorded scale-outs only, so a DRA node joined with its GPUs stayed in flight,
+    and past provision_time was a NodesNotReadyInTime shortfall)."""
+    from datetime import datetime, timezone
+
+    from autoscaler.reconciler import Reconciler
+    from tests.support import AUTH, FakeClock, make_app
+
+    clock = FakeClock()
+    pools = [{"name": "h100", "provider": "simulated", "min": 0, "max": 8, "node_selector": "pool=h100",
+              "provision_time": "5m", "simulated": {"initial_count": 4}}]
+    app = make_app(f"sqlite:///{tmp_path}/a.db", clock=clock, pools=pools, rules=[],
+                   kubernetes={"host": kube.url, "token": kube.token})
+    client = app.test_client()
+    reconciler: Reconciler = app.extensions["autoscaler_reconciler"]
+
+    def in_flight() -> int:
+        reconciler.tick(clock())
+        return int(client.get("/api/v1/pools/h100", headers=AUTH).get_json()["in_flight"])
+
+    assert client.post("/api/v1/pools/h100/scale", headers=AUTH, json={"target": 6}).get_json()["outcome"] == "scaled"
+    created = datetime.fromtimestamp(clock(), tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    kube.add_dra_node("h100-4", POOL, created=created, publish=False)
+    kube.add_dra_node("h100-5", POOL, created=created, publish=False)
+    clock.advance(30)
+    assert in_flight() == 2
+    kube.dra.publish("h100-4")
+    clock.advance(30)
+    assert in_flight() == 1  # h100-5 has not published its GPUs
+    clock.advance(300)
+    reconciler.tick(clock())
+    short = [e for e in client.get("/api/v1/events?pool=h100", headers=AUTH).get_json()["events"]
+             if e["outcome"] == "no_capacity"]
+    assert [{k: e["details"][k] for k in ("code", "asked", "delivered")} for e in short] == [
+        {"code": "NodesNotReadyInTime", "asked": 6, "delivered": 5}]
