@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any, Collection, ContextManager, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from autoscaler.cluster.dra import Dra
-from autoscaler.cluster.gpus import GpuPod, count_gpus, extended_pod, matches  # noqa: F401 (GpuPod: its home once)
+from autoscaler.cluster.gpus import GpuPod, count_gpus, extended_pod, matches
 from autoscaler.cluster.fit import Room, Taint
 from autoscaler.cluster.pods import Budget, PodFacts, quantity, requests_of
 from autoscaler.settings.common import DEFAULT_GPU_RESOURCES
