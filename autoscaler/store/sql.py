@@ -18,13 +18,13 @@ import threading
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator
 
-from sqlalchemy import Connection, bindparam, case, delete, insert, select, text, update
+from sqlalchemy import Connection, bindparam, case, delete, insert, select, update
 from sqlalchemy.exc import DataError, DBAPIError, DisconnectionError, IntegrityError, ProgrammingError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from autoscaler.models import PoolState
 from autoscaler.redact import redact_text
-from autoscaler.store import tables
+from autoscaler.store import probe, tables
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState, Store,
                                    StoreUnavailable)
 from autoscaler.store.rows import (STATE_COLUMNS, claim_params, claim_sql, event_record, event_row, hash_key,
@@ -354,8 +354,25 @@ class SqlStore(Store):
         return NodesView(row.pool, json.loads(row.nodes or "[]"), row.error, float(row.read_at)) if row else None
 
     def ping(self) -> None:
-        with self._tx() as conn:
-            conn.execute(text("SELECT 1"))
+        """The store answers, holds every table and column the service uses, and takes a write (store/probe.py)."""
+        self._guard()
+        with _unavailable("store unavailable"), self.engine.connect() as conn:
+            reader = conn.execution_options(read_only=True)  # SQLite: no write lock for the schema's probe
+            try:
+                for statement in probe.SCHEMA_PROBES:
+                    reader.execute(statement)
+            except DBAPIError as exc:
+                if exc.connection_invalidated:
+                    raise
+                reader.rollback()
+                problem = probe.schema_problem(reader)
+                if not problem:
+                    raise
+                log.warning("store: %s", problem)
+                raise StoreUnavailable(f"store unavailable: {problem}") from None
+        with _unavailable("store unavailable: it does not take a write"):
+            with self.gate.hold() if self.gate else nullcontext(), self.engine.begin() as conn:
+                probe.write(conn)
 
     @staticmethod
     def _confirm(conn: Connection, confirm: DedupConfirm) -> None:
