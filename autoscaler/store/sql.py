@@ -93,13 +93,17 @@ class SqlStore(Store):
             if migrate:
                 self.migrate()
         except StoreUnavailable:
-            if not (self.file.pinned if self.file is not None else self.dialect == "postgresql" and supervised()):
+            if not self._may_boot_degraded():
                 raise  # a first start: say what is wrong and stop
             # A gunicorn worker started (after a crash or a timeout) while the file its master opened is gone or
             # read-only, or while PostgreSQL is down: serve 503 like its siblings, rather than fail to boot (which
             # makes gunicorn's master exit: the whole service gone) or create a fresh file.
             log.error("store not usable as this worker starts; it answers 503 until the store is back")
             self._later = (migrate, [])
+
+    def _may_boot_degraded(self) -> bool:
+        """Whether this is a worker a gunicorn master forked after checking the store (see ``store/boot.py``)."""
+        return self.file.pinned if self.file is not None else self.dialect == "postgresql" and supervised()
 
     def migrate(self) -> None:
         """Bring the schema to the newest revision (every replica may call this at once)."""
@@ -166,7 +170,13 @@ class SqlStore(Store):
         if self._later is not None:
             self._later = (self._later[0], list(names))
             return
-        self._ensure_pools(names)
+        try:
+            self._ensure_pools(names)
+        except StoreUnavailable:  # the store went away between the migration and the pool rows (a worker's boot)
+            if not self._may_boot_degraded():
+                raise
+            log.error("store not usable as this worker starts; it answers 503 until the store is back")
+            self._later = (False, list(names))
 
     def _ensure_pools(self, names: list[str]) -> None:
         with self._tx() as conn:
