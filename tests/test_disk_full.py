@@ -74,7 +74,9 @@ def test_disk_full_fails_readiness_until_a_write_succeeds(tmp_path: Path, small_
                 for i in range(3)]
         assert [s.status_code for s in sent] == [503] * 3, [s.text for s in sent]
         assert all(s.json()["error"].startswith("state store unavailable") for s in sent)
-        assert set(_readiness(server)) == {(503, 0.0)}
+        # a worker that wrote nothing since may stand by its last probe write for up to a second (probe.WRITE_EVERY)
+        wait_for(lambda: set(_readiness(server)) == {(503, 0.0)}, 5, "not ready while writes fail", interval=0.2)
+        assert set(_readiness(server)) == {(503, 0.0)}  # and it stays so
         assert "database or disk is full" in server.read_log()  # the engine's own error, logged
         ready = requests.get(f"{server.url}/readyz", timeout=30)
         assert ready.json()["status"] == "unavailable" and "write" in ready.json()["error"]

@@ -23,6 +23,9 @@ SCHEMA_PROBES: list[Any] = [select(*table.c).where(false()) for table in tables.
 #: The write probe's rows: together larger than a database page (SQLite's 4 KiB, PostgreSQL's 8 KiB), so that a
 #: database with no room to grow (no free page, no disk space for its log) refuses them as it refuses an event.
 PROBE_ROWS, PROBE_KEY_BYTES = 24, 480
+#: A successful probe write stands this long (an unauthenticated /readyz must not make the store write at will); a
+#: store transaction that fails ends it at once.
+WRITE_EVERY = 1.0
 
 
 def schema_problem(conn: Connection) -> str:

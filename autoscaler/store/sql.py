@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import threading
+import time
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator
 
@@ -86,6 +87,7 @@ class SqlStore(Store):
         self.file = SqliteFile(path, self.options.probe_interval, self.engine.dispose) if path else None
         after_fork_dispose(self.engine)
         self._setup_lock = threading.Lock()
+        self._write_ok_until = float("-inf")  # monotonic: until when the last write probe's success stands
         self._later: tuple[bool, list[str]] | None = None  # (migrate, pools) to set up once the file is back
         try:
             if self.file is not None:
@@ -151,9 +153,13 @@ class SqlStore(Store):
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
         self._guard()
-        with _unavailable("store unavailable"):
-            with self.gate.hold() if self.gate else nullcontext(), self.engine.begin() as conn:
-                yield conn
+        try:
+            with _unavailable("store unavailable"):
+                with self.gate.hold() if self.gate else nullcontext(), self.engine.begin() as conn:
+                    yield conn
+        except StoreUnavailable:
+            self._write_ok_until = float("-inf")  # the next readiness probe writes again (store/probe.py)
+            raise
 
     def _insert_ignore(self, table: Any, rows: list[dict[str, Any]]) -> Any:
         if self.dialect == "postgresql":
@@ -380,9 +386,13 @@ class SqlStore(Store):
                     raise
                 log.warning("store: %s", problem)
                 raise StoreUnavailable(f"store unavailable: {problem}") from None
+        started = time.monotonic()
+        if started < self._write_ok_until:  # at most one probe write a second (a failed transaction resets it)
+            return
         with _unavailable("store unavailable: it does not take a write"):
             with self.gate.hold() if self.gate else nullcontext(), self.engine.begin() as conn:
                 probe.write(conn)
+        self._write_ok_until = started + probe.WRITE_EVERY
 
     @staticmethod
     def _confirm(conn: Connection, confirm: DedupConfirm) -> None:
