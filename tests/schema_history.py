@@ -8,11 +8,11 @@ code runs on this checkout's virtualenv (its pinned libraries were the same or c
 """
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
 import tarfile
-import io
 from functools import lru_cache
 from pathlib import Path
 

@@ -24,12 +24,13 @@ from tests.schema_history import build, revision_label, shipped_commits
 from tests.servers import Service
 from tests.support import AUTH, config
 
+pytestmark = pytest.mark.slow
 COMMITS = [pytest.param(c, id=f"{c}-{revision_label(c)}") for c in shipped_commits()]
 
 
 def test_the_history_holds_each_revision_and_the_two_builds_of_0004() -> None:
     labels = [revision_label(c) for c in shipped_commits()]
-    assert labels[0] == "create_all" and labels[-1] == f"{head_revision()}_capacity"
+    assert labels[0] == "create_all" and labels[-1].startswith(head_revision())  # HEAD's own schema is the last
     assert {"0001_initial", "0002_recommendations", "0003_reconciler", "0004_capacity", "0004_node_views"} <= set(labels)
 
 
