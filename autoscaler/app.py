@@ -121,9 +121,11 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
     app.extensions["autoscaler_reconciler"] = Reconciler(settings, store, built, engine, clock,
                                                          pruner=Pruner(store, settings.config.store.retain_events))
     from autoscaler.api import health, openapi, pools, register_errors, status, webhooks
+    from autoscaler.api.headers import browser_headers
 
     register_errors(app)
     app.after_request(close_after)
+    app.after_request(browser_headers)
 
     @app.after_request
     def _no_secret_out(resp: Any) -> Any:

@@ -1,4 +1,4 @@
-"""Load the YAML config, substitute ``${VAR}``, validate it into frozen typed objects.
+"""Load the YAML config, substitute ``${VAR}`` (``autoscaler/envsubst.py``), validate it into frozen typed objects.
 
 Every problem is reported with its path in the file, e.g. ``pools[1].max: must be >= min (3)``.
 """
@@ -13,13 +13,11 @@ import yaml
 from pydantic import ValidationError
 
 from autoscaler import validation, yaml_strict
+from autoscaler.envsubst import substitute
 from autoscaler.models import DirectionPolicy, Headroom, Mode, PoolSpec, Schedule
 from autoscaler.settings.common import DEFAULT_MOVABLE_OWNERS
 from autoscaler.settings import (AuthConfig, Config, DirectionConfig, PoolConfig, credential_problems,
                                  group_problems, reference_problems)
-
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
-
 
 class ConfigError(Exception):
     """The config is invalid; ``problems`` holds one line per problem, each starting with its path."""
@@ -37,28 +35,6 @@ class Settings:
     config: Config
     pools: dict[str, PoolSpec]
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
-
-
-def _substitute(node: Any, loc: tuple[Any, ...], env: dict[str, str], problems: list[str]) -> Any:
-    if isinstance(node, dict):
-        return {k: _substitute(v, loc + (k,), env, problems) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_substitute(v, loc + (i,), env, problems) for i, v in enumerate(node)]
-    if not isinstance(node, str):
-        return node
-
-    def repl(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
-        if name in env and env[name] != "":
-            return env[name]
-        if default is not None:
-            return default
-        if name in env:
-            return ""
-        problems.append(f"{validation.location(loc)}: environment variable {name} is not set and has no default")
-        return ""
-
-    return _VAR.sub(repl, node)
 
 
 _NODE_KEYS = {"victims", "drain_timeout", "movable_owners"}  # scale_in keys that are not the direction's policy
@@ -89,7 +65,7 @@ def build_settings(raw: Any, env: dict[str, str] | None = None, *, replay: bool 
     problems: list[str] = []
     if not isinstance(raw, dict):
         raise ConfigError(["(top level): must be a mapping of config keys"])
-    data = _substitute(raw, (), dict(os.environ) if env is None else env, problems)
+    data = substitute(raw, dict(os.environ) if env is None else env, problems)
     try:
         config = Config.model_validate(data, context=_context())
     except ValidationError as exc:

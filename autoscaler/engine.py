@@ -61,13 +61,14 @@ class Engine:
         self.node_actions = NodeActions(self.nodes)
 
     # -- notifications --------------------------------------------------------------------------------
-    def handle_notification(self, note: Notification) -> list[Decision]:
+    def handle_notification(self, note: Notification, within: frozenset[str] | None = None) -> list[Decision]:
         """One decision per group of alerts that share a pool and action (routing groups them), and one per group
-        that routing alone settles (test, resolved, unrouted, unknown pool), recorded as it is."""
+        that routing alone settles (test, resolved, unrouted, unknown pool), recorded as it is. ``within``: the
+        pools the sender's credential may act on (None: every pool), for a group's choice."""
         out = []
         for item in self.router.signals(note, self.settings.pools):
             if isinstance(item, Signal):
-                out.append(self.handle(item))
+                out.append(self.handle(replace(item, within=within)))
             else:
                 out.append(self.events.record(item.decision, note.source.value, list(item.alerts), self.clock()))
         return out
@@ -101,7 +102,7 @@ class Engine:
         except Exception as exc:  # a bug or a library's surprise: this decision fails, the others go on
             return self._unexpected(signal, spec, claim, exc)
         if decision.outcome is Outcome.NO_CAPACITY and spec.group:  # the rest goes to the next pool at once
-            self.handle(fallback.signal_for_rest(spec, decision, signal.source))
+            self.handle(fallback.signal_for_rest(spec, decision, signal.source, signal.within))
         return decision
 
     def _handle(self, attempt: Attempt, quick: QuickState | None) -> Decision:

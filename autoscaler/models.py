@@ -142,6 +142,8 @@ class Signal:
     floor: bool = False  # raise the pool to its effective min: a limit, so no cooldown applies (backoff does)
     group: str = ""  # the fallback group the signal was routed to; ``pool`` is then the member chosen to act
     fallback: bool = False  # asks a group for the ``step`` nodes one of its pools could not deliver
+    within: frozenset[str] | None = None  # the pools the sender's credential may act on (None: every pool); a group
+    # chooses only among them
 
     @property
     def dedup_keys(self) -> tuple[str, ...]:

@@ -35,6 +35,7 @@ from autoscaler.policy import cooldown_remaining
 from autoscaler.redact import redact_text
 from autoscaler.answers import dump, node_body
 from autoscaler.retention import Pruner
+from autoscaler.schedules import unusable
 from autoscaler.cluster.nodes import ClusterError, NodeView
 from autoscaler.store import NodesView, PoolView, Store, StoreUnavailable
 from providers import NodePoolProvider, ProviderError, Tracked
@@ -73,6 +74,7 @@ class Reconciler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._holding = False
+        self._unusable: set[tuple[str, int]] = set()  # schedule windows already logged as unusable
 
     def tick(self, now: float, pools: bool = True) -> Tick:
         """One round, if this process holds (or can take) the lease: each pool (unless ``pools`` is False), then
@@ -85,6 +87,7 @@ class Reconciler:
             return Tick(held=False)
         out = Tick(held=True)
         for spec in self.settings.pools.values() if pools else ():
+            self._log_unusable(spec, now)
             view, facts, short = self.refresh(spec, now)
             out.views.append(view)
             listed = self.refresh_nodes(spec, now)
@@ -97,6 +100,14 @@ class Reconciler:
         if self.pruner is not None:
             out.pruned = self.pruner.maybe_run(now)
         return out
+
+    def _log_unusable(self, spec: PoolSpec, now: float) -> None:
+        """A schedule window that cannot be evaluated is ignored (``schedules.py``); say so once per process."""
+        for index, why in unusable(spec, now):
+            if (spec.name, index) not in self._unusable:
+                self._unusable.add((spec.name, index))
+                log.warning("schedule pool=%s schedules[%d]: %s; the pool's other windows and the other pools go on",
+                            spec.name, index, why)
 
     def _short(self, spec: PoolSpec, now: float, short: Shortfall) -> list[Decision]:
         """``no_capacity`` for the pool, then what it did not deliver asked of its group's next pool."""

@@ -112,10 +112,14 @@ class ScheduleConfig(Frozen):
     @field_validator("cron")
     @classmethod
     def _cron(cls, v: str) -> str:
-        from autoscaler.schedules import valid_cron
+        import time
+
+        from autoscaler.schedules import starts_within, valid_cron
 
         if not valid_cron(v):
             raise ValueError(f"{v[:80]!r} is not a five-field cron expression (minute hour day month weekday)")
+        if not starts_within(v, time.time()):  # the wall clock: a config is checked when it is loaded
+            raise ValueError(f"{v[:80]!r} has no start in the next 4 years (a day no month has, such as 30 February?)")
         return v
 
     @field_validator("duration")
