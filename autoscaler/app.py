@@ -108,7 +108,7 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
                       auth=Authenticator(settings.config.server.auth, clock, _hmac_nonce_cache(store, clock)),
                       metrics=metrics, clock=clock,
                       sinks=sinks)
-    metrics.add_collector(PoolStateCollector(service.pool_rows, clock))
+    metrics.add_collector(PoolStateCollector(service.pool_rows, clock, store.ping))
 
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = settings.config.server.max_body_bytes

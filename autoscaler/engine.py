@@ -35,6 +35,7 @@ LEASE_TTL = 30.0  # the default of server.lease_ttl; a running decision renews i
 MAX_DECISION = 3600.0  # a decision's lease is renewed for at most this long (drains included)
 BUSY_RETRY = 5.0  # Retry-After (at most) when the pool is held by another decision of ours
 UNEXPECTED_RETRY = 30.0  # Retry-After for a decision that failed on an unexpected error
+FINAL_MARGIN = 1.0  # the final write's retries stop this long before the lease lapses
 Clock = Callable[[], float]
 
 
@@ -87,6 +88,7 @@ class Engine:
                                 f"pool {signal.pool!r} is not configured")
             return self.events.record(decision, signal.source.value, list(signal.alerts), self.clock())
         claim = DedupClaim(self.store, spec.name, signal.dedup_keys)
+        self.events.write_kept()  # a record lost while the store was away goes first (a resend finds it here)
         try:
             # The common case under an alert storm: a pool in cooldown (or paused), settled by a read and one
             # transaction (see ``_settled``). The clock is read once, after the state: a scale-out another worker
@@ -147,7 +149,8 @@ class Engine:
             confirm = None
             if decision.retry_after is None and attempt.spec.dedup_window > self._pending(attempt.spec):
                 confirm = attempt.claim.confirm(attempt.expires_at)  # in finish's transaction
-            recorded = self.events.finish(decided, decision, change, confirm)
+            # Retried while the lease holds (the cloud may have acted: its record must not be lost), then kept.
+            recorded = self.events.finish(decided, decision, change, confirm, lease.lapses_at() - FINAL_MARGIN)
             self._remember_view(view)
             return recorded
         except BaseException:
