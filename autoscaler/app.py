@@ -102,7 +102,7 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
         _check({k: v for k, v in built.items() if providers is None or k not in providers})
     metrics = Metrics(pools=settings.pools)
     sinks = list(sinks or []) + _configured_sinks(settings, metrics)
-    events = EventLog(store, sinks, metrics)
+    events = EventLog(store, sinks, metrics, time_source)
     if cluster is None and settings.config.kubernetes is not None:
         cluster = build_cluster(settings.config.kubernetes)
     engine = Engine(settings, store, built, events, clock=time_source, metrics=metrics, cluster=cluster)
@@ -110,7 +110,7 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
                       auth=Authenticator(settings.config.server.auth, wall, _hmac_nonce_cache(store, wall)),
                       metrics=metrics, clock=wall,
                       sinks=sinks)
-    metrics.add_collector(PoolStateCollector(service.pool_rows, wall))
+    metrics.add_collector(PoolStateCollector(service.pool_rows, wall, store.ping))
 
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = settings.config.server.max_body_bytes

@@ -78,6 +78,7 @@ class Engine:
                                 f"pool {signal.pool!r} is not configured")
             return self.events.record(decision, signal.source.value, list(signal.alerts), self.clock())
         claim = DedupClaim(self.store, spec.name, signal.dedup_keys)
+        self.events.write_kept()  # a record lost while the store was away goes first (a resend finds it here)
         try:
             # The common case under an alert storm: a pool in cooldown (or paused), settled by a read and one
             # transaction (see ``_settled``). The clock is read once, after the state: a scale-out another worker

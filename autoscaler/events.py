@@ -11,6 +11,8 @@ from typing import Any
 
 from autoscaler.answers import event_json
 from autoscaler.attempt import Attempt
+from autoscaler.clock import SYSTEM, Clock
+from autoscaler.final_write import FinalWrites, Pending
 from autoscaler.logjson import json_logs
 from autoscaler.models import Alert, Decision, OperatorOutcome, Source
 from autoscaler.redact import active, redact_text
@@ -63,11 +65,13 @@ class OperatorAct:
 class EventLog:
     """Writes events to the store and fans them out to the log, the metrics and the sinks."""
 
-    def __init__(self, store: Store, sinks: list[EventSink] | None = None, metrics: Any = None) -> None:
+    def __init__(self, store: Store, sinks: list[EventSink] | None = None, metrics: Any = None,
+                 clock: Clock = SYSTEM) -> None:
         self.store = store
         self.sinks = list(sinks or [])
         self.metrics = metrics
         self.json_logs = json_logs()
+        self.final = FinalWrites(store, clock.sleep, clock.monotonic)
 
     def _record_for(self, d: Decision, source: str, alerts: list[Alert], now: float) -> EventRecord:
         details = {k: v for k, v in d.details.items() if v is not None}
@@ -90,12 +94,19 @@ class EventLog:
         return self._published(d, replace(ev, id=event_id))
 
     def finish(self, attempt: Attempt, d: Decision, change: PoolChange,
-               confirm: DedupConfirm | None = None) -> Decision:
+               confirm: DedupConfirm | None = None, until: float | None = None) -> Decision:
         """Record a leased decision at ``attempt.now``, apply its change to the pool's state, release the pool's lease
-        (and confirm its dedup keys), in one transaction."""
+        (and confirm its dedup keys), in one transaction; retried until ``until`` (monotonic: the lease's end) while
+        the store is away, then kept and written once it is back (see ``final_write``)."""
         ev = self._record_for(d, attempt.source, attempt.alerts, attempt.now)
-        event_id = self.store.finish(attempt.spec.name, attempt.owner, ev, change, confirm)
+        pending = Pending(attempt.spec.name, attempt.owner, ev, change, confirm,
+                          lambda event_id: self._published(d, replace(ev, id=event_id)))
+        event_id = self.final.write(pending, until)
         return self._published(d, replace(ev, id=event_id))
+
+    def write_kept(self) -> None:
+        """Write the final writes kept while the store was away (best effort; they are retried in the background)."""
+        self.final.flush()
 
     def record_settled(self, attempt: Attempt, d: Decision) -> Decision:
         """Record a decision the stored state settled (no lease): claim the attempt's dedup keys for the full window

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 MAX_DECISION = 3600.0  # a hold's lease is renewed for at most this long (drains included)
 HELD_RETRY = 5.0  # Retry-After (at most) when the pool is held by another holder of ours
+FINAL_MARGIN = 1.0  # the final write's retries stop this long before the lease lapses
 
 
 class PoolHeld(Exception):
@@ -52,13 +53,16 @@ class Lease:
     owner: str
     ttl: float
     clock: Clock = SYSTEM
+    _lapses: list[float] = field(default_factory=lambda: [float("-inf")], compare=False, repr=False)
 
     def take(self, deadline: float) -> PoolState | None:
         """The pool's state once the lease is ours; None when it stays taken until ``deadline`` (monotonic)."""
         delay = 0.005
         while True:
+            started = self.clock.monotonic()
             state = self.store.acquire(self.pool, self.owner, self.clock.wall(), self.ttl)
             if state is not None:
+                self._lapses[0] = started + self.ttl
                 return state
             if self.clock.monotonic() >= deadline:
                 return None
@@ -67,7 +71,15 @@ class Lease:
 
     def renew(self) -> bool:
         """Extend the lease now; False when it is no longer ours."""
-        return bool(self.store.renew(self.pool, self.owner, self.clock.wall(), self.ttl))
+        started = self.clock.monotonic()
+        if self.store.renew(self.pool, self.owner, self.clock.wall(), self.ttl):
+            self._lapses[0] = started + self.ttl
+            return True
+        return False
+
+    def lapses_at(self) -> float:
+        """When (monotonic) the lease lapses unless renewed: ``ttl`` after the last take or renewal began."""
+        return self._lapses[0]
 
     def release(self) -> None:
         """Best effort: give the pool's lease back (it expires by itself when the store is away)."""
@@ -115,9 +127,10 @@ class Held:
     def finish(self, attempt: Attempt, decision: Decision, change: PoolChange,
                confirm: DedupConfirm | None = None) -> Decision:
         """Record the outcome, apply its change to the pool and give the lease back, in one transaction (see
-        ``EventLog.finish``); ``attempt.owner`` must be this hold's owner."""
+        ``EventLog.finish``: retried while the lease holds, since the cloud may have acted and its record must not
+        be lost, then kept); ``attempt.owner`` must be this hold's owner."""
         self._stop.set()  # a renewal racing the release is harmless: it only touches a lease this owner still holds
-        recorded = self.events.finish(attempt, decision, change, confirm)
+        recorded = self.events.finish(attempt, decision, change, confirm, self.lease.lapses_at() - FINAL_MARGIN)
         self._finished = True
         return recorded
 
@@ -170,16 +183,16 @@ class PoolHold:
             lock = self._locks.setdefault(pool, threading.Lock())
         if not lock.acquire(timeout=max(0.0, deadline - self.clock.monotonic())):
             return None
+        lease = Lease(self.store, pool, owner, self.lease_ttl, self.clock)
         try:
-            state = Lease(self.store, pool, owner, self.lease_ttl, self.clock).take(deadline)
+            state = lease.take(deadline)
         except BaseException:
             lock.release()
             raise
         if state is None:
             lock.release()
             return None
-        return Held(state, Lease(self.store, pool, owner, self.lease_ttl, self.clock), self.events, lock,
-                    self.max_decision)
+        return Held(state, lease, self.events, lock, self.max_decision)
 
     @contextmanager
     def operator(self, pool: str) -> Iterator[PoolState]:

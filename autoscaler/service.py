@@ -125,6 +125,12 @@ class Service:
             out["nodes"] = view.nodes
         if view.error:
             out["nodes_error"] = view.error
+        if view.gpus is not None:
+            out["gpus"] = view.gpus
+        if view.dra:
+            out["dra"] = view.dra
+            if view.dra_reason:
+                out["dra_reason"] = view.dra_reason
         return out
 
     def groups_json(self, visible: Callable[[str], bool]) -> list[dict[str, Any]]:
@@ -135,5 +141,11 @@ class Service:
                 for name, members in self.settings.groups.items() if any(visible(p) for p in members)]
 
     def pool_rows(self) -> list[dict[str, Any]]:
-        """Every pool, for /metrics (no last event, no cloud call)."""
-        return self.pools_json(list(self.settings.pools.values()), with_last_event=False)
+        """Every pool, for /metrics (no last event, no cloud call), with its GPUs from the stored node view."""
+        rows = self.pools_json(list(self.settings.pools.values()), with_last_event=False)
+        for row in rows:
+            spec = self.settings.pools[row["name"]]
+            view = self.store.nodes_view(spec.name) if self.engine.nodes is not None and spec.node_selector else None
+            if view is not None and view.gpus is not None:
+                row["gpus"] = view.gpus
+        return rows

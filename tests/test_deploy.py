@@ -165,9 +165,12 @@ def test_kubernetes_manifests_validate_strictly() -> None:
 
 def test_rbac_grants_what_node_aware_scale_in_calls_and_no_more() -> None:
     role, binding = _docs(K8S / "rbac.yaml")
-    grants = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
-    assert grants == {("nodes", "get"), ("nodes", "list"), ("nodes", "patch"), ("pods", "list"),
-                      ("pods/eviction", "create"), ("poddisruptionbudgets", "list")}  # never delete
+    grants = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+              for v in rule["verbs"]}
+    assert grants == {("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "patch"), ("", "pods", "list"),
+                      ("", "pods/eviction", "create"), ("policy", "poddisruptionbudgets", "list"),  # never delete
+                      *{("resource.k8s.io", r, v) for r in ("resourceslices", "resourceclaims", "deviceclasses")
+                        for v in ("get", "list")}}  # GPUs through DRA (docs/dra.md)
     sa = _docs(K8S / "serviceaccount.yaml")[0]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],

@@ -129,9 +129,12 @@ def test_node_aware_scale_in_gets_its_rbac_and_in_cluster_view(helm: str) -> Non
     assert not [d for d in plain if d["kind"].startswith("ClusterRole")]
     docs = render(helm, *value_set("node-aware"))
     role, binding = one(docs, "ClusterRole"), one(docs, "ClusterRoleBinding")
-    grants = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
-    assert grants == {("nodes", "get"), ("nodes", "list"), ("nodes", "patch"), ("pods", "list"),
-                      ("pods/eviction", "create")}
+    grants = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+              for v in rule["verbs"]}
+    assert grants == {("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "patch"), ("", "pods", "list"),
+                      ("", "pods/eviction", "create"), ("policy", "poddisruptionbudgets", "list"),  # victims: movable
+                      *{("resource.k8s.io", r, v) for r in ("resourceslices", "resourceclaims", "deviceclasses")
+                        for v in ("get", "list")}}  # GPUs through DRA (docs/dra.md)
     sa = one(docs, "ServiceAccount")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
                                     "namespace": "gpu-autoscaler"}]

@@ -83,7 +83,7 @@ def _engine(tmp_path: Path, clock: FakeClock, pool: dict[str, Any]) -> tuple[Eng
     store = SqlStore(f"sqlite:///{tmp_path}/state.db")
     store.ensure_pools(["gpu"])
     providers = {"gpu": build("simulated", "gpu", settings.pools["gpu"].provider_settings)}
-    return Engine(settings, store, providers, EventLog(store), clock=clock), store
+    return Engine(settings, store, providers, EventLog(store, clock=clock), clock=clock), store
 
 
 def test_stabilization_window_uses_stored_recommendations(tmp_path: Path) -> None:

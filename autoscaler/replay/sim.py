@@ -160,7 +160,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     # The engine's own node-aware scale-in (pick, cordon, re-check, remove by name) runs against the replay's
     # cluster; a forced drain's retries would sleep, the replay never forces one.
     clock = ManualClock(now)
-    engine = Engine(settings, store, providers, EventLog(store), clock=clock, cluster=nodes)
+    engine = Engine(settings, store, providers, EventLog(store, clock=clock), clock=clock, cluster=nodes)
     reconciler = Reconciler(settings, store, providers, engine, clock=clock)
     reconcile_every = settings.config.server.reconcile_interval or 30.0
     emulator = AlertEmulator(cfg, settings.config.routing, use_steps=use_steps)

@@ -98,6 +98,9 @@ class NodesView:
     nodes: list[dict[str, Any]]
     error: str | None
     read_at: float
+    gpus: dict[str, int] | None = None  # allocatable, requested, pending (None: not counted)
+    dra: str = ""  # read | not_read | unused ("" : unknown)
+    dra_reason: str = ""  # why DRA was not read
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect, text
 
+from autoscaler.store.repair import repair
+
 log = logging.getLogger(__name__)
 
 MIGRATIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "migrations")
@@ -52,6 +54,7 @@ def _upgrade_locked(conn: Connection) -> str | None:
     if before != head_revision():
         log.info("store: migrating schema from %s to %s", before or "empty", head_revision())
         command.upgrade(cfg, "head")
+    repair(conn)  # the schema as it is, whatever revision the file claimed (see store/repair.py)
     return before
 
 
