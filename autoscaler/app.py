@@ -59,11 +59,12 @@ def _announce(settings: Settings) -> None:
         log.warning("AUTH DISABLED: anyone who can reach this service can scale your pools")
 
 
-def _providers(settings: Settings, given: dict[str, NodePoolProvider] | None) -> dict[str, NodePoolProvider]:
+def _providers(settings: Settings, given: dict[str, NodePoolProvider] | None,
+               clock: Clock) -> dict[str, NodePoolProvider]:
     providers = dict(given or {})
     for spec in settings.pools.values():
         if spec.name not in providers:
-            providers[spec.name] = build(spec.provider, spec.name, spec.provider_settings)
+            providers[spec.name] = build(spec.provider, spec.name, spec.provider_settings, clock)
     return providers
 
 
@@ -97,7 +98,7 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
     wall = time_source.wall
     store = store or open_store(settings.config.store.url, _store_options(settings))
     store.ensure_pools(list(settings.pools))
-    built = _providers(settings, providers)
+    built = _providers(settings, providers, time_source)
     if startup_check:
         _check({k: v for k, v in built.items() if providers is None or k not in providers})
     metrics = Metrics(pools=settings.pools)

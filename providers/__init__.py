@@ -9,6 +9,7 @@ import importlib
 import importlib.util
 from typing import Any
 
+from autoscaler.clock import SYSTEM, Clock
 from providers.base import Capabilities, NodePoolProvider, NodeRef, ProviderFactory, RemovesNamedNodes, Tracked
 from providers.errors import (BusyError, Code, LimitError, NoCapacityError, PermanentError, ProviderError,
                               TemporaryError)
@@ -45,9 +46,9 @@ def factory(name: str) -> ProviderFactory:
     return module.FACTORY  # type: ignore[no-any-return]
 
 
-def build(name: str, pool: str, settings: Any) -> NodePoolProvider:
-    """Build the provider for one pool from its validated settings."""
-    return factory(name).build(pool, settings)
+def build(name: str, pool: str, settings: Any, clock: Clock = SYSTEM) -> NodePoolProvider:
+    """Build the provider for one pool from its validated settings, on the service's time source."""
+    return factory(name).build(pool, settings, clock)
 
 
 def capabilities(name: str, settings: Any) -> Capabilities:

@@ -11,9 +11,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import requests
 from pydantic import SecretStr
 
+from autoscaler.clock import SYSTEM, Clock
 from autoscaler.redact import redact_url
 from providers.errors import Code, PermanentError
-from providers.retry import Sleep, Transient, call, parse_retry_after, refusal
+from providers.retry import Transient, call, parse_retry_after, refusal
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class HttpCaller:
 
     timeout: float
     budget: float
-    sleep: Sleep = time.sleep
+    clock: Clock = SYSTEM
     session: requests.Session | None = None
 
     def __post_init__(self) -> None:
@@ -69,7 +70,7 @@ class HttpCaller:
     def send(self, method: str, url: str, **kwargs: Any) -> requests.Response:
         """The response of the first attempt that is not transient (5xx, timeout, no connection)."""
         return call(f"{method} {redact_url(url)}", lambda timeout: self._attempt(method, url, timeout, **kwargs),
-                    budget=self.budget, timeout=self.timeout, sleep=self.sleep)
+                    budget=self.budget, timeout=self.timeout, clock=self.clock)
 
     def _attempt(self, method: str, url: str, timeout: float, **kwargs: Any) -> requests.Response:
         assert self.session is not None

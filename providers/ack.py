@@ -8,13 +8,14 @@ from typing import Any, Callable, Literal, Sequence, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autoscaler.clock import SYSTEM, Clock
 from autoscaler.durations import Duration
 from autoscaler.models import CloudStatus, Shortfall
 from providers import shortfalls
 from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked
 from providers.errors import Code, PermanentError, cloud_autoscaler
 from providers.named import agreed, in_parts, lowered, machines
-from providers.retry import Sleep, Transient, call, clean, refusal
+from providers.retry import Transient, call, clean, refusal
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +48,12 @@ class AckProvider(RemovingProvider):
     needs_read = (False, True)  # a resize sets desired_size alone; a removal needs the pool's size before
 
     def __init__(self, pool: str, settings: AckSettings, *, credential: Any = None, config: Any = None,
-                 sleep: Sleep = time.sleep) -> None:
+                 clock: Clock = SYSTEM) -> None:
         self.pool = pool
         self.settings = settings
         self._credential = credential
         self._config = config
-        self._sleep = sleep
+        self._clock = clock
         self._client: Any = None
 
     @property
@@ -174,7 +175,7 @@ class AckProvider(RemovingProvider):
     def _request(self, action: str, fn: Callable[[], T]) -> T:
         """One OpenAPI call through the SDK and the retry layer (the SDK's own retry stays off)."""
         return call(f"{action} {self.settings.cluster_id}/{self.settings.nodepool_id}", lambda _: fn(),
-                    budget=self.settings.retry_budget, timeout=self.settings.timeout, sleep=self._sleep,
+                    budget=self.settings.retry_budget, timeout=self.settings.timeout, clock=self._clock,
                     classify=_classify)
 
     def _attempt(self, action: str, method: str, body: dict[str, Any] | None) -> dict[str, Any]:
@@ -256,7 +257,7 @@ def _said(exc: Any) -> str:
 FACTORY = ProviderFactory(
     name="ack",
     settings_model=AckSettings,
-    build=lambda pool, settings: AckProvider(pool, settings),
+    build=lambda pool, settings, clock: AckProvider(pool, settings, clock=clock),
     description="Alibaba ACK node pool through the cs 2015-12-15 OpenAPI; reads the real size",
     capabilities=lambda settings: AckProvider.capabilities,
     node_selector=lambda settings: f"alibabacloud.com/nodepool-id={settings.nodepool_id}",

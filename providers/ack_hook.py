@@ -8,10 +8,11 @@ from typing import Any, Literal
 import requests
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from autoscaler.clock import SYSTEM, Clock
 from autoscaler.durations import Duration
 from autoscaler.models import CloudStatus
 from autoscaler.redact import redact_text, redact_url
-from providers._http import HttpCaller, Sleep, check_http_url, http_failure, with_query
+from providers._http import HttpCaller, check_http_url, http_failure, with_query
 from providers.base import Capabilities, Provider, ProviderFactory, Tracked
 from providers.errors import Code, PermanentError, TemporaryError
 from providers.named import in_parts
@@ -44,11 +45,11 @@ class AckHookProvider(Provider):
 
     capabilities = Capabilities(reports_count=False)  # the hook neither reports a size nor names a node
 
-    def __init__(self, pool: str, settings: AckHookSettings, *, sleep: Sleep = time.sleep,
+    def __init__(self, pool: str, settings: AckHookSettings, *, clock: Clock = SYSTEM,
                  session: requests.Session | None = None) -> None:
         self.pool = pool
         self.settings = settings
-        self.http = HttpCaller(timeout=settings.timeout, budget=settings.retry_budget, sleep=sleep, session=session)
+        self.http = HttpCaller(timeout=settings.timeout, budget=settings.retry_budget, clock=clock, session=session)
 
     @property
     def where(self) -> str:
@@ -115,7 +116,7 @@ def _describe(body: Any) -> str:
 FACTORY = ProviderFactory(
     name="ack_hook",
     settings_model=AckHookSettings,
-    build=lambda pool, settings: AckHookProvider(pool, settings),
+    build=lambda pool, settings, clock: AckHookProvider(pool, settings, clock=clock),
     capabilities=lambda settings: AckHookProvider.capabilities,
     description="Alibaba ACK scaling trigger URLs; the service tracks the node count",
 )

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
+from autoscaler.clock import SYSTEM, Clock
 from autoscaler.durations import Duration
 from autoscaler.models import CloudLimits, CloudStatus, Shortfall
 from providers.arm_calls import classify
@@ -149,14 +150,12 @@ class AksProvider(RemovingProvider):
     needs_read = (True, True)  # a resize PUTs the pool just read (with its eTag); a removal checks it first
 
     def __init__(self, pool: str, settings: AksSettings, *, credential: Any = None,
-                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
-                 **client_kwargs: Any) -> None:
+                 clock: Clock = SYSTEM, **client_kwargs: Any) -> None:
         self.pool = pool
         self.settings = settings
         self.capabilities = capabilities(settings)
         self._credential = credential
         self._client_kwargs = client_kwargs
-        self._sleep = sleep
         self._clock = clock
 
     @property
@@ -170,13 +169,13 @@ class AksProvider(RemovingProvider):
     def _call(self, what: str, fn: Callable[[float], Any], deadline: float | None = None) -> Any:
         """One ARM call through the retry layer, its SDK errors classified by :func:`arm_calls.classify`."""
         return call(f"{what} {self.where}", fn, budget=self.settings.retry_budget, timeout=self.settings.timeout,
-                    sleep=self._sleep, clock=self._clock, deadline=deadline, attempts=MAX_ATTEMPTS,
+                    clock=self._clock, deadline=deadline, attempts=MAX_ATTEMPTS,
                     classify=classify)
 
     def _read(self) -> CloudStatus:
         """GET the agent pool (retried inside the budget); the change that follows shares the budget's rest."""
         s = self.settings
-        started = self._clock()
+        started = self._clock.monotonic()
         agent_pools = self._client().agent_pools
         pool = self._call("reading", lambda timeout: agent_pools.get(
             s.resource_group, s.cluster, s.agent_pool, read_timeout=timeout))
@@ -228,7 +227,7 @@ class AksProvider(RemovingProvider):
         if _state(pool)[1] == "Stopped":
             raise PermanentError(f"{self.where} is stopped; start it (az aks nodepool start) before scaling",
                                  code=Code.POOL_STOPPED)
-        return pool, deadline if self._clock() < deadline else None
+        return pool, deadline if self._clock.monotonic() < deadline else None
 
     def _resize(self, status: CloudStatus, current: int, target: int) -> int:
         """PUT the pool with the new count and return once ARM accepted it; the nodes come later."""
@@ -284,7 +283,7 @@ class AksProvider(RemovingProvider):
 FACTORY = ProviderFactory(
     name="aks",
     settings_model=AksSettings,
-    build=lambda pool, settings: AksProvider(pool, settings),
+    build=lambda pool, settings, clock: AksProvider(pool, settings, clock=clock),
     capabilities=capabilities,
     description="Azure Kubernetes Service agent pool, through ARM (azure-mgmt-containerservice)",
     node_selector=lambda settings: f"kubernetes.azure.com/agentpool={settings.agent_pool}",

@@ -13,6 +13,7 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from pydantic import BaseModel
 
+from autoscaler.clock import Clock
 from autoscaler.models import CloudLimits, CloudStatus
 from providers.errors import BusyError, Code, LimitError, PermanentError, ProviderError
 
@@ -192,7 +193,8 @@ class ProviderFactory:
 
     name: str
     settings_model: type[BaseModel]
-    build: Callable[[str, Any], NodePoolProvider]  # (pool name, validated settings) -> provider
+    #: (pool name, validated settings, the service's time source for its retries) -> provider
+    build: Callable[[str, Any, Clock], NodePoolProvider]
     #: the declaration, from the pool's validated settings alone (the provider built from them carries the same)
     capabilities: Callable[[Any], Capabilities]
     description: str = ""

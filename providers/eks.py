@@ -16,13 +16,14 @@ from typing import Any, Callable, Sequence, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from autoscaler.clock import SYSTEM, Clock
 from autoscaler.durations import Duration
 from autoscaler.models import CloudLimits, CloudStatus, Shortfall
 from providers import shortfalls
 from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked
 from providers.errors import Code, PermanentError
 from providers.named import in_parts, left, machines
-from providers.retry import Sleep, Transient, call, clean, refusal
+from providers.retry import Transient, call, clean, refusal
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +77,9 @@ class EksProvider(RemovingProvider):
     capabilities = Capabilities(removes_named_nodes=True)  # minSize/maxSize are read live
     needs_read = (True, True)  # the node group's state and limits; its Auto Scaling groups for a removal
 
-    def __init__(self, pool: str, settings: EksSettings, *, sleep: Sleep = time.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, pool: str, settings: EksSettings, *, clock: Clock = SYSTEM) -> None:
         self.pool = pool
         self.settings = settings
-        self._sleep = sleep
         self._clock = clock
         self._clients: dict[str, Any] = {}
         self._settled: set[str] = set()  # update ids seen Successful/Failed/Cancelled: never read again
@@ -234,7 +233,7 @@ class EksProvider(RemovingProvider):
     def _call(self, action: str, fn: Callable[[], T]) -> T:
         """One AWS call through the retry layer (botocore's own is off)."""
         return call(f"{action} for {self.where}", lambda _: fn(), budget=self.settings.retry_budget,
-                    timeout=self.settings.timeout, sleep=self._sleep, clock=self._clock, classify=_classify)
+                    timeout=self.settings.timeout, clock=self._clock, classify=_classify)
 
     def _client(self, service: str) -> Any:
         """The boto3 client of ``service`` (eks, autoscaling), built on first use."""
@@ -279,7 +278,7 @@ def _classify(exc: Exception, what: str) -> Exception:
 FACTORY = ProviderFactory(
     name="eks",
     settings_model=EksSettings,
-    build=lambda pool, settings: EksProvider(pool, settings),
+    build=lambda pool, settings, clock: EksProvider(pool, settings, clock=clock),
     capabilities=lambda settings: EksProvider.capabilities,
     description="Amazon EKS managed node group through boto3 (desiredSize; named nodes via Auto Scaling)",
     node_selector=lambda settings: f"eks.amazonaws.com/nodegroup={settings.nodegroup}",

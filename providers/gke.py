@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from autoscaler.clock import SYSTEM, Clock
 from autoscaler.durations import Duration
 from autoscaler.models import CloudLimits, CloudStatus, Shortfall
 from providers import shortfalls
@@ -28,7 +29,7 @@ from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvi
 from providers.errors import Code, PermanentError, TemporaryError, cloud_autoscaler
 from providers.named import in_parts, left, machines
 from providers.google_calls import classify, compute_attempt, load_google, manager_url
-from providers.retry import Sleep, call
+from providers.retry import call
 
 log = logging.getLogger(__name__)
 
@@ -78,12 +79,10 @@ class GkeProvider(RemovingProvider):
     capabilities = Capabilities(removes_named_nodes=True)  # the per-zone limits depend on the zones, read live
     needs_read = (True, True)  # the pool's zones (its instance groups)
 
-    def __init__(self, pool: str, settings: GkeSettings, *, credentials: Any = None, sleep: Sleep = time.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, pool: str, settings: GkeSettings, *, credentials: Any = None, clock: Clock = SYSTEM) -> None:
         self.pool = pool
         self.settings = settings
         self._credentials = credentials
-        self._sleep = sleep
         self._clock = clock
         self._cluster_manager: Any = None
         self._session: Any = None
@@ -235,7 +234,7 @@ class GkeProvider(RemovingProvider):
     def _call(self, method: str, fn: Callable[[], T]) -> T:
         """One GKE API call through the retry layer."""
         return call(f"{method} {self.where}", lambda _: fn(), budget=self.settings.retry_budget,
-                    timeout=self.settings.timeout, sleep=self._sleep, clock=self._clock, classify=classify)
+                    timeout=self.settings.timeout, clock=self._clock, classify=classify)
 
     def _compute(self, method: str, url: str, body: Any) -> dict[str, Any]:
         """One Compute API call over REST (google-auth's AuthorizedSession) through the retry layer."""
@@ -274,7 +273,7 @@ class GkeProvider(RemovingProvider):
 FACTORY = ProviderFactory(
     name="gke",
     settings_model=GkeSettings,
-    build=lambda pool, settings: GkeProvider(pool, settings),
+    build=lambda pool, settings, clock: GkeProvider(pool, settings, clock=clock),
     description="Google GKE node pool through google-cloud-container (REST) and Compute's instance groups",
     capabilities=lambda settings: GkeProvider.capabilities,
     node_selector=lambda settings: f"cloud.google.com/gke-nodepool={settings.node_pool}",

@@ -15,6 +15,7 @@ from typing import Any, Callable, TypeVar
 
 import tenacity
 
+from autoscaler.clock import SYSTEM, Clock
 from autoscaler.redact import redact_text
 from providers import shortfalls
 from providers.errors import BusyError, Code, NoCapacityError, PermanentError, ProviderError, TemporaryError
@@ -22,7 +23,6 @@ from providers.errors import BusyError, Code, NoCapacityError, PermanentError, P
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Sleep = Callable[[float], None]
 Classify = Callable[[Exception, str], Exception]  # an SDK's exception -> Transient, one of ours, or itself
 
 #: 4xx answers worth a later try (not now): timeout, conflict, locked, too many requests
@@ -103,15 +103,16 @@ def refusal(what: str, status: int, cloud_code: str | None, message: str, *, sai
     return PermanentError(text, **beside)
 
 
-def call(what: str, attempt: Callable[[float], T], *, budget: float, timeout: float, sleep: Sleep = time.sleep,
-         clock: Callable[[], float] = time.monotonic, deadline: float | None = None, attempts: int = 5,
-         classify: Classify | None = None) -> T:
+# Over 5 parameters: after the call's name and attempt, each is a keyword its providers set (budget, clock, ...).
+def call(what: str, attempt: Callable[[float], T], *, budget: float, timeout: float, clock: Clock = SYSTEM,
+         deadline: float | None = None, attempts: int = 5, classify: Classify | None = None) -> T:
     """``attempt(timeout)`` until it returns, raises anything but :class:`Transient`, or another attempt would not
     start and finish inside the budget (ends at ``deadline`` when given: a read and the change it leads to share
     one). Each attempt gets ``timeout``, never more than what is left. ``classify(exc, what)`` turns what an SDK
     raises into a Transient or one of our errors (anything else it returns is raised as it is). The last
-    Transient becomes a :class:`TemporaryError` that says how many attempts were made."""
-    end = deadline if deadline is not None else clock() + budget
+    Transient becomes a :class:`TemporaryError` that says how many attempts were made. ``clock``: the service's
+    time source (its monotonic clock measures the budget, its sleep waits between attempts)."""
+    end = deadline if deadline is not None else clock.monotonic() + budget
     backoff = tenacity.wait_exponential_jitter(initial=0.5, max=4.0, jitter=0.5)
 
     def wait(state: tenacity.RetryCallState) -> float:
@@ -121,11 +122,11 @@ def call(what: str, attempt: Callable[[float], T], *, budget: float, timeout: fl
         return float(backoff(state))
 
     def stop(state: tenacity.RetryCallState) -> bool:
-        return state.attempt_number >= attempts or clock() + state.upcoming_sleep >= end
+        return state.attempt_number >= attempts or clock.monotonic() + state.upcoming_sleep >= end
 
     def one() -> T:
         try:
-            return attempt(min(timeout, max(end - clock(), _MIN_EXCHANGE)))
+            return attempt(min(timeout, max(end - clock.monotonic(), _MIN_EXCHANGE)))
         except (Transient, ProviderError):
             raise
         except Exception as exc:
@@ -138,7 +139,7 @@ def call(what: str, attempt: Callable[[float], T], *, budget: float, timeout: fl
         log.warning("call=%r attempt=%d failed=%r retry_in=%.2fs", what, state.attempt_number,
                     getattr(exc, "reason", type(exc).__name__), state.upcoming_sleep)
 
-    retrying = tenacity.Retrying(sleep=sleep, stop=stop, wait=wait, retry=tenacity.retry_if_exception_type(Transient),
+    retrying = tenacity.Retrying(sleep=clock.sleep, stop=stop, wait=wait, retry=tenacity.retry_if_exception_type(Transient),
                                  before_sleep=before_sleep, reraise=True)
     try:
         return retrying(one)

@@ -187,7 +187,7 @@ class SimulatedProvider(RemovingProvider):
 FACTORY = ProviderFactory(
     name="simulated",
     settings_model=SimulatedSettings,
-    build=lambda pool, settings: SimulatedProvider(pool, settings),
+    build=lambda pool, settings, clock: SimulatedProvider(pool, settings),  # no waits: simulated time
     capabilities=lambda settings: SimulatedProvider.capabilities,
     description="stand-in cloud that keeps its node count in the store and names its nodes",
 )

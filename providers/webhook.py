@@ -11,10 +11,11 @@ from urllib.parse import quote
 import requests
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from autoscaler.clock import SYSTEM, Clock
 from autoscaler.durations import Duration
 from autoscaler.models import CloudStatus
 from autoscaler.redact import redact_url
-from providers._http import HttpCaller, Sleep, check_http_url, http_failure
+from providers._http import HttpCaller, check_http_url, http_failure
 from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked
 from providers.errors import Code, PermanentError, TemporaryError
 
@@ -111,12 +112,12 @@ def capabilities(settings: WebhookSettings) -> Capabilities:
 class WebhookProvider(RemovingProvider):
     """Calls the endpoint once per change with the absolute target and the step; 2xx is success."""
 
-    def __init__(self, pool: str, settings: WebhookSettings, *, sleep: Sleep = time.sleep,
+    def __init__(self, pool: str, settings: WebhookSettings, *, clock: Clock = SYSTEM,
                  session: requests.Session | None = None) -> None:
         self.pool = pool
         self.settings = settings
         self.capabilities = capabilities(settings)
-        self.http = HttpCaller(timeout=settings.timeout, budget=settings.retry_budget, sleep=sleep, session=session)
+        self.http = HttpCaller(timeout=settings.timeout, budget=settings.retry_budget, clock=clock, session=session)
 
     @property
     def where(self) -> str:
@@ -205,7 +206,7 @@ def _with_nodes(body: str, names: list[str]) -> str:
 FACTORY = ProviderFactory(
     name="webhook",
     settings_model=WebhookSettings,
-    build=lambda pool, settings: WebhookProvider(pool, settings),
+    build=lambda pool, settings, clock: WebhookProvider(pool, settings, clock=clock),
     capabilities=capabilities,
     description="any HTTP endpoint, told the pool, action, sizes and step of each change",
 )

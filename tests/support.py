@@ -47,13 +47,15 @@ class FakeClock:
     A wall clock the test moves by hand (``advance``; calling the fake reads it) and a monotonic clock that moves
     with it; ``sleep`` records the wait in ``sleeps`` and moves both, so no test waits out a real backoff.
     ``real_waits``: the monotonic clock and sleep are the machine's (the wall clock stays the test's), for a test
-    whose waits stand for a real peer, such as another thread still holding the pool."""
+    whose waits stand for a real peer, such as another thread still holding the pool. ``sleeps``: the list to
+    record the waits in (a test's own), else a new one."""
 
-    def __init__(self, start: float = 1_800_000_000.0, real_waits: bool = False) -> None:
+    def __init__(self, start: float = 1_800_000_000.0, real_waits: bool = False,
+                 sleeps: list[float] | None = None) -> None:
         self.now = start
         self.elapsed = 0.0
         self.real_waits = real_waits
-        self.sleeps: list[float] = []
+        self.sleeps: list[float] = [] if sleeps is None else sleeps
 
     def __call__(self) -> float:
         return self.now

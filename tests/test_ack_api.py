@@ -14,6 +14,7 @@ from tests.fakes.ack_api import FakeAckApi, Pool
 from tests.fakes.clients import ACK_CLUSTER as CLUSTER
 from tests.fakes.clients import AK_ID, AK_SECRET, NODEPOOL
 from tests.fakes.clients import make_ack as make
+from tests.support import FakeClock
 
 PATH = f"/clusters/{CLUSTER}/nodepools/{NODEPOOL}"
 NONE = Tracked(None, None)
@@ -79,8 +80,8 @@ def test_server_error_is_retried_then_succeeds(api: FakeAckApi, sleeps: list[flo
 def test_server_errors_until_the_budget_is_spent(api: FakeAckApi, sleeps: list[float]) -> None:
     for _ in range(6):
         api.fail_next(500, "InternalError", "boom")
-    with pytest.raises(ProviderError) as caught:
-        make(api, sleeps).scale(2, 3, now=0.0)
+    with pytest.raises(ProviderError) as caught:  # a budget the 4 waits (up to 0.5+1+2+4 s + jitter) fit in
+        make(api, sleeps, retry_budget=30).scale(2, 3, now=0.0)
     assert caught.value.retryable is True and caught.value.cloud_code == "500"
     assert len(api.requests) == 5 and "InternalError" in caught.value.message
 
@@ -120,12 +121,13 @@ def test_no_secret_in_errors_or_logs(api: FakeAckApi, sleeps: list[float], caplo
 
 CHAIN_SCRIPT = """
 import sys
+from autoscaler.clock import SYSTEM
 from providers.ack import FACTORY as f
 from providers.base import ProviderError, Tracked
 s = f.settings_model.model_validate({"cluster_id": sys.argv[1], "nodepool_id": sys.argv[2],
     "region_id": "cn-hangzhou", "endpoint": sys.argv[3], "protocol": "http", "retry_budget": 0})
 try:
-    print("current", f.build("p", s).status(Tracked(None, None), 0.0).current)
+    print("current", f.build("p", s, SYSTEM).status(Tracked(None, None), 0.0).current)
 except ProviderError as e:
     print("error", e.retryable, e.message)
 """
@@ -162,7 +164,7 @@ def test_settings_and_registry() -> None:
     factory = providers.factory("ack")
     settings = factory.settings_model.model_validate(
         {"cluster_id": CLUSTER, "nodepool_id": NODEPOOL, "region_id": "cn-hangzhou"})
-    provider = factory.build("p", settings)
+    provider = factory.build("p", settings, FakeClock())
     assert provider.tracks_count is False
     with pytest.raises(ValueError, match="access_key"):
         factory.settings_model.model_validate({"cluster_id": "c", "nodepool_id": "n", "region_id": "r",

@@ -12,6 +12,7 @@ import providers
 from providers.ack_hook import AckHookProvider, AckHookSettings
 from providers.base import ProviderError, Tracked
 from tests.fakes.ack_hook import Answer, FakeHookServer
+from tests.support import FakeClock
 
 SECRET = "5f1c0ffee0ddba11deadbeef00c0ffee"
 TRIGGER = "dHJpZ2dlcjovL2Nscy14eXovbnAtZ3B1"  # base64 of the ACK trigger, also sensitive
@@ -38,7 +39,7 @@ def make(hook: FakeHookServer, sleeps: list[float], **overrides: Any) -> AckHook
         "retry_budget": 5,
     }
     settings.update(overrides)
-    return AckHookProvider("ack-t4", AckHookSettings.model_validate(settings), sleep=sleeps.append)
+    return AckHookProvider("ack-t4", AckHookSettings.model_validate(settings), clock=FakeClock(sleeps=sleeps))
 
 
 def test_scale_out_by_three_sends_one_call_with_step_three(hook: FakeHookServer, sleeps: list[float]) -> None:
@@ -97,8 +98,8 @@ def test_5xx_is_retried_then_succeeds(hook: FakeHookServer, sleeps: list[float])
 
 def test_5xx_until_the_budget_is_spent_is_a_retryable_failure(hook: FakeHookServer, sleeps: list[float]) -> None:
     hook.then(*[Answer(status=500, body="oops")] * 10)
-    with pytest.raises(ProviderError) as caught:
-        make(hook, sleeps).scale(1, 2, now=0.0)
+    with pytest.raises(ProviderError) as caught:  # a budget the 4 waits (up to 0.5+1+2+4 s + jitter) fit in
+        make(hook, sleeps, retry_budget=30).scale(1, 2, now=0.0)
     assert caught.value.retryable is True and caught.value.cloud_code == "500"
     assert len(hook.calls) == 5, "bounded by max attempts"
     assert "HTTP 500" in caught.value.message
@@ -130,7 +131,7 @@ def test_connection_refused_is_retryable(sleeps: list[float]) -> None:
                                scale_in_url=f"http://127.0.0.1:9/hook?secret={SECRET}",  # type: ignore[arg-type]
                                retry_budget=1)
     with pytest.raises(ProviderError) as caught:
-        AckHookProvider("p", settings, sleep=sleeps.append).scale(0, 1, now=0.0)
+        AckHookProvider("p", settings, clock=FakeClock(sleeps=sleeps)).scale(0, 1, now=0.0)
     assert caught.value.retryable is True and "connection failed" in caught.value.message
     assert SECRET not in str(caught.value)
 
@@ -183,7 +184,7 @@ def test_registry_builds_it_and_repr_hides_the_url() -> None:
         {"scale_out_url": f"https://cs.console.aliyun.com/hook/trigger?secret={SECRET}",
          "scale_in_url": f"https://cs.console.aliyun.com/hook/trigger?secret={SECRET}", "initial_count": 1})
     assert SECRET not in repr(settings) and SECRET not in str(settings.model_dump())
-    assert factory.build("ack-t4", settings).tracks_count is True
+    assert factory.build("ack-t4", settings, FakeClock()).tracks_count is True
     with pytest.raises(ValidationError):
         factory.settings_model.model_validate({"scale_out_url": "https://h/x", "scale_in_url": "https://h/y",
                                                "typo": 1})

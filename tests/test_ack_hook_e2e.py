@@ -102,7 +102,7 @@ def test_partial_scale_in_stores_what_went_through(client: FlaskClient, hook: Fa
 def test_retryable_hook_failure_answers_503_and_the_count_can_be_corrected(
         settings: Any, hook: FakeHookServer, db: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-    provider = AckHookProvider("ack-t4", settings.pools["ack-t4"].provider_settings, sleep=lambda s: None)
+    provider = AckHookProvider("ack-t4", settings.pools["ack-t4"].provider_settings, clock=FakeClock())
     client = create_app(settings, clock=FakeClock(1_700_000_000.0), providers={"ack-t4": provider}).test_client()
     hook.then(*[Answer(status=502, body="bad gateway")] * 5)
     answer = client.post("/webhook/grafana?pool=ack-t4&action=scale_out", json=grafana_legacy("GPU Usage", 1),

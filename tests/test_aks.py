@@ -19,7 +19,8 @@ from providers.aks import AksProvider, AksSettings, get_client
 from providers.base import ProviderError, Tracked
 from tests.fakes.arm import FakeArm
 from tests.fakes.clients import AKS_CLUSTER as CLUSTER
-from tests.fakes.clients import RG, SUB, AllowHttp, FakeTime, StaticCredential
+from tests.fakes.clients import RG, SUB, AllowHttp, StaticCredential
+from tests.support import FakeClock
 
 NO_TRACK = Tracked(count=None, changed_at=None)
 
@@ -38,12 +39,12 @@ def arm(token: str) -> Iterator[FakeArm]:
 
 
 @pytest.fixture
-def fake_time() -> FakeTime:
-    return FakeTime()
+def fake_time() -> FakeClock:
+    return FakeClock()
 
 
 @pytest.fixture
-def make(arm: FakeArm, token: str, fake_time: FakeTime) -> Any:
+def make(arm: FakeArm, token: str, fake_time: FakeClock) -> Any:
     credential = StaticCredential(token)
     policies = [AllowHttp()]
 
@@ -51,7 +52,7 @@ def make(arm: FakeArm, token: str, fake_time: FakeTime) -> Any:
         settings = AksSettings(subscription_id=SUB, resource_group=RG, cluster=CLUSTER, agent_pool=agent_pool,
                                arm_endpoint=arm.url, **overrides)
         return AksProvider("gpu", settings, credential=credential,
-                           sleep=fake_time.sleep, clock=fake_time.clock, per_call_policies=policies)
+                           clock=fake_time,  per_call_policies=policies)
 
     build.credential = credential  # type: ignore[attr-defined]
     return build
@@ -120,7 +121,7 @@ def test_failed_state_is_not_busy_and_can_be_scaled(arm: FakeArm, make: Any) -> 
 
 
 def test_409_operation_not_allowed_is_retryable_but_not_retried_now(arm: FakeArm, make: Any,
-                                                                     fake_time: FakeTime) -> None:
+                                                                     fake_time: FakeClock) -> None:
     arm.fail_next(409, method="PUT")
     with pytest.raises(ProviderError) as err:
         make().scale(1, 2, 0.0)
@@ -129,7 +130,7 @@ def test_409_operation_not_allowed_is_retryable_but_not_retried_now(arm: FakeArm
     assert len(arm.calls("PUT")) == 1 and fake_time.sleeps == []
 
 
-def test_429_with_retry_after_then_success(arm: FakeArm, make: Any, fake_time: FakeTime) -> None:
+def test_429_with_retry_after_then_success(arm: FakeArm, make: Any, fake_time: FakeClock) -> None:
     arm.fail_next(429, retry_after="2", method="PUT")
     assert make().scale(1, 2, 0.0) == 2
     assert fake_time.sleeps == [2.0]
@@ -137,7 +138,7 @@ def test_429_with_retry_after_then_success(arm: FakeArm, make: Any, fake_time: F
 
 
 def test_retry_after_beyond_the_budget_is_handed_to_the_caller(arm: FakeArm, make: Any,
-                                                               fake_time: FakeTime) -> None:
+                                                               fake_time: FakeClock) -> None:
     arm.fail_next(429, retry_after="30")
     with pytest.raises(ProviderError) as err:
         make().status(NO_TRACK, 0.0)
@@ -145,7 +146,7 @@ def test_retry_after_beyond_the_budget_is_handed_to_the_caller(arm: FakeArm, mak
     assert err.value.cloud_code == "TooManyRequests" and fake_time.sleeps == []
 
 
-def test_500_exhausts_the_budget(arm: FakeArm, make: Any, fake_time: FakeTime) -> None:
+def test_500_exhausts_the_budget(arm: FakeArm, make: Any, fake_time: FakeClock) -> None:
     arm.fail_next(500, times=50)
     with pytest.raises(ProviderError) as err:
         make(budget="8s").status(NO_TRACK, 0.0)
@@ -158,13 +159,13 @@ def test_500_exhausts_the_budget(arm: FakeArm, make: Any, fake_time: FakeTime) -
     assert all(b >= a * 0.9 for a, b in zip(fake_time.sleeps, fake_time.sleeps[1:]))  # backing off
 
 
-def test_connection_dropped_then_success(arm: FakeArm, make: Any, fake_time: FakeTime) -> None:
+def test_connection_dropped_then_success(arm: FakeArm, make: Any, fake_time: FakeClock) -> None:
     arm.fail_next(0, reset=True, method="GET")
     assert make().status(NO_TRACK, 0.0).current == 1
     assert len(arm.calls("GET")) == 2 and len(fake_time.sleeps) == 1
 
 
-def test_slow_answer_hits_the_read_timeout_and_is_retried(arm: FakeArm, make: Any, fake_time: FakeTime) -> None:
+def test_slow_answer_hits_the_read_timeout_and_is_retried(arm: FakeArm, make: Any, fake_time: FakeClock) -> None:
     arm.fail_next(0, delay=1.5, method="GET")
     started = time.monotonic()
     assert make(request_timeout="0.3s").status(NO_TRACK, 0.0).current == 1
@@ -172,7 +173,7 @@ def test_slow_answer_hits_the_read_timeout_and_is_retried(arm: FakeArm, make: An
     assert len(arm.calls("GET")) == 2 and len(fake_time.sleeps) == 1
 
 
-def test_read_and_change_share_one_budget(arm: FakeArm, make: Any, fake_time: FakeTime) -> None:
+def test_read_and_change_share_one_budget(arm: FakeArm, make: Any, fake_time: FakeClock) -> None:
     provider = make(budget="8s")
     arm.fail_next(429, retry_after="3", method="GET")
     status = provider.status(NO_TRACK, 0.0)
@@ -194,7 +195,7 @@ def test_400_invalid_parameter_fails_at_once_with_arm_code_and_message(arm: Fake
 
 @pytest.mark.parametrize("status,code", [(401, "InvalidAuthenticationToken"), (403, "AuthorizationFailed"),
                                          (404, "ResourceNotFound")])
-def test_client_errors_fail_at_once(arm: FakeArm, make: Any, fake_time: FakeTime, status: int, code: str) -> None:
+def test_client_errors_fail_at_once(arm: FakeArm, make: Any, fake_time: FakeClock, status: int, code: str) -> None:
     arm.fail_next(status)
     with pytest.raises(ProviderError) as err:
         make().status(NO_TRACK, 0.0)
@@ -284,7 +285,7 @@ def test_settings_validation_and_factory() -> None:
     settings = AksSettings.model_validate(
         {"subscription_id": SUB, "resource_group": RG, "cluster": CLUSTER, "agent_pool": "gpunp"})
     assert settings.arm_endpoint == "https://management.azure.com" and settings.budget == 8.0
-    assert isinstance(aks.build("gpu", settings), AksProvider)
+    assert isinstance(aks.build("gpu", settings, FakeClock()), AksProvider)
     bad = [{"subscription_id": "sub/../other"}, {"subscription_id": ""}, {"agent_pool": "GPU_pool"}, {"arm_endpoint": "ftp://x"},
            {"client_secret": "s3cret"}]
     for change in bad:

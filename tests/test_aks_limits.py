@@ -16,8 +16,8 @@ from providers.aks import AksProvider, AksSettings
 from providers import Capabilities, LimitError, Tracked
 from tests.fakes.arm import FakeArm
 from tests.fakes.clients import AKS_CLUSTER as CLUSTER
-from tests.fakes.clients import RG, SUB, AllowHttp, FakeTime, StaticCredential
-from tests.support import AUTH, make_app
+from tests.fakes.clients import RG, SUB, AllowHttp, StaticCredential
+from tests.support import FakeClock, AUTH, make_app
 
 
 @pytest.fixture
@@ -31,8 +31,8 @@ def arm() -> Iterator[tuple[FakeArm, str]]:
 def _provider(arm: FakeArm, token: str) -> AksProvider:
     settings = AksSettings(subscription_id=SUB, resource_group=RG, cluster=CLUSTER, agent_pool="system",
                            arm_endpoint=arm.url)
-    time = FakeTime()
-    return AksProvider("sys", settings, credential=StaticCredential(token), sleep=time.sleep, clock=time.clock,
+    time = FakeClock()
+    return AksProvider("sys", settings, credential=StaticCredential(token), clock=time, 
                        per_call_policies=[AllowHttp()])
 
 

@@ -12,7 +12,8 @@ from providers.aks import AksProvider, AksSettings
 from providers.base import NodeRef, ProviderError, RemovesNamedNodes, Tracked
 from tests.fakes.arm import FakeArm
 from tests.fakes.clients import AKS_CLUSTER as CLUSTER
-from tests.fakes.clients import RG, SUB, AllowHttp, FakeTime, StaticCredential
+from tests.fakes.clients import RG, SUB, AllowHttp, StaticCredential
+from tests.support import FakeClock
 
 NO_TRACK = Tracked(count=None, changed_at=None)
 
@@ -31,17 +32,17 @@ def arm(token: str) -> Iterator[FakeArm]:
 
 
 @pytest.fixture
-def fake_time() -> FakeTime:
-    return FakeTime()
+def fake_time() -> FakeClock:
+    return FakeClock()
 
 
 @pytest.fixture
-def make(arm: FakeArm, token: str, fake_time: FakeTime) -> Any:
+def make(arm: FakeArm, token: str, fake_time: FakeClock) -> Any:
     def build(agent_pool: str = "gpunp") -> AksProvider:
         settings = AksSettings(subscription_id=SUB, resource_group=RG, cluster=CLUSTER, agent_pool=agent_pool,
                                arm_endpoint=arm.url)
-        return AksProvider("gpu", settings, credential=StaticCredential(token), sleep=fake_time.sleep,
-                           clock=fake_time.clock, per_call_policies=[AllowHttp()])
+        return AksProvider("gpu", settings, credential=StaticCredential(token), clock=fake_time,
+                            per_call_policies=[AllowHttp()])
 
     return build
 
@@ -127,7 +128,7 @@ def test_arm_refusal_names_code_and_message_without_secrets(arm: FakeArm, make: 
     assert "sig=REDACTED" in err.value.message
 
 
-def test_throttled_delete_is_retried_inside_the_budget(arm: FakeArm, make: Any, fake_time: FakeTime) -> None:
+def test_throttled_delete_is_retried_inside_the_budget(arm: FakeArm, make: Any, fake_time: FakeClock) -> None:
     arm.fail_next(429, method="POST", retry_after="2")
     assert make().remove_nodes([node(arm, 3)], current=4, now=0.0) == 3
     assert len(arm.calls("POST")) == 2 and fake_time.sleeps == [2.0]
@@ -166,7 +167,7 @@ def test_default_node_selector_is_the_agent_pool_label() -> None:
     assert aks.node_selector(settings) == "kubernetes.azure.com/agentpool=gpunp"
 
 
-def test_a_lost_answer_then_a_busy_retry_still_counts_as_removed(arm: FakeArm, make: Any, fake_time: FakeTime) -> None:
+def test_a_lost_answer_then_a_busy_retry_still_counts_as_removed(arm: FakeArm, make: Any, fake_time: FakeClock) -> None:
     arm.lose_next_answer("POST")  # ARM deletes the machines; the connection drops before its 202
     assert make().remove_nodes([node(arm, 1)], current=4, now=0.0) == 3
     assert len(arm.calls("POST")) == 2  # the retry was refused as busy: the pool was already Scaling

@@ -75,8 +75,8 @@ def client(arm: FakeArm, arm_token: str, clocks: FakeClock, tmp_path: Any) -> Fl
     }, env={})
     credential, policies = StaticCredential(arm_token), [AllowHttp()]
     providers: dict[str, Any] = {
-        name: AksProvider(name, spec.provider_settings, credential=credential, sleep=clocks.sleep,
-                          clock=clocks.monotonic, per_call_policies=policies)
+        name: AksProvider(name, spec.provider_settings, credential=credential, clock=clocks,
+                           per_call_policies=policies)
         for name, spec in settings.pools.items()
     }
     return create_app(settings, clock=clocks, providers=providers).test_client()

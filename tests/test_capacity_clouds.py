@@ -12,7 +12,7 @@ from autoscaler.config import build_settings
 from autoscaler.reconciler import Reconciler
 from providers.aks import AksProvider
 from tests.fakes.arm import FakeArm
-from tests.fakes.clients import AKS_CLUSTER, RG, SUB, AllowHttp, FakeTime, StaticCredential
+from tests.fakes.clients import AKS_CLUSTER, RG, SUB, AllowHttp, StaticCredential
 from tests.support import AUTH, FakeClock, events, post
 
 TOKEN = AUTH["Authorization"][7:]
@@ -29,11 +29,11 @@ def _app(tmp_path: Path, clock: FakeClock, provider: Any, cloud: str, section: d
 
 
 def _aks_app(tmp_path: Path, clock: FakeClock, arm: FakeArm) -> Flask:
-    fake = FakeTime()
+    fake = FakeClock()
     section = {"subscription_id": SUB, "resource_group": RG, "cluster": AKS_CLUSTER, "arm_endpoint": arm.url,
                "agent_pool": "gpunp"}
     return _app(tmp_path, clock, lambda s: AksProvider("gpu", s, credential=StaticCredential(arm.token),
-                                                       sleep=fake.sleep, clock=fake.clock,
+                                                       clock=fake, 
                                                        per_call_policies=[AllowHttp()]), "aks", section)
 
 
@@ -95,7 +95,7 @@ def test_gke_managed_instances_that_cannot_be_created(tmp_path: Path) -> None:
         section = {"project": gke.project, "location": gke.location, "cluster": gke.cluster,
                    "node_pool": gke.node_pool, "api_endpoint": gke.url, "retry_budget": 1}
         app = _app(tmp_path, clock, lambda s: GkeProvider("gpu", s, credentials=Credentials(token=gke.token),
-                                                          sleep=lambda _: None), "gke", section)
+                                                          clock=FakeClock()), "gke", section)
         client = app.test_client()
         asked = post(client, "/api/v1/pools/gpu/scale", {"target": 4}).get_json()
         assert (asked["outcome"], asked["from"], asked["to"]) == ("scaled", 2, 4)
@@ -123,7 +123,7 @@ def test_eks_launch_failures_for_capacity(tmp_path: Path, monkeypatch: Any) -> N
         clock = FakeClock()
         section = {"region": "us-east-1", "cluster": "prod", "nodegroup": "gpu-a10", "endpoint_url": moto.url,
                    "retry_budget": 1}
-        app = _app(tmp_path, clock, lambda s: EksProvider("gpu", s, sleep=lambda _: None), "eks", section)
+        app = _app(tmp_path, clock, lambda s: EksProvider("gpu", s, clock=FakeClock()), "eks", section)
         client = app.test_client()
         asked = post(client, "/api/v1/pools/gpu/scale", {"target": 5}).get_json()
         assert (asked["outcome"], asked["from"], asked["to"]) == ("scaled", 2, 5)
@@ -151,7 +151,7 @@ def test_eks_quota_named_by_a_scaling_activity(tmp_path: Path, monkeypatch: Any)
         clock = FakeClock()
         section = {"region": "us-east-1", "cluster": "prod", "nodegroup": "gpu-a10", "endpoint_url": moto.url,
                    "retry_budget": 1}
-        app = _app(tmp_path, clock, lambda s: EksProvider("gpu", s, sleep=lambda _: None), "eks", section)
+        app = _app(tmp_path, clock, lambda s: EksProvider("gpu", s, clock=FakeClock()), "eks", section)
         client = app.test_client()
         post(client, "/api/v1/pools/gpu/scale", {"target": 3})
         clock.advance(30)
@@ -173,7 +173,7 @@ def test_ack_a_scale_out_task_failed_for_no_stock(tmp_path: Path) -> None:
         section = {"cluster_id": ACK_CLUSTER, "nodepool_id": NODEPOOL, "region_id": "cn-hangzhou",
                    "endpoint": api.endpoint, "protocol": "http", "timeout": 2, "retry_budget": 5}
         app = _app(tmp_path, clock, lambda s: AckProvider("gpu", s, credential=static_credential(),
-                                                          sleep=lambda _: None), "ack", section)
+                                                          clock=FakeClock()), "ack", section)
         client = app.test_client()
         asked = post(client, "/api/v1/pools/gpu/scale", {"target": 4}).get_json()
         assert (asked["outcome"], asked["from"], asked["to"]) == ("scaled", 2, 4)
@@ -264,7 +264,7 @@ def test_gke_the_node_pool_condition_when_the_instances_do_not_say(tmp_path: Pat
         section = {"project": gke.project, "location": gke.location, "cluster": gke.cluster,
                    "node_pool": gke.node_pool, "api_endpoint": gke.url, "retry_budget": 1}
         app = _app(tmp_path, clock, lambda s: GkeProvider("gpu", s, credentials=Credentials(token=gke.token),
-                                                          sleep=lambda _: None), "gke", section)
+                                                          clock=FakeClock()), "gke", section)
         client = app.test_client()
         post(client, "/api/v1/pools/gpu/scale", {"target": 4})
         gke.settle()

@@ -10,7 +10,7 @@ from autoscaler.config import build_settings
 from autoscaler.reconciler import Reconciler
 from providers.aks import AksProvider
 from tests.fakes.arm import FakeArm
-from tests.fakes.clients import AKS_CLUSTER, RG, SUB, AllowHttp, FakeTime, StaticCredential
+from tests.fakes.clients import AKS_CLUSTER, RG, SUB, AllowHttp, StaticCredential
 from tests.support import AUTH, FakeClock
 
 
@@ -23,9 +23,9 @@ def test_cloud_down_for_minutes_the_view_ages_and_keeps_its_last_count(tmp_path:
                                    "store": {"url": f"sqlite:///{tmp_path}/aks.db"},
                                    "pools": [{"name": "gpu", "provider": "aks", "min": 0, "max": 4, "aks": aks}]},
                                   env={})
-        fake = FakeTime()
+        fake = FakeClock()
         provider = AksProvider("gpu", settings.pools["gpu"].provider_settings, credential=StaticCredential(arm.token),
-                               sleep=fake.sleep, clock=fake.clock, per_call_policies=[AllowHttp()])
+                               clock=fake,  per_call_policies=[AllowHttp()])
         clock = FakeClock()
         app = create_app(settings, clock=clock, providers={"gpu": provider}, startup_check=False)
         reconciler: Reconciler = app.extensions["autoscaler_reconciler"]

@@ -18,7 +18,7 @@ from providers.eks import EksProvider, EksSettings
 from tests.fakes.kube import FakeKube
 from tests.fakes.lossy_forwarder import LossyForwarder
 from tests.fakes.moto_eks import AWS_ENV, MotoServer, asg_instances, create_node_group
-from tests.support import BASE_CONFIG, am_alert, am_payload, make_app, post
+from tests.support import FakeClock, BASE_CONFIG, am_alert, am_payload, make_app, post
 
 NOW = 1_700_000_000.0
 NO_TRACK = Tracked(None, None)
@@ -37,7 +37,7 @@ def node_group(moto: MotoServer, *, desired: int = 2, min_size: int = 0, max_siz
     asg = create_node_group(moto.url, "prod", name, desired=desired, min_size=min_size, max_size=max_size,
                             status=status)
     settings = EksSettings(region="us-east-1", cluster="prod", nodegroup=name, endpoint_url=moto.url, retry_budget=1)
-    return EksProvider("gpu-eks", settings, sleep=lambda s: None), asg
+    return EksProvider("gpu-eks", settings, clock=FakeClock()), asg
 
 
 def desired_size(moto: MotoServer, nodegroup: str) -> int:
@@ -156,7 +156,7 @@ def test_unreachable_endpoint_is_retried_inside_the_budget_then_retryable() -> N
     settings = EksSettings(region="us-east-1", cluster="prod", nodegroup="x", endpoint_url="http://127.0.0.1:9",
                            timeout=1, retry_budget=5)
     with pytest.raises(ProviderError) as info:
-        EksProvider("gpu-eks", settings, sleep=naps.append).status(NO_TRACK, NOW)
+        EksProvider("gpu-eks", settings, clock=FakeClock(sleeps=naps)).status(NO_TRACK, NOW)
     assert info.value.retryable and "attempt(s)" in info.value.message
     assert naps, "a dropped connection is retried"
     assert AWS_ENV["AWS_SECRET_ACCESS_KEY"] not in info.value.message
@@ -208,7 +208,7 @@ def test_a_terminate_whose_answer_was_lost_counts_as_done(moto: MotoServer) -> N
     with LossyForwarder(moto.url) as lossy:
         lossy.lose_next("Action=TerminateInstanceInAutoScalingGroup")
         settings = provider.settings.model_copy(update={"endpoint_url": lossy.url})
-        flaky = EksProvider("gpu-eks", settings, sleep=lambda s: None)
+        flaky = EksProvider("gpu-eks", settings, clock=FakeClock())
         assert flaky.remove_nodes([NodeRef("n", f"aws:///{zone}/{victim}")], 2, NOW) == 1
         assert lossy.lost  # the answer was lost, the retry refused (already terminating), the removal stands
     assert [i for i, _ in asg_instances(moto.url, asg)] == [kept]
@@ -218,7 +218,7 @@ def test_a_fresh_process_works_through_a_long_update_history_in_bounded_steps(mo
     first, _ = node_group(moto, desired=1, max_size=20)
     for size in range(2, 14):  # 12 updates in the node group's history
         first.scale(size - 1, size, NOW)
-    fresh = EksProvider("gpu-eks", first.settings, sleep=lambda s: None)  # a restarted worker knows none of them
+    fresh = EksProvider("gpu-eks", first.settings, clock=FakeClock())  # a restarted worker knows none of them
     described: list[str] = []
     fresh._client("eks").meta.events.register("before-call.eks.DescribeUpdate", lambda **kw: described.append("d"))
     details = []

@@ -18,7 +18,7 @@ from providers.gke import GkeProvider, GkeSettings
 from tests.fakes.gke_api import FakeGke
 from tests.fakes.kube import FakeKube
 from tests.fakes.httpbase import Reply
-from tests.support import BASE_CONFIG, am_alert, am_payload, make_app, post
+from tests.support import FakeClock, BASE_CONFIG, am_alert, am_payload, make_app, post
 
 TOKEN = "ya29.fake-gke-token-that-must-never-leak"
 NOW = 1_700_000_000.0
@@ -36,7 +36,7 @@ def provider(fake: FakeGke, token: str = TOKEN, **changes: Any) -> GkeProvider:
     fields: dict[str, Any] = {"project": fake.project, "location": fake.location, "cluster": fake.cluster,
                               "node_pool": fake.node_pool, "api_endpoint": fake.url, "retry_budget": 1}
     settings = GkeSettings.model_validate({**fields, **changes})
-    return GkeProvider("gpu-gke", settings, credentials=Credentials(token=token), sleep=lambda s: None)
+    return GkeProvider("gpu-gke", settings, credentials=Credentials(token=token), clock=FakeClock())
 
 
 def spec(max_size: int = 8) -> Any:

@@ -15,7 +15,7 @@ from autoscaler.app import create_app
 from autoscaler.config import build_settings
 from providers.aks import AksProvider
 from tests.fakes.arm import FakeArm
-from tests.fakes.clients import AKS_CLUSTER, RG, SUB, AllowHttp, FakeTime, StaticCredential
+from tests.fakes.clients import AKS_CLUSTER, RG, SUB, AllowHttp, StaticCredential
 from tests.support import AUTH, FakeClock, am_alert, am_payload, events, make_app
 
 ADMIN = AUTH
@@ -113,9 +113,9 @@ def test_what_a_refused_pool_passes_on_stays_in_scope(tmp_path: Path) -> None:
         settings = build_settings({"server": {"auth": {"bearer_tokens": tokens}},
                                    "store": {"url": f"sqlite:///{tmp_path}/s.db"}, "pools": pools,
                                    "groups": [{"name": "a100", "pools": ["gpu", "gpu-ondemand"]}]}, env={})
-        fake = FakeTime()
+        fake = FakeClock()
         aks = AksProvider("gpu", settings.pools["gpu"].provider_settings, credential=StaticCredential(arm.token),
-                          sleep=fake.sleep, clock=fake.clock, per_call_policies=[AllowHttp()])
+                          clock=fake,  per_call_policies=[AllowHttp()])
         client = create_app(settings, clock=FakeClock(), providers={"gpu": aks}, startup_check=False).test_client()
         alert = am_alert("GPUBusy", autoscaler_pool="a100", autoscaler_action="scale_out", autoscaler_step="2")
         resp = client.post("/webhook/alertmanager", json=am_payload(alert),

@@ -14,7 +14,7 @@ from autoscaler.app import create_app
 from autoscaler.reconciler import Reconciler
 from providers.aks import AksProvider
 from tests.fakes.arm import FakeArm
-from tests.fakes.clients import AKS_CLUSTER, RG, SUB, AllowHttp, FakeTime, StaticCredential
+from tests.fakes.clients import AKS_CLUSTER, RG, SUB, AllowHttp, StaticCredential
 from tests.support import AUTH, FakeClock, am_alert, am_payload, events, make_app, post
 
 WINDOW = {"cron": "0 8 * * 1-5", "duration": "11h", "min": 4, "timezone": "Europe/Warsaw"}
@@ -104,9 +104,9 @@ def _aks_app(tmp_path: Path, arm: FakeArm, clock: FakeClock) -> Flask:
     settings = build_settings({"server": {"auth": {"bearer_tokens": [AUTH["Authorization"][7:]]}},
                                "store": {"url": f"sqlite:///{tmp_path}/aks.db"},
                                "pools": [{"name": "gpu", "provider": "aks", "min": 0, "max": 4, "aks": aks}]}, env={})
-    fake = FakeTime()
+    fake = FakeClock()
     provider = AksProvider("gpu", settings.pools["gpu"].provider_settings, credential=StaticCredential(arm.token),
-                           sleep=fake.sleep, clock=fake.clock, per_call_policies=[AllowHttp()])
+                           clock=fake,  per_call_policies=[AllowHttp()])
     return create_app(settings, clock=clock, providers={"gpu": provider}, startup_check=False)
 
 

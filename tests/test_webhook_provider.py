@@ -15,6 +15,7 @@ from providers.webhook import WebhookSettings, render
 from tests.fakes.ack_hook import Answer, FakeHookServer
 from tests.fakes.clients import WEBHOOK_TOKEN as TOKEN
 from tests.fakes.clients import make_webhook as make
+from tests.support import FakeClock
 
 
 
@@ -139,5 +140,5 @@ def test_settings_are_checked(overrides: dict[str, Any], message: str) -> None:
 
 def test_registry_builds_it() -> None:
     factory = providers.factory("webhook")
-    provider = factory.build("p", factory.settings_model.model_validate({"url": "https://ci.example.com/x"}))
+    provider = factory.build("p", factory.settings_model.model_validate({"url": "https://ci.example.com/x"}), FakeClock())
     assert provider.tracks_count is True

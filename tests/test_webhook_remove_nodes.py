@@ -11,6 +11,7 @@ from providers.base import NodeRef, ProviderError, RemovesNamedNodes
 from tests.fakes.ack_hook import Answer, FakeHookServer
 from tests.fakes.clients import WEBHOOK_TOKEN as TOKEN
 from tests.fakes.clients import make_webhook as make
+from tests.support import FakeClock
 
 NODES = [NodeRef("gpu-node-3", "aws:///us-east-1a/i-0abc"), NodeRef("gpu-node-7")]
 
@@ -101,5 +102,5 @@ def test_ack_hook_stays_count_only() -> None:
     settings = ack_hook.settings_model.model_validate(
         {"scale_out_url": "https://cs.console.aliyun.com/hook/trigger?token=a&type=scale_out",
          "scale_in_url": "https://cs.console.aliyun.com/hook/trigger?token=a&type=scale_in"})
-    assert not isinstance(ack_hook.build("p", settings), RemovesNamedNodes)
+    assert not isinstance(ack_hook.build("p", settings, FakeClock()), RemovesNamedNodes)
     assert ack_hook.node_selector is None

@@ -12,6 +12,7 @@ from providers.ack import AckProvider, AckSettings
 from providers.webhook import WebhookProvider, WebhookSettings
 from tests.fakes.ack_api import FakeAckApi
 from tests.fakes.ack_hook import FakeHookServer
+from tests.support import FakeClock
 
 # -- Azure (the fake ARM) ------------------------------------------------------------------------------------
 SUB = "3f2c1d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
@@ -38,21 +39,6 @@ class AllowHttp(SansIOHTTPPolicy):  # type: ignore[type-arg]
         request.context["enforce_https"] = False
 
 
-class FakeTime:
-    """A monotonic clock that sleeping moves forward, so budgets run out without waiting."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-        self.sleeps: list[float] = []
-
-    def clock(self) -> float:
-        return time.monotonic() + self.offset
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.offset += seconds
-
-
 # -- Alibaba Cloud ACK (the fake OpenAPI) -----------------------------------------------------------------------
 AK_ID = "LTAI5tTestAccessKeyId"
 AK_SECRET = "TestAccessKeySecretThatMustNeverLeak"
@@ -71,7 +57,7 @@ def make_ack(api: FakeAckApi, sleeps: list[float], **overrides: Any) -> AckProvi
     settings = {"cluster_id": ACK_CLUSTER, "nodepool_id": NODEPOOL, "region_id": "cn-hangzhou",
                 "endpoint": api.endpoint, "protocol": "http", "timeout": 2, "retry_budget": 5, **overrides}
     return AckProvider("ack-gpu", AckSettings.model_validate(settings), credential=static_credential(),
-                       sleep=sleeps.append)
+                       clock=FakeClock(sleeps=sleeps))
 
 
 # -- a generic webhook ------------------------------------------------------------------------------------------
@@ -82,4 +68,4 @@ def make_webhook(endpoint: FakeHookServer, sleeps: list[float], **overrides: Any
     settings: dict[str, Any] = {"url": endpoint.hook_url("/runs", "token=" + WEBHOOK_TOKEN), "initial_count": 3,
                                 "headers": {"Authorization": f"Bearer {WEBHOOK_TOKEN}", "X-Team": "gpu"}}
     settings.update(overrides)
-    return WebhookProvider("gpu-a100", WebhookSettings.model_validate(settings), sleep=sleeps.append)
+    return WebhookProvider("gpu-a100", WebhookSettings.model_validate(settings), clock=FakeClock(sleeps=sleeps))
