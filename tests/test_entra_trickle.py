@@ -118,7 +118,7 @@ def test_made_up_key_ids_do_not_stall_the_worker(tmp_path: Path, trickle: Trickl
                                                headers={"Authorization": f"Bearer {made_up_token(i)}"}))
 
         attacks = [pool.submit(unknown, i) for i in range(8)]  # twice the worker's threads
-        time.sleep(0.3)
+        time.sleep(0.3)  # a real peer: the attacks reach the worker's threads first (no answer to poll for)
         health = pool.submit(timed, lambda: requests.get(f"{svc.url}/healthz", timeout=12))
         static = pool.submit(timed, lambda: requests.post(f"{svc.url}/webhook/alertmanager", headers=AUTH,
                                                           json=am_payload(am_alert()), timeout=12))
@@ -136,7 +136,7 @@ def test_made_up_key_ids_do_not_stall_the_worker(tmp_path: Path, trickle: Trickl
         # the fetch itself ends at its total deadline (5 s), not when the trickle does (~3-4 min)
         deadline = time.monotonic() + 10
         while not trickle.left and time.monotonic() < deadline:
-            time.sleep(0.1)
+            time.sleep(0.1)  # polling a real peer (the background fetch) until its deadline
         assert trickle.left, "the key fetch was still reading the trickle 10 s after it began"
         assert trickle.left[0] - trickle.came[0] < 7.0, trickle.left[0] - trickle.came[0]
         assert timed(lambda: requests.get(f"{svc.url}/healthz", timeout=5))[1] == 200

@@ -101,7 +101,7 @@ def test_pause_answers_only_after_the_decision_in_flight(tmp_path: Path, cloud: 
                 f"{server.url}/webhook/alertmanager", json=am_payload(am_alert(fingerprint=f"r{i}")),
                 headers=AUTH, timeout=30))
             alert.start()
-            time.sleep(0.02 * (i % 4))
+            time.sleep(0.02 * (i % 4))  # a real peer: the alert reaches the gunicorn worker at varied moments
             pause = requests.post(f"{server.url}/api/v1/pools/gpu/pause", json={}, headers=JSON, timeout=30)
             assert pause.status_code == 200, pause.text
             alert.join(15)
@@ -146,7 +146,7 @@ def test_hung_kubernetes_api_does_not_starve_pages_health_or_alerts(tmp_path: Pa
             for t in pages:
                 t.start()
             try:
-                time.sleep(1.0)
+                time.sleep(1.0)  # a real peer: the 20 page loaders reach the worker's threads first
                 started = time.monotonic()
                 assert requests.get(f"{server.url}/healthz", timeout=30).status_code == 200
                 healthz = time.monotonic() - started

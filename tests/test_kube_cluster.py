@@ -177,7 +177,7 @@ class HungKube(FakeKube):
             if self.fails:
                 from tests.fakes.kube import status
                 return status(500, "InternalError", "etcd is sad")
-            time.sleep(self.hang)
+            time.sleep(self.hang)  # a real peer: the fake API server hangs, the client's timeout is real
         return super().handle(request)
 
 

@@ -94,7 +94,7 @@ def test_a_body_that_does_not_come_in_time_is_408(tmp_path: Any) -> None:
         def readinto(self, buf: Any) -> int:
             import time
 
-            time.sleep(0.3)
+            time.sleep(0.3)  # a real peer: a client that trickles its body
             return super().readinto(buf)
 
     resp = _send_chunked(client, "/webhook/alertmanager", Slow(b" " * 5000), {"Authorization": "Bearer t0ken-abc"})
