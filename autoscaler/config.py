@@ -61,7 +61,8 @@ def _substitute(node: Any, loc: tuple[Any, ...], env: dict[str, str], problems: 
     return _VAR.sub(repl, node)
 
 
-_NODE_KEYS = {"victims", "drain_timeout", "movable_owners"}  # scale_in keys that are not the direction's policy
+#: scale_in keys that are not the direction's policy
+_NODE_KEYS = {"victims", "drain_timeout", "movable_owners", "forced_removal"}
 _LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$")
 DEFAULT_PROVISION_TIME = 600.0  # pools[].provision_time left out (a simulated pool: its provision_seconds)
 
@@ -325,8 +326,12 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
     owners = pool.scale_in.movable_owners
     if owners is None:
         owners = config.defaults.scale_in.movable_owners
+    forced = pool.scale_in.forced_removal
+    if forced is None:
+        forced = config.defaults.scale_in.forced_removal
     return {"victims": victims, "drain_timeout": drain, "node_selector": selector,
-            "movable_owners": tuple(owners) if owners is not None else DEFAULT_MOVABLE_OWNERS}
+            "movable_owners": tuple(owners) if owners is not None else DEFAULT_MOVABLE_OWNERS,
+            "forced_removal": forced is not False}
 
 
 def offline(raw: Any) -> Any:

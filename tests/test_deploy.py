@@ -167,7 +167,9 @@ def test_rbac_grants_what_node_aware_scale_in_calls_and_no_more() -> None:
     role, binding = _docs(K8S / "rbac.yaml")
     grants = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
     assert grants == {("nodes", "get"), ("nodes", "list"), ("nodes", "patch"), ("pods", "list"),
-                      ("pods/eviction", "create"), ("poddisruptionbudgets", "list")}  # never delete
+                      ("pods/eviction", "create"), ("poddisruptionbudgets", "list"),
+                      ("resourceslices", "get"), ("resourceslices", "list"), ("resourceclaims", "get"),
+                      ("resourceclaims", "list"), ("deviceclasses", "get"), ("deviceclasses", "list")}  # never delete
     sa = _docs(K8S / "serviceaccount.yaml")[0]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],

@@ -130,8 +130,9 @@ def test_node_aware_scale_in_gets_its_rbac_and_in_cluster_view(helm: str) -> Non
     docs = render(helm, *value_set("node-aware"))
     role, binding = one(docs, "ClusterRole"), one(docs, "ClusterRoleBinding")
     grants = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
-    assert grants == {("nodes", "get"), ("nodes", "list"), ("nodes", "patch"), ("pods", "list"),
-                      ("pods/eviction", "create")}
+    dra = {(r, v) for r in ("resourceslices", "resourceclaims", "deviceclasses") for v in ("get", "list")}
+    # victims: idle with the chart's forced_removal: false drains nothing: no eviction (tests/test_rbac.py)
+    assert grants == {("nodes", "get"), ("nodes", "list"), ("nodes", "patch"), ("pods", "list")} | dra
     sa = one(docs, "ServiceAccount")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
                                     "namespace": "gpu-autoscaler"}]
