@@ -13,6 +13,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from autoscaler import __version__
 from autoscaler.config import build_settings
 from tests.chart import (CHART, ENV, ROOT, config_of, helm, one, render, run_tool,  # noqa: F401 - helm
                          value_set)
@@ -76,7 +77,7 @@ def test_default_is_one_hardened_sqlite_replica(helm: str) -> None:
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
-    assert container["image"] == "gpu-pool-autoscaler:0.1.0"
+    assert container["image"] == f"gpu-pool-autoscaler:{__version__}"  # the chart's appVersion
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     sc, psc = container["securityContext"], pod["securityContext"]

@@ -76,3 +76,23 @@ def upgrade(engine: Engine) -> str | None:
         # write lock, so a second process blocks here until the first has committed the whole migration.
         with conn.begin():
             return _upgrade_locked(conn)
+
+
+def downgrade(engine: Engine, revision: str) -> str | None:
+    """Bring the schema back to ``revision`` (a rollback to an older release, docs/upgrading.md) under the same lock
+    as :func:`upgrade`; return the revision found before."""
+    with engine.connect() as conn:
+        locked = conn.dialect.name == "postgresql"
+        if locked:
+            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": ADVISORY_KEY})
+            conn.commit()
+        try:
+            with conn.begin():
+                before = current_revision(conn)
+                command.downgrade(alembic_config(conn), revision)
+            return before
+        finally:
+            if locked:
+                conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": ADVISORY_KEY})
+                conn.commit()
+
