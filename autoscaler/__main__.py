@@ -46,6 +46,7 @@ def schema_downgrade(revision: str, url: str | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autoscaler", description="gpu-pool-autoscaler tools")
+    cli.common_options(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check-config", help="validate a config file")
     check.add_argument("file")
@@ -119,5 +120,17 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def run(argv: list[str] | None = None) -> int:
+    """:func:`main`, ending quietly when whoever reads the output stops (``python -m autoscaler events | head``)."""
+    try:
+        code = main(argv)
+        sys.stdout.flush()  # inside the try: a closed pipe shows here, not as a traceback at exit
+        return code
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit must not fail again
+        return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())
