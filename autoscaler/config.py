@@ -139,16 +139,20 @@ def _context() -> dict[str, Any]:
 
 def provider_settings(pool: PoolConfig, index: int) -> tuple[Any, list[str]]:
     """Validate the pool's section named after its provider; return (settings, problems with their paths)."""
+    return _section(index, pool.provider, dict(pool.model_extra or {}))
+
+
+def _section(index: int, provider: str, extra: dict[str, Any]) -> tuple[Any, list[str]]:
+    """The provider's section among a pool's keys that are not the pool's own (``extra``), validated."""
     import providers
 
     where = f"pools[{index}]"
-    extra = dict(pool.model_extra or {})
-    problems = [f"{where}.{key}: unknown key (is the provider {key!r}?)" for key in extra if key != pool.provider]
-    model = providers.factory(pool.provider).settings_model
+    problems = [f"{where}.{key}: unknown key (is the provider {key!r}?)" for key in extra if key != provider]
+    model = providers.factory(provider).settings_model
     try:
-        return model.model_validate(extra.get(pool.provider) or {}), problems
+        return model.model_validate(extra.get(provider) or {}), problems
     except ValidationError as exc:
-        return None, problems + validation.problems(exc, prefix=f"{where}.{pool.provider}")
+        return None, problems + validation.problems(exc, prefix=f"{where}.{provider}")
 
 
 def _provision_time(pool: Any, settings: Any) -> float:
@@ -239,10 +243,19 @@ def _beside_field_errors(data: Any) -> list[str]:
         problems += _pool_rules(index, _dict(raw_pool), default_mode)
         try:
             pool = PoolConfig.model_validate(raw_pool, context=_context())
-        except ValidationError:
+        except ValidationError:  # the pool's own keys are wrong (reported): its provider's section is read anyway
+            problems += _raw_section_problems(index, _dict(raw_pool))
             continue
         problems += provider_settings(pool, index)[1]
     return problems
+
+
+def _raw_section_problems(index: int, raw_pool: dict[str, Any]) -> list[str]:
+    """The provider section's problems of a pool whose own keys failed validation (a known provider only)."""
+    provider = raw_pool.get("provider")
+    if not isinstance(provider, str) or provider not in _context()["providers"]:
+        return []
+    return _section(index, provider, {k: v for k, v in raw_pool.items() if k not in PoolConfig.model_fields})[1]
 
 
 _NO_GPUS_PER_NODE = "pools[{index}].gpus_per_node: required with scale_out.mode demand (the GPUs one node adds)"
