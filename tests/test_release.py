@@ -145,3 +145,24 @@ def test_schema_downgrade_takes_the_store_back_and_the_code_brings_it_forward(tm
     with engine.connect() as conn:
         assert current_revision(conn) == head
     engine.dispose()
+
+
+def test_a_build_runs_on_a_schema_a_newer_release_migrated(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A rollback (or an old worker restarted during a roll-out): the database is at a revision this build does not
+    have. Migrations only add, so the build runs on it, saying so, instead of failing to start."""
+    import logging
+    import sqlite3
+
+    from autoscaler.store import open_store
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    open_store(url).ensure_pools(["gpu"])
+    with sqlite3.connect(tmp_path / "s.db") as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '0099'")
+    caplog.set_level(logging.WARNING, logger="autoscaler.store.migrate")
+    store = open_store(url)
+    store.ensure_pools(["gpu"])
+    store.ping()
+    assert any("schema revision 0099 is newer than this build knows" in r.getMessage() for r in caplog.records)
+    with sqlite3.connect(tmp_path / "s.db") as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [("0099",)]

@@ -49,10 +49,26 @@ def _upgrade_locked(conn: Connection) -> str | None:
         log.info("store: existing tables without a schema version; stamping them as revision 0001")
         command.stamp(cfg, "0001")
         before = "0001"
+    if before is not None and not _known(before):
+        # A newer release migrated this database (a rollback, or an old worker restarted during a roll-out).
+        # Migrations only add (docs/replicas.md), so this build runs on it as it is.
+        log.warning("store: schema revision %s is newer than this build knows (its newest is %s): running on it "
+                    "unchanged; docs/upgrading.md#rolling-back", before, head_revision())
+        return before
     if before != head_revision():
         log.info("store: migrating schema from %s to %s", before or "empty", head_revision())
         command.upgrade(cfg, "head")
     return before
+
+
+def _known(revision: str) -> bool:
+    """Whether this build has the migration ``revision``."""
+    from alembic.util.exc import CommandError
+
+    try:
+        return ScriptDirectory.from_config(alembic_config()).get_revision(revision) is not None
+    except CommandError:
+        return False
 
 
 def upgrade(engine: Engine) -> str | None:
