@@ -39,7 +39,7 @@ def conditions(cfg: dict[str, Any], kube: bool) -> set[str]:
         removes = providers.capabilities(spec.provider, spec.provider_settings).removes_named_nodes
         if spec.forced_removal and removes:
             out.add("forced_removal")
-    return out & {"kubernetes"} if not kube else out
+    return out if kube else set()
 
 
 def role_of(docs: list[dict[str, Any]]) -> set[Grant]:
