@@ -1,7 +1,6 @@
 """The Flask application factory."""
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -18,7 +17,8 @@ from autoscaler.events import EventLog, EventSink
 from autoscaler.metrics import Metrics, PoolStateCollector
 from autoscaler.logjson import JsonFormatter, TextFormatter, json_logs
 from autoscaler.reconciler import Reconciler
-from autoscaler.redact import Redactor, active, install, redact_tree
+from autoscaler.effective import log_effective
+from autoscaler.redact import Redactor, active, install
 from autoscaler.service import Service
 from autoscaler.retention import Pruner
 from autoscaler.store import Store, StoreOptions, open_store
@@ -46,8 +46,7 @@ def setup_logging() -> None:
 
 
 def _announce(settings: Settings) -> None:
-    effective = redact_tree(settings.config.model_dump(mode="python"))
-    log.info("effective config: %s", json.dumps(effective, default=str, sort_keys=True))
+    log_effective(settings, worker=True)
     for spec in settings.pools.values():
         if spec.dry_run:
             log.warning("=" * 72)

@@ -218,6 +218,7 @@ class PoolSpec:
     victims: str = "cloud"  # scale_in.victims: cloud | alerted | idle | movable (node-aware scale-in)
     drain_timeout: float = 600.0  # scale_in.drain_timeout: how long a drain retries refused evictions
     movable_owners: tuple[str, ...] = ("ReplicaSet", "StatefulSet")  # scale_in.movable_owners (victims: movable)
+    forced_removal: bool = True  # scale_in.forced_removal: a manual force may drain (evict) a busy node
     node_selector: tuple[tuple[str, str], ...] = ()  # the pool's nodes' labels (empty: not known)
     gpus_per_node: int | None = None  # GPUs one node adds; required by demand mode (the replay assumes 8)
     provision_time: float = 600.0  # request -> GPUs allocatable; nodes asked for within it are "in flight"

@@ -157,6 +157,7 @@ class NodeScaleIn:
         """Remove the named nodes (at most ``room``); a busy one only with ``force``, after draining it (every
         pod but DaemonSets' and mirror pods, through the Eviction API)."""
         spec, current = job.spec, job.current
+        force = force and spec.forced_removal  # false: the service account may not evict (docs/rbac.md)
         views = {v.name: v for v in self.cluster.nodes(dict(spec.node_selector))}
         swept = self.sweep(spec, job.now, list(views.values()))
         kept: list[tuple[str, str]] = []
@@ -173,7 +174,7 @@ class NodeScaleIn:
             elif len(chosen) + len(busy) >= room:
                 kept.append((name, f"the pool keeps at least {spec.min} nodes"))
             elif view.gpu_pods and not force:
-                kept.append((name, f"{view.busy_reason()} (add \"force\": true to evict it)"))
+                kept.append((name, f"{view.busy_reason()} ({_force_hint(spec)})"))
             else:
                 (busy if view.gpu_pods or (force and view.pods) else chosen).append(view)
         if not chosen and not busy:
@@ -285,3 +286,10 @@ def _stuck(names: Sequence[str]) -> str:
 
 def _selector(spec: PoolSpec) -> str:
     return ",".join(f"{k}={v}" for k, v in spec.node_selector)
+
+
+def _force_hint(spec: PoolSpec) -> str:
+    """What would let a busy node go by name."""
+    if spec.forced_removal:
+        return 'add "force": true to evict it'
+    return f"pool {spec.name} has scale_in.forced_removal: false: it never evicts by hand"

@@ -136,6 +136,9 @@ def _paths(pools: list[str]) -> dict[str, Any]:
             "responses": {"200": _json(_ref(EventList), "The events of pools the credential may read."),
                           **_errors("400", "401", "403", "503")}}},
         "/healthz": {"get": {**open_, "summary": "Liveness", "responses": {"200": {"description": "Serving."}}}},
+        "/version": {"get": {**open_, "summary": "The running version", "responses": {"200": _json(
+            {"type": "object", "required": ["version"], "properties": {"version": {"type": "string"}}},
+            "The same as the image tag, the chart's appVersion and CHANGELOG.md's newest release.")}}},
         "/readyz": {"get": {**open_, "summary": "Readiness", "responses": {
             "200": {"description": "The store answers."}, "503": {"description": "The store does not answer."}}}},
         "/metrics": {"get": {**open_, "summary": "Prometheus metrics", "responses": {

@@ -75,6 +75,10 @@ class ScaleInConfig(DirectionConfig):
     drain_timeout: Duration | None = Field(default=None, gt=0, description="How long a drain (victims: movable, "
                                            "a forced removal) retries evictions a PodDisruptionBudget refuses "
                                            "(default 10m).")
+    forced_removal: bool | None = Field(default=None, description="Whether a manual `\"force\": true` may drain "
+                                        "a busy node (evict its pods through the Eviction API); false: it skips "
+                                        "cooldown and backoff only, and the service account needs no eviction "
+                                        "right (default true).")
 
 
 class DefaultsConfig(Frozen):

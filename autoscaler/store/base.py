@@ -188,7 +188,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def scale_outs(self, pool: str, since: float) -> list[tuple[float, int, int]]:
-        """Scale-outs the cloud accepted for ``pool`` at or after ``since``: (time, from, to), oldest first."""
+        """Scale-outs the cloud accepted for ``pool`` at or after ``since`` (time, from, to), and the sizes given back
+        after a shortfall (``no_capacity``, to < from), oldest first."""
 
     @abc.abstractmethod
     def hold_lease(self, name: str, owner: str, now: float, ttl: float) -> bool:

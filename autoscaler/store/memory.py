@@ -31,7 +31,7 @@ class MemoryStore(Store):
         self._dedup: dict[str, tuple[str, float, str]] = {}  # hashed key -> (pool, expires_at, claim)
         self._recommendations: dict[str, list[tuple[float, int]]] = {}
         self._ids = itertools.count(1)
-        self._scale_outs: dict[str, list[tuple[float, int, int]]] = {}  # accepted scale-outs per pool, by time
+        self._scale_outs: dict[str, list[tuple[float, int, int]]] = {}  # accepted scale-outs, give-backs
         self._leases: dict[str, tuple[str, float]] = {}  # name -> (owner, until)
         self._views: dict[str, PoolView] = {}
         self._nodes: dict[str, NodesView] = {}
@@ -39,8 +39,9 @@ class MemoryStore(Store):
     # -- helpers (the lock is held) --------------------------------------------------------------------
     def _append(self, event: EventRecord) -> int:
         event_id = next(self._ids)
-        if (event.pool is not None and event.action == "scale_out" and event.outcome == "scaled"
-                and event.from_ is not None and event.to is not None):
+        if (event.pool is not None and event.action == "scale_out" and event.from_ is not None
+                and event.to is not None and (event.outcome == "scaled"
+                                              or (event.outcome == "no_capacity" and event.to < event.from_))):
             self._scale_outs.setdefault(event.pool, []).append((event.time, event.from_, event.to))
         self._events[event_id] = replace(event, id=event_id, alerts=list(event.alerts), details=dict(event.details))
         return event_id

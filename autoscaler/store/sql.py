@@ -321,7 +321,9 @@ class SqlStore(Store):
     def scale_outs(self, pool: str, since: float) -> list[tuple[float, int, int]]:
         t = tables.events  # ix_events_time bounds it to the last few minutes' events
         query = (select(t.c.time, t.c.from_count, t.c.to_count)
-                 .where(t.c.time >= since, t.c.pool == pool, t.c.action == "scale_out", t.c.outcome == "scaled",
+                 .where(t.c.time >= since, t.c.pool == pool, t.c.action == "scale_out",
+                        ((t.c.outcome == "scaled") | ((t.c.outcome == "no_capacity")
+                                                      & (t.c.to_count < t.c.from_count))),
                         t.c.from_count.is_not(None), t.c.to_count.is_not(None))
                  .order_by(t.c.time))
         with self._tx() as conn:
