@@ -119,6 +119,8 @@ class PoolStateCollector(Collector):
         window = GaugeMetricFamily(f"{PREFIX}_pool_short_window_seconds", "capacity.short_for: how long one "
                                    "shortfall marks the pool short.", labels=["pool"])
         short_total = GaugeMetricFamily(f"{PREFIX}_pools_short", "How many pools are short of capacity.")
+        repairs = GaugeMetricFamily(f"{PREFIX}_nodes_in_repair", "Nodes of the pool in repair now (cordoned, "
+                                    "waiting, draining or being removed; pools with `repair:`).", labels=["pool"])
         up = GaugeMetricFamily(f"{PREFIX}_store_up", "1 when the store answered this scrape.")
         try:
             rows = list(self.read())
@@ -147,8 +149,10 @@ class PoolStateCollector(Collector):
                 family.add_metric([name], row[end])
             if row.get("view_age_s") is not None:
                 age.add_metric([name], row["view_age_s"])
+            if row.get("repairs") is not None:
+                repairs.add_metric([name], len(row["repairs"]))
         if rows:
             paused_total.add_metric([], sum(1 for row in rows if row["paused"]))
             short_total.add_metric([], sum(1 for row in rows if row.get("short_until")))
         yield from (paused, paused_total, short, short_total, window, size, cooldown, backoff, last, in_flight, floor,
-                    *limits.values(), age, up)
+                    *limits.values(), age, repairs, up)

@@ -1,0 +1,106 @@
+"""Node repair end to end: the real service under gunicorn, the real Kubernetes client against the fake API server,
+the real Azure SDK against the fake ARM (deleteMachines removes exactly the named machine). A node an alert reports
+unhealthy is cordoned at once and a replacement asked for; the reconciler drains it (a movable pod is evicted) or
+waits for a Job's pod within grace, then removes exactly that node. The budget, a restart in the middle."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import requests
+
+from autoscaler.cluster.nodes import CORDON_ANNOTATION
+from tests.cloud_stack import CLOUD_APP, AksCloud, KubeNode, service_config
+from tests.fakes.kube import FakeKube
+from tests.servers import Service
+from tests.support import AUTH, am_alert, am_payload
+
+pytestmark = pytest.mark.slow
+ROUTE = {"autoscaler_pool": "gpu", "autoscaler_action": "repair"}
+
+
+def seed(kube: FakeKube, nodes: list[KubeNode]) -> None:
+    for i, node in enumerate(nodes):
+        kube.add_node(node.name, node.labels, provider_id=node.provider_id, created=f"2026-11-{10 + i:02d}T00:00:00Z")
+        kube.add_pod(f"dcgm-exporter-{i}", node.name, namespace="gpu-operator", owner="DaemonSet")
+
+
+def join(kube: FakeKube, aks: AksCloud) -> list[str]:
+    """Register in Kubernetes every machine of the pool the fake ARM has and the cluster does not (nodes joining)."""
+    joined = []
+    for node in aks.nodes():
+        if node.name not in kube.nodes:
+            kube.add_node(node.name, node.labels, provider_id=node.provider_id, created="2026-11-26T00:00:00Z")
+            joined.append(node.name)
+    return joined
+
+
+def config(tmp_path: Path, aks: AksCloud, kube: FakeKube, **repair: Any) -> dict[str, Any]:
+    pool = aks.pool_config("gpu", min_size=1, max_size=6, repair={"max_unhealthy": 1, "grace": "1h", **repair})
+    cfg = service_config(tmp_path, [pool], [], kubernetes={"host": kube.url, "token": kube.token})
+    cfg["server"]["reconcile_interval"] = "1s"
+    return cfg
+
+
+def alert(url: str, node: str, fingerprint: str = "fp-xid") -> dict[str, Any]:
+    resp = requests.post(f"{url}/webhook/alertmanager", headers=AUTH, timeout=30, json=am_payload(
+        am_alert("GPUNodeUnhealthy", fingerprint=fingerprint, node=node, **ROUTE)))
+    assert resp.status_code == 200, resp.text
+    return resp.json()["decisions"][0]  # type: ignore[no-any-return]
+
+
+def until(check: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
+    """Poll a real peer (the service's reconciler runs on its own clock) until ``check()`` is truthy."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout:.0f}s: {what}")
+
+
+def events(url: str, outcome: str) -> list[dict[str, Any]]:
+    got = requests.get(f"{url}/api/v1/events", params={"outcome": outcome}, headers=AUTH, timeout=5).json()["events"]
+    return [e for e in got if e["outcome"] == outcome]
+
+
+def pool(url: str) -> dict[str, Any]:
+    return requests.get(f"{url}/api/v1/pools/gpu", headers=AUTH, timeout=5).json()  # type: ignore[no-any-return]
+
+
+def cordoned(kube: FakeKube, name: str) -> bool:
+    node = kube.nodes[name]
+    return bool(node["spec"].get("unschedulable")) and CORDON_ANNOTATION in node["metadata"]["annotations"]
+
+
+def test_a_node_with_a_movable_gpu_pod_is_repaired(tmp_path: Path) -> None:
+    with AksCloud(count=3) as aks, FakeKube() as kube:
+        nodes = aks.nodes()
+        seed(kube, nodes)
+        sick = nodes[1].name
+        kube.add_pod("infer-1", sick, gpus=1, owner="ReplicaSet", labels={"app": "infer"})
+        with Service(config(tmp_path, aks, kube), tmp_path, workers=1, env=aks.env, app=CLOUD_APP) as svc:
+            before = time.monotonic()
+            decision = alert(svc.url, sick)
+            answered = time.monotonic() - before
+            assert decision["outcome"] == "repair_started", decision
+            assert (decision["from"], decision["to"]) == (3, 4)
+            assert cordoned(kube, sick)  # at once, before the answer
+            assert len(aks.arm.machine_names("gpunp")) == 4  # the replacement was asked for
+            assert [r["node"] for r in pool(svc.url)["repairs"]] == [sick]
+            joined = join(kube, aks)
+            aks.arm.finish_operations()
+            done = until(lambda: events(svc.url, "repaired"), what="the node repaired")
+            assert ("ml", "infer-1") not in kube.pods  # evicted through the Eviction API
+            assert kube.calls["CREATE eviction"] >= 1
+            assert sick not in aks.arm.machine_names("gpunp")
+            assert sorted(aks.arm.machine_names("gpunp")) == sorted([nodes[0].name, nodes[2].name] + joined)
+            assert done[0]["source"] == "reconcile" and done[0]["details"]["node"] == sick
+            assert done[0]["details"]["replacement"] == 4 and done[0]["details"]["started"]
+            assert pool(svc.url)["repairs"] == []
+            metrics = requests.get(f"{svc.url}/metrics", timeout=5).text
+            assert 'gpu_autoscaler_nodes_in_repair{pool="gpu"} 0.0' in metrics
+        assert answered < 10
