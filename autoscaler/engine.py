@@ -11,7 +11,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Sequence
 
-from autoscaler import fallback
+from autoscaler import fallback, repair
 from autoscaler.attempt import Attempt, DedupClaim
 from autoscaler.config import Settings
 from autoscaler.events import EventLog
@@ -76,8 +76,6 @@ class Engine:
         """Decide and act on one signal for one pool; records one event (and, when the cloud refused a group's pool
         for capacity, the next pool's decision for the same nodes as its own event)."""
         if signal.action is Action.REPAIR:  # a node to replace, not a size: its own way (docs/repair.md)
-            from autoscaler import repair
-
             return repair.start(self, signal)
         spec = self.settings.pools.get(signal.pool)
         if spec is None and signal.pool in self.settings.groups:

@@ -9,25 +9,39 @@ node's removal was asked of the cloud, so no node is ever left cordoned by a rep
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from autoscaler.cluster.nodes import Cluster, ClusterError, NodeView
-from autoscaler.events import OperatorAct
+from autoscaler.config import Settings
+from autoscaler.events import EventLog, OperatorAct
 from autoscaler.lease import PoolBusy
 from autoscaler.models import Action, CloudStatus, Decision, OperatorOutcome, Outcome, PoolSpec, PoolState, Signal
 from autoscaler.redact import redact_text
 from autoscaler.repair_budget import Admission, admit
-from autoscaler.scale_in import REPAIR_OWNER, summary
-from autoscaler.store import PoolChange, RepairRecord
-from providers import NoCapacityError, ProviderError, Tracked
-
-if TYPE_CHECKING:
-    from autoscaler.engine import Engine
+from autoscaler.scale_in import REPAIR_OWNER, NodeScaleIn, summary
+from autoscaler.store import PoolChange, RepairRecord, Store
+from providers import NodePoolProvider, NoCapacityError, ProviderError, Tracked
 
 log = logging.getLogger(__name__)
 
 CLUSTER_RETRY = 30.0  # Retry-After when the Kubernetes API failed before anything was touched
+
+
+class Engine(Protocol):
+    """What a repair uses of ``autoscaler.engine.Engine`` (which calls :func:`start`: named here, not imported)."""
+
+    settings: Settings
+    store: Store
+    providers: dict[str, NodePoolProvider]
+    events: EventLog
+    clock: Callable[[], float]
+    nodes: NodeScaleIn | None
+
+    def holding(self, pool: str, renewed: bool = False) -> AbstractContextManager[PoolState]: ...
+
+    def handle(self, signal: Signal) -> Decision: ...
 
 
 @dataclass
