@@ -51,6 +51,7 @@ class Started:
     nodes: list[str] = field(default_factory=list)
     kept: list[tuple[str, str]] = field(default_factory=list)
     duplicate: list[str] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)  # not in the cluster (any more): a repeat of a finished repair
     replacement: str = ""  # what became of the replacement, for the reason
     reached: int | None = None
     pass_on: int = 0  # nodes the pool's group is asked for instead (the pool is short or at max)
@@ -129,7 +130,7 @@ def _start_held(engine: Engine, spec: PoolSpec, signal: Signal, state: PoolState
             return _failed(plan, signal, f"kubernetes: {redact_text(str(exc))}; nothing was touched",
                            CLUSTER_RETRY), PoolChange(), 0
         if name not in in_repair and view is None:
-            done.kept.append((name, "no such node in the cluster"))
+            done.gone.append(name)
         elif view is not None and not _in_pool(view, spec):
             done.kept.append((name, f"not a node of pool {spec.name}"))
         else:
@@ -166,7 +167,8 @@ def _failed(plan: Decision, signal: Signal, reason: str, retry: float | None) ->
 
 
 def _details(admission: Admission, done: Started) -> dict[str, Any]:
-    return {"nodes": list(done.nodes), "duplicate": list(done.duplicate), "budget": admission.budget,
+    return {"nodes": list(done.nodes), "duplicate": list(done.duplicate), "gone": list(done.gone),
+            "budget": admission.budget,
             "kept": [{"node": n, "reason": r} for n, r in done.kept]}
 
 
@@ -175,8 +177,10 @@ def _nothing(plan: Decision, signal: Signal, admission: Admission, done: Started
     if admission.over_budget:
         outcome, said = Outcome.SKIPPED_REPAIR_BUDGET, (f"no repair started: {admission.describe()} (repair."
                                                         f"max_unhealthy); nothing was touched")
-    elif done.duplicate and not done.kept:
-        outcome, said = Outcome.SKIPPED_DUPLICATE, f"already in repair: {', '.join(done.duplicate)}"
+    elif (done.duplicate or done.gone) and not done.kept:
+        bits = ([f"already in repair: {', '.join(done.duplicate)}"] if done.duplicate else []) + (
+            [f"no longer in the cluster (repaired or removed already): {', '.join(done.gone)}"] if done.gone else [])
+        outcome, said = Outcome.SKIPPED_DUPLICATE, "; ".join(bits)
     else:
         outcome, said = Outcome.FAILED, f"no repair started: {summary(done.kept)}"
     if done.kept and outcome is not Outcome.FAILED:

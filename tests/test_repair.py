@@ -199,6 +199,9 @@ def test_a_node_that_leaves_by_itself_ends_its_repair(tmp_path: Any, kube: FakeK
     assert [e["outcome"] for e in done] == ["repaired"] and done[0]["details"]["removed_by"] == "gone"
     assert "left the cluster by itself" in done[0]["reason"]
     assert len(receiver.received) == 1 and r.repairs() == []
+    again = repair(r.client, "gpunp-0", fingerprint="fp-repeat")  # Alertmanager repeats the alert a while longer
+    assert again["outcome"] == "skipped_duplicate" and "no longer in the cluster" in again["reason"], again
+    assert len(receiver.received) == 1
 
 
 def test_manual_api_starts_a_repair_and_refuses_what_means_nothing(tmp_path: Any, kube: FakeKube,

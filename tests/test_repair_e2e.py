@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from autoscaler.cluster.nodes import CORDON_ANNOTATION
+from tests import pg
 from tests.cloud_stack import CLOUD_APP, AksCloud, KubeNode, service_config
 from tests.fakes.kube import FakeKube
 from tests.servers import Service
@@ -37,10 +38,12 @@ def join(kube: FakeKube, aks: AksCloud) -> list[str]:
     return joined
 
 
-def config(tmp_path: Path, aks: AksCloud, kube: FakeKube, **repair: Any) -> dict[str, Any]:
+def config(tmp_path: Path, aks: AksCloud, kube: FakeKube, store: str | None = None, **repair: Any) -> dict[str, Any]:
     pool = aks.pool_config("gpu", min_size=1, max_size=6, repair={"max_unhealthy": 1, "grace": "1h", **repair})
     cfg = service_config(tmp_path, [pool], [], kubernetes={"host": kube.url, "token": kube.token})
     cfg["server"]["reconcile_interval"] = "1s"
+    if store is not None:
+        cfg["store"] = {"url": store}
     return cfg
 
 
@@ -104,3 +107,73 @@ def test_a_node_with_a_movable_gpu_pod_is_repaired(tmp_path: Path) -> None:
             metrics = requests.get(f"{svc.url}/metrics", timeout=5).text
             assert 'gpu_autoscaler_nodes_in_repair{pool="gpu"} 0.0' in metrics
         assert answered < 10
+
+
+def test_a_jobs_node_is_kept_the_budget_holds_and_a_restart_carries_the_repair_on(tmp_path: Path) -> None:
+    with AksCloud(count=3) as aks, FakeKube() as kube:
+        nodes = aks.nodes()
+        seed(kube, nodes)
+        sick, other = nodes[0].name, nodes[2].name
+        kube.add_pod("train-0", sick, gpus=8)  # a training Job's pod: never evicted within grace
+        svc = Service(config(tmp_path, aks, kube), tmp_path, workers=2, env=aks.env, app=CLOUD_APP)
+        with svc:
+            assert alert(svc.url, sick)["outcome"] == "repair_started"
+            assert cordoned(kube, sick)
+            over = alert(svc.url, other, fingerprint="fp-other")
+            assert over["outcome"] == "skipped_repair_budget", over
+            assert not cordoned(kube, other) and len(aks.arm.machine_names("gpunp")) == 4  # nothing touched
+            join(kube, aks)
+            aks.arm.finish_operations()
+            until(lambda: pool(svc.url)["repairs"][0]["state"] == "waiting", what="the repair waiting for the Job")
+            assert ("ml", "train-0") in kube.pods and kube.calls["CREATE eviction"] == 0
+            svc.restart()  # the service goes away in the middle of the repair and comes back
+            assert [r["node"] for r in pool(svc.url)["repairs"]] == [sick]
+            assert cordoned(kube, sick) and sick in aks.arm.machine_names("gpunp")
+            kube.pods[("ml", "train-0")]["status"]["phase"] = "Succeeded"  # the Job ends
+            done = until(lambda: events(svc.url, "repaired"), what="the node removed once the Job ended")
+            assert done[0]["details"]["node"] == sick and sick not in aks.arm.machine_names("gpunp")
+            assert len(events(svc.url, "repair_started")) == 1 and kube.calls["CREATE eviction"] == 0
+            deletes = [r for r in aks.arm.requests if r.method == "POST" and r.path.endswith("deleteMachines")]
+            assert [r.body["machineNames"] for r in deletes] == [[sick]]  # exactly that node, once
+
+
+@pytest.fixture
+def database() -> Any:
+    pg.require_postgres()
+    with pg.temp_database() as name:
+        yield name
+
+
+def test_two_replicas_on_postgresql_ask_one_replacement_and_one_removal(tmp_path: Path, database: str) -> None:
+    with AksCloud(count=3) as aks, FakeKube() as kube:
+        nodes = aks.nodes()
+        seed(kube, nodes)
+        sick = nodes[1].name
+        kube.add_pod("infer-1", sick, gpus=1, owner="ReplicaSet", labels={"app": "infer"})
+        cfg = config(tmp_path, aks, kube, store=pg.url_for(database))
+        first = Service(cfg, tmp_path / "a", workers=2, env=aks.env, app=CLOUD_APP)
+        second = Service(cfg, tmp_path / "b", workers=2, env=aks.env, app=CLOUD_APP)
+        (tmp_path / "a").mkdir()
+        (tmp_path / "b").mkdir()
+        with first, second:
+            # Alertmanager HA: both replicas get the same notification at the same instant.
+            import threading
+
+            answers: list[dict[str, Any]] = []
+            threads = [threading.Thread(target=lambda u=u: answers.append(alert(u, sick)))
+                       for u in (first.url, second.url)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            outcomes = sorted(a["outcome"] for a in answers)
+            assert outcomes == ["repair_started", "skipped_duplicate"], answers
+            puts = [r for r in aks.arm.requests if r.method == "PUT"]
+            assert len(puts) == 1 and puts[0].body["properties"]["count"] == 4  # one replacement between them
+            join(kube, aks)
+            aks.arm.finish_operations()
+            until(lambda: events(first.url, "repaired"), what="the node repaired by one of the replicas")
+            time.sleep(3)  # several more ticks of both replicas' loops: nothing more may happen
+            deletes = [r for r in aks.arm.requests if r.method == "POST" and r.path.endswith("deleteMachines")]
+            assert [r.body["machineNames"] for r in deletes] == [[sick]]
+            assert len(events(second.url, "repaired")) == 1 and pool(second.url)["repairs"] == []
