@@ -4,7 +4,9 @@ unhealthy is cordoned at once and a replacement asked for; the reconciler drains
 waits for a Job's pod within grace, then removes exactly that node. The budget, a restart in the middle."""
 from __future__ import annotations
 
+import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -15,6 +17,7 @@ from autoscaler.cluster.nodes import CORDON_ANNOTATION
 from tests import pg
 from tests.cloud_stack import CLOUD_APP, AksCloud, KubeNode, service_config
 from tests.fakes.kube import FakeKube
+from tests.fakes.moto_eks import AWS_ENV, MotoServer, asg_instances, create_node_group
 from tests.servers import Service
 from tests.support import AUTH, am_alert, am_payload
 
@@ -157,8 +160,6 @@ def test_two_replicas_on_postgresql_ask_one_replacement_and_one_removal(tmp_path
         (tmp_path / "b").mkdir()
         with first, second:
             # Alertmanager HA: both replicas get the same notification at the same instant.
-            import threading
-
             answers: list[dict[str, Any]] = []
             threads = [threading.Thread(target=lambda u=u: answers.append(alert(u, sick)))
                        for u in (first.url, second.url)]
@@ -177,3 +178,29 @@ def test_two_replicas_on_postgresql_ask_one_replacement_and_one_removal(tmp_path
             deletes = [r for r in aks.arm.requests if r.method == "POST" and r.path.endswith("deleteMachines")]
             assert [r.body["machineNames"] for r in deletes] == [[sick]]
             assert len(events(second.url, "repaired")) == 1 and pool(second.url)["repairs"] == []
+
+
+def test_on_eks_the_unhealthy_instance_is_terminated_and_a_replacement_asked(tmp_path: Path, moto: MotoServer) -> None:
+    group = f"gpu-{uuid.uuid4().hex[:6]}"
+    asg = create_node_group(moto.url, "repair", group, desired=3, min_size=1, max_size=6)
+    label = {"eks.amazonaws.com/nodegroup": group}
+    nodes = [KubeNode(f"ip-10-0-1-{i}.ec2.internal", f"aws:///{zone}/{instance}", label)
+             for i, (instance, zone) in enumerate(asg_instances(moto.url, asg))]
+    instances = {n.name: n.provider_id.rpartition("/")[2] for n in nodes}
+    pool = {"name": "gpu", "provider": "eks", "min": 1, "max": 6, "repair": {"max_unhealthy": 1, "grace": "1h"},
+            "eks": {"region": "us-east-1", "cluster": "repair", "nodegroup": group, "endpoint_url": moto.url,
+                    "timeout": "2s", "retry_budget": "3s"}}
+    with FakeKube() as kube:
+        seed(kube, nodes)
+        sick = nodes[1].name
+        kube.add_pod("infer-1", sick, gpus=1, owner="ReplicaSet", labels={"app": "infer"})
+        cfg = service_config(tmp_path, [pool], [], kubernetes={"host": kube.url, "token": kube.token})
+        cfg["server"]["reconcile_interval"] = "1s"
+        with Service(cfg, tmp_path, workers=1, env=AWS_ENV, app=CLOUD_APP) as svc:
+            decision = alert(svc.url, sick)
+            assert decision["outcome"] == "repair_started" and (decision["from"], decision["to"]) == (3, 4), decision
+            assert cordoned(kube, sick)
+            done = until(lambda: events(svc.url, "repaired"), timeout=30, what="the instance terminated")
+            assert done[0]["details"]["node"] == sick and ("ml", "infer-1") not in kube.pods
+        left = {i for i, _ in asg_instances(moto.url, asg)}
+        assert instances[sick] not in left and {instances[n.name] for n in nodes if n.name != sick} <= left
