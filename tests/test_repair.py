@@ -249,3 +249,20 @@ def test_the_reconciler_uncordons_a_repair_cordon_the_store_does_not_know(tmp_pa
     svc.store.end_repair("gpu", "gpunp-2", None)  # as a cancel whose uncordon failed leaves it
     assert cordoned(kube, "gpunp-2")
     assert r.tick() == [] and not cordoned(kube, "gpunp-2")
+
+
+def test_a_pool_at_max_passes_the_replacement_to_its_group(tmp_path: Any, kube: FakeKube,
+                                                            receiver: WebhookReceiver) -> None:
+    clock = FakeClock(NOW)
+    pools = [{"name": "gpu", "provider": "webhook", "min": 1, "max": 4, "node_selector": "agentpool=gpunp",
+              "webhook": {"url": receiver.url + "/gpu", "initial_count": 4}, "repair": {}},
+             {"name": "spill", "provider": "webhook", "min": 0, "max": 4, "node_selector": "agentpool=spill",
+              "webhook": {"url": receiver.url + "/spill", "initial_count": 0}}]
+    cfg = config(f"sqlite:///{tmp_path}/s.db", pools=pools, groups=[{"name": "a100", "pools": ["gpu", "spill"]}],
+                 kubernetes={"host": kube.url, "token": kube.token})
+    client = create_app(cfg, clock=clock, startup_check=False).test_client()
+    d = repair(client, "gpunp-1")
+    assert d["outcome"] == "repair_started" and (d["from"], d["to"]) == (4, 4), d
+    assert "at max (4): replacement asked of group a100" in d["reason"]
+    assert [(r.path, r.body["from"], r.body["to"]) for r in receiver.received] == [("/spill", 0, 1)]
+    assert cordoned(kube, "gpunp-1")
