@@ -88,7 +88,8 @@ def test_a_node_with_a_movable_gpu_pod_is_repaired(tmp_path: Path) -> None:
         seed(kube, nodes)
         sick = nodes[1].name
         kube.add_pod("infer-1", sick, gpus=1, owner="ReplicaSet", labels={"app": "infer"})
-        with Service(config(tmp_path, aks, kube), tmp_path, workers=1, env=aks.env, app=CLOUD_APP) as svc:
+        with Service(config(tmp_path, aks, kube), tmp_path, workers=1, env=aks.env, app=CLOUD_APP,
+                     graceful_timeout=2) as svc:
             before = time.monotonic()
             decision = alert(svc.url, sick)
             answered = time.monotonic() - before
@@ -118,7 +119,7 @@ def test_a_jobs_node_is_kept_the_budget_holds_and_a_restart_carries_the_repair_o
         seed(kube, nodes)
         sick, other = nodes[0].name, nodes[2].name
         kube.add_pod("train-0", sick, gpus=8)  # a training Job's pod: never evicted within grace
-        svc = Service(config(tmp_path, aks, kube), tmp_path, workers=2, env=aks.env, app=CLOUD_APP)
+        svc = Service(config(tmp_path, aks, kube), tmp_path, workers=1, env=aks.env, app=CLOUD_APP, graceful_timeout=2)
         with svc:
             assert alert(svc.url, sick)["outcome"] == "repair_started"
             assert cordoned(kube, sick)
@@ -154,8 +155,8 @@ def test_two_replicas_on_postgresql_ask_one_replacement_and_one_removal(tmp_path
         sick = nodes[1].name
         kube.add_pod("infer-1", sick, gpus=1, owner="ReplicaSet", labels={"app": "infer"})
         cfg = config(tmp_path, aks, kube, store=pg.url_for(database))
-        first = Service(cfg, tmp_path / "a", workers=2, env=aks.env, app=CLOUD_APP)
-        second = Service(cfg, tmp_path / "b", workers=2, env=aks.env, app=CLOUD_APP)
+        first = Service(cfg, tmp_path / "a", workers=1, env=aks.env, app=CLOUD_APP, graceful_timeout=2)
+        second = Service(cfg, tmp_path / "b", workers=1, env=aks.env, app=CLOUD_APP, graceful_timeout=2)
         (tmp_path / "a").mkdir()
         (tmp_path / "b").mkdir()
         with first, second:
@@ -174,7 +175,7 @@ def test_two_replicas_on_postgresql_ask_one_replacement_and_one_removal(tmp_path
             join(kube, aks)
             aks.arm.finish_operations()
             until(lambda: events(first.url, "repaired"), what="the node repaired by one of the replicas")
-            time.sleep(3)  # several more ticks of both replicas' loops: nothing more may happen
+            time.sleep(2)  # two more ticks of the holder's loop: nothing more may happen
             deletes = [r for r in aks.arm.requests if r.method == "POST" and r.path.endswith("deleteMachines")]
             assert [r.body["machineNames"] for r in deletes] == [[sick]]
             assert len(events(second.url, "repaired")) == 1 and pool(second.url)["repairs"] == []
@@ -196,7 +197,7 @@ def test_on_eks_the_unhealthy_instance_is_terminated_and_a_replacement_asked(tmp
         kube.add_pod("infer-1", sick, gpus=1, owner="ReplicaSet", labels={"app": "infer"})
         cfg = service_config(tmp_path, [pool], [], kubernetes={"host": kube.url, "token": kube.token})
         cfg["server"]["reconcile_interval"] = "1s"
-        with Service(cfg, tmp_path, workers=1, env=AWS_ENV, app=CLOUD_APP) as svc:
+        with Service(cfg, tmp_path, workers=1, env=AWS_ENV, app=CLOUD_APP, graceful_timeout=2) as svc:
             decision = alert(svc.url, sick)
             assert decision["outcome"] == "repair_started" and (decision["from"], decision["to"]) == (3, 4), decision
             assert cordoned(kube, sick)
