@@ -266,3 +266,25 @@ def test_a_pool_at_max_passes_the_replacement_to_its_group(tmp_path: Any, kube: 
     assert "at max (4): replacement asked of group a100" in d["reason"]
     assert [(r.path, r.body["from"], r.body["to"]) for r in receiver.received] == [("/spill", 0, 1)]
     assert cordoned(kube, "gpunp-1")
+
+
+def test_a_rule_or_the_query_routes_to_repair_and_no_cooldown_holds_the_replacement(
+        tmp_path: Any, kube: FakeKube, receiver: WebhookReceiver) -> None:
+    clock = FakeClock(NOW)
+    pool = {"name": "gpu", "provider": "webhook", "min": 1, "max": 6, "node_selector": "agentpool=gpunp",
+            "webhook": {"url": receiver.url, "initial_count": 4}, "repair": {"max_unhealthy": 2},
+            "scale_out": {"cooldown": "1h"}}
+    rules = [{"match": {"alertname": "GPUNodeUnhealthy"}, "pool": "gpu", "action": "repair"}]
+    cfg = config(f"sqlite:///{tmp_path}/s.db", pools=[pool], rules=rules,
+                 kubernetes={"host": kube.url, "token": kube.token})
+    client = create_app(cfg, clock=clock, startup_check=False).test_client()
+    by_rule = post(client, "/webhook/alertmanager", am_payload(am_alert("GPUNodeUnhealthy", node="gpunp-2")))
+    assert by_rule.get_json()["decisions"][0]["outcome"] == "repair_started", by_rule.get_json()
+    clock.advance(60)  # well inside the scale-out cooldown of 1h
+    by_query = post(client, "/webhook/alertmanager?pool=gpu&action=repair",
+                    am_payload(am_alert("XidSeen", fingerprint="fp9", node="gpunp-3")))
+    d = by_query.get_json()["decisions"][0]
+    assert d["outcome"] == "repair_started" and (d["from"], d["to"]) == (5, 6), d
+    assert [b["to"] for b in scale_calls(receiver)] == [5, 6]
+    metrics = client.get("/metrics").get_data(as_text=True)
+    assert 'gpu_autoscaler_nodes_in_repair{pool="gpu"} 2.0' in metrics

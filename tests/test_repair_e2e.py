@@ -99,6 +99,10 @@ def test_a_node_with_a_movable_gpu_pod_is_repaired(tmp_path: Path) -> None:
             assert len(aks.arm.machine_names("gpunp")) == 4  # the replacement was asked for
             assert [r["node"] for r in pool(svc.url)["repairs"]] == [sick]
             joined = join(kube, aks)
+            # ARM is still scaling the replacement in: the removal is refused as busy, and the repair goes on
+            busy = until(lambda: pool(svc.url)["repairs"][0]["error"], what="the removal refused while ARM scales")
+            assert "removal:" in busy and pool(svc.url)["repairs"][0]["state"] == "draining", busy
+            assert cordoned(kube, sick) and sick in aks.arm.machine_names("gpunp")  # no half-state
             aks.arm.finish_operations()
             done = until(lambda: events(svc.url, "repaired"), what="the node repaired")
             assert ("ml", "infer-1") not in kube.pods  # evicted through the Eviction API
