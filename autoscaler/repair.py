@@ -86,9 +86,9 @@ def _said(signal: Signal, reason: str) -> str:
 def _pool_of(engine: Engine, signal: Signal) -> tuple[PoolSpec | None, tuple[Outcome, str]]:
     """The pool the repair is for (a group's member with ``repair:``), else the outcome and reason of why none."""
     spec = engine.settings.pools.get(signal.pool)
-    if spec is None and signal.pool in engine.settings.groups:
+    if spec is None and signal.pool in engine.settings.groups:  # the member whose nodes the named node is of
         members = [engine.settings.pools[m] for m in engine.settings.groups[signal.pool]]
-        spec = next((m for m in members if m.repair is not None), None)
+        spec = _member_of(engine, [m for m in members if m.repair is not None], signal.nodes)
     if spec is None:
         return None, (Outcome.UNKNOWN_POOL, f"pool {signal.pool!r} is not configured")
     if spec.repair is None:
@@ -99,6 +99,19 @@ def _pool_of(engine: Engine, signal: Signal) -> tuple[PoolSpec | None, tuple[Out
         return None, (Outcome.UNROUTED, "a repair names its node (label routing.node_label "
                                         f"{engine.settings.config.routing.node_label!r}); none was named")
     return spec, (Outcome.SCALED, "")
+
+
+def _member_of(engine: Engine, members: list[PoolSpec], nodes: Sequence[str]) -> PoolSpec | None:
+    """The group's member (with ``repair:``) the first named node belongs to; else its first such member (the
+    repair then says the node is not the pool's), None when no member repairs nodes."""
+    view = None
+    if engine.nodes is not None and nodes and len(members) > 1:
+        try:
+            view = engine.nodes.cluster.node(nodes[0])
+        except ClusterError as exc:
+            log.warning("group repair: node %s unreadable: %s", nodes[0], redact_text(str(exc)))
+    found = next((m for m in members if view is not None and _in_pool(view, m)), None)
+    return found or (members[0] if members else None)
 
 
 def _in_pool(view: NodeView, spec: PoolSpec) -> bool:
@@ -217,8 +230,8 @@ def _cordon(engine: Engine, spec: PoolSpec, name: str, now: float, reason: str, 
     done.nodes.append(name)
 
 
-def _replace(engine: Engine, spec: PoolSpec, state: PoolState, cloud: CloudStatus, now: float,
-             done: Started) -> PoolChange:
+def _replace(engine: Engine, spec: PoolSpec, state: PoolState, cloud: CloudStatus, now: float,  # 6: the start's
+             done: Started) -> PoolChange:  # held state, read once in _start_held, is handed on rather than re-read
     """Ask for one more node per repair started, within max (no scale-out cooldown holds it back); the change to
     record. A pool short of capacity or at max leaves it to its group (``done.pass_on``)."""
     assert spec.repair is not None

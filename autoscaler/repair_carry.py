@@ -31,9 +31,15 @@ log = logging.getLogger(__name__)
 def carry_on(engine: Engine, spec: PoolSpec, now: float, listed: Sequence[NodeView] | None) -> list[Decision]:
     """One step of each of the pool's repairs (none while the pool is paused, held elsewhere, or in dry run); first
     the pool's nodes cordoned by a repair the store no longer knows are uncordoned (``listed``: this tick's)."""
-    if spec.repair is None or engine.nodes is None:
+    if engine.nodes is None:
         return []
     stored = engine.store.repairs(spec.name)
+    if spec.repair is None:  # the config lost `repair:` while repairs were stored: they wait for an operator
+        if stored:
+            log.warning("pool=%s has %d repair(s) stored but no `repair:` section: none is carried on; end each "
+                        "with POST /api/v1/pools/%s/repair {\"nodes\": [...], \"cancel\": true}", spec.name,
+                        len(stored), spec.name)
+        return []
     if listed is not None:
         _sweep(engine, spec, {r.node for r in stored}, listed)
     if not stored:
@@ -125,8 +131,8 @@ def _replacement(engine: Engine, spec: PoolSpec, state: PoolState, repair: Repai
         log.info("pool=%s replacement for %s asked: %d -> %d", spec.name, repair.node, cloud.current, reached)
 
 
-def _remove(engine: Engine, spec: PoolSpec, repair: RepairRecord, view: NodeView, now: float,
-            late: bool) -> Decision | None:
+def _remove(engine: Engine, spec: PoolSpec, repair: RepairRecord, view: NodeView, now: float,  # 6: the step's
+            late: bool) -> Decision | None:  # reads (the node, the time) are handed on, never read twice
     """Remove exactly the node through the provider's named removal; ``repaired``, or the failure kept."""
     provider = engine.providers[spec.name]
     assert isinstance(provider, RemovesNamedNodes) and engine.nodes is not None
@@ -150,8 +156,9 @@ def _remove(engine: Engine, spec: PoolSpec, repair: RepairRecord, view: NodeView
                   PoolChange(at=now, tracked_count=tracked))
 
 
-def _ended(engine: Engine, spec: PoolSpec, repair: RepairRecord, now: float, sizes: tuple[int | None, int] | None,
-           reason: str, change: PoolChange | None = None) -> Decision:
+def _ended(engine: Engine, spec: PoolSpec, repair: RepairRecord, now: float,  # 7: the two ends (removed, gone)
+           sizes: tuple[int | None, int] | None, reason: str,  # share one record; each says its own sizes and why
+           change: PoolChange | None = None) -> Decision:
     details = {"node": repair.node, "started": rfc3339(repair.since), "replacement": repair.replacement,
                "removed_by": "service" if sizes is not None else "gone", "why": repair.reason}
     decision = Decision(spec.name, Action.REPAIR, Outcome.REPAIRED, sizes[0] if sizes else None,

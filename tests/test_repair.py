@@ -288,3 +288,20 @@ def test_a_rule_or_the_query_routes_to_repair_and_no_cooldown_holds_the_replacem
     assert [b["to"] for b in scale_calls(receiver)] == [5, 6]
     metrics = client.get("/metrics").get_data(as_text=True)
     assert 'gpu_autoscaler_nodes_in_repair{pool="gpu"} 2.0' in metrics
+
+
+def test_a_repair_routed_to_a_group_goes_to_the_member_the_node_is_of(tmp_path: Any, kube: FakeKube,
+                                                                      receiver: WebhookReceiver) -> None:
+    kube.add_node("spill-0", {"agentpool": "spill"})
+    pools = [{"name": "spill", "provider": "webhook", "min": 0, "max": 4, "node_selector": "agentpool=spill",
+              "webhook": {"url": receiver.url + "/spill", "initial_count": 1}, "repair": {}},
+             {"name": "gpu", "provider": "webhook", "min": 1, "max": 6, "node_selector": "agentpool=gpunp",
+              "webhook": {"url": receiver.url + "/gpu", "initial_count": 4}, "repair": {}}]
+    cfg = config(f"sqlite:///{tmp_path}/s.db", pools=pools, groups=[{"name": "a100", "pools": ["spill", "gpu"]}],
+                 kubernetes={"host": kube.url, "token": kube.token})
+    client = create_app(cfg, clock=FakeClock(NOW), startup_check=False).test_client()
+    resp = post(client, "/webhook/alertmanager", am_payload(am_alert(
+        "GPUNodeUnhealthy", autoscaler_pool="a100", autoscaler_action="repair", node="gpunp-1")))
+    d = resp.get_json()["decisions"][0]
+    assert (d["pool"], d["outcome"], d["from"], d["to"]) == ("gpu", "repair_started", 4, 5), d
+    assert [r.path for r in receiver.received] == ["/gpu"] and cordoned(kube, "gpunp-1")

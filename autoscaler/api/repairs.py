@@ -36,7 +36,7 @@ def repair_nodes(pool: str) -> Response:
     spec = _spec(pool)
     req: RepairRequest = _body(RepairRequest)
     svc = _svc()
-    if spec.repair is None:
+    if spec.repair is None and not req.cancel:  # a cancel still ends repairs stored before `repair:` was removed
         fail(422, f"pool {spec.name} has no `repair:` section: its nodes are not repaired")
     if svc.engine.nodes is None:
         fail(422, "a repair needs the `kubernetes:` section")
