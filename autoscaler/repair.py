@@ -1,6 +1,6 @@
-"""Node repair, its start and its cancel: a GPU node that alerts report unhealthy is cordoned at once, a replacement
+"""Node repair, its start: a GPU node that alerts report unhealthy is cordoned at once, a replacement
 is asked for, and the reconciler carries the repair on (``autoscaler/repair_carry.py``) until exactly that node is
-removed. See docs/repair.md.
+removed (and cancelled). See docs/repair.md.
 
 Both run under the pool's hold (``Engine.holding``: this process's lock, then the store lease), as every change to
 a pool does. The repair is stored before the node is cordoned and forgotten only after the cordon is lifted or the
@@ -15,18 +15,19 @@ from typing import Any, Callable, Protocol, Sequence
 
 from autoscaler.cluster.nodes import Cluster, ClusterError, NodeView
 from autoscaler.config import Settings
-from autoscaler.events import EventLog, OperatorAct
+from autoscaler.events import EventLog
 from autoscaler.lease import PoolBusy
-from autoscaler.models import Action, CloudStatus, Decision, OperatorOutcome, Outcome, PoolSpec, PoolState, Signal
+from autoscaler.models import Action, CloudStatus, Decision, Outcome, PoolSpec, PoolState, Signal
 from autoscaler.redact import redact_text
 from autoscaler.repair_budget import Admission, admit
 from autoscaler.scale_in import REPAIR_OWNER, NodeScaleIn, summary
-from autoscaler.store import PoolChange, RepairRecord, Store
+from autoscaler.store import PoolChange, RepairRecord, Store, StoreUnavailable
 from providers import NodePoolProvider, NoCapacityError, ProviderError, Tracked
 
 log = logging.getLogger(__name__)
 
 CLUSTER_RETRY = 30.0  # Retry-After when the Kubernetes API failed before anything was touched
+UNEXPECTED_RETRY = 30.0  # Retry-After for a start that failed on an unexpected error
 
 
 class Engine(Protocol):
@@ -58,7 +59,22 @@ class Started:
 
 
 def start(engine: Engine, signal: Signal) -> Decision:
-    """Start the repair of the nodes ``signal`` names (``repair_started``), or say why not; one event."""
+    """Start the repair of the nodes ``signal`` names (``repair_started``), or say why not; one event. An error no
+    path expects fails this decision with a retry (the sender's retry finds the repair stored, if it was)."""
+    try:
+        return _start(engine, signal)
+    except StoreUnavailable:
+        raise  # the request is answered 503
+    except Exception as exc:  # a bug or a library's surprise: this decision fails, the others go on
+        log.exception("unexpected error starting a repair on pool %s", signal.pool)
+        decision = Decision(signal.pool, Action.REPAIR, Outcome.FAILED, None, None,
+                            _said(signal, f"unexpected error ({type(exc).__name__}) while starting the repair; see "
+                                          "the service log. A retry can act"),
+                            retry_after=UNEXPECTED_RETRY, details={"code": "internal"})
+        return engine.events.record(decision, signal.source.value, list(signal.alerts), engine.clock())
+
+
+def _start(engine: Engine, signal: Signal) -> Decision:
     spec, why = _pool_of(engine, signal)
     if spec is None:
         decision = Decision(signal.pool, Action.REPAIR, why[0], None, None, _said(signal, why[1]))
@@ -272,28 +288,3 @@ def _replace(engine: Engine, spec: PoolSpec, state: PoolState, cloud: CloudStatu
 def _mark_replacement(engine: Engine, spec: PoolSpec, done: Started, size: int, now: float) -> None:
     for name in done.nodes:
         engine.store.update_repair(spec.name, name, now, replacement=size)
-
-
-# ---- cancel ------------------------------------------------------------------------------------------------------
-def cancel(engine: Engine, spec: PoolSpec, nodes: Sequence[str], actor: str, reason: str) -> list[str]:
-    """End the named nodes' repairs (an operator's ``"cancel": true``): each forgotten with its event, then
-    uncordoned; the replacement stays. ValueError naming the nodes that are not in repair (nothing is changed)."""
-    assert engine.nodes is not None
-    with engine.holding(spec.name):
-        stored = {r.node: r for r in engine.store.repairs(spec.name)}
-        missing = [n for n in nodes if n not in stored]
-        if missing:
-            raise ValueError(f"not in repair in pool {spec.name}: {', '.join(missing)}")
-        now = engine.clock()
-        for name in nodes:
-            act = OperatorAct(spec.name, Action.REPAIR.value, OperatorOutcome.REPAIR_CANCELLED,
-                              f"repair of {name} cancelled by {actor}" + (f": {reason}" if reason else ""), actor,
-                              details={"node": name, "started": stored[name].since})
-            engine.events.repair_cancelled(act, name, now)
-            try:  # forgotten first: a failed uncordon is lifted by the reconciler's sweep, never left unowned
-                engine.nodes.cluster.uncordon(name)
-            except ClusterError as exc:
-                log.warning("pool=%s repair of %s cancelled; uncordon failed (the reconciler retries): %s",
-                            spec.name, name, redact_text(str(exc)))
-    return list(nodes)
-

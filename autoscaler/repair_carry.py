@@ -6,6 +6,7 @@ asked again next tick); work that cannot move (a Job's pod, a protected pod, by 
 keeps the node until it ends or ``repair.grace`` has passed, then it is evicted the same way; once nothing is left
 (DaemonSet and mirror pods aside) exactly that node is removed through the provider's named removal (``repaired``).
 Any failure is kept on the repair (``error``) and tried again next tick; nothing waits or sleeps here.
+An operator's cancel (:func:`cancel`) ends a repair the other way: forgotten, then uncordoned.
 """
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from typing import TYPE_CHECKING, Sequence
 from autoscaler.cluster.nodes import REMOVING, ClusterError, NodeView
 from autoscaler.cluster.pods import move_blocker
 from autoscaler.durations import rfc3339
+from autoscaler.events import OperatorAct
 from autoscaler.lease import PoolBusy
-from autoscaler.models import Action, Decision, Outcome, PoolSpec, PoolState
+from autoscaler.models import Action, Decision, OperatorOutcome, Outcome, PoolSpec, PoolState
 from autoscaler.redact import redact_text
 from autoscaler.scale_in import REPAIR_OWNER
-from autoscaler.store import PoolChange, RepairRecord
+from autoscaler.store import PoolChange, RepairRecord, StoreUnavailable
 from providers import NodeRef, ProviderError, RemovesNamedNodes, Tracked
 
 if TYPE_CHECKING:
@@ -53,7 +55,7 @@ def carry_on(engine: Engine, spec: PoolSpec, now: float, listed: Sequence[NodeVi
             if state.paused:
                 return []
             for repair in engine.store.repairs(spec.name):  # again, under the hold
-                decision = _step(engine, spec, state, repair, engine.clock())
+                decision = _guarded_step(engine, spec, state, repair, engine.clock())
                 if decision is not None:
                     out.append(decision)
     except PoolBusy:
@@ -71,6 +73,19 @@ def _sweep(engine: Engine, spec: PoolSpec, known: set[str], listed: Sequence[Nod
                 log.warning("pool=%s uncordoned %s: cordoned for a repair that has ended", spec.name, view.name)
             except ClusterError as exc:
                 log.warning("pool=%s uncordon of %s failed: %s", spec.name, view.name, redact_text(str(exc)))
+
+
+def _guarded_step(engine: Engine, spec: PoolSpec, state: PoolState, repair: RepairRecord,
+                  now: float) -> Decision | None:
+    """``_step``; an error no path expects is logged and kept on the repair, and the pool's other repairs go on."""
+    try:
+        return _step(engine, spec, state, repair, now)
+    except StoreUnavailable:
+        raise  # the tick is skipped; the next one tries again
+    except Exception as exc:  # a bug or a library's surprise must not stop the other repairs or pools
+        log.exception("pool=%s repair of %s: unexpected error", spec.name, repair.node)
+        _keep(engine, spec, repair, now, f"unexpected error ({type(exc).__name__}); see the service log")
+        return None
 
 
 def _step(engine: Engine, spec: PoolSpec, state: PoolState, repair: RepairRecord, now: float) -> Decision | None:
@@ -164,3 +179,27 @@ def _ended(engine: Engine, spec: PoolSpec, repair: RepairRecord, now: float,  # 
     decision = Decision(spec.name, Action.REPAIR, Outcome.REPAIRED, sizes[0] if sizes else None,
                         sizes[1] if sizes else None, reason, details=details)
     return engine.events.repair_ended(decision, repair.node, now, change)
+
+
+def cancel(engine: Engine, spec: PoolSpec, nodes: Sequence[str], actor: str, reason: str) -> list[str]:
+    """End the named nodes' repairs (an operator's ``"cancel": true``): each forgotten with its event, then
+    uncordoned; the replacement stays. ValueError naming the nodes that are not in repair (nothing is changed)."""
+    assert engine.nodes is not None
+    with engine.holding(spec.name):
+        stored = {r.node: r for r in engine.store.repairs(spec.name)}
+        missing = [n for n in nodes if n not in stored]
+        if missing:
+            raise ValueError(f"not in repair in pool {spec.name}: {', '.join(missing)}")
+        now = engine.clock()
+        for name in nodes:
+            act = OperatorAct(spec.name, Action.REPAIR.value, OperatorOutcome.REPAIR_CANCELLED,
+                              f"repair of {name} cancelled by {actor}" + (f": {reason}" if reason else ""), actor,
+                              details={"node": name, "started": stored[name].since})
+            engine.events.repair_cancelled(act, name, now)
+            try:  # forgotten first: a failed uncordon is lifted by the reconciler's sweep, never left unowned
+                engine.nodes.cluster.uncordon(name)
+            except ClusterError as exc:
+                log.warning("pool=%s repair of %s cancelled; uncordon failed (the reconciler retries): %s",
+                            spec.name, name, redact_text(str(exc)))
+    return list(nodes)
+

@@ -9,7 +9,7 @@ from typing import Annotated
 from flask import Response, jsonify
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from autoscaler import repair
+from autoscaler import repair_carry
 from autoscaler.answers import decision_json
 from autoscaler.api import fail
 from autoscaler.api.guards import principal
@@ -44,7 +44,7 @@ def repair_nodes(pool: str) -> Response:
     nodes = tuple(dict.fromkeys(req.nodes))
     if req.cancel:
         try:
-            repair.cancel(svc.engine, spec, nodes, principal().name + (f" (on behalf of {who})" if who else ""),
+            repair_carry.cancel(svc.engine, spec, nodes, principal().name + (f" (on behalf of {who})" if who else ""),
                           req.reason)
         except ValueError as exc:
             fail(409, str(exc))
