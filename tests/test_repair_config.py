@@ -68,3 +68,10 @@ def test_check_config_cli_names_the_key(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "autoscaler", "check-config", str(path)], capture_output=True,
                          text=True, timeout=60, check=False)
     assert out.returncode == 1 and "pools[0].repair: needs the top-level `kubernetes:` section" in out.stdout + out.stderr
+
+
+def test_a_replayed_rule_cannot_repair() -> None:
+    config = cfg({"provider": "simulated"}, kubernetes=False)
+    config["replay"] = {"rules": [{"alert": "X", "above": 90, "pool": "gpu", "action": "repair"}]}
+    found = problems(config)
+    assert any(p.startswith("replay.rules[0]") and "a repair names a node" in p for p in found), found
