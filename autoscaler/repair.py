@@ -56,6 +56,7 @@ class Started:
     replacement: str = ""  # what became of the replacement, for the reason
     reached: int | None = None
     pass_on: int = 0  # nodes the pool's group is asked for instead (the pool is short or at max)
+    cordon_failed: bool = False  # the API server refused a cordon: a retry of the sender can act
 
 
 def start(engine: Engine, signal: Signal) -> Decision:
@@ -214,7 +215,8 @@ def _nothing(plan: Decision, signal: Signal, admission: Admission, done: Started
         outcome, said = Outcome.FAILED, f"no repair started: {summary(done.kept)}"
     if done.kept and outcome is not Outcome.FAILED:
         said += f"; {summary(done.kept)}"
-    return Decision(plan.pool, plan.action, outcome, plan.from_, plan.to, _said(signal, said),
+    retry = CLUSTER_RETRY if outcome is Outcome.FAILED and done.cordon_failed else None
+    return Decision(plan.pool, plan.action, outcome, plan.from_, plan.to, _said(signal, said), retry_after=retry,
                     details=_details(admission, done))
 
 
@@ -242,6 +244,7 @@ def _cordon(engine: Engine, spec: PoolSpec, name: str, now: float, reason: str, 
     except ClusterError as exc:
         engine.store.end_repair(spec.name, name, None)
         done.kept.append((name, f"cordon failed: {redact_text(str(exc))[:200]}"))
+        done.cordon_failed = True
         return
     done.nodes.append(name)
 

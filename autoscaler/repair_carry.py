@@ -36,15 +36,14 @@ def carry_on(engine: Engine, spec: PoolSpec, now: float, listed: Sequence[NodeVi
     if engine.nodes is None:
         return []
     stored = engine.store.repairs(spec.name)
-    if spec.repair is None:  # the config lost `repair:` while repairs were stored: they wait for an operator
-        if stored:
-            log.warning("pool=%s has %d repair(s) stored but no `repair:` section: none is carried on; end each "
-                        "with POST /api/v1/pools/%s/repair {\"nodes\": [...], \"cancel\": true}", spec.name,
-                        len(stored), spec.name)
-        return []
     if listed is not None:
         _sweep(engine, spec, {r.node for r in stored}, listed)
     if not stored:
+        return []
+    if spec.repair is None:  # the config lost `repair:` while repairs were stored: they wait for an operator
+        log.warning("pool=%s has %d repair(s) stored but no `repair:` section: none is carried on; end each with "
+                    "POST /api/v1/pools/%s/repair {\"nodes\": [...], \"cancel\": true}", spec.name, len(stored),
+                    spec.name)
         return []
     if spec.dry_run:
         log.info("pool=%s dry run: %d repair(s) stored, none carried on", spec.name, len(stored))

@@ -305,3 +305,18 @@ def test_a_repair_routed_to_a_group_goes_to_the_member_the_node_is_of(tmp_path: 
     d = resp.get_json()["decisions"][0]
     assert (d["pool"], d["outcome"], d["from"], d["to"]) == ("gpu", "repair_started", 4, 5), d
     assert [r.path for r in receiver.received] == ["/gpu"] and cordoned(kube, "gpunp-1")
+
+
+def test_repairs_stored_before_repair_was_removed_from_the_config_wait_and_can_be_cancelled(
+        tmp_path: Any, kube: FakeKube, receiver: WebhookReceiver) -> None:
+    r = rig(tmp_path, kube, receiver.url)
+    repair(r.client, "gpunp-2")
+    pool = {"name": "gpu", "provider": "webhook", "min": 1, "max": 6, "node_selector": "agentpool=gpunp",
+            "webhook": {"url": receiver.url, "initial_count": 4}}  # the same store, `repair:` gone
+    cfg = config(f"sqlite:///{tmp_path}/s.db", pools=[pool], kubernetes={"host": kube.url, "token": kube.token})
+    later = Rig(create_app(cfg, clock=r.clock, startup_check=False), r.clock)
+    assert later.tick() == [] and cordoned(kube, "gpunp-2")  # not carried on, not swept: its repair is stored
+    assert post(later.client, "/api/v1/pools/gpu/repair", {"nodes": ["gpunp-3"]}).status_code == 422
+    resp = post(later.client, "/api/v1/pools/gpu/repair", {"nodes": ["gpunp-2"], "cancel": True})
+    assert resp.status_code == 200 and not cordoned(kube, "gpunp-2")
+    assert later.app.extensions["autoscaler"].store.repairs() == []
