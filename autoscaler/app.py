@@ -119,7 +119,7 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
     # tests call tick(now) themselves.
     app.extensions["autoscaler_reconciler"] = Reconciler(settings, store, built, engine, clock,
                                                          pruner=Pruner(store, settings.config.store.retain_events))
-    from autoscaler.api import health, openapi, pools, register_errors, status, webhooks
+    from autoscaler.api import health, openapi, pools, register_errors, repairs, status, webhooks  # noqa: F401
     from autoscaler.api.headers import browser_headers
 
     register_errors(app)

@@ -16,6 +16,7 @@ from autoscaler import validation, yaml_strict
 from autoscaler.envsubst import substitute
 from autoscaler.models import DirectionPolicy, Headroom, Mode, PoolSpec, Schedule
 from autoscaler.settings.common import DEFAULT_MOVABLE_OWNERS
+from autoscaler.settings.repair import repair_policy
 from autoscaler.settings import (AuthConfig, Config, DirectionConfig, PoolConfig, credential_problems,
                                  group_problems, reference_problems)
 
@@ -97,8 +98,12 @@ def build_settings(raw: Any, env: dict[str, str] | None = None, *, replay: bool 
                             for w in pool.schedules),
             short_for=pool.capacity.short_for,
             group=group_of.get(pool.name, ""),
+            repair=_repair(config, index, pool, settings, problems, replay),
             **_node_aware(config, index, pool, settings, problems, replay),
         )
+        if pool.repair is not None and config.kubernetes is not None and not pools[pool.name].node_selector:
+            problems.append(f"pools[{index}].node_selector: required with repair: (provider {pool.provider} has no "
+                            "default): a repair checks that the node it is told of is the pool's")
         if pools[pool.name].scale_out.mode is Mode.DEMAND and pool.gpus_per_node is None:
             problems.append(_NO_GPUS_PER_NODE.format(index=index))
     if problems:
@@ -267,6 +272,18 @@ def parse_selector(text: str) -> tuple[tuple[str, str], ...]:
                              "kubernetes.azure.com/agentpool=gpunp, terms joined by commas)")
         out.append((key, value))
     return tuple(out)
+
+
+def _repair(config: Config, index: int, pool: PoolConfig, settings: Any, problems: list[str],
+            replay: bool) -> Any:
+    """The pool's ``repair:`` as the core reads it; what makes it unusable goes to ``problems``."""
+    import providers
+
+    removes = settings is not None and providers.capabilities(pool.provider, settings).removes_named_nodes
+    policy, why = repair_policy(pool.repair, f"pools[{index}].repair", pool.provider, removes or settings is None,
+                                config.kubernetes is not None or replay)
+    problems += why
+    return policy
 
 
 def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, problems: list[str],

@@ -7,11 +7,11 @@ import socket
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Sequence
 
-from autoscaler import fallback
+from autoscaler import fallback, repair
 from autoscaler.attempt import Attempt, DedupClaim
 from autoscaler.config import Settings
 from autoscaler.events import EventLog
@@ -77,6 +77,8 @@ class Engine:
     def handle(self, signal: Signal) -> Decision:
         """Decide and act on one signal for one pool; records one event (and, when the cloud refused a group's pool
         for capacity, the next pool's decision for the same nodes as its own event)."""
+        if signal.action is Action.REPAIR:  # a node to replace, not a size: its own way (docs/repair.md)
+            return repair.start(self, signal)
         spec = self.settings.pools.get(signal.pool)
         if spec is None and signal.pool in self.settings.groups:
             routed = fallback.route(self.settings, self.store, self.providers, signal, self.clock())
@@ -199,10 +201,11 @@ class Engine:
         return self.events.record(decision, attempt.source, attempt.alerts, self.clock())
 
     @contextmanager
-    def holding(self, pool: str) -> Iterator[PoolState]:
+    def holding(self, pool: str, renewed: bool = False) -> Iterator[PoolState]:
         """Hold ``pool`` as a decision does (this process's lock, then the store lease, waiting up to
-        ``lock_wait``) while an operator changes it (pause, resume, count correction), so that a decision in flight
-        finishes first and none starts meanwhile; PoolBusy when it stays held."""
+        ``lock_wait``) while an operator changes it (pause, resume, count correction) or a repair takes a step, so
+        that a decision in flight finishes first and none starts meanwhile; PoolBusy when it stays held.
+        ``renewed``: the lease is kept as a decision's is (its holder calls the cloud)."""
         deadline = time.monotonic() + self.lock_wait
         lock = self._locks.setdefault(pool, threading.Lock())
         busy = PoolBusy(f"another decision on pool {pool} is still running after {self.lock_wait:g}s; try again",
@@ -216,7 +219,8 @@ class Engine:
             if state is None:
                 raise busy
             try:
-                yield state
+                with lease.kept(self.max_decision) if renewed else nullcontext():
+                    yield state
             finally:
                 lease.release()
         finally:

@@ -21,6 +21,8 @@ from providers import NodeRef, ProviderError, RemovesNamedNodes
 
 log = logging.getLogger(__name__)
 
+#: The cordon owner of a node in repair (docs/repair.md): the repair's to lift, never this module's sweep's.
+REPAIR_OWNER = "gpu-autoscaler/repair"
 REMOVAL_GRACE = 1800.0  # a node the cloud was asked to remove and still has after this is uncordoned again
 SHOWN = 4  # kept nodes named in a reason (the details list more)
 KEPT_LISTED = 100  # kept nodes listed in an event's details (a big pool's event stays small)
@@ -97,7 +99,7 @@ class NodeScaleIn:
                      else self.cluster.nodes(selector))
         done = []
         for view in views:
-            if view.cordoned_by_us is None:
+            if view.cordoned_by_us is None or view.cordon_owner == REPAIR_OWNER:
                 continue
             removing = view.cordon_owner.endswith(REMOVING)
             if not removing or view.cordoned_by_us < now - REMOVAL_GRACE:
@@ -119,7 +121,7 @@ class NodeScaleIn:
         views = self.cluster.nodes(dict(spec.node_selector))
         swept = self.sweep(spec, job.now, views)
         views = [replace(v, cordoned=False, cordoned_by_us=None, cordon_owner="") if v.name in swept else v
-                 for v in views if v.name in swept or not v.cordon_owner.endswith(REMOVING)]  # already going
+                 for v in views if v.name in swept or not _going(v)]  # already going (or in repair)
         pick = self._pick(spec, views, remove, alerted)
         kept_list = [(n.name, _why(n, r)) for n, r in pick.kept]
         drained = self._drain_all(job, [pick.drain] if pick.drain else [], kept_list)
@@ -143,7 +145,7 @@ class NodeScaleIn:
 
     def preview(self, spec: PoolSpec, remove: int, alerted: Sequence[str]) -> Removal:
         """What :meth:`scale_in` would pick, changing nothing (a dry-run pool)."""
-        views = [v for v in self.cluster.nodes(dict(spec.node_selector)) if not v.cordon_owner.endswith(REMOVING)]
+        views = [v for v in self.cluster.nodes(dict(spec.node_selector)) if not _going(v)]
         pick = self._pick(spec, views, remove, alerted)
         names = tuple(v.name for v in pick.idle) + ((pick.drain.name,) if pick.drain else ())
         said = f"would remove {', '.join(names)}" if names else "no node could go"
@@ -274,6 +276,11 @@ class NodeScaleIn:
             log.warning("%s", exc)
             return False
         return True
+
+
+def _going(view: NodeView) -> bool:
+    """Whether the node is already going: its removal asked of the cloud, or in repair (the repair removes it)."""
+    return view.cordon_owner.endswith(REMOVING) or view.cordon_owner == REPAIR_OWNER
 
 
 def _stuck(names: Sequence[str]) -> str:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 from autoscaler.auth import Authenticator
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
-from autoscaler.answers import Cooldown, PoolBody, dump, event_body
+from autoscaler.answers import Cooldown, PoolBody, RepairBody, dump, event_body
 from autoscaler.durations import rfc3339
 from autoscaler.events import EventLog
 from autoscaler.metrics import Metrics
@@ -16,7 +16,7 @@ from autoscaler.models import PoolSpec
 from autoscaler.policy import cooldown_remaining
 from autoscaler.redact import redact_text
 from autoscaler.schedules import effective_min
-from autoscaler.store import PoolView, Store
+from autoscaler.store import PoolView, RepairRecord, Store
 from providers import NodePoolProvider, ProviderError, Tracked
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,8 @@ class Service:
         extra: dict[str, Any] = self._nodes(spec) if with_nodes else {}
         if error:
             extra["error"] = error
+        if spec.repair is not None:
+            extra["repairs"] = [repair_body(r) for r in self.store.repairs(spec.name)]
         short = state.short_until is not None and state.short_until > now
         body = PoolBody(
             name=spec.name,
@@ -149,3 +151,9 @@ class Service:
             if view is not None and view.gpus is not None:
                 row["gpus"] = view.gpus
         return rows
+
+
+def repair_body(repair: RepairRecord) -> RepairBody:
+    """A stored repair as the pool answer lists it."""
+    return RepairBody(node=repair.node, since=rfc3339(repair.since), state=repair.state, reason=repair.reason,
+                      replacement=repair.replacement, error=repair.error or None)

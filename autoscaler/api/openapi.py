@@ -11,6 +11,7 @@ from autoscaler import __version__
 from autoscaler.answers import (DecisionBody, ErrorBody, EventList, GroupBody, GroupList, PoolBody, PoolList,
                                 WebhookAnswer)
 from autoscaler.api.pools import MAX_PAGE, CountRequest, PauseRequest, ScaleRequest
+from autoscaler.api.repairs import RepairRequest
 from autoscaler.models import Action
 from autoscaler.settings import MAX_NODES
 from autoscaler.sources.alertmanager import AlertmanagerPayload
@@ -21,8 +22,8 @@ bp = Blueprint("openapi", __name__)
 REF = "#/components/schemas/{model}"
 
 
-_REQUESTS: list[type[BaseModel]] = [ScaleRequest, PauseRequest, CountRequest, AlertmanagerPayload, GrafanaPayload,
-                                    LegacyPayload, AzureMonitorPayload]
+_REQUESTS: list[type[BaseModel]] = [ScaleRequest, PauseRequest, CountRequest, RepairRequest, AlertmanagerPayload,
+                                    GrafanaPayload, LegacyPayload, AzureMonitorPayload]
 _RESPONSES: list[type[BaseModel]] = [ErrorBody, DecisionBody, PoolBody, PoolList, GroupBody, GroupList, EventList,
                                      WebhookAnswer]
 
@@ -124,6 +125,12 @@ def _paths(pools: list[str]) -> dict[str, Any]:
                             "description": "Optional, but declared application/json even when empty."},
             "responses": {"200": _json(_ref(PoolBody), "The pool."),
                           **_errors("400", "401", "403", "404", "408", "413", "415", "422", "503")}}} for verb in ("pause", "resume")},
+        "/api/v1/pools/{pool}/repair": {"post": {
+            "summary": "Repair nodes (or cancel their repairs) by hand", "parameters": pool,
+            "requestBody": _body(_ref(RepairRequest)),
+            "responses": {"200": _json({"anyOf": [_ref(DecisionBody), _ref(PoolBody)]},
+                                       "The decision; with `cancel`, the pool."),
+                          **_errors("400", "401", "403", "404", "408", "409", "413", "415", "422", "503")}}},
         "/api/v1/pools/{pool}/count": {"put": {
             "summary": "Correct the tracked count", "parameters": pool, "requestBody": _body(_ref(CountRequest)),
             "responses": {"200": _json(_ref(PoolBody), "The pool."),

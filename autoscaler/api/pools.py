@@ -41,6 +41,9 @@ class ScaleRequest(BaseModel):
             raise ValueError("give either `action` (scale_out|scale_in, with optional `step`) or `target`")
         if self.target is not None and self.step is not None:
             raise ValueError("`step` goes with `action`, not with `target`")
+        if self.action is Action.REPAIR:
+            raise ValueError("`action: repair` has its own route: POST /api/v1/pools/{pool}/repair with "
+                             "{\"nodes\": [...]}")
         if self.nodes is not None and (self.action is not Action.SCALE_IN or self.step is not None):
             raise ValueError("`nodes` goes with `action: scale_in` and no `step` (the step is how many are named)")
         return self

@@ -104,6 +104,22 @@ class NodesView:
 
 
 @dataclass(frozen=True)
+class RepairRecord:
+    """A node in repair (docs/repair.md): since when, how far it got (``cordoned``, ``waiting`` for work that cannot
+    move, ``draining``, ``removing``), why it started, the pool size asked for its replacement (None: none), and
+    the last failure that keeps it going."""
+
+    pool: str
+    node: str
+    since: float
+    state: str
+    reason: str = ""
+    replacement: int | None = None
+    error: str = ""
+    updated_at: float = 0.0
+
+
+@dataclass(frozen=True)
 class QuickState:
     """What the cooldown short cut reads without the lease: the pool's state and the node count of its last event."""
 
@@ -215,6 +231,25 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def nodes_view(self, pool: str) -> NodesView | None:
         """A pool's stored node view (None: never listed)."""
+
+    @abc.abstractmethod
+    def add_repair(self, repair: RepairRecord) -> bool:
+        """Store a node's repair unless the node is already in repair (then False, nothing written)."""
+
+    @abc.abstractmethod
+    def repairs(self, pool: str | None = None) -> list[RepairRecord]:
+        """The nodes in repair (of ``pool``, or of every pool), oldest first."""
+
+    @abc.abstractmethod
+    def update_repair(self, pool: str, node: str, now: float, state: str | None = None,
+                      error: str | None = None, replacement: int | None = None) -> bool:
+        """Change a repair's state, last failure or replacement (None: as it is); False when it is not stored."""
+
+    @abc.abstractmethod
+    def end_repair(self, pool: str, node: str, event: EventRecord | None,
+                   change: PoolChange | None = None) -> int | None:
+        """In one transaction: forget the node's repair and append ``event`` as the pool's last (with ``change``);
+        the event id (None without one). A repair already gone still records the event."""
 
     @abc.abstractmethod
     def ping(self) -> None:

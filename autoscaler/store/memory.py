@@ -14,7 +14,8 @@ from dataclasses import replace
 
 from autoscaler.models import PoolState
 from autoscaler.store import tables
-from autoscaler.store.base import DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState, Store
+from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
+                                   RepairRecord, Store)
 from autoscaler.store.rows import hash_key, pool_state
 
 _DEFAULT_ROW = {c.name: None for c in tables.pools.c} | {"paused": False, "pause_reason": "", "failures": 0,
@@ -35,6 +36,7 @@ class MemoryStore(Store):
         self._leases: dict[str, tuple[str, float]] = {}  # name -> (owner, until)
         self._views: dict[str, PoolView] = {}
         self._nodes: dict[str, NodesView] = {}
+        self._repairs: dict[tuple[str, str], RepairRecord] = {}
 
     # -- helpers (the lock is held) --------------------------------------------------------------------
     def _append(self, event: EventRecord) -> int:
@@ -226,6 +228,42 @@ class MemoryStore(Store):
     def nodes_view(self, pool: str) -> NodesView | None:
         with self._lock:
             return self._nodes.get(pool)
+
+    def add_repair(self, repair: RepairRecord) -> bool:
+        with self._lock:
+            if (repair.pool, repair.node) in self._repairs:
+                return False
+            self._repairs[(repair.pool, repair.node)] = repair
+            return True
+
+    def repairs(self, pool: str | None = None) -> list[RepairRecord]:
+        with self._lock:
+            return sorted((r for r in self._repairs.values() if pool in (None, r.pool)),
+                          key=lambda r: (r.since, r.node))
+
+    def update_repair(self, pool: str, node: str, now: float, state: str | None = None,
+                      error: str | None = None, replacement: int | None = None) -> bool:
+        with self._lock:
+            held = self._repairs.get((pool, node))
+            if held is None:
+                return False
+            self._repairs[(pool, node)] = replace(
+                held, updated_at=now, state=held.state if state is None else state,
+                error=held.error if error is None else error,
+                replacement=held.replacement if replacement is None else replacement)
+            return True
+
+    def end_repair(self, pool: str, node: str, event: EventRecord | None,
+                   change: PoolChange | None = None) -> int | None:
+        with self._lock:
+            self._repairs.pop((pool, node), None)
+            if event is None:
+                return None
+            event_id = self._append(event)
+            row = self._pools.get(pool)
+            if row is not None:
+                row.update({**(change.columns() if change is not None else {}), "last_event_id": event_id})
+            return event_id
 
     def ping(self) -> None:
         """Memory always answers."""
