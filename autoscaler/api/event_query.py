@@ -30,11 +30,13 @@ class EventQuery:
     source: str | None = None
     limit: int = 100
     before: int | None = None
+    default_limit: int = 100  # where the query came from: a link leaves ``limit`` out when it is this
 
     def args(self, before: int | None = None, **changes: object) -> str:
         """The query string of this filter (``before``: another page of it), for links; empty values left out."""
         values: dict[str, object] = {"pool": self.pool, "outcome": ",".join(self.outcomes), "source": self.source,
-                                     "limit": self.limit if self.limit != 100 else None, "before": before}
+                                     "limit": self.limit if self.limit != self.default_limit else None,
+                                     "before": before}
         values.update(changes)
         return urlencode([(k, str(v)) for k, v in values.items() if v not in (None, "")])
 
@@ -59,7 +61,7 @@ def parse(args: MultiDict[str, str], default_limit: int = 100) -> EventQuery:
     if source is not None and source not in SOURCES:
         fail(400, f"source: unknown source {source[:40]!r} (one of: {', '.join(SOURCES)})")
     return EventQuery(pool=args.get("pool") or None, outcomes=_outcomes(args.getlist("outcome")), source=source,
-                      limit=int(text), before=int(before) if before else None)
+                      limit=int(text), before=int(before) if before else None, default_limit=default_limit)
 
 
 def page(store: Store, query: EventQuery) -> tuple[list[EventRecord], int | None]:
