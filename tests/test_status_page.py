@@ -51,7 +51,8 @@ def test_chart_is_a_step_line_within_the_box() -> None:
     assert drawn is not None and drawn["last"] == 1
     coords = [tuple(map(float, p.split(","))) for p in drawn["points"].split()]
     assert all(0 <= x <= drawn["w"] and 0 <= y <= drawn["h"] for x, y in coords)
-    assert len(coords) == 7  # 4 points, each change drawn as a step
+    assert len(coords) == 9  # 5 points, each change drawn as a step: the count before the first change held from
+    assert coords[0] == (drawn["left"], coords[2][1])  # the chart's left edge (10 min before now at least)
     assert chart([], 0, 4, 1.0) is None
 
 

@@ -114,8 +114,10 @@ def chart(events: list[dict[str, Any]], low: int, high: int, now: float, current
     decisions = [ev for ev in events if ev["outcome"] in MARKED or ev.get("action")]
     t0 = min([asked[0][0]] + [ev["_t"] for ev in decisions] + [t for t, _ in s["value"]])
     t0, t1 = min(t0, now - MIN_SPAN), now
+    if asked[0][0] > t0:  # the count before the first change, from the chart's left edge
+        asked.insert(0, (t0, asked[0][1]))
     shown = [c for _, c in asked + s["ready"] + s["flight"]] + [low]
-    top = max(max(shown), 1)
+    top = int(max(max(shown), 1))
     if high <= top * 1.5 + 1:  # the max fits without flattening the steps: draw it
         top = max(top, high)
     else:
@@ -166,7 +168,7 @@ def _markers(decisions: list[dict[str, Any]], x_of: Any, y_of: Any, now: float) 
         title = f"{ago(now - ev['_t'])} ({_hhmm(ev['_t'])} UTC): {ev['outcome']}"
         if ev["from"] is not None and ev["to"] is not None and ev["from"] != ev["to"]:
             title += f" {ev['from']} -> {ev['to']}"
-        yield {"kind": kind, "x": x_of(ev["_t"]), "y": y, "title": f"{title}: {ev.get('reason', '')}"[:300]}
+        yield {"kind": kind, "x": x_of(ev["_t"]), "y": y, "title": f"{title}: {ev.get('reason', '')}"[:200]}
 
 
 def _value(points: list[tuple[float, float]], x_of: Any, label: str) -> dict[str, Any] | None:

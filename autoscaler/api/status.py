@@ -14,6 +14,7 @@ from flask import Blueprint, Response, current_app, render_template, request
 from autoscaler.answers import event_json
 from autoscaler.api import ApiError, require_auth
 from autoscaler.api.chart import ago, chart, minutes, span
+from autoscaler.api.chart_svg import svg
 from autoscaler.api.event_query import OUTCOMES, SOURCES, EventQuery, page, parse
 from autoscaler.api.guards import principal
 from autoscaler.groups import Member, choose
@@ -36,10 +37,12 @@ def _when(t: float | None, now: float) -> str | None:
 def _pool_view(spec: PoolSpec, pool: dict[str, Any], rows: list[EventRecord], stored: Stored,
                now: float) -> dict[str, Any]:
     """A pool's row: its API answer, its chart, and its times said as a person would."""
-    evs = [{**event_json(r), "_t": r.time} for r in reversed(rows)]
+    evs = [{"_t": r.time, "outcome": r.outcome, "action": r.action, "from": r.from_, "to": r.to, "reason": r.reason,
+            "details": r.details} for r in reversed(rows)]  # the chart's fields, as event_json names them
     label = "demand (GPUs)" if spec.scale_out.mode is Mode.DEMAND else "alert value"
     pool["chart"] = chart(evs, spec.min, spec.max, now, current=pool["current"], provision_time=spec.provision_time,
                           in_flight_now=pool.get("in_flight"), value_label=label)
+    pool["chart_svg"] = svg(spec.name, pool["chart"]) if pool["chart"] else None
     state = stored.states.get(spec.name)
     pool["short_left"] = span(state.short_until - now) if pool.get("short_until") and state and state.short_until \
         else None
