@@ -8,6 +8,7 @@ decision that changed nothing. Every marker says what it was in its tooltip.
 """
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
@@ -46,7 +47,12 @@ def minutes(seconds: float) -> str:
 
 
 def _hhmm(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%H:%M")
+    return _minute(int(t // 60))
+
+
+@functools.lru_cache(maxsize=4096)
+def _minute(minute: int) -> str:  # a page of 800 charts labels the same few minutes thousands of times
+    return datetime.fromtimestamp(minute * 60, timezone.utc).strftime("%H:%M")
 
 
 def _steps(points: list[tuple[float, float]], x_of: Any, y_of: Any) -> str:

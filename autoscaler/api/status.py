@@ -7,9 +7,12 @@ The page reads the store a fixed number of times whatever the number of pools: e
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
+from urllib.parse import urlencode
 
 from flask import Blueprint, Response, current_app, render_template, request
+from markupsafe import Markup
 
 from autoscaler.answers import event_json
 from autoscaler.api import ApiError, require_auth
@@ -42,7 +45,10 @@ def _pool_view(spec: PoolSpec, pool: dict[str, Any], rows: list[EventRecord], st
     label = "demand (GPUs)" if spec.scale_out.mode is Mode.DEMAND else "alert value"
     pool["chart"] = chart(evs, spec.min, spec.max, now, current=pool["current"], provision_time=spec.provision_time,
                           in_flight_now=pool.get("in_flight"), value_label=label)
-    pool["chart_svg"] = svg(spec.name, pool["chart"]) if pool["chart"] else None
+    drawn = pool.pop("chart")
+    pool["chart_svg"] = svg(spec.name, drawn) if drawn else None
+    pool["chart"] = _legend(drawn) if drawn else None  # only what the legend reads: a page of 800 pools keeps
+    # 800 of these alive until it is rendered, and every object it keeps makes the collector's full passes longer
     state = stored.states.get(spec.name)
     pool["short_left"] = span(state.short_until - now) if pool.get("short_until") and state and state.short_until \
         else None
@@ -55,6 +61,21 @@ def _pool_view(spec: PoolSpec, pool: dict[str, Any], rows: list[EventRecord], st
     pool["last_ago"] = _when(last.time if last is not None else None, now)
     pool["gpus_per_node"] = spec.gpus_per_node
     return pool
+
+
+def _section(pool: dict[str, Any], events_args: str) -> SimpleNamespace:
+    """A pool's section rendered now, and the few members the rest of the page reads: a page of 800 pools then
+    keeps 800 strings alive rather than 800 trees of dicts (each object alive lengthens the collector's passes)."""
+    html = Markup(render_template("status_pool.html", p=SimpleNamespace(**pool, events_args=events_args)))
+    nodes = {k: pool[k] for k in ("nodes", "nodes_error") if k in pool}
+    return SimpleNamespace(name=pool["name"], html=html, **nodes)
+
+
+def _legend(drawn: dict[str, Any]) -> SimpleNamespace:
+    value = drawn["value"]
+    return SimpleNamespace(ready=bool(drawn["ready"]), flight=bool(drawn["flight"]), shorts=drawn["shorts"],
+                           max=drawn["max"], max_y=drawn["max_y"], changes=drawn["changes"],
+                           value=SimpleNamespace(label=value["label"], last=value["last"]) if value else None)
 
 
 def _groups(svc: Service, pools: dict[str, dict[str, Any]], stored: Stored, now: float) -> list[dict[str, Any]]:
@@ -90,13 +111,15 @@ def _render(query: EventQuery, error: str | None = None) -> Response:
     svc: Service = current_app.extensions["autoscaler"]
     now = svc.clock()
     specs = [spec for spec in svc.settings.pools.values() if principal().sees(spec.name)]
-    stored = Stored.read(svc.store, nodes=True)
+    stored = Stored.read(svc.store, nodes=svc.engine.nodes is not None)
     recent = svc.store.recent_events(now - WINDOW, CHART_POINTS)
     answers = svc.pools_json(specs, with_nodes=True, stored=stored)
-    pools = [_pool_view(spec, pool, recent.get(spec.name, []), stored, now) for spec, pool in zip(specs, answers)]
+    pools = [_pool_view(spec, pool, recent.pop(spec.name, []), stored, now) for spec, pool in zip(specs, answers)]
+    rest = query.args(pool="")  # the page's filters but the pool's, for each pool's link
+    shown = [_section(pool, "&".join(filter(None, (urlencode({"pool": pool["name"]}), rest)))) for pool in pools]
     rows, after = page(svc.store, query) if error is None else ([], None)
     events = [{**event_json(r), "ago": ago(now - r.time)} for r in rows]
-    html = render_template("status.html", pools=pools, groups=_groups(svc, {p["name"]: p for p in pools}, stored, now),
+    html = render_template("status.html", pools=shown, groups=_groups(svc, {p["name"]: p for p in pools}, stored, now),
                            events=events, query=query, next=after, error=error, refresh=10,
                            outcomes=OUTCOMES, quick=QUICK_OUTCOMES, sources=SOURCES)
     return Response(html, status=400 if error else 200, mimetype="text/html")
