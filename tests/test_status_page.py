@@ -111,3 +111,24 @@ def test_headless_chromium_renders_the_page_for_3am(tmp_path: Path) -> None:
     assert 'href="api/v1/events?pool=a100-ondemand&amp;outcome=scaled&amp;limit=1">this page as JSON' in paged
     rows = re.findall(r'<tr class="event">(.*?)</tr>', second, re.S)
     assert len(rows) == 1 and "2 → 3" in rows[0] and "« newest" in second
+
+
+def test_page_filters_events_like_the_api_and_says_a_bad_filter(tmp_path: Path) -> None:
+    clock = FakeClock()
+    client = make_app(f"sqlite:///{tmp_path}/s.db", clock).test_client()
+    client.post("/webhook/alertmanager", json=am_payload(am_alert(fingerprint="a")), headers=AUTH)
+    clock.advance(60)
+    client.post("/webhook/alertmanager", json=am_payload(am_alert(fingerprint="b")), headers=AUTH)  # cooldown
+    client.post("/api/v1/pools/spare/pause", json={"reason": "<i>x</i>"}, headers=AUTH)
+    html = client.get("/?outcome=skipped_cooldown,paused", headers=AUTH).get_data(as_text=True)
+    rows = re.findall(r'<tr class="event">(.*?)</tr>', html, re.S)
+    assert [re.search(r'class="outcome-(\w+)"', r).group(1) for r in rows] == ["paused", "skipped_cooldown"]  # type: ignore[union-attr]
+    assert 'value="paused" checked' in html and 'value="scaled">' in html
+    assert 'href="?pool=gpu&amp;outcome=skipped_cooldown%2Cpaused#events">events of gpu' in html
+    assert "&lt;i&gt;x&lt;/i&gt;" in html and "<i>x" not in html
+    paged = client.get("/?pool=gpu&limit=1", headers=AUTH).get_data(as_text=True)
+    assert paged.count('class="event"') == 1 and "older »" in paged and "1 min ago" in paged
+    bad = client.get("/?outcome=<b>nope", headers=AUTH)
+    text = bad.get_data(as_text=True)
+    assert bad.status_code == 400 and "outcome: unknown outcome &#39;&lt;b&gt;nope&#39;" in text
+    assert text.count('class="event"') == 0 and text.count('class="pool"') == 2
