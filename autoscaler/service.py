@@ -53,7 +53,8 @@ class Service:
     sinks: list[Any] = field(default_factory=list)
 
     def pool_json(self, spec: PoolSpec, with_last_event: bool = True, with_nodes: bool = False,
-                  views: dict[str, PoolView] | None = None, stored: Stored | None = None) -> dict[str, Any]:
+                  views: dict[str, PoolView] | None = None,
+                  stored: Stored | None = None) -> dict[str, Any]:  # long: one answer's fields, built in one place
         """A pool as the API shows it: configured limits, stored state and the stored cloud view (and with
         ``with_nodes``, where a cluster is configured, the pool's nodes as the reconciler last listed them).
 
