@@ -152,6 +152,14 @@ class SqlStore(SqlReads, Store):
             with self.gate.hold() if self.gate else nullcontext(), self.engine.begin() as conn:
                 yield conn
 
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        """One SELECT outside the writer gate: on SQLite a deferred BEGIN (``connections.sqlite_engine``), so a
+        page's reads neither wait for a decision's write nor hold one up."""
+        self._guard()
+        with _unavailable("store unavailable"), self.engine.connect() as conn:
+            yield conn.execution_options(read_only=True)
+
     def _insert_ignore(self, table: Any, rows: list[dict[str, Any]]) -> Any:
         if self.dialect == "postgresql":
             from sqlalchemy.dialects.postgresql import insert as pg_insert

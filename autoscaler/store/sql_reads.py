@@ -20,7 +20,10 @@ class SqlReads:
     """Mixed into ``SqlStore``: every method is one short read transaction (``_tx``)."""
 
     def _tx(self) -> AbstractContextManager[Connection]:
-        raise NotImplementedError  # SqlStore's
+        raise NotImplementedError  # SqlStore's: a short transaction
+
+    def _read(self) -> AbstractContextManager[Connection]:
+        raise NotImplementedError  # SqlStore's: one SELECT outside the writer gate
 
     def events(self, pool: str | None, limit: int, before_id: int | None = None, *,
                outcomes: Collection[str] = (), source: str | None = None) -> list[EventRecord]:
@@ -48,7 +51,7 @@ class SqlReads:
         ranked = select(t, rank).where(t.c.time >= since, t.c.pool.is_not(None)).subquery()
         query = select(ranked).where(ranked.c.rank <= per_pool).order_by(ranked.c.pool, ranked.c.id.desc())
         out: dict[str, list[EventRecord]] = {}
-        with self._tx() as conn:
+        with self._read() as conn:
             for row in conn.execute(query).all():
                 out.setdefault(row.pool, []).append(event_record(row))
         return out
@@ -56,7 +59,7 @@ class SqlReads:
     def last_events(self) -> dict[str, EventRecord]:
         p, t = tables.pools, tables.events
         query = select(p.c.name.label("pool_name"), t).join(t, t.c.id == p.c.last_event_id)
-        with self._tx() as conn:
+        with self._read() as conn:
             return {row.pool_name: event_record(row) for row in conn.execute(query).all()}
 
     def views(self) -> dict[str, PoolView]:
@@ -72,7 +75,7 @@ class SqlReads:
         return _nodes(row) if row else None
 
     def nodes_views(self) -> dict[str, NodesView]:
-        with self._tx() as conn:
+        with self._read() as conn:
             rows = conn.execute(select(tables.node_views)).all()
         return {r.pool: _nodes(r) for r in rows}
 
