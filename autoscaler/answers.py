@@ -178,6 +178,8 @@ class EventList(BaseModel):
     """GET /api/v1/events."""
 
     events: list[EventBody]
+    next: int | None = Field(description="The `before` of the next page (older events matching the same "
+                             "filters); null when none is left.")
 
 
 class WebhookAnswer(BaseModel):

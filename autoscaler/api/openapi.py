@@ -10,7 +10,8 @@ from pydantic.json_schema import models_json_schema
 from autoscaler import __version__
 from autoscaler.answers import (DecisionBody, ErrorBody, EventList, GroupBody, GroupList, PoolBody, PoolList,
                                 WebhookAnswer)
-from autoscaler.api.pools import MAX_PAGE, CountRequest, PauseRequest, ScaleRequest
+from autoscaler.api.event_query import MAX_PAGE, OUTCOMES, SOURCES
+from autoscaler.api.pools import CountRequest, PauseRequest, ScaleRequest
 from autoscaler.api.repairs import RepairRequest
 from autoscaler.models import Action
 from autoscaler.settings import MAX_NODES
@@ -139,7 +140,12 @@ def _paths(pools: list[str]) -> dict[str, Any]:
             "summary": "The event log, newest first",
             "parameters": [_query("pool", {"type": "string"}, "Only this pool."),
                            _query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}, "Default 100."),
-                           _query("before", {"type": "integer", "minimum": 0, "maximum": 10**18 - 1}, "Only events with a smaller id.")],
+                           _query("before", {"type": "integer", "minimum": 0, "maximum": 10**18 - 1},
+                                  "Only events with a smaller id: the next page is the answer's `next`."),
+                           {**_query("outcome", {"type": "array", "items": {"type": "string", "enum": list(OUTCOMES)}},
+                                     "Only these outcomes: one or more, comma-separated (or the parameter repeated)."),
+                            "style": "form", "explode": False},
+                           _query("source", {"type": "string", "enum": list(SOURCES)}, "Only events from this source.")],
             "responses": {"200": _json(_ref(EventList), "The events of pools the credential may read."),
                           **_errors("400", "401", "403", "503")}}},
         "/healthz": {"get": {**open_, "summary": "Liveness", "responses": {"200": {"description": "Serving."}}}},

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Collection
 
 from autoscaler.models import Action, PoolState
 
@@ -187,8 +187,17 @@ class Store(abc.ABC):
         """Change pool state outside a decision (pause, resume, count correction), with its event."""
 
     @abc.abstractmethod
-    def events(self, pool: str | None, limit: int, before_id: int | None = None) -> list[EventRecord]:
-        """Newest first."""
+    def events(self, pool: str | None, limit: int, before_id: int | None = None, *,
+               outcomes: Collection[str] = (), source: str | None = None) -> list[EventRecord]:
+        """Newest first; only ``outcomes`` (when given) and events from ``source`` (when given)."""
+
+    @abc.abstractmethod
+    def recent_events(self, since: float, per_pool: int) -> dict[str, list[EventRecord]]:
+        """Each pool's events at or after ``since``, newest first, at most ``per_pool`` each, in one read (pages)."""
+
+    @abc.abstractmethod
+    def last_events(self) -> dict[str, EventRecord]:
+        """Each pool's last event (the one its row points at), by pool, in one read."""
 
     @abc.abstractmethod
     def event(self, event_id: int) -> EventRecord | None:
@@ -250,6 +259,10 @@ class Store(abc.ABC):
                    change: PoolChange | None = None) -> int | None:
         """In one transaction: forget the node's repair and append ``event`` as the pool's last (with ``change``);
         the event id (None without one). A repair already gone still records the event."""
+
+    @abc.abstractmethod
+    def nodes_views(self) -> dict[str, NodesView]:
+        """Every pool's stored node view, by pool, in one read (pages)."""
 
     @abc.abstractmethod
     def ping(self) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 from dataclasses import replace
+from typing import Collection
 
 from autoscaler.models import PoolState
 from autoscaler.store import tables
@@ -163,16 +164,37 @@ class MemoryStore(Store):
                 row.update(values)
             return event_id
 
-    def events(self, pool: str | None, limit: int, before_id: int | None = None) -> list[EventRecord]:
+    def events(self, pool: str | None, limit: int, before_id: int | None = None, *,
+               outcomes: Collection[str] = (), source: str | None = None) -> list[EventRecord]:
         with self._lock:
             out = []
             for event_id in sorted(self._events, reverse=True):
                 event = self._events[event_id]
-                if (pool is None or event.pool == pool) and (before_id is None or event_id < before_id):
-                    out.append(replace(event, alerts=list(event.alerts), details=dict(event.details)))
+                if ((pool is None or event.pool == pool) and (before_id is None or event_id < before_id)
+                        and (not outcomes or event.outcome in outcomes) and (source is None or event.source == source)):
+                    out.append(self._copy(event))
                     if len(out) >= limit:
                         break
             return out
+
+    @staticmethod
+    def _copy(event: EventRecord) -> EventRecord:
+        return replace(event, alerts=list(event.alerts), details=dict(event.details))
+
+    def recent_events(self, since: float, per_pool: int) -> dict[str, list[EventRecord]]:
+        with self._lock:
+            out: dict[str, list[EventRecord]] = {}
+            for event_id in sorted(self._events, reverse=True):
+                event = self._events[event_id]
+                if event.pool is not None and event.time >= since and len(out.get(event.pool, ())) < per_pool:
+                    out.setdefault(event.pool, []).append(self._copy(event))
+            return out
+
+    def last_events(self) -> dict[str, EventRecord]:
+        with self._lock:
+            last = {name: self._events.get(row["last_event_id"]) for name, row in self._pools.items()
+                    if isinstance(row["last_event_id"], int)}
+            return {name: self._copy(event) for name, event in last.items() if event is not None}
 
     def event(self, event_id: int) -> EventRecord | None:
         with self._lock:
@@ -264,6 +286,10 @@ class MemoryStore(Store):
             if row is not None:
                 row.update({**(change.columns() if change is not None else {}), "last_event_id": event_id})
             return event_id
+
+    def nodes_views(self) -> dict[str, NodesView]:
+        with self._lock:
+            return dict(self._nodes)
 
     def ping(self) -> None:
         """Memory always answers."""
