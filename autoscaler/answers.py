@@ -95,6 +95,19 @@ class PoolGpus(BaseModel):
                                 "and unallocated claims).")
 
 
+class RepairBody(BaseModel):
+    """A node in repair (docs/repair.md)."""
+
+    node: str
+    since: str = Field(description="RFC 3339: when its repair started.")
+    state: str = Field(description="cordoned | waiting (for work that cannot move, within grace) | draining | "
+                       "removing")
+    reason: str
+    replacement: int | None = Field(default=None, description="The pool size asked for its replacement (null: none "
+                                    "asked yet).")
+    error: str | None = Field(default=None, description="The last failure; the reconciler tries again next tick.")
+
+
 class PoolBody(BaseModel):
     """A pool: configured limits, stored state and the cloud's view."""
 
@@ -138,6 +151,8 @@ class PoolBody(BaseModel):
     short_for_s: float | None = Field(default=None, description="capacity.short_for: how long a shortfall marks "
                                       "the pool short.")
     group: str | None = Field(default=None, description="The fallback group the pool is in.")
+    repairs: list[RepairBody] | None = Field(default=None, description="With `repair:`: the pool's nodes in "
+                                             "repair, oldest first.")
 
 
 class PoolList(BaseModel):
@@ -163,6 +178,8 @@ class EventList(BaseModel):
     """GET /api/v1/events."""
 
     events: list[EventBody]
+    next: int | None = Field(description="The `before` of the next page (older events matching the same "
+                             "filters); null when none is left.")
 
 
 class WebhookAnswer(BaseModel):

@@ -5,7 +5,7 @@ import logging
 from dataclasses import replace
 from typing import Any, Sequence
 
-from autoscaler import fallback
+from autoscaler import fallback, repair
 from autoscaler.attempt import Attempt, DedupClaim
 from autoscaler.clock import SYSTEM, Clock
 from autoscaler.config import Settings
@@ -67,6 +67,8 @@ class Engine:
     def handle(self, signal: Signal) -> Decision:
         """Decide and act on one signal for one pool; records one event (and, when the cloud refused a group's pool
         for capacity, the next pool's decision for the same nodes as its own event)."""
+        if signal.action is Action.REPAIR:  # a node to replace, not a size: its own way (docs/repair.md)
+            return repair.start(self, signal)
         spec = self.settings.pools.get(signal.pool)
         if spec is None and signal.pool in self.settings.groups:
             routed = fallback.route(self.settings, self.store, self.providers, signal, self.clock())

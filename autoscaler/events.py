@@ -129,6 +129,30 @@ class EventLog:
         self._publish(replace(ev, id=event_id), count=False)  # not a decision: no decisions_total sample
         return event_id or 0
 
+    def applied(self, d: Decision, source: str, alerts: list[Alert], now: float, change: PoolChange) -> Decision:
+        """Record a decision made under ``Engine.holding`` (a repair's start) with its change to the pool's state,
+        in one transaction."""
+        assert d.pool is not None
+        ev = self._record_for(d, source, alerts, now)
+        event_id = self.store.update_pool(d.pool, ev, change)
+        return self._published(d, replace(ev, id=event_id))
+
+    def repair_ended(self, d: Decision, node: str, now: float, change: PoolChange | None = None) -> Decision:
+        """Record the end of ``node``'s repair (source ``reconcile``) and forget the repair, in one transaction."""
+        assert d.pool is not None
+        ev = self._record_for(d, Source.RECONCILE.value, [], now)
+        event_id = self.store.end_repair(d.pool, node, ev, change)
+        return self._published(d, replace(ev, id=event_id))
+
+    def repair_cancelled(self, act: OperatorAct, node: str, now: float) -> int:
+        """An operator's cancel: forget ``node``'s repair and record who cancelled it, in one transaction."""
+        ev = EventRecord(time=now, pool=act.pool, source=Source.OPERATOR.value, action=act.action,
+                         outcome=act.outcome.value, from_=None, to=None, reason=clean(redact_text(act.reason)),
+                         alerts=[], details=_redacted({"actor": act.actor, **(act.details or {})}))
+        event_id = self.store.end_repair(act.pool, node, ev)
+        self._publish(replace(ev, id=event_id), count=False)
+        return event_id or 0
+
     def _published(self, d: Decision, ev: EventRecord) -> Decision:
         self._publish(ev)
         return replace(d, event_id=ev.id)

@@ -195,10 +195,11 @@ class PoolHold:
         return Held(state, lease, self.events, lock, self.max_decision)
 
     @contextmanager
-    def operator(self, pool: str) -> Iterator[PoolState]:
-        """Hold ``pool`` for an operator's change (pause, resume, count correction): a decision in flight finishes
-        first and none starts meanwhile; PoolHeld when it stays held past ``lock_wait``."""
-        held = self.take(pool, self.owner(f"operator:{uuid.uuid4().hex}"), self.deadline())
+    def holding(self, pool: str, who: str = "operator") -> Iterator[PoolState]:
+        """Hold ``pool`` for a change recorded on its own (an operator's pause, resume or count correction, a
+        repair's step; ``who`` names the holder in the lease's owner): a decision in flight finishes first and none
+        starts meanwhile; PoolHeld when it stays held past ``lock_wait``."""
+        held = self.take(pool, self.owner(f"{who}:{uuid.uuid4().hex}"), self.deadline())
         if held is None:
             raise PoolHeld(f"another decision on pool {pool} is still running after {self.lock_wait:g}s; try again",
                            self.retry_after)

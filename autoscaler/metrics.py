@@ -124,6 +124,8 @@ class PoolStateCollector(Collector):
         gpus = GaugeMetricFamily(f"{PREFIX}_pool_gpus", "The pool's GPUs as the last listing counted them (device "
                                  "plugin or DRA): allocatable, requested (or allocated), pending (unscheduled "
                                  "pods' requests and unallocated claims).", labels=["pool", "state"])
+        repairs = GaugeMetricFamily(f"{PREFIX}_nodes_in_repair", "Nodes of the pool in repair now (cordoned, "
+                                    "waiting, draining or being removed; pools with `repair:`).", labels=["pool"])
         up = GaugeMetricFamily(f"{PREFIX}_store_up", "1 when the store answered this scrape (its schema whole, "
                                "a write taken).")
         try:
@@ -161,8 +163,10 @@ class PoolStateCollector(Collector):
             for state, value in (row.get("gpus") or {}).items():
                 if value is not None:
                     gpus.add_metric([name, state], value)
+            if row.get("repairs") is not None:
+                repairs.add_metric([name], len(row["repairs"]))
         if rows:
             paused_total.add_metric([], sum(1 for row in rows if row["paused"]))
             short_total.add_metric([], sum(1 for row in rows if row.get("short_until")))
         yield from (paused, paused_total, short, short_total, window, size, cooldown, backoff, last, in_flight, floor,
-                    *limits.values(), age, gpus, up)
+                    *limits.values(), age, gpus, repairs, up)

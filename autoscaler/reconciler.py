@@ -27,7 +27,7 @@ from typing import ContextManager, Sequence
 from autoscaler.clock import SYSTEM, Clock
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
-from autoscaler import shortage
+from autoscaler import repair_carry, shortage
 from autoscaler.facts import headroom_facts, keeps_headroom
 from autoscaler.headroom import Floor, floor as headroom_floor
 from autoscaler.inflight import NOT_REGISTERED, unregistered
@@ -99,6 +99,7 @@ class Reconciler:
         view, facts, short = self.refresh(spec, now)
         out.views.append(view)
         listed = self.refresh_nodes(spec, now)
+        out.decisions += repair_carry.carry_on(self.engine, spec, now, listed)  # docs/repair.md
         if short is not None:  # the cloud accepted a size it could not deliver: say so, give back, ask the group
             out.decisions += self._short(spec, now, short)
             return

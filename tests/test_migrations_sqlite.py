@@ -14,6 +14,7 @@ from autoscaler.store import SqlStore, tables
 from autoscaler.store.base import EventRecord
 from autoscaler.store.migrate import head_revision
 from tests.servers import ROOT
+from tests.support import FakeClock
 
 CODE = ("import logging, sys; logging.basicConfig(level=logging.INFO); from autoscaler.store import SqlStore; "
         "s = SqlStore(sys.argv[1]); s.ensure_pools(['gpu']); s.close()")
@@ -56,14 +57,6 @@ def test_sqlite_tables_made_by_create_all_are_adopted(tmp_path: Path) -> None:
         store.close()
 
 
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def _event(t: float) -> EventRecord:
     return EventRecord(time=t, pool="gpu", source="manual", action=None, outcome="skipped_paused", from_=None,
                        to=None, reason="test")
@@ -72,7 +65,7 @@ def _event(t: float) -> EventRecord:
 def test_pruner_runs_at_most_once_a_minute(tmp_path: Path) -> None:
     store = SqlStore(f"sqlite:///{tmp_path}/prune.db")
     day = 86400.0
-    clock = Clock(100 * day)
+    clock = FakeClock(100 * day)
     try:
         for t in (10 * day, 20 * day, 69 * day, 71 * day, 99 * day):
             store.record(_event(t))

@@ -265,8 +265,8 @@ def _bearer_for_requests(conf: Any) -> None:
 
 _WHAT_TO_DO = {
     401: "; the API server refused the credentials: check kubernetes.token, kubeconfig or the service account token",
-    403: "; the service account lacks a permission: apply deploy/kubernetes/rbac.yaml (get, list, patch nodes; "
-         "list pods; create pods/eviction; list poddisruptionbudgets)",
+    403: "; the service account lacks a permission: grant what docs/rbac.md lists for the config (the Helm chart "
+         "does; deploy/kubernetes/rbac.yaml grants every row)",
 }
 
 

@@ -28,14 +28,16 @@ from autoscaler.redact import redact_text
 from autoscaler.store import probe, tables
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState, Store,
                                    StoreUnavailable)
-from autoscaler.store.rows import (STATE_COLUMNS, claim_params, claim_sql, event_record, event_row, hash_key,
-                                   nodes_json, nodes_of, pool_state, storable)
+from autoscaler.store.rows import (STATE_COLUMNS, claim_params, claim_sql, event_row, hash_key, nodes_json,
+                                   pool_state, storable)
 from autoscaler.store.gate import WriterGate
 from autoscaler.store.connections import (StoreOptions, after_fork_dispose, make_engine, normalize_url,
                                           postgres_engine, sqlite_file)
 from autoscaler.store.sqlite_file import SqliteFile
+from autoscaler.store.sql_reads import SqlReads
 from autoscaler.store.migrate import upgrade
 from autoscaler.store.boot import supervised
+from autoscaler.store.repairs import SqlRepairs
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +74,7 @@ def _finish_sql(fields: tuple[str, ...]) -> Any:
                     lease_until=case((ours, None), else_=p.lease_until)))
 
 
-class SqlStore(Store):
+class SqlStore(SqlRepairs, SqlReads, Store):
     """Every method is one short transaction."""
 
     def __init__(self, url: str, options: StoreOptions | None = None, *, migrate: bool = True) -> None:
@@ -160,6 +162,14 @@ class SqlStore(Store):
         except StoreUnavailable:
             self._write_ok_until = float("-inf")  # the next readiness probe writes again (store/probe.py)
             raise
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        """One SELECT outside the writer gate: on SQLite a deferred BEGIN (``connections.sqlite_engine``), so a
+        page's reads neither wait for a decision's write nor hold one up."""
+        self._guard()
+        with _unavailable("store unavailable"), self.engine.connect() as conn:
+            yield conn.execution_options(read_only=True)
 
     def _insert_ignore(self, table: Any, rows: list[dict[str, Any]]) -> Any:
         if self.dialect == "postgresql":
@@ -291,21 +301,6 @@ class SqlStore(Store):
                 conn.execute(update(t).where(t.c.name == pool).values(**values))
         return event_id
 
-    def events(self, pool: str | None, limit: int, before_id: int | None = None) -> list[EventRecord]:
-        t = tables.events
-        query = select(t).order_by(t.c.id.desc()).limit(limit)
-        if pool is not None:
-            query = query.where(t.c.pool == pool)
-        if before_id is not None:
-            query = query.where(t.c.id < before_id)
-        with self._tx() as conn:
-            return [event_record(r) for r in conn.execute(query).all()]
-
-    def event(self, event_id: int) -> EventRecord | None:
-        with self._tx() as conn:
-            row = conn.execute(select(tables.events).where(tables.events.c.id == event_id)).first()
-        return event_record(row) if row else None
-
     def recommendations(self, pool: str, since: float) -> list[tuple[float, int]]:
         t = tables.recommendations
         query = select(t.c.time, t.c.desired).where(t.c.pool == pool, t.c.time >= since).order_by(t.c.time)
@@ -321,7 +316,9 @@ class SqlStore(Store):
     def scale_outs(self, pool: str, since: float) -> list[tuple[float, int, int]]:
         t = tables.events  # ix_events_time bounds it to the last few minutes' events
         query = (select(t.c.time, t.c.from_count, t.c.to_count)
-                 .where(t.c.time >= since, t.c.pool == pool, t.c.action == "scale_out", t.c.outcome == "scaled",
+                 .where(t.c.time >= since, t.c.pool == pool, t.c.action == "scale_out",
+                        ((t.c.outcome == "scaled") | ((t.c.outcome == "no_capacity")
+                                                      & (t.c.to_count < t.c.from_count))),
                         t.c.from_count.is_not(None), t.c.to_count.is_not(None))
                  .order_by(t.c.time))
         with self._tx() as conn:
@@ -349,12 +346,6 @@ class SqlStore(Store):
             conn.execute(self._insert_ignore(t, [row]))
             conn.execute(update(t).where(t.c.pool == view.pool, t.c.read_at <= view.read_at).values(**row))
 
-    def views(self) -> dict[str, PoolView]:
-        with self._tx() as conn:
-            rows = conn.execute(select(tables.pool_views)).all()
-        return {r.pool: PoolView(r.pool, r.current, bool(r.busy), r.detail, int(r.in_flight), r.error,
-                                 float(r.read_at)) for r in rows}
-
     def save_nodes(self, view: NodesView) -> None:
         t = tables.node_views
         row = storable(t, {"pool": view.pool, "error": view.error, "read_at": view.read_at})
@@ -362,12 +353,6 @@ class SqlStore(Store):
         with self._tx() as conn:
             conn.execute(self._insert_ignore(t, [row]))
             conn.execute(update(t).where(t.c.pool == view.pool, t.c.read_at <= view.read_at).values(**row))
-
-    def nodes_view(self, pool: str) -> NodesView | None:
-        t = tables.node_views
-        with self._tx() as conn:
-            row = conn.execute(select(t).where(t.c.pool == pool)).first()
-        return nodes_of(row.pool, row.nodes, row.error, float(row.read_at)) if row else None
 
     def ping(self) -> None:
         """The store answers, holds every table and column the service uses, and takes a write (store/probe.py)."""
