@@ -58,16 +58,6 @@ class AksSettings(BaseModel):
                               description="Read timeout of one HTTP attempt (`request_timeout` is its older name).")
     connect_timeout: Duration = Field(default=3.0, gt=0, description="Connect timeout of one HTTP attempt.")
 
-    @property
-    def budget(self) -> float:
-        """The older name of ``retry_budget``."""
-        return self.retry_budget
-
-    @property
-    def request_timeout(self) -> float:
-        """The older name of ``timeout``."""
-        return self.timeout
-
     @field_validator("subscription_id")
     @classmethod
     def _segment(cls, value: str) -> str:

@@ -138,11 +138,6 @@ class Provider:
     needs_read: tuple[bool, bool] = (False, False)
 
     @property
-    def tracks_count(self) -> bool:
-        """True when the service keeps this pool's count (the declaration's ``reports_count``, negated)."""
-        return not self.capabilities.reports_count
-
-    @property
     def where(self) -> str:
         """The pool as a person finds it in the cloud, for messages."""
         return f"pool {self.pool}"

@@ -165,7 +165,7 @@ def test_settings_and_registry() -> None:
     settings = factory.settings_model.model_validate(
         {"cluster_id": CLUSTER, "nodepool_id": NODEPOOL, "region_id": "cn-hangzhou"})
     provider = factory.build("p", settings, FakeClock())
-    assert provider.tracks_count is False
+    assert provider.capabilities.reports_count is True
     with pytest.raises(ValueError, match="access_key"):
         factory.settings_model.model_validate({"cluster_id": "c", "nodepool_id": "n", "region_id": "r",
                                                "access_key": "x"})

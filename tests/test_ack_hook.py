@@ -165,7 +165,7 @@ def test_secret_never_leaks_into_errors_or_logs(hook: FakeHookServer, sleeps: li
 
 def test_status_returns_the_tracked_count_or_the_initial_one(hook: FakeHookServer, sleeps: list[float]) -> None:
     provider = make(hook, sleeps)
-    assert provider.tracks_count is True
+    assert provider.capabilities.reports_count is False
     assert provider.status(Tracked(count=None, changed_at=None), now=0.0).current == 2
     assert provider.status(Tracked(count=7, changed_at=1.0), now=2.0).current == 7
     assert hook.calls == []
@@ -184,7 +184,7 @@ def test_registry_builds_it_and_repr_hides_the_url() -> None:
         {"scale_out_url": f"https://cs.console.aliyun.com/hook/trigger?secret={SECRET}",
          "scale_in_url": f"https://cs.console.aliyun.com/hook/trigger?secret={SECRET}", "initial_count": 1})
     assert SECRET not in repr(settings) and SECRET not in str(settings.model_dump())
-    assert factory.build("ack-t4", settings, FakeClock()).tracks_count is True
+    assert factory.build("ack-t4", settings, FakeClock()).capabilities.reports_count is False
     with pytest.raises(ValidationError):
         factory.settings_model.model_validate({"scale_out_url": "https://h/x", "scale_in_url": "https://h/y",
                                                "typo": 1})

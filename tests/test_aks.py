@@ -284,7 +284,7 @@ def test_settings_validation_and_factory() -> None:
     assert aks.settings_model is AksSettings
     settings = AksSettings.model_validate(
         {"subscription_id": SUB, "resource_group": RG, "cluster": CLUSTER, "agent_pool": "gpunp"})
-    assert settings.arm_endpoint == "https://management.azure.com" and settings.budget == 8.0
+    assert settings.arm_endpoint == "https://management.azure.com" and settings.retry_budget == 8.0
     assert isinstance(aks.build("gpu", settings, FakeClock()), AksProvider)
     bad = [{"subscription_id": "sub/../other"}, {"subscription_id": ""}, {"agent_pool": "GPU_pool"}, {"arm_endpoint": "ftp://x"},
            {"client_secret": "s3cret"}]
@@ -298,7 +298,7 @@ def test_settings_validation_and_factory() -> None:
     sovereign = AksSettings.model_validate(
         {"subscription_id": SUB, "resource_group": RG, "cluster": CLUSTER, "agent_pool": "gpunp",
          "arm_endpoint": "https://management.usgovcloudapi.net/", "budget": "5s"})
-    assert sovereign.arm_endpoint == "https://management.usgovcloudapi.net" and sovereign.budget == 5.0
+    assert sovereign.arm_endpoint == "https://management.usgovcloudapi.net" and sovereign.retry_budget == 5.0
 
 
 def test_azure_sdk_is_imported_lazily() -> None:

@@ -107,7 +107,7 @@ def test_secrets_in_url_and_headers_never_leak(endpoint: FakeHookServer, sleeps:
 
 def test_tracked_count(endpoint: FakeHookServer, sleeps: list[float]) -> None:
     provider = make(endpoint, sleeps)
-    assert provider.tracks_count is True
+    assert provider.capabilities.reports_count is False
     assert provider.status(Tracked(None, None), 0.0).current == 3
     assert provider.status(Tracked(8, 1.0), 2.0).current == 8
 
@@ -115,7 +115,7 @@ def test_tracked_count(endpoint: FakeHookServer, sleeps: list[float]) -> None:
 def test_count_url_reads_the_size(endpoint: FakeHookServer, sleeps: list[float]) -> None:
     provider = make(endpoint, sleeps, tracks_count=False, count_url=endpoint.hook_url("/size", "token=" + TOKEN),
                     count_field="nodes")
-    assert provider.tracks_count is False
+    assert provider.capabilities.reports_count is True
     endpoint.then(Answer(body={"nodes": 6, "busy": True}), Answer(body={"nodes": "six"}))
     status = provider.status(Tracked(None, None), 0.0)
     assert (status.current, status.busy) == (6, True)
@@ -141,4 +141,4 @@ def test_settings_are_checked(overrides: dict[str, Any], message: str) -> None:
 def test_registry_builds_it() -> None:
     factory = providers.factory("webhook")
     provider = factory.build("p", factory.settings_model.model_validate({"url": "https://ci.example.com/x"}), FakeClock())
-    assert provider.tracks_count is True
+    assert provider.capabilities.reports_count is False
