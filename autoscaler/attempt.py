@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from autoscaler.models import Alert, CloudStatus, Decision, Outcome, PoolSpec, Signal
-from autoscaler.store import DedupConfirm, Store, StoreUnavailable
+from autoscaler.store import DedupConfirm, DedupStore, StoreUnavailable
 from providers import NodePoolProvider
 
 log = logging.getLogger(__name__)
@@ -21,7 +21,7 @@ class DedupClaim:
     """A signal's dedup keys, claimed under one id: held for a short while first, confirmed for the full window with
     the decision's record, released when the sender's retry must act."""
 
-    store: Store
+    store: DedupStore
     pool: str
     keys: tuple[str, ...]
     id: str = field(default_factory=lambda: uuid.uuid4().hex)

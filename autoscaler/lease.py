@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from autoscaler.clock import SYSTEM, Clock
 from autoscaler.models import Decision, PoolState
-from autoscaler.store import DedupConfirm, PoolChange, Store, StoreUnavailable
+from autoscaler.store import DedupConfirm, PoolChange, PoolStore, Store, StoreUnavailable
 
 if TYPE_CHECKING:
     from autoscaler.attempt import Attempt
@@ -48,7 +48,7 @@ class Lease:
     """One owner's lease on one pool (``ttl`` seconds from each take or renewal, by the wall clock: the store's
     time). The monotonic clock measures ``take``'s deadline and ``sleep`` paces its polling."""
 
-    store: Store
+    store: PoolStore
     pool: str
     owner: str
     ttl: float

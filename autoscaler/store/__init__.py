@@ -1,8 +1,8 @@
 """The state store: pools (lease, cooldowns, pause, tracked counts), dedup keys and the event log."""
 from __future__ import annotations
 
-from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState, RepairRecord,
-                                   Store, StoreUnavailable)
+from autoscaler.store.base import (DedupConfirm, DedupStore, EventRecord, EventStore, NodesView, PoolChange, PoolStore,
+                                   PoolView, QuickState, RepairRecord, RepairStore, Store, StoreUnavailable, ViewStore)
 from autoscaler.store.connections import StoreOptions
 from autoscaler.store.sql import SqlStore
 
@@ -12,4 +12,6 @@ def open_store(url: str, options: StoreOptions | None = None) -> Store:
     return SqlStore(url, options)
 
 
-__all__ = ["DedupConfirm", "EventRecord", "NodesView", "PoolChange", "PoolView", "QuickState", "RepairRecord", "Store", "StoreOptions", "StoreUnavailable", "SqlStore", "open_store"]
+__all__ = ["DedupConfirm", "DedupStore", "EventRecord", "EventStore", "NodesView", "PoolChange", "PoolStore", "PoolView",
+           "QuickState", "RepairRecord", "RepairStore", "Store", "StoreOptions", "StoreUnavailable", "SqlStore",
+           "ViewStore", "open_store"]

@@ -127,8 +127,8 @@ class QuickState:
     last_count: int | None
 
 
-class Store(abc.ABC):
-    """Short transactions only: nothing here is held open across a cloud call."""
+class PoolStore(abc.ABC):
+    """Pools and their leases: the state a decision reads, holds, changes and gives back."""
 
     @abc.abstractmethod
     def ensure_pools(self, names: list[str]) -> None:
@@ -143,12 +143,8 @@ class Store(abc.ABC):
         """The stored state of every pool."""
 
     @abc.abstractmethod
-    def claim_dedup(self, pool: str, keys: tuple[str, ...], now: float, window: float, claim: str) -> bool:
-        """Atomically claim the keys not already claimed inside their window; True when any was new."""
-
-    @abc.abstractmethod
-    def release_dedup(self, keys: tuple[str, ...], claim: str) -> None:
-        """Forget keys this claim took, so that a retry of the same notification can act."""
+    def quick_state(self, pool: str) -> QuickState | None:
+        """The pool's state and the node count of its last event, without the lease (None: no such pool)."""
 
     @abc.abstractmethod
     def acquire(self, pool: str, owner: str, now: float, ttl: float) -> PoolState | None:
@@ -159,14 +155,30 @@ class Store(abc.ABC):
         """Extend a lease ``owner`` still holds to ``now + ttl``; False when it is no longer theirs."""
 
     @abc.abstractmethod
+    def release(self, pool: str, owner: str) -> None:
+        """Release the lease without recording anything."""
+
+    @abc.abstractmethod
     def finish(self, pool: str, owner: str, event: EventRecord, change: PoolChange,
                confirm: DedupConfirm | None = None) -> int:
         """In one transaction: apply the change, append the event, release the lease and (with ``confirm``)
         extend the decision's dedup keys to their full window; return the event id."""
 
     @abc.abstractmethod
-    def quick_state(self, pool: str) -> QuickState | None:
-        """The pool's state and the node count of its last event, without the lease (None: no such pool)."""
+    def update_pool(self, pool: str, event: EventRecord | None, change: PoolChange) -> int | None:
+        """Change pool state outside a decision (pause, resume, count correction), with its event."""
+
+
+class DedupStore(abc.ABC):
+    """Dedup keys: claimed per delivery, released for a retry, or settled with the decision's record."""
+
+    @abc.abstractmethod
+    def claim_dedup(self, pool: str, keys: tuple[str, ...], now: float, window: float, claim: str) -> bool:
+        """Atomically claim the keys not already claimed inside their window; True when any was new."""
+
+    @abc.abstractmethod
+    def release_dedup(self, keys: tuple[str, ...], claim: str) -> None:
+        """Forget keys this claim took, so that a retry of the same notification can act."""
 
     @abc.abstractmethod
     def record_settled(self, pool: str, keys: tuple[str, ...], claim: str, now: float, expires_at: float,
@@ -174,17 +186,13 @@ class Store(abc.ABC):
         """In one transaction: claim ``keys`` until ``expires_at`` and append ``event`` as the pool's last, or append
         ``duplicate`` when every key was already claimed. Returns (the event id, whether it was the duplicate)."""
 
-    @abc.abstractmethod
-    def release(self, pool: str, owner: str) -> None:
-        """Release the lease without recording anything."""
+
+class EventStore(abc.ABC):
+    """The event log and what is derived from it (recommendations, scale-outs), and its pruning."""
 
     @abc.abstractmethod
     def record(self, event: EventRecord) -> int:
         """Append an event that changes no pool state; return its id."""
-
-    @abc.abstractmethod
-    def update_pool(self, pool: str, event: EventRecord | None, change: PoolChange) -> int | None:
-        """Change pool state outside a decision (pause, resume, count correction), with its event."""
 
     @abc.abstractmethod
     def events(self, pool: str | None, limit: int, before_id: int | None = None, *,
@@ -217,13 +225,13 @@ class Store(abc.ABC):
         after a shortfall (``no_capacity``, to < from), oldest first."""
 
     @abc.abstractmethod
-    def hold_lease(self, name: str, owner: str, now: float, ttl: float) -> bool:
-        """Take or renew the process-wide lease ``name`` until ``now + ttl`` unless another owner holds an
-        unexpired one; True when ``owner`` holds it now."""
+    def prune(self, older_than: float | None, now: float, batch: int = 500) -> int:
+        """Delete one small batch of events older than ``older_than`` (None: keep all) and of dedup keys
+        expired at ``now``; return how many rows went (0 when nothing is left to prune)."""
 
-    @abc.abstractmethod
-    def release_lease(self, name: str, owner: str) -> None:
-        """Give up the lease ``name`` if ``owner`` holds it (on shutdown, so another process takes over at once)."""
+
+class ViewStore(abc.ABC):
+    """What the reconciler read (the cloud's view of each pool, each pool's nodes) and its own lease."""
 
     @abc.abstractmethod
     def save_view(self, view: PoolView) -> None:
@@ -240,6 +248,23 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def nodes_view(self, pool: str) -> NodesView | None:
         """A pool's stored node view (None: never listed)."""
+
+    @abc.abstractmethod
+    def nodes_views(self) -> dict[str, NodesView]:
+        """Every pool's stored node view, by pool, in one read (pages)."""
+
+    @abc.abstractmethod
+    def hold_lease(self, name: str, owner: str, now: float, ttl: float) -> bool:
+        """Take or renew the process-wide lease ``name`` until ``now + ttl`` unless another owner holds an
+        unexpired one; True when ``owner`` holds it now."""
+
+    @abc.abstractmethod
+    def release_lease(self, name: str, owner: str) -> None:
+        """Give up the lease ``name`` if ``owner`` holds it (on shutdown, so another process takes over at once)."""
+
+
+class RepairStore(abc.ABC):
+    """Node repairs in progress, shared by replicas."""
 
     @abc.abstractmethod
     def add_repair(self, repair: RepairRecord) -> bool:
@@ -260,15 +285,11 @@ class Store(abc.ABC):
         """In one transaction: forget the node's repair and append ``event`` as the pool's last (with ``change``);
         the event id (None without one). A repair already gone still records the event."""
 
-    @abc.abstractmethod
-    def nodes_views(self) -> dict[str, NodesView]:
-        """Every pool's stored node view, by pool, in one read (pages)."""
+
+class Store(PoolStore, DedupStore, EventStore, ViewStore, RepairStore):
+    """The whole store: one implementation of each small interface above (code that needs one concern names that
+    one). Short transactions only: nothing here is held open across a cloud call."""
 
     @abc.abstractmethod
     def ping(self) -> None:
         """Raise StoreUnavailable unless the database answers."""
-
-    @abc.abstractmethod
-    def prune(self, older_than: float | None, now: float, batch: int = 500) -> int:
-        """Delete one small batch of events older than ``older_than`` (None: keep all) and of dedup keys
-        expired at ``now``; return how many rows went (0 when nothing is left to prune)."""
