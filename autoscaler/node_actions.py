@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 from autoscaler.attempt import Attempt
 from autoscaler.lease import Lease
 from autoscaler.models import Decision, Outcome, PoolSpec, Source
-from autoscaler.cluster.nodes import Cluster, ClusterError, MarkedNodes, NodeView
+from autoscaler.cluster.nodes import Cluster, ClusterError, NodeView
 from autoscaler.outcomes import failed, result_label
 from autoscaler.redact import redact_text
 from autoscaler.scale_in import Leased, NodeScaleIn, summary
@@ -42,7 +42,7 @@ class NodeActions:
         """The pool's nodes without their pods (one list call), where ``kubernetes:`` is configured, the pool's
         nodes are selectable and the cluster lists them so; None otherwise or when it cannot be read."""
         cluster = self._cluster(spec)
-        if cluster is None or not isinstance(cluster, MarkedNodes):
+        if cluster is None or not cluster.capabilities.lists_marked:
             return None
         return _read(spec, lambda: cluster.marked(dict(spec.node_selector)), "in flight from recorded scale-outs")
 

@@ -37,7 +37,7 @@ from autoscaler.redact import redact_text
 from autoscaler.answers import dump, node_body
 from autoscaler.retention import Pruner
 from autoscaler.schedules import unusable
-from autoscaler.cluster.nodes import ClusterError, NodeView, PoolRead, PoolReads
+from autoscaler.cluster.nodes import ClusterError, NodeView, PoolRead
 from autoscaler.store import NodesView, PoolView, Store, StoreUnavailable
 from providers import NodePoolProvider, ProviderError, Tracked
 
@@ -109,7 +109,7 @@ class Reconciler:
 
     def _one_read(self) -> ContextManager[None]:
         cluster = self.engine.nodes.cluster if self.engine.nodes is not None else None
-        return cluster.once() if isinstance(cluster, PoolReads) else contextlib.nullcontext()
+        return cluster.once() if cluster is not None and cluster.capabilities.reads_pools else contextlib.nullcontext()
 
     def _log_unusable(self, spec: PoolSpec, now: float) -> None:
         """A schedule window that cannot be evaluated is ignored (``schedules.py``); say so once per process."""
@@ -176,7 +176,7 @@ class Reconciler:
         if cluster is None or not spec.node_selector:
             return None
         try:
-            read = (cluster.read_pool(spec.name, dict(spec.node_selector)) if isinstance(cluster, PoolReads)
+            read = (cluster.read_pool(spec.name, dict(spec.node_selector)) if cluster.capabilities.reads_pools
                     else PoolRead(cluster.nodes(dict(spec.node_selector)), None, ""))
             listed = read.nodes
             gpus = {"allocatable": sum(v.gpu_allocatable for v in listed),

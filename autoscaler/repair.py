@@ -3,8 +3,9 @@ is asked for, and the reconciler carries the repair on (``autoscaler/repair_carr
 removed (and cancelled). See docs/repair.md.
 
 Both run under the pool's hold (``lease.PoolHold.holding``: this process's lock, then the store lease, renewed),
-as every change to a pool does. The repair is stored before the node is cordoned and forgotten only after the cordon is lifted or the
-node's removal was asked of the cloud, so no node is ever left cordoned by a repair the store does not know.
+as every change to a pool does. The repair is stored before the node is cordoned and forgotten only after the
+cordon is lifted or the node's removal was asked of the cloud, so no node is ever left cordoned by a repair the
+store does not know.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 from autoscaler.models import CloudStatus, Outcome, PoolSpec
 from autoscaler.cluster.movable import Pick, pick_movable
-from autoscaler.cluster.nodes import (REMOVING, Budgets, Cluster, ClusterError, MarkedNodes, NodeGone, NodeView,
+from autoscaler.cluster.nodes import (REMOVING, Cluster, ClusterError, NodeGone, NodeView,
                                       pick_victims)
 from autoscaler.cluster.pods import Budget
 from autoscaler.drain import drain
@@ -95,7 +95,7 @@ class NodeScaleIn:
         is the cloud's for ``REMOVAL_GRACE``; one still there after that is uncordoned too."""
         if views is None:
             selector = dict(spec.node_selector)
-            views = (self.cluster.marked(selector) if isinstance(self.cluster, MarkedNodes)
+            views = (self.cluster.marked(selector) if self.cluster.capabilities.lists_marked
                      else self.cluster.nodes(selector))
         done = []
         for view in views:
@@ -139,7 +139,7 @@ class NodeScaleIn:
         cluster = self.cluster
 
         def budgets() -> list[Budget] | None:  # read once, and only when a busy node is weighed
-            return cluster.budgets() if isinstance(cluster, Budgets) else None
+            return cluster.budgets() if cluster.capabilities.lists_budgets else None
 
         return pick_movable(views, remove, alerted, spec.min, spec.movable_owners, budgets)
 

@@ -20,8 +20,8 @@ from autoscaler.settings import KubernetesConfig
 from autoscaler.cluster.dra import UNUSED, Dra, asks_through_claims
 from autoscaler.cluster.gpus import not_extended, pending_gpus, waits_for
 from autoscaler.cluster.kube_dra import DraReads, Refused
-from autoscaler.cluster.nodes import (CORDON_ANNOTATION, ClusterError, NodeGone, NodeView, PoolRead, cordon_mark,
-                                      node_view)
+from autoscaler.cluster.nodes import (CORDON_ANNOTATION, ClusterCapabilities, ClusterError, NodeGone, NodeView,
+                                      PoolRead, cordon_mark, node_view)
 from autoscaler.cluster.pods import Budget, budget_of
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,8 @@ _PAGE = 5000  # pods per page of the pool's pod list (the API server's own pagin
 
 class KubeCluster:
     """:class:`autoscaler.cluster.nodes.Cluster` over the Kubernetes API."""
+
+    capabilities = ClusterCapabilities(lists_budgets=True, reads_pools=True, lists_marked=True)
 
     def __init__(self, settings: KubernetesConfig, page: int = _PAGE) -> None:
         self.settings = settings

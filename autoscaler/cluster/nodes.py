@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any, Collection, ContextManager, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Collection, ContextManager, Iterable, Mapping, Protocol, Sequence
 
 from autoscaler.cluster.dra import Dra
 from autoscaler.cluster.gpus import GpuPod, count_gpus, extended_pod, matches
@@ -98,8 +98,21 @@ class NodeGone(ClusterError):
     """The node a change was asked of no longer exists (deleted since it was listed): nothing to change."""
 
 
+@dataclass(frozen=True)
+class ClusterCapabilities:
+    """What a cluster can do beyond the core of :class:`Cluster`, declared (as a provider declares its
+    ``Capabilities``): callers read the flags, nobody probes for methods."""
+
+    lists_budgets: bool = False  # ``budgets``: read only by ``victims: movable``
+    reads_pools: bool = False  # ``read_pool`` and ``once``: the reconciler's whole-pool read, DRA read once a tick
+    lists_marked: bool = False  # ``marked``: a pool's nodes without their pods, for the stale-cordon sweep
+
+
 class Cluster(Protocol):
-    """What the scale-in needs of a cluster. Calls may block on the API server for a few seconds."""
+    """What the scale-in needs of a cluster. Calls may block on the API server for a few seconds. The methods
+    after ``evict`` work only where ``capabilities`` declares them."""
+
+    capabilities: ClusterCapabilities
 
     def nodes(self, selector: Mapping[str, str]) -> list[NodeView]:
         """The nodes matching the label selector, each with its pods (one node list and one pod list for them all)."""
@@ -116,33 +129,18 @@ class Cluster(Protocol):
     def evict(self, namespace: str, pod: str) -> str | None:
         """Ask the Eviction API to evict the pod: None when accepted, the refusal (a PDB's 429) otherwise."""
 
-
-@runtime_checkable
-class Budgets(Protocol):
-    """Optional: a cluster that lists PodDisruptionBudgets (one call), read only by ``victims: movable``."""
-
     def budgets(self) -> list[Budget]:
-        """Every PodDisruptionBudget of the cluster, with how many disruptions it allows now."""
-
-
-@runtime_checkable
-class PoolReads(Protocol):
-    """Optional: a cluster that reads a pool whole (nodes, pods, pending GPUs, DRA), for the reconciler's view,
-    and scopes its DRA read to one tick (``once``)."""
+        """``lists_budgets``: every PodDisruptionBudget of the cluster (one call), with the disruptions it allows."""
 
     def read_pool(self, pool: str, selector: Mapping[str, str], pending: bool = True) -> PoolRead:
-        """The pool's nodes with their pods and the GPUs its unscheduled pods wait for."""
+        """``reads_pools``: the pool's nodes with their pods and the GPUs its unscheduled pods wait for."""
 
     def once(self) -> ContextManager[None]:
-        """Within this scope (this thread), the DRA API is read at most once."""
-
-
-@runtime_checkable
-class MarkedNodes(Protocol):
-    """Optional: a cluster that can list a pool's nodes without their pods (one call), for the stale-cordon sweep."""
+        """``reads_pools``: within this scope (this thread), the DRA API is read at most once."""
 
     def marked(self, selector: Mapping[str, str]) -> list[NodeView]:
-        """The nodes matching the selector, ``gpu_pods`` empty and ``protected`` from node annotations only."""
+        """``lists_marked``: the nodes matching the selector (one call), ``gpu_pods`` empty and ``protected`` from
+        node annotations only."""
 
 
 # ---- pods -------------------------------------------------------------------------------------------------------

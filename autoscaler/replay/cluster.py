@@ -19,10 +19,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Mapping, Sequence
+from typing import ContextManager, Mapping, Sequence
 
-from autoscaler.cluster.nodes import GpuPod, NodeView
-from autoscaler.cluster.pods import PodFacts
+from autoscaler.cluster.nodes import ClusterCapabilities, GpuPod, NodeView, PoolRead
+from autoscaler.cluster.pods import Budget, PodFacts
 
 RESOURCE = "nvidia.com/gpu"
 NAMESPACE = "replay"
@@ -41,7 +41,10 @@ class _Node:
 
 
 class ReplayCluster:
-    """An in-memory :class:`autoscaler.cluster.nodes.Cluster` that follows the simulated provider's node names."""
+    """An in-memory :class:`autoscaler.cluster.nodes.Cluster` that follows the simulated provider's node names
+    (the core only: it declares no optional capability)."""
+
+    capabilities = ClusterCapabilities()
 
     def __init__(self, names: Sequence[str], gpus_per_node: int, provision_seconds: float, start: float,
                  pack: bool = False, movable_share: float = 0.0, owners: Mapping[str, str] | None = None,
@@ -188,6 +191,18 @@ class ReplayCluster:
         if node is not None:
             self._cut(serial, self._nodes[node], self.now)
         return None
+
+    def budgets(self) -> list[Budget]:
+        raise NotImplementedError("not declared (capabilities.lists_budgets)")
+
+    def read_pool(self, pool: str, selector: Mapping[str, str], pending: bool = True) -> PoolRead:
+        raise NotImplementedError("not declared (capabilities.reads_pools)")
+
+    def once(self) -> ContextManager[None]:
+        raise NotImplementedError("not declared (capabilities.reads_pools)")
+
+    def marked(self, selector: Mapping[str, str]) -> list[NodeView]:
+        raise NotImplementedError("not declared (capabilities.lists_marked)")
 
     def _view(self, node: _Node) -> NodeView:
         ready = node.ready_at <= self.now
