@@ -33,6 +33,7 @@ UNEXPECTED_RETRY = 30.0  # Retry-After for a decision that failed on an unexpect
 class Engine:
     """Turns notifications and manual requests into decisions, one pool at a time."""
 
+    # 7 parameters: the parts the app factory (or a replay) builds once and hands in; the last three optional.
     def __init__(self, settings: Settings, store: Store, providers: dict[str, NodePoolProvider],
                  events: EventLog, clock: Clock = SYSTEM, metrics: Any = None, cluster: Cluster | None = None) -> None:
         self.settings = settings

@@ -60,6 +60,7 @@ class Reconciler:
     """``tick(now)`` does one round; ``start()`` runs it every ``interval`` on a daemon thread. ``pruner``: the
     store's retention, run from the tick (the service's; a replay prunes nothing)."""
 
+    # 7 parameters: the parts the app factory (or a replay) hands in; the last three optional.
     def __init__(self, settings: Settings, store: Store, providers: dict[str, NodePoolProvider], engine: Engine,
                  clock: Clock = SYSTEM, interval: float | None = None,
                  pruner: Pruner | None = None) -> None:

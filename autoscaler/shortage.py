@@ -22,6 +22,8 @@ from providers import NodePoolProvider, ProviderError, Tracked
 log = logging.getLogger(__name__)
 
 
+# 6 parameters: the hold, the pool (spec and provider) and the tick's time, what the cluster saw, the metrics;
+# each a different owner's (the engine's hold, the reconciler's tick), none reached for through the engine.
 def check(hold: PoolHold, provider: NodePoolProvider, spec: PoolSpec, now: float, seen: Shortfall | None = None,
           metrics: Any = None) -> Decision | None:
     """Record the pool's shortfall while holding it, if the cloud still reports one (or ``seen``: one the cluster
