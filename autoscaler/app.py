@@ -121,7 +121,8 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
     # Started by gunicorn's post_worker_init (gunicorn.conf.py), not here: an app built by a test runs no thread;
     # tests call tick(now) themselves.
     app.extensions["autoscaler_reconciler"] = Reconciler(settings, store, built, engine, time_source,
-                                                         pruner=Pruner(store, settings.config.store.retain_events))
+                                                         pruner=Pruner(store, settings.config.store.retain_events,
+                                                                       monotonic=time_source.monotonic))
     from autoscaler.api import health, openapi, pools, register_errors, repairs, status, webhooks  # noqa: F401
     from autoscaler.api.headers import browser_headers
 
