@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stores", default="sqlite,postgresql")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--connections", type=int, default=8, help="wrk's connections per run")
     parser.add_argument("--worker-args", default="--worker-class gthread --threads 4")
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="bench-ab-"))
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in order:
                 workers = servers[name].worker_pids()
                 cpu_before = workers_cpu_seconds(workers)
-                res = wrk(servers[name].url, body, args.seconds, 8)
+                res = wrk(servers[name].url, body, args.seconds, args.connections)
                 if res["errors"]:
                     print(f"warning: {name} had errors: {res}", file=sys.stderr)
                 rps[name].append(res["rps"])
