@@ -19,6 +19,7 @@ from autoscaler.settings.common import DEFAULT_MOVABLE_OWNERS
 from autoscaler.settings.repair import repair_policy
 from autoscaler.settings import (AuthConfig, Config, DirectionConfig, PoolConfig, credential_problems,
                                  group_problems, reference_problems)
+from autoscaler.settings.pools import floors_above_max, needs_gpus_per_node
 
 class ConfigError(Exception):
     """The config is invalid; ``problems`` holds one line per problem, each starting with its path."""
@@ -104,7 +105,7 @@ def build_settings(raw: Any, env: dict[str, str] | None = None, *, replay: bool 
         if pool.repair is not None and config.kubernetes is not None and not pools[pool.name].node_selector:
             problems.append(f"pools[{index}].node_selector: required with repair: (provider {pool.provider} has no "
                             "default): a repair checks that the node it is told of is the pool's")
-        if pools[pool.name].scale_out.mode is Mode.DEMAND and pool.gpus_per_node is None:
+        if needs_gpus_per_node(pools[pool.name].scale_out.mode, pool.gpus_per_node):
             problems.append(_NO_GPUS_PER_NODE.format(index=index))
     if problems:
         raise ConfigError(_unique(problems))
@@ -245,13 +246,9 @@ _NO_GPUS_PER_NODE = "pools[{index}].gpus_per_node: required with scale_out.mode 
 def _pool_rules(index: int, pool: dict[str, Any], default_mode: Any) -> list[str]:
     """A pool's cross-field rules read from the raw file (the same lines as the full validation's, deduplicated),
     for when a field error elsewhere stops that validation: schedule floors within max, demand mode's GPUs."""
-    out = []
-    high = pool.get("max")
-    for i, window in enumerate(_list(pool.get("schedules"))):
-        low = _dict(window).get("min")
-        if isinstance(low, int) and isinstance(high, int) and low > high:
-            out.append(f"pools[{index}].schedules[{i}].min: must be <= max ({high})")
-    if (_dict(pool.get("scale_out")).get("mode") or default_mode) == "demand" and pool.get("gpus_per_node") is None:
+    lows = [_dict(window).get("min") for window in _list(pool.get("schedules"))]
+    out = [f"pools[{index}].{problem}" for problem in floors_above_max(pool.get("max"), lows)]
+    if needs_gpus_per_node(_dict(pool.get("scale_out")).get("mode") or default_mode, pool.get("gpus_per_node")):
         out.append(_NO_GPUS_PER_NODE.format(index=index))
     return out
 

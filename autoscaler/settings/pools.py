@@ -10,6 +10,19 @@ from autoscaler.settings.common import POOL_NAME, Count, Frozen, Step
 from autoscaler.settings.groups import CapacityConfig
 from autoscaler.settings.repair import RepairConfig
 
+def floors_above_max(high: Any, lows: list[Any]) -> list[str]:
+    """The rule that a schedule's floor stays within the pool's max, written once: a problem per window whose
+    ``min`` exceeds ``max`` (read from the validated pool and, when a field error elsewhere stops that validation,
+    from the raw file by ``config``)."""
+    return [f"schedules[{i}].min: must be <= max ({high})" for i, low in enumerate(lows)
+            if isinstance(low, int) and isinstance(high, int) and low > high]
+
+
+def needs_gpus_per_node(mode: Any, gpus_per_node: Any) -> bool:
+    """The rule that scale_out's demand mode needs ``gpus_per_node`` (the GPUs one node adds), written once."""
+    return mode == "demand" and gpus_per_node is None
+
+
 class HeadroomConfig(Frozen):
     """Spare ready capacity kept above need: exactly one of ``nodes``, ``gpus`` or ``fraction``."""
 
@@ -193,9 +206,9 @@ class PoolConfig(BaseModel):
             raise ValueError("scale_in.mode: `demand` sizes scale-outs only (use step or proportional)")
         if self.scale_in.headroom is not None:
             raise ValueError(_HEADROOM_OUT)
-        for i, window in enumerate(self.schedules):
-            if window.min > self.max:
-                raise ValueError(f"schedules[{i}].min: must be <= max ({self.max})")
+        above = floors_above_max(self.max, [window.min for window in self.schedules])
+        if above:
+            raise ValueError(above[0])
         return self
 
     @field_validator("max")
