@@ -339,19 +339,25 @@ class Shortfall:
         return max(0, self.asked - self.delivered)
 
 
+class ProviderRead:
+    """The base of a provider's own answer behind a :class:`CloudStatus`: each provider that hands its read to the
+    change that follows names its own frozen subclass (``AksRead``, ``EksRead``, ``GkeRead``, ``AckRead``)."""
+
+
 @dataclass(frozen=True)
 class CloudStatus:
     """What the provider reports of a pool right now; ``shortfall`` when the cloud says it could not deliver.
 
-    ``read`` is the provider's own answer behind it (an AKS agent pool with its eTag, an EKS node group), handed
-    back to the provider with the change that follows in the same decision; never shown, never compared.
+    ``read`` is the provider's own answer behind it (an AKS agent pool with its eTag, an EKS node group), typed by
+    the provider (``providers.base.read_of`` narrows it), handed back to the provider with the change that follows
+    in the same decision; never shown, never compared.
     """
 
     current: int | None
     busy: bool = False
     detail: str = ""
     limits: CloudLimits | None = None  # the cloud's own bounds, when it has any beyond the pool's min/max
-    read: Any = field(default=None, compare=False, repr=False)
+    read: ProviderRead | None = field(default=None, compare=False, repr=False)
     shortfall: Shortfall | None = None
 
 

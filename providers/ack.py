@@ -3,16 +3,16 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Literal, Sequence, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaler.clock import SYSTEM, Clock
 from autoscaler.durations import Duration
-from autoscaler.models import CloudStatus, Shortfall
+from autoscaler.models import CloudStatus, ProviderRead, Shortfall
 from providers import shortfalls
-from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked
+from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked, read_of
 from providers.errors import Code, PermanentError, cloud_autoscaler
 from providers.named import agreed, in_parts, lowered, machines
 from providers.retry import Transient, call, clean, refusal
@@ -38,6 +38,13 @@ class AckSettings(BaseModel):
     protocol: Literal["https", "http"] = Field(default="https", description="http only for local test servers.")
     timeout: Duration = Field(default=5, gt=0, description="Time one API attempt may take.")
     retry_budget: Duration = Field(default=8, ge=0, description="Total time one operation may spend on retries.")
+
+
+@dataclass(frozen=True)
+class AckRead(ProviderRead):
+    """The node pool as DescribeClusterNodePoolDetail answered it."""
+
+    body: dict[str, Any]
 
 
 class AckProvider(RemovingProvider):
@@ -68,7 +75,7 @@ class AckProvider(RemovingProvider):
         """The desired size; once settled with fewer nodes than it, whether the cluster's latest failed task says
         capacity or quota (a shortfall)."""
         read = self._read()
-        return read if read.busy else replace(read, shortfall=self._shortfall(read.read))
+        return read if read.busy else replace(read, shortfall=self._shortfall(read_of(read, AckRead).body))
 
     def _shortfall(self, body: dict[str, Any]) -> Shortfall | None:
         """Fewer nodes than the desired size, and a failed task of the cluster (DescribeClusterTasks, the newest
@@ -101,7 +108,7 @@ class AckProvider(RemovingProvider):
         desired = _desired(body)
         detail = f"state {state}, {total} node(s) in the pool, desired size {desired}"
         busy = state != "active"
-        return CloudStatus(current=desired if desired is not None else total, busy=busy, read=body,
+        return CloudStatus(current=desired if desired is not None else total, busy=busy, read=AckRead(body),
                            detail=f"{self.where} is still changing: {detail}" if busy else detail)
 
     def _resize(self, status: CloudStatus, current: int, target: int) -> int:
@@ -129,7 +136,7 @@ class AckProvider(RemovingProvider):
 
         ids = machines(nodes, find, self.where, "node")
         in_parts([ids], lambda part: self._request("RemoveNodePoolNodes", lambda: self._remove_call(part)),
-                 lowered(self._read, _desired(status.read), len(ids)), len, current, self.where)
+                 lowered(self._read, _desired(read_of(status, AckRead).body), len(ids)), len, current, self.where)
         log.info("provider=ack pool=%s nodepool=%s removing instances=%s from=%d to=%d", self.pool,
                  self.settings.nodepool_id, ",".join(ids), current, current - len(ids))
         return current - len(ids)

@@ -8,6 +8,7 @@ because :func:`providers.retry.call` is the single retry layer, bounded by a tim
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 import re
 import threading
 import time
@@ -18,9 +19,9 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from autoscaler.clock import SYSTEM, Clock
 from autoscaler.durations import Duration
-from autoscaler.models import CloudLimits, CloudStatus, Shortfall
+from autoscaler.models import CloudLimits, CloudStatus, ProviderRead, Shortfall
 from providers.arm_calls import classify
-from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked
+from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked, read_of
 from providers.errors import Code, PermanentError, cloud_autoscaler
 from providers.named import agreed, in_parts, lowered, machines
 from providers import shortfalls
@@ -134,6 +135,14 @@ def limits(agent_pool: str, system: bool) -> CloudLimits:
                        fix="AKS keeps a System pool (1..1000) at 1 node or more; scale a User pool to zero instead")
 
 
+@dataclass(frozen=True)
+class AksRead(ProviderRead):
+    """The agent pool as ARM answered it (its eTag with it) and the end of the budget its read began."""
+
+    pool: Any
+    deadline: float
+
+
 class AksProvider(RemovingProvider):
     """One AKS agent pool. ARM reports the count, so the core tracks nothing."""
 
@@ -175,7 +184,7 @@ class AksProvider(RemovingProvider):
                                    f"{s.agent_pool} --disable-cluster-autoscaler)")
         state, power = _state(pool)
         count = int(pool.count or 0)
-        read = (pool, started + s.retry_budget)
+        read = AksRead(pool, started + s.retry_budget)
         if state not in _SETTLED:
             return CloudStatus(current=count, busy=True, read=read,
                                detail=f"{self.where} is {state}: an earlier change is still in progress")
@@ -201,7 +210,7 @@ class AksProvider(RemovingProvider):
 
     def check(self) -> None:
         """Read the pool once: it must exist, be readable, and not be under the cluster autoscaler."""
-        pool = self._read().read[0]
+        pool = read_of(self._read(), AksRead).pool
         state, power = _state(pool)
         log.info("aks pool=%s agent_pool=%s count=%s mode=%s state=%s power=%s vm_size=%s", self.pool,
                  self.settings.agent_pool, pool.count, pool.mode, state, power, pool.vm_size)
@@ -213,7 +222,8 @@ class AksProvider(RemovingProvider):
     def _ready(self, status: CloudStatus) -> tuple[Any, float | None]:
         """The pool read for this change and the deadline it shares with that read (None once past: a new
         budget); refuses a stopped pool."""
-        pool, deadline = status.read
+        read = read_of(status, AksRead)
+        pool, deadline = read.pool, read.deadline
         if _state(pool)[1] == "Stopped":
             raise PermanentError(f"{self.where} is stopped; start it (az aks nodepool start) before scaling",
                                  code=Code.POOL_STOPPED)

@@ -9,12 +9,12 @@ declaration, never the provider's methods. Errors are the types of :mod:`provide
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Protocol, Sequence, TypeVar, runtime_checkable
 
 from pydantic import BaseModel
 
 from autoscaler.clock import Clock
-from autoscaler.models import CloudLimits, CloudStatus
+from autoscaler.models import CloudLimits, CloudStatus, ProviderRead
 from providers.errors import BusyError, Code, LimitError, PermanentError, ProviderError
 
 __all__ = ["Capabilities", "NodePoolProvider", "NodeRef", "Provider", "ProviderError", "ProviderFactory",
@@ -107,6 +107,17 @@ class RemovesNamedNodes(Protocol):
         unprotected, already cordoned). Returns once the cloud accepted; never removes a node it was not given,
         and refuses the whole call when one is not the pool's. ``applied`` is set when some went and some did not.
         """
+
+
+ReadT = TypeVar("ReadT", bound=ProviderRead)
+
+
+def read_of(status: CloudStatus, kind: type[ReadT]) -> ReadT:
+    """The provider's own read behind ``status``, as the ``kind`` the provider wrote (a status another provider
+    wrote, or one without a read, is a bug: TypeError)."""
+    if not isinstance(status.read, kind):
+        raise TypeError(f"expected a status carrying {kind.__name__}, got {type(status.read).__name__}")
+    return status.read
 
 
 def guard(where: str, status: CloudStatus, target: int, declared: CloudLimits | None, *, named: bool = False) -> None:

@@ -11,16 +11,16 @@ import logging
 import re
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from autoscaler.clock import SYSTEM, Clock
 from autoscaler.durations import Duration
-from autoscaler.models import CloudLimits, CloudStatus, Shortfall
+from autoscaler.models import CloudLimits, CloudStatus, ProviderRead, Shortfall
 from providers import shortfalls
-from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked
+from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked, read_of
 from providers.errors import Code, PermanentError
 from providers.named import in_parts, left, machines
 from providers.retry import Transient, call, clean, refusal
@@ -71,6 +71,13 @@ class EksSettings(BaseModel):
         return value
 
 
+@dataclass(frozen=True)
+class EksRead(ProviderRead):
+    """The node group as DescribeNodegroup answered it."""
+
+    group: dict[str, Any]
+
+
 class EksProvider(RemovingProvider):
     """One managed node group. EKS reports the desired size, so the core tracks nothing."""
 
@@ -91,7 +98,7 @@ class EksProvider(RemovingProvider):
 
     def check(self) -> None:
         """Read the node group once: it must exist and be readable. Changes nothing."""
-        group = self._read().read
+        group = read_of(self._read(), EksRead).group
         log.info("eks pool=%s nodegroup=%s status=%s scaling=%s", self.pool, self.settings.nodegroup,
                  group.get("status"), group.get("scalingConfig"))
 
@@ -100,7 +107,8 @@ class EksProvider(RemovingProvider):
         read = self._read()
         if read.busy:
             return read
-        group, scaling = read.read, read.read.get("scalingConfig") or {}
+        group = read_of(read, EksRead).group
+        scaling = group.get("scalingConfig") or {}
         running, unchecked = self._updates_in_progress()
         if running:
             return replace(read, busy=True, detail=f"{self.where} has update {running[0]} InProgress")
@@ -140,12 +148,12 @@ class EksProvider(RemovingProvider):
         state = str(group.get("status") or "UNKNOWN")
         limits = self._limits(scaling)
         if state in _WORKING:
-            return CloudStatus(current=scaling.get("desiredSize"), busy=True, limits=limits, read=group,
+            return CloudStatus(current=scaling.get("desiredSize"), busy=True, limits=limits, read=EksRead(group),
                                detail=f"{self.where} is {state}: an earlier change is still in progress")
         if state not in _SETTLED:
             raise PermanentError(f"{self.where} is {state}; it cannot be scaled", code=Code.POOL_UNUSABLE,
                                  cloud_code=state)
-        return CloudStatus(current=scaling.get("desiredSize"), limits=limits, read=group)
+        return CloudStatus(current=scaling.get("desiredSize"), limits=limits, read=EksRead(group))
 
     def _resize(self, status: CloudStatus, current: int, target: int) -> int:
         """UpdateNodegroupConfig with only scalingConfig.desiredSize; returns once EKS accepted the update."""
@@ -165,7 +173,8 @@ class EksProvider(RemovingProvider):
         instance of the node group's own Auto Scaling group(s), else nothing is terminated. One call per node. EKS
         does not drain here; the engine has cordoned the nodes and checked their pods before.
         """
-        in_group = self._group_instances(status.read)
+        group = read_of(status, EksRead).group
+        in_group = self._group_instances(group)
 
         def find(node: NodeRef) -> str | None:
             match = _INSTANCE.match(node.provider_id)
@@ -176,7 +185,7 @@ class EksProvider(RemovingProvider):
         done = in_parts(ids, lambda instance: self._call(
             "TerminateInstanceInAutoScalingGroup", lambda: client.terminate_instance_in_auto_scaling_group(
                 InstanceId=instance, ShouldDecrementDesiredCapacity=True)),
-            lambda instance: left(lambda: self._group_instances(status.read), [instance]), lambda _: 1, current,
+            lambda instance: left(lambda: self._group_instances(group), [instance]), lambda _: 1, current,
             self.where)
         log.info("eks pool=%s nodegroup=%s terminated instances=%s desiredSize %d -> %d", self.pool,
                  self.settings.nodegroup, ",".join(ids), current, current - done)

@@ -16,16 +16,16 @@ import logging
 import re
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from autoscaler.clock import SYSTEM, Clock
 from autoscaler.durations import Duration
-from autoscaler.models import CloudLimits, CloudStatus, Shortfall
+from autoscaler.models import CloudLimits, CloudStatus, ProviderRead, Shortfall
 from providers import shortfalls
-from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked
+from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked, read_of
 from providers.errors import Code, PermanentError, TemporaryError, cloud_autoscaler
 from providers.named import in_parts, left, machines
 from providers.google_calls import classify, compute_attempt, load_google, manager_url
@@ -73,6 +73,13 @@ class GkeSettings(BaseModel):
         return value
 
 
+@dataclass(frozen=True)
+class GkeRead(ProviderRead):
+    """The node pool as getNodePool answered it (its instance groups, its conditions)."""
+
+    pool: Any
+
+
 class GkeProvider(RemovingProvider):
     """One GKE node pool; the sum of its MIGs' targetSize is the count, so the core tracks nothing."""
 
@@ -99,14 +106,15 @@ class GkeProvider(RemovingProvider):
 
     def check(self) -> None:
         """Read the pool once: it must exist, be readable and not be under GKE's own autoscaling. Changes nothing."""
-        pool = self._read().read
+        pool = read_of(self._read(), GkeRead).pool
         log.info("gke pool=%s node_pool=%s status=%s zones=%d", self.pool, self.settings.node_pool,
                  pool.status.name, len(pool.instance_group_urls))
 
     def status(self, tracked: Tracked, now: float) -> CloudStatus:
         """The MIGs' targetSize summed; busy while the pool is not RUNNING or an operation on it runs."""
         read = self._read()
-        groups = [(url, self._group(url)) for url in read.read.instance_group_urls]
+        pool = read_of(read, GkeRead).pool
+        groups = [(url, self._group(url)) for url in pool.instance_group_urls]
         sizes = [_target_size(answer, self.where, url) for url, answer in groups]
         read = replace(read, current=sum(sizes))
         if read.busy:
@@ -115,7 +123,7 @@ class GkeProvider(RemovingProvider):
         if running:
             return replace(read, busy=True, detail=f"{self.where}: operation {running[0]} is still running")
         return replace(read, detail=f"status={_RUNNING} zones={len(sizes)} per-zone targetSize={sizes}",
-                       shortfall=self._shortfall(groups, sum(sizes), _conditions(read.read)))
+                       shortfall=self._shortfall(groups, sum(sizes), _conditions(pool)))
 
     def _shortfall(self, groups: list[tuple[str, dict[str, Any]]], asked: int,
                    conditions: list[tuple[str, str]]) -> Shortfall | None:
@@ -157,14 +165,14 @@ class GkeProvider(RemovingProvider):
             raise PermanentError(f"{self.where} has no instance groups", code=Code.NO_INSTANCE_GROUP)
         state = pool.status.name
         busy = f"{self.where} is {state}: an earlier change is still in progress" if state != _RUNNING else ""
-        return CloudStatus(current=None, busy=bool(busy), detail=busy, limits=self._limits(zones), read=pool)
+        return CloudStatus(current=None, busy=bool(busy), detail=busy, limits=self._limits(zones), read=GkeRead(pool))
 
     def _resize(self, status: CloudStatus, current: int, target: int) -> int:
         """SetNodePoolSize with ``target`` / zones nodes per zone; returns once GKE accepted the operation."""
         load_google()
         from google.cloud.container_v1 import SetNodePoolSizeRequest
 
-        zones = len(status.read.instance_group_urls)
+        zones = len(read_of(status, GkeRead).pool.instance_group_urls)
         request = SetNodePoolSizeRequest(name=self.name, node_count=target // zones)
         operation = self._call("setSize", lambda: self._client().set_node_pool_size(
             request=request, retry=None, timeout=self.settings.timeout))
@@ -180,7 +188,8 @@ class GkeProvider(RemovingProvider):
         zone. Zones may then differ in size until the next SetNodePoolSize evens them out. GKE does not drain here;
         the engine cordoned and checked the nodes.
         """
-        migs = {m.group("zone"): manager_url(url) for url in status.read.instance_group_urls if (m := _MIG.search(url))}
+        migs = {m.group("zone"): manager_url(url) for url in read_of(status, GkeRead).pool.instance_group_urls
+                if (m := _MIG.search(url))}
         managed: dict[str, set[str]] = {}
 
         def find(node: NodeRef) -> tuple[str, str] | None:
