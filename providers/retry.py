@@ -139,7 +139,8 @@ def call(what: str, attempt: Callable[[float], T], *, budget: float, timeout: fl
         log.warning("call=%r attempt=%d failed=%r retry_in=%.2fs", what, state.attempt_number,
                     getattr(exc, "reason", type(exc).__name__), state.upcoming_sleep)
 
-    retrying = tenacity.Retrying(sleep=clock.sleep, stop=stop, wait=wait, retry=tenacity.retry_if_exception_type(Transient),
+    retrying = tenacity.Retrying(sleep=clock.sleep, stop=stop, wait=wait,
+                                 retry=tenacity.retry_if_exception_type(Transient),
                                  before_sleep=before_sleep, reraise=True)
     try:
         return retrying(one)
