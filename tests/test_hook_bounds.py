@@ -45,7 +45,7 @@ def test_a_trickling_webhook_is_cut_at_its_deadline(mode: str) -> None:
         took = time.monotonic() - started
     print(f"{mode}: gave up after {took:.2f}s, {len(hook.served)} attempt(s)")
     assert took < 3.5, f"the 1s timeout and 2s budget held the call {took:.1f}s"
-    assert caught.value.retryable and "no answer within 1s" in caught.value.message
+    assert caught.value.retryable and "no answer within" in caught.value.message
     assert "hook-secret-1" not in caught.value.message
 
 
