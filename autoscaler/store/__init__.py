@@ -1,8 +1,8 @@
 """The state store: pools (lease, cooldowns, pause, tracked counts), dedup keys and the event log."""
 from __future__ import annotations
 
-from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState, Store,
-                                   StoreUnavailable)
+from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
+                                   RemovalIntent, Store, StoreUnavailable)
 from autoscaler.store.connections import StoreOptions
 from autoscaler.store.sql import SqlStore
 
@@ -12,4 +12,4 @@ def open_store(url: str, options: StoreOptions | None = None) -> Store:
     return SqlStore(url, options)
 
 
-__all__ = ["DedupConfirm", "EventRecord", "NodesView", "PoolChange", "PoolView", "QuickState", "Store", "StoreOptions", "StoreUnavailable", "SqlStore", "open_store"]
+__all__ = ["DedupConfirm", "EventRecord", "NodesView", "PoolChange", "PoolView", "QuickState", "RemovalIntent", "Store", "StoreOptions", "StoreUnavailable", "SqlStore", "open_store"]

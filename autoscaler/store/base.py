@@ -101,6 +101,18 @@ class NodesView:
 
 
 @dataclass(frozen=True)
+class RemovalIntent:
+    """A node whose removal a decision was about to send (recorded before the cloud call): until the cloud's view
+    settles it, the node may be on its way out and stays cordoned (see ``autoscaler/scale_in.py``)."""
+
+    pool: str
+    node: str
+    owner: str  # the decision's lease owner, the mark of its cordons
+    at: float  # when the removal was about to be sent
+    from_count: int  # the pool's size the removal was decided on
+
+
+@dataclass(frozen=True)
 class QuickState:
     """What the cooldown short cut reads without the lease: the pool's state and the node count of its last event."""
 
@@ -211,6 +223,18 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def nodes_view(self, pool: str) -> NodesView | None:
         """A pool's stored node view (None: never listed)."""
+
+    @abc.abstractmethod
+    def intend_removals(self, intents: list[RemovalIntent]) -> None:
+        """Record node removals about to be sent (replacing older ones of the same nodes)."""
+
+    @abc.abstractmethod
+    def removal_intents(self, pool: str) -> list[RemovalIntent]:
+        """The pool's recorded removals that no decision has settled yet, oldest first."""
+
+    @abc.abstractmethod
+    def forget_removals(self, pool: str, nodes: list[str]) -> None:
+        """Settled: the removal of these nodes went through, never did, or they are gone."""
 
     @abc.abstractmethod
     def ping(self) -> None:

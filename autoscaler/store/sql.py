@@ -34,6 +34,7 @@ from autoscaler.store.connections import (StoreOptions, after_fork_dispose, make
                                           postgres_engine, sqlite_file)
 from autoscaler.store.sqlite_file import SqliteFile
 from autoscaler.store.migrate import upgrade
+from autoscaler.store.removals import SqlRemovals
 from autoscaler.store.boot import supervised
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ def _finish_sql(fields: tuple[str, ...]) -> Any:
                     lease_until=case((ours, None), else_=p.lease_until)))
 
 
-class SqlStore(Store):
+class SqlStore(SqlRemovals, Store):
     """Every method is one short transaction."""
 
     def __init__(self, url: str, options: StoreOptions | None = None, *, migrate: bool = True) -> None:
