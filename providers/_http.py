@@ -12,7 +12,7 @@ import requests
 from pydantic import SecretStr
 
 from autoscaler.redact import redact_url
-from providers.bounded import AnswerTooLarge, BoundedAdapter, bounded_session
+from providers.bounded import AnswerTooLarge, bound
 from providers.errors import Code, PermanentError
 from providers.retry import Sleep, Transient, call, parse_retry_after, refusal
 
@@ -67,11 +67,7 @@ class HttpCaller:
     session: requests.Session | None = None
 
     def __post_init__(self) -> None:
-        if self.session is None:
-            self.session = bounded_session()
-        elif not isinstance(self.session.get_adapter("http://"), BoundedAdapter):
-            self.session.mount("http://", BoundedAdapter(max_retries=0))
-            self.session.mount("https://", BoundedAdapter(max_retries=0))
+        self.session = bound(self.session or requests.Session())
 
     def send(self, method: str, url: str, *, deadline: float | None = None, **kwargs: Any) -> requests.Response:
         """The response of the first attempt that is not transient (5xx, timeout, no connection); ``deadline``

@@ -179,10 +179,16 @@ class BoundedAdapter(HTTPAdapter):
 
 def bounded_session(limit: int = MAX_ANSWER) -> requests.Session:
     """A session whose every exchange is bounded (see :class:`BoundedAdapter`); no retries of its own."""
-    session = requests.Session()
-    adapter = BoundedAdapter(limit, max_retries=0)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
+    return bound(requests.Session(), limit)
+
+
+def bound(session: requests.Session, limit: int = MAX_ANSWER) -> requests.Session:
+    """``session`` (a ``requests.Session`` or a subclass, such as google-auth's AuthorizedSession) with every
+    exchange bounded from now on (see :class:`BoundedAdapter`); no retries of its own."""
+    if not isinstance(session.get_adapter("https://"), BoundedAdapter):
+        adapter = BoundedAdapter(limit, max_retries=0)
+        session.mount("http://", adapter)
+        session.mount("https://", adapter)
     return session
 
 

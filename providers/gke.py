@@ -27,7 +27,8 @@ from providers import shortfalls
 from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked
 from providers.errors import Code, PermanentError, TemporaryError, cloud_autoscaler
 from providers.named import in_parts, left, machines
-from providers.google_calls import classify, compute_attempt, load_google, manager_url
+from providers.bounded import bound
+from providers.google_calls import GOOGLE_ANSWER, classify, compute_attempt, load_google, manager_url
 from providers.retry import Sleep, call
 
 log = logging.getLogger(__name__)
@@ -259,6 +260,7 @@ class GkeProvider(RemovingProvider):
                 options = {"api_endpoint": self.settings.api_endpoint} if self.settings.api_endpoint else None
                 self._cluster_manager = ClusterManagerClient(credentials=self._creds(), transport="rest",
                                                              client_options=options)
+                bound(self._cluster_manager._transport._session, GOOGLE_ANSWER)  # the REST transport's session
             return self._cluster_manager
 
     def _authorized(self) -> Any:
@@ -267,7 +269,7 @@ class GkeProvider(RemovingProvider):
                 load_google()
                 from google.auth.transport.requests import AuthorizedSession
 
-                self._session = AuthorizedSession(self._creds())
+                self._session = bound(AuthorizedSession(self._creds()), GOOGLE_ANSWER)
             return self._session
 
 

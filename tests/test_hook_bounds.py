@@ -9,12 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from google.oauth2.credentials import Credentials
 
 from autoscaler.config import build_settings
 from autoscaler.app import create_app
 from providers import PermanentError, ProviderError, TemporaryError, Tracked
 from providers.ack_hook import AckHookProvider, AckHookSettings
 from providers.aks import AksProvider, AksSettings
+from providers.gke import GkeProvider, GkeSettings
 from providers.webhook import WebhookProvider, WebhookSettings
 from tests.fakes.clients import AKS_CLUSTER, RG, SUB, AllowHttp, StaticCredential
 from tests.fakes.misbehaving import Misbehaving
@@ -139,4 +141,29 @@ def test_a_huge_arm_answer_is_refused_not_retried() -> None:
         with pytest.raises(PermanentError) as caught:
             aks(arm.url).status(Tracked(None, None), 0.0)
     assert len(arm.served) == 1 and arm.served[0].sent < 40 * MiB
+    assert caught.value.code == "BadAnswer" and "more than 16 MiB" in caught.value.message
+
+
+def gke(url: str) -> GkeProvider:
+    settings = GkeSettings(project="p", location="us-central1", cluster="c", node_pool="gpu", api_endpoint=url,
+                           timeout=1, retry_budget=2)
+    return GkeProvider("gpu", settings, credentials=Credentials(token="gke-token"), sleep=lambda _: None)
+
+
+def test_a_trickling_gke_api_is_cut_at_its_deadline() -> None:
+    """google-cloud-container's REST transport hands requests a per-read timeout; bounded, it is the exchange's."""
+    with Misbehaving("trickle_body") as api:
+        started = time.monotonic()
+        with pytest.raises(TemporaryError) as caught:
+            gke(api.url).status(Tracked(None, None), 0.0)
+        took = time.monotonic() - started
+    print(f"GKE trickle: gave up after {took:.2f}s, {len(api.served)} attempt(s)")
+    assert took < 3.5 and "no answer from Google" in caught.value.message
+
+
+def test_a_huge_gke_answer_is_refused_not_retried() -> None:
+    with Misbehaving("large", size=40 * MiB) as api:
+        with pytest.raises(PermanentError) as caught:
+            gke(api.url).status(Tracked(None, None), 0.0)
+    assert len(api.served) == 1 and api.served[0].sent < 40 * MiB
     assert caught.value.code == "BadAnswer" and "more than 16 MiB" in caught.value.message
