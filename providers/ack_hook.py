@@ -30,7 +30,7 @@ class AckHookSettings(BaseModel):
     scale_in_url: SecretStr = Field(description="Trigger URL of the scale-in rule; carries secret=, never logged.")
     initial_count: int = Field(default=0, ge=0, description="Nodes the pool has when the service first sees it.")
     method: Literal["POST", "GET"] = Field(default="POST", description="HTTP method the hook is called with.")
-    timeout: Duration = Field(default=5, gt=0, description="Time one HTTP attempt may take.")
+    timeout: Duration = Field(default=5, gt=0, description="Total time of one HTTP attempt, answer included.")
     retry_budget: Duration = Field(default=8, ge=0, description="Total time one call may spend on retries.")
 
     @field_validator("scale_out_url", "scale_in_url")

@@ -56,7 +56,7 @@ class AksSettings(BaseModel):
                                    description="Total time one read and the change it leads to may take, retries "
                                                "included (`budget` is its older name).")
     timeout: Duration = Field(default=5.0, gt=0, validation_alias=AliasChoices("timeout", "request_timeout"),
-                              description="Read timeout of one HTTP attempt (`request_timeout` is its older name).")
+                              description="Total time of one HTTP attempt (`request_timeout` is its older name).")
     connect_timeout: Duration = Field(default=3.0, gt=0, description="Connect timeout of one HTTP attempt.")
 
     @property

@@ -55,7 +55,7 @@ class GkeSettings(BaseModel):
     node_pool: str = Field(min_length=1, max_length=40, description="Node pool name.")
     api_endpoint: str | None = Field(default=None, description="GKE API address (tests, private endpoints); "
                                                                "container.googleapis.com when unset.")
-    timeout: Duration = Field(default=5, gt=0, description="Time one API attempt may take.")
+    timeout: Duration = Field(default=5, gt=0, description="Total time of one API attempt, answer included.")
     retry_budget: Duration = Field(default=8, ge=0, description="Total time one call may spend on retries.")
 
     @field_validator("project", "cluster", "node_pool")
