@@ -16,10 +16,12 @@ from autoscaler.app import create_app
 from providers import PermanentError, ProviderError, TemporaryError, Tracked
 from providers.ack_hook import AckHookProvider, AckHookSettings
 from providers.aks import AksProvider, AksSettings
+from providers.eks import EksProvider, EksSettings
 from providers.gke import GkeProvider, GkeSettings
 from providers.webhook import WebhookProvider, WebhookSettings
 from tests.fakes.clients import AKS_CLUSTER, RG, SUB, AllowHttp, StaticCredential
 from tests.fakes.misbehaving import Misbehaving
+from tests.fakes.moto_eks import AWS_ENV
 from tests.support import AUTH, FakeClock, am_alert, am_payload, config
 
 MiB = 1024 * 1024
@@ -165,5 +167,32 @@ def test_a_huge_gke_answer_is_refused_not_retried() -> None:
     with Misbehaving("large", size=40 * MiB) as api:
         with pytest.raises(PermanentError) as caught:
             gke(api.url).status(Tracked(None, None), 0.0)
+    assert len(api.served) == 1 and api.served[0].sent < 40 * MiB
+    assert caught.value.code == "BadAnswer" and "more than 16 MiB" in caught.value.message
+
+
+def eks(url: str, monkeypatch: pytest.MonkeyPatch) -> EksProvider:
+    for key, value in AWS_ENV.items():
+        monkeypatch.setenv(key, value)
+    settings = EksSettings(region="us-east-1", cluster="prod", nodegroup="gpu", endpoint_url=url, timeout=1,
+                           retry_budget=2)
+    return EksProvider("gpu", settings, sleep=lambda _: None)
+
+
+def test_a_trickling_aws_api_is_cut_at_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """botocore's read_timeout bounds each socket read; sent over the bounded session, the exchange."""
+    with Misbehaving("trickle_body") as api:
+        started = time.monotonic()
+        with pytest.raises(TemporaryError) as caught:
+            eks(api.url, monkeypatch).status(Tracked(None, None), 0.0)
+        took = time.monotonic() - started
+    print(f"AWS trickle: gave up after {took:.2f}s, {len(api.served)} attempt(s)")
+    assert took < 3.5 and "no answer from AWS" in caught.value.message
+
+
+def test_a_huge_aws_answer_is_refused_not_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    with Misbehaving("large", size=40 * MiB) as api:
+        with pytest.raises(PermanentError) as caught:
+            eks(api.url, monkeypatch).status(Tracked(None, None), 0.0)
     assert len(api.served) == 1 and api.served[0].sent < 40 * MiB
     assert caught.value.code == "BadAnswer" and "more than 16 MiB" in caught.value.message
