@@ -104,13 +104,30 @@ def test_a_huge_count_answer_is_refused() -> None:
             provider.status(Tracked(None, None), 0.0)
 
 
+def webhook_app(tmp_path: Path, url: str) -> Any:
+    cfg = config(f"sqlite:///{tmp_path}/s.db")
+    cfg["pools"] = [{"name": "gpu", "provider": "webhook", "min": 0, "max": 6,
+                     "webhook": {"url": url + "/runs?token=hook-secret-1", "timeout": "1s", "retry_budget": "2s",
+                                 "initial_count": 2}}]
+    return create_app(build_settings(cfg, env={}), clock=FakeClock(), startup_check=False)
+
+
+def test_the_decision_on_a_trickling_hook_ends_within_its_budget(tmp_path: Path) -> None:
+    with Misbehaving("trickle_body") as hook:
+        app = webhook_app(tmp_path, hook.url)
+        started = time.monotonic()
+        answer = app.test_client().post("/webhook/alertmanager", json=am_payload(am_alert()), headers=AUTH)
+        took = time.monotonic() - started
+        events = app.test_client().get("/api/v1/events?pool=gpu", headers=AUTH).get_json()["events"]
+    print(f"alert answered after {took:.2f}s")
+    assert took < 4.0 and answer.status_code == 503 and answer.headers["Retry-After"]
+    (event,) = events
+    assert event["outcome"] == "failed" and "no answer within" in event["reason"]
+
+
 def test_the_decision_records_the_huge_answer_as_the_clouds_error(tmp_path: Path) -> None:
     with Misbehaving("large") as hook:
-        cfg = config(f"sqlite:///{tmp_path}/s.db")
-        cfg["pools"] = [{"name": "gpu", "provider": "webhook", "min": 0, "max": 6,
-                         "webhook": {"url": hook.url + "/runs?token=hook-secret-1", "timeout": "1s",
-                                     "retry_budget": "2s", "initial_count": 2}}]
-        app = create_app(build_settings(cfg, env={}), clock=FakeClock(), startup_check=False)
+        app = webhook_app(tmp_path, hook.url)
         answer = app.test_client().post("/webhook/alertmanager", json=am_payload(am_alert()), headers=AUTH)
         events = app.test_client().get("/api/v1/events?pool=gpu", headers=AUTH).get_json()["events"]
     (decision,) = answer.get_json()["decisions"]
