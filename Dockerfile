@@ -1,5 +1,8 @@
 # gpu-pool-autoscaler: gunicorn serving app:app on port 8080 as a non-root user.
 FROM python:3.11-slim
+# `make image` passes autoscaler/__init__.py's __version__ (the tag it builds; GET /version answers the same)
+ARG VERSION=unknown
+LABEL org.opencontainers.image.title="gpu-pool-autoscaler" org.opencontainers.image.version="${VERSION}"
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

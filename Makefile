@@ -11,7 +11,7 @@ export AUTOSCALER_CONFIG
 VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' autoscaler/__init__.py)
 IMAGE ?= gpu-pool-autoscaler:$(VERSION)
 
-.PHONY: run test deps dev-deps system-deps tools image check-config bench bench-smoke lint clean
+.PHONY: run test deps dev-deps system-deps tools image release check-config bench bench-smoke lint clean
 
 $(VENV)/.deps: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,7 +36,12 @@ tools: $(VENV)/.deps
 ## The container image compose, deploy/kubernetes/ and the Helm chart name: gpu-pool-autoscaler:<version>.
 ## Push it where your cluster pulls from: make image IMAGE=registry.example.com/gpu-pool-autoscaler:$(VERSION)
 image:
-	docker build -t $(IMAGE) .
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
+## A release: `make release VERSION=x.y.z` checks that CHANGELOG.md's newest release, autoscaler/__init__.py, the
+## chart's version and appVersion, the image tag and the manifests' images all say x.y.z (docs/upgrading.md).
+release:
+	$(PYTHON) scripts/release_check.py $(VERSION) --image $(IMAGE)
 
 # The metrics directory is made per run and removed when gunicorn stops (Ctrl-C included).
 run: deps

@@ -35,6 +35,9 @@ def on_starting(server):  # noqa: ANN001 - gunicorn hook
     # A SQLite store's file is created here, once (workers never create it); a PostgreSQL store must answer now
     # (the first start fails fast), while a worker forked later boots without it (docs/failures.md).
     check_at_start()
+    from autoscaler.store.boot import log_config_once
+
+    log_config_once()  # the effective config, once for every worker to come (autoscaler/effective.py)
 
 
 def child_exit(server, worker):  # noqa: ANN001 - gunicorn hook

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from autoscaler import cli
@@ -25,8 +26,27 @@ def check_config(path: str) -> int:
     return 0
 
 
+def schema_downgrade(revision: str, url: str | None) -> int:
+    """Bring the store's schema back to ``revision`` before rolling back to an older release (docs/upgrading.md)."""
+    from sqlalchemy import create_engine
+
+    from autoscaler.store.migrate import downgrade
+
+    if not url:
+        print("schema-downgrade: give --url or set DATABASE_URL", file=sys.stderr)
+        return 2
+    engine = create_engine(url)
+    try:
+        before = downgrade(engine, revision)
+    finally:
+        engine.dispose()
+    print(f"schema: {before or 'empty'} -> {revision}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autoscaler", description="gpu-pool-autoscaler tools")
+    cli.common_options(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check-config", help="validate a config file")
     check.add_argument("file")
@@ -69,10 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     hist.add_argument("--bearer-token-file", default=None, help="file holding a bearer token for Prometheus "
                       "(default: env PROMETHEUS_BEARER_TOKEN; basic auth: https://user:password@host in the URL)")
     hist.add_argument("--out", required=True, help="the trace CSV to write")
+    down = sub.add_parser("schema-downgrade", help="the store's schema of an older release, before a rollback")
+    down.add_argument("revision", help="the older release's newest migration, e.g. 0004 (docs/upgrading.md)")
+    down.add_argument("--url", default=os.environ.get("DATABASE_URL"), help="store.url (default: env DATABASE_URL)")
     cli.register(sub)
     args = parser.parse_args(argv)
     if args.command == "check-config":
         return check_config(args.file)
+    if args.command == "schema-downgrade":
+        return schema_downgrade(args.revision, args.url)
     if args.command == "trace":
         from autoscaler.replay import history
 
@@ -95,5 +120,17 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def run(argv: list[str] | None = None) -> int:
+    """:func:`main`, ending quietly when whoever reads the output stops (``python -m autoscaler events | head``)."""
+    try:
+        code = main(argv)
+        sys.stdout.flush()  # inside the try: a closed pipe shows here, not as a traceback at exit
+        return code
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit must not fail again
+        return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -86,6 +86,28 @@ class NodeBody(BaseModel):
     removable: bool = Field(description="A scale-in could take it now (no GPU work, not protected).")
 
 
+class PoolGpus(BaseModel):
+    """The pool's GPUs as the last listing counted them (device plugin or DRA; docs/dra.md)."""
+
+    allocatable: int = Field(description="GPUs of the pool's nodes.")
+    requested: int = Field(description="GPUs requested or allocated on them (a shared claim once).")
+    pending: int | None = Field(default=None, description="GPUs the pool's unscheduled pods wait for (requests "
+                                "and unallocated claims).")
+
+
+class RepairBody(BaseModel):
+    """A node in repair (docs/repair.md)."""
+
+    node: str
+    since: str = Field(description="RFC 3339: when its repair started.")
+    state: str = Field(description="cordoned | waiting (for work that cannot move, within grace) | draining | "
+                       "removing")
+    reason: str
+    replacement: int | None = Field(default=None, description="The pool size asked for its replacement (null: none "
+                                    "asked yet).")
+    error: str | None = Field(default=None, description="The last failure; the reconciler tries again next tick.")
+
+
 class PoolBody(BaseModel):
     """A pool: configured limits, stored state and the cloud's view."""
 
@@ -117,6 +139,11 @@ class PoolBody(BaseModel):
     nodes_error: str | None = Field(default=None, description="Why the nodes could not be read (the last listing).")
     nodes_read_at: float | None = Field(default=None, description="Unix time the stored node view was listed.")
     nodes_age_s: float | None = Field(default=None, description="Seconds since then.")
+    gpus: PoolGpus | None = Field(default=None, description="With the stored node view: the pool's GPUs.")
+    dra: str | None = Field(default=None, description="Whether the last listing read DRA (resource.k8s.io/v1): "
+                            "`read`, `not_read` (see `dra_reason`) or `unused` (every node had device-plugin "
+                            "GPUs and no pod a claim).")
+    dra_reason: str | None = Field(default=None, description="Why DRA was not read (404: no API; 403: RBAC).")
     short_until: str | None = Field(default=None, description="RFC 3339: until when the pool is passed over by its "
                                     "group because its cloud could not deliver (null: not short).")
     short_reason: str | None = Field(default=None, description="The cloud's code and message, nodes asked for and "
@@ -124,6 +151,8 @@ class PoolBody(BaseModel):
     short_for_s: float | None = Field(default=None, description="capacity.short_for: how long a shortfall marks "
                                       "the pool short.")
     group: str | None = Field(default=None, description="The fallback group the pool is in.")
+    repairs: list[RepairBody] | None = Field(default=None, description="With `repair:`: the pool's nodes in "
+                                             "repair, oldest first.")
 
 
 class PoolList(BaseModel):
@@ -149,6 +178,8 @@ class EventList(BaseModel):
     """GET /api/v1/events."""
 
     events: list[EventBody]
+    next: int | None = Field(description="The `before` of the next page (older events matching the same "
+                             "filters); null when none is left.")
 
 
 class WebhookAnswer(BaseModel):

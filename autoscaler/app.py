@@ -1,7 +1,6 @@
 """The Flask application factory."""
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -18,7 +17,8 @@ from autoscaler.events import EventLog, EventSink
 from autoscaler.metrics import Metrics, PoolStateCollector
 from autoscaler.logjson import JsonFormatter, TextFormatter, json_logs
 from autoscaler.reconciler import Reconciler
-from autoscaler.redact import Redactor, active, install, redact_tree
+from autoscaler.effective import log_effective
+from autoscaler.redact import Redactor, active, install
 from autoscaler.service import Service
 from autoscaler.retention import Pruner
 from autoscaler.store import Store, StoreOptions, open_store
@@ -46,8 +46,7 @@ def setup_logging() -> None:
 
 
 def _announce(settings: Settings) -> None:
-    effective = redact_tree(settings.config.model_dump(mode="python"))
-    log.info("effective config: %s", json.dumps(effective, default=str, sort_keys=True))
+    log_effective(settings, worker=True)
     for spec in settings.pools.values():
         if spec.dry_run:
             log.warning("=" * 72)
@@ -108,7 +107,7 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
                       auth=Authenticator(settings.config.server.auth, clock, _hmac_nonce_cache(store, clock)),
                       metrics=metrics, clock=clock,
                       sinks=sinks)
-    metrics.add_collector(PoolStateCollector(service.pool_rows, clock))
+    metrics.add_collector(PoolStateCollector(service.pool_rows, clock, store.ping))
 
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = settings.config.server.max_body_bytes
@@ -120,10 +119,12 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
     # tests call tick(now) themselves.
     app.extensions["autoscaler_reconciler"] = Reconciler(settings, store, built, engine, clock,
                                                          pruner=Pruner(store, settings.config.store.retain_events))
-    from autoscaler.api import health, openapi, pools, register_errors, status, webhooks
+    from autoscaler.api import health, openapi, pools, register_errors, repairs, status, webhooks  # noqa: F401
+    from autoscaler.api.headers import browser_headers
 
     register_errors(app)
     app.after_request(close_after)
+    app.after_request(browser_headers)
 
     @app.after_request
     def _no_secret_out(resp: Any) -> Any:

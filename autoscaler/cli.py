@@ -20,13 +20,24 @@ class CliError(Exception):
     """A failed call, said for a person (never echoing the token)."""
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default=None, help=f"service URL (env AUTOSCALER_URL, default {DEFAULT_URL})")
-    parser.add_argument("--token", default=None, help="bearer token (env AUTOSCALER_TOKEN)")
-    parser.add_argument("--json", action="store_true", help="print the API's JSON answer")
-    parser.add_argument("--wide", action="store_true", help="print reasons whole (tables cut them at "
-                        f"{REASON_WIDTH} characters)")
-    parser.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for an answer")
+def _common(parser: argparse.ArgumentParser, top: bool = False) -> None:
+    """The options every operator command takes. On ``python -m autoscaler`` itself too (``top``), so they work
+    before the subcommand as well as after it; a subcommand's own copy only overrides what it was given."""
+    def default(value: Any) -> Any:
+        return value if top else argparse.SUPPRESS
+
+    parser.add_argument("--url", default=default(None),
+                        help=f"service URL (env AUTOSCALER_URL, default {DEFAULT_URL})")
+    parser.add_argument("--token", default=default(None), help="bearer token (env AUTOSCALER_TOKEN)")
+    parser.add_argument("--json", action="store_true", default=default(False), help="print the API's JSON answer")
+    parser.add_argument("--wide", action="store_true", default=default(False), help="print reasons whole (tables "
+                        f"cut them at {REASON_WIDTH} characters)")
+    parser.add_argument("--timeout", type=float, default=default(15.0), help="seconds to wait for an answer")
+
+
+def common_options(parser: argparse.ArgumentParser) -> None:
+    """The operator commands' options on the top-level parser (``python -m autoscaler --url URL events``)."""
+    _common(parser, top=True)
 
 
 def register(sub: Any) -> None:

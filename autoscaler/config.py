@@ -1,4 +1,4 @@
-"""Load the YAML config, substitute ``${VAR}``, validate it into frozen typed objects.
+"""Load the YAML config, substitute ``${VAR}`` (``autoscaler/envsubst.py``), validate it into frozen typed objects.
 
 Every problem is reported with its path in the file, e.g. ``pools[1].max: must be >= min (3)``.
 """
@@ -13,13 +13,12 @@ import yaml
 from pydantic import ValidationError
 
 from autoscaler import validation, yaml_strict
+from autoscaler.envsubst import substitute
 from autoscaler.models import DirectionPolicy, Headroom, Mode, PoolSpec, Schedule
 from autoscaler.settings.common import DEFAULT_MOVABLE_OWNERS
+from autoscaler.settings.repair import repair_policy
 from autoscaler.settings import (AuthConfig, Config, DirectionConfig, PoolConfig, credential_problems,
                                  group_problems, reference_problems)
-
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
-
 
 class ConfigError(Exception):
     """The config is invalid; ``problems`` holds one line per problem, each starting with its path."""
@@ -39,29 +38,8 @@ class Settings:
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-def _substitute(node: Any, loc: tuple[Any, ...], env: dict[str, str], problems: list[str]) -> Any:
-    if isinstance(node, dict):
-        return {k: _substitute(v, loc + (k,), env, problems) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_substitute(v, loc + (i,), env, problems) for i, v in enumerate(node)]
-    if not isinstance(node, str):
-        return node
-
-    def repl(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
-        if name in env and env[name] != "":
-            return env[name]
-        if default is not None:
-            return default
-        if name in env:
-            return ""
-        problems.append(f"{validation.location(loc)}: environment variable {name} is not set and has no default")
-        return ""
-
-    return _VAR.sub(repl, node)
-
-
-_NODE_KEYS = {"victims", "drain_timeout", "movable_owners"}  # scale_in keys that are not the direction's policy
+#: scale_in keys that are not the direction's policy
+_NODE_KEYS = {"victims", "drain_timeout", "movable_owners", "forced_removal"}
 _LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$")
 DEFAULT_PROVISION_TIME = 600.0  # pools[].provision_time left out (a simulated pool: its provision_seconds)
 
@@ -89,7 +67,7 @@ def build_settings(raw: Any, env: dict[str, str] | None = None, *, replay: bool 
     problems: list[str] = []
     if not isinstance(raw, dict):
         raise ConfigError(["(top level): must be a mapping of config keys"])
-    data = _substitute(raw, (), dict(os.environ) if env is None else env, problems)
+    data = substitute(raw, dict(os.environ) if env is None else env, problems)
     try:
         config = Config.model_validate(data, context=_context())
     except ValidationError as exc:
@@ -120,8 +98,12 @@ def build_settings(raw: Any, env: dict[str, str] | None = None, *, replay: bool 
                             for w in pool.schedules),
             short_for=pool.capacity.short_for,
             group=group_of.get(pool.name, ""),
+            repair=_repair(config, index, pool, settings, problems, replay),
             **_node_aware(config, index, pool, settings, problems, replay),
         )
+        if pool.repair is not None and config.kubernetes is not None and not pools[pool.name].node_selector:
+            problems.append(f"pools[{index}].node_selector: required with repair: (provider {pool.provider} has no "
+                            "default): a repair checks that the node it is told of is the pool's")
         if pools[pool.name].scale_out.mode is Mode.DEMAND and pool.gpus_per_node is None:
             problems.append(_NO_GPUS_PER_NODE.format(index=index))
     if problems:
@@ -138,16 +120,20 @@ def _context() -> dict[str, Any]:
 
 def provider_settings(pool: PoolConfig, index: int) -> tuple[Any, list[str]]:
     """Validate the pool's section named after its provider; return (settings, problems with their paths)."""
+    return _section(index, pool.provider, dict(pool.model_extra or {}))
+
+
+def _section(index: int, provider: str, extra: dict[str, Any]) -> tuple[Any, list[str]]:
+    """The provider's section among a pool's keys that are not the pool's own (``extra``), validated."""
     import providers
 
     where = f"pools[{index}]"
-    extra = dict(pool.model_extra or {})
-    problems = [f"{where}.{key}: unknown key (is the provider {key!r}?)" for key in extra if key != pool.provider]
-    model = providers.factory(pool.provider).settings_model
+    problems = [f"{where}.{key}: unknown key (is the provider {key!r}?)" for key in extra if key != provider]
+    model = providers.factory(provider).settings_model
     try:
-        return model.model_validate(extra.get(pool.provider) or {}), problems
+        return model.model_validate(extra.get(provider) or {}), problems
     except ValidationError as exc:
-        return None, problems + validation.problems(exc, prefix=f"{where}.{pool.provider}")
+        return None, problems + validation.problems(exc, prefix=f"{where}.{provider}")
 
 
 def _provision_time(pool: Any, settings: Any) -> float:
@@ -238,10 +224,19 @@ def _beside_field_errors(data: Any) -> list[str]:
         problems += _pool_rules(index, _dict(raw_pool), default_mode)
         try:
             pool = PoolConfig.model_validate(raw_pool, context=_context())
-        except ValidationError:
+        except ValidationError:  # the pool's own keys are wrong (reported): its provider's section is read anyway
+            problems += _raw_section_problems(index, _dict(raw_pool))
             continue
         problems += provider_settings(pool, index)[1]
     return problems
+
+
+def _raw_section_problems(index: int, raw_pool: dict[str, Any]) -> list[str]:
+    """The provider section's problems of a pool whose own keys failed validation (a known provider only)."""
+    provider = raw_pool.get("provider")
+    if not isinstance(provider, str) or provider not in _context()["providers"]:
+        return []
+    return _section(index, provider, {k: v for k, v in raw_pool.items() if k not in PoolConfig.model_fields})[1]
 
 
 _NO_GPUS_PER_NODE = "pools[{index}].gpus_per_node: required with scale_out.mode demand (the GPUs one node adds)"
@@ -277,6 +272,18 @@ def parse_selector(text: str) -> tuple[tuple[str, str], ...]:
                              "kubernetes.azure.com/agentpool=gpunp, terms joined by commas)")
         out.append((key, value))
     return tuple(out)
+
+
+def _repair(config: Config, index: int, pool: PoolConfig, settings: Any, problems: list[str],
+            replay: bool) -> Any:
+    """The pool's ``repair:`` as the core reads it; what makes it unusable goes to ``problems``."""
+    import providers
+
+    removes = settings is not None and providers.capabilities(pool.provider, settings).removes_named_nodes
+    policy, why = repair_policy(pool.repair, f"pools[{index}].repair", pool.provider, removes or settings is None,
+                                config.kubernetes is not None or replay)
+    problems += why
+    return policy
 
 
 def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, problems: list[str],
@@ -325,8 +332,12 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
     owners = pool.scale_in.movable_owners
     if owners is None:
         owners = config.defaults.scale_in.movable_owners
+    forced = pool.scale_in.forced_removal
+    if forced is None:
+        forced = config.defaults.scale_in.forced_removal
     return {"victims": victims, "drain_timeout": drain, "node_selector": selector,
-            "movable_owners": tuple(owners) if owners is not None else DEFAULT_MOVABLE_OWNERS}
+            "movable_owners": tuple(owners) if owners is not None else DEFAULT_MOVABLE_OWNERS,
+            "forced_removal": forced is not False}
 
 
 def offline(raw: Any) -> Any:

@@ -7,11 +7,11 @@ import socket
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Sequence
 
-from autoscaler import fallback
+from autoscaler import fallback, repair
 from autoscaler.attempt import Attempt, DedupClaim
 from autoscaler.config import Settings
 from autoscaler.events import EventLog
@@ -36,6 +36,7 @@ LEASE_TTL = 30.0  # the default of server.lease_ttl; a running decision renews i
 MAX_DECISION = 3600.0  # a decision's lease is renewed for at most this long (drains included)
 BUSY_RETRY = 5.0  # Retry-After (at most) when the pool is held by another decision of ours
 UNEXPECTED_RETRY = 30.0  # Retry-After for a decision that failed on an unexpected error
+FINAL_MARGIN = 1.0  # the final write's retries stop this long before the lease lapses
 Clock = Callable[[], float]
 
 
@@ -61,13 +62,14 @@ class Engine:
         self.node_actions = NodeActions(self.nodes)
 
     # -- notifications --------------------------------------------------------------------------------
-    def handle_notification(self, note: Notification) -> list[Decision]:
+    def handle_notification(self, note: Notification, within: frozenset[str] | None = None) -> list[Decision]:
         """One decision per group of alerts that share a pool and action (routing groups them), and one per group
-        that routing alone settles (test, resolved, unrouted, unknown pool), recorded as it is."""
+        that routing alone settles (test, resolved, unrouted, unknown pool), recorded as it is. ``within``: the
+        pools the sender's credential may act on (None: every pool), for a group's choice."""
         out = []
         for item in self.router.signals(note, self.settings.pools):
             if isinstance(item, Signal):
-                out.append(self.handle(item))
+                out.append(self.handle(replace(item, within=within)))
             else:
                 out.append(self.events.record(item.decision, note.source.value, list(item.alerts), self.clock()))
         return out
@@ -76,6 +78,8 @@ class Engine:
     def handle(self, signal: Signal) -> Decision:
         """Decide and act on one signal for one pool; records one event (and, when the cloud refused a group's pool
         for capacity, the next pool's decision for the same nodes as its own event)."""
+        if signal.action is Action.REPAIR:  # a node to replace, not a size: its own way (docs/repair.md)
+            return repair.start(self, signal)
         spec = self.settings.pools.get(signal.pool)
         if spec is None and signal.pool in self.settings.groups:
             routed = fallback.route(self.settings, self.store, self.providers, signal, self.clock())
@@ -87,6 +91,7 @@ class Engine:
                                 f"pool {signal.pool!r} is not configured")
             return self.events.record(decision, signal.source.value, list(signal.alerts), self.clock())
         claim = DedupClaim(self.store, spec.name, signal.dedup_keys)
+        self.events.write_kept()  # a record lost while the store was away goes first (a resend finds it here)
         try:
             # The common case under an alert storm: a pool in cooldown (or paused), settled by a read and one
             # transaction (see ``_settled``). The clock is read once, after the state: a scale-out another worker
@@ -100,7 +105,7 @@ class Engine:
         except Exception as exc:  # a bug or a library's surprise: this decision fails, the others go on
             return self._unexpected(signal, spec, claim, exc)
         if decision.outcome is Outcome.NO_CAPACITY and spec.group:  # the rest goes to the next pool at once
-            self.handle(fallback.signal_for_rest(spec, decision, signal.source))
+            self.handle(fallback.signal_for_rest(spec, decision, signal.source, signal.within))
         return decision
 
     def _handle(self, attempt: Attempt, quick: QuickState | None) -> Decision:
@@ -147,7 +152,8 @@ class Engine:
             confirm = None
             if decision.retry_after is None and attempt.spec.dedup_window > self._pending(attempt.spec):
                 confirm = attempt.claim.confirm(attempt.expires_at)  # in finish's transaction
-            recorded = self.events.finish(decided, decision, change, confirm)
+            # Retried while the lease holds (the cloud may have acted: its record must not be lost), then kept.
+            recorded = self.events.finish(decided, decision, change, confirm, lease.lapses_at() - FINAL_MARGIN)
             self._remember_view(view)
             return recorded
         except BaseException:
@@ -196,10 +202,11 @@ class Engine:
         return self.events.record(decision, attempt.source, attempt.alerts, self.clock())
 
     @contextmanager
-    def holding(self, pool: str) -> Iterator[PoolState]:
+    def holding(self, pool: str, renewed: bool = False) -> Iterator[PoolState]:
         """Hold ``pool`` as a decision does (this process's lock, then the store lease, waiting up to
-        ``lock_wait``) while an operator changes it (pause, resume, count correction), so that a decision in flight
-        finishes first and none starts meanwhile; PoolBusy when it stays held."""
+        ``lock_wait``) while an operator changes it (pause, resume, count correction) or a repair takes a step, so
+        that a decision in flight finishes first and none starts meanwhile; PoolBusy when it stays held.
+        ``renewed``: the lease is kept as a decision's is (its holder calls the cloud)."""
         deadline = time.monotonic() + self.lock_wait
         lock = self._locks.setdefault(pool, threading.Lock())
         busy = PoolBusy(f"another decision on pool {pool} is still running after {self.lock_wait:g}s; try again",
@@ -213,7 +220,8 @@ class Engine:
             if state is None:
                 raise busy
             try:
-                yield state
+                with lease.kept(self.max_decision) if renewed else nullcontext():
+                    yield state
             finally:
                 lease.release()
         finally:

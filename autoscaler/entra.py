@@ -6,81 +6,20 @@ Facts this rests on (Microsoft identity platform docs): tokens are RS256 JWTs wh
 ``https://login.microsoftonline.com/<tenant>/v2.0``; the keys are published as a JWK set at
 ``https://login.microsoftonline.com/<tenant>/discovery/v2.0/keys`` and roll over, a new key appearing there before
 tokens are signed with it. An action group's secure webhook gets its token as the "AzNS AAD Webhook" app
-(``appid``/``azp``), holding the app role the receiving app granted it.
+(``appid``/``azp``), holding the app role the receiving app granted it. The keys are fetched off the request path
+(``autoscaler/entra_keys.py``).
 """
 from __future__ import annotations
 
-import logging
-import threading
 from typing import Any, Callable
 
 import jwt
 from jwt.types import Options
 
-from autoscaler.redact import redact_text
+from autoscaler.entra_keys import KeysUnavailable, SigningKeys, TokenRejected
 from autoscaler.settings import EntraId
 
-log = logging.getLogger(__name__)
-
-MIN_REFETCH = 60.0  # an unknown key ID refetches the key set at most this often
-FETCH_TIMEOUT = 5.0
-
-
-class TokenRejected(Exception):
-    """The token is not one we accept; the message says why without echoing it (answered 401)."""
-
-
-class KeysUnavailable(Exception):
-    """No signing keys could be fetched yet, so no token can be checked (answered 503: a retry may pass)."""
-
-
-class SigningKeys:
-    """The tenant's signing keys by key ID, fetched from the JWK set URL and used for ``ttl`` seconds. A key ID not
-    in the set (a key rolled in) refetches it, at most once per ``min_refetch``, so tokens with made-up key IDs
-    cannot make the service hammer the URL; a failed fetch keeps the keys fetched before."""
-
-    def __init__(self, url: str, ttl: float, clock: Callable[[], float], min_refetch: float = MIN_REFETCH,
-                 timeout: float = FETCH_TIMEOUT) -> None:
-        self.url = url
-        self.ttl = ttl
-        self.clock = clock
-        self.min_refetch = min_refetch
-        self._client = jwt.PyJWKClient(url, cache_jwk_set=False, timeout=timeout)
-        self._keys: dict[str, jwt.PyJWK] = {}
-        self._fetched_at: float | None = None
-        self._tried_at: float | None = None
-        self._error = ""
-        self._lock = threading.Lock()
-        self.fetches = 0  # attempts, for tests and logs
-
-    def key(self, kid: str) -> jwt.PyJWK:
-        """The key with this ID; TokenRejected when the set has none, KeysUnavailable when there is no set."""
-        with self._lock:
-            now = self.clock()
-            due = self._fetched_at is None or now - self._fetched_at >= self.ttl or kid not in self._keys
-            if due and (self._tried_at is None or now - self._tried_at >= self.min_refetch):
-                self._refresh(now)
-            if not self._keys:
-                raise KeysUnavailable(f"the tenant's signing keys could not be fetched: {self._error}")
-            found = self._keys.get(kid)
-        if found is None:
-            raise TokenRejected(f"token signed by an unknown key (kid {kid[:48]!r})")
-        return found
-
-    def _refresh(self, now: float) -> None:
-        self._tried_at = now
-        self.fetches += 1
-        try:
-            jwk_set = self._client.get_jwk_set(refresh=True)
-        except (jwt.PyJWTError, ValueError) as exc:  # ValueError: a body that is not JSON
-            self._error = redact_text(f"{self.url}: {exc}")[:300]
-            log.warning("entra_id: signing keys not fetched (%s); %s", self._error,
-                        "keeping the keys fetched before" if self._keys else "no token can be checked yet")
-            return
-        self._keys = {k.key_id: k for k in jwk_set.keys if k.key_id and k.public_key_use in ("sig", None)}
-        self._fetched_at = now
-        log.info("entra_id: %d signing keys fetched", len(self._keys))
-
+__all__ = ["EntraVerifier", "KeysUnavailable", "SigningKeys", "TokenRejected"]
 
 _CLAIM_PROBLEMS: list[tuple[type[Exception], str]] = [
     (jwt.InvalidAudienceError, "token audience is not accepted (server.auth.entra_id.audience)"),

@@ -11,6 +11,7 @@ from typing import Any
 
 from autoscaler.answers import event_json
 from autoscaler.attempt import Attempt
+from autoscaler.final_write import FinalWrites, Pending
 from autoscaler.logjson import json_logs
 from autoscaler.models import Alert, Decision, OperatorOutcome, Source
 from autoscaler.redact import active, redact_text
@@ -68,6 +69,7 @@ class EventLog:
         self.sinks = list(sinks or [])
         self.metrics = metrics
         self.json_logs = json_logs()
+        self.final = FinalWrites(store)
 
     def _record_for(self, d: Decision, source: str, alerts: list[Alert], now: float) -> EventRecord:
         details = {k: v for k, v in d.details.items() if v is not None}
@@ -90,12 +92,19 @@ class EventLog:
         return self._published(d, replace(ev, id=event_id))
 
     def finish(self, attempt: Attempt, d: Decision, change: PoolChange,
-               confirm: DedupConfirm | None = None) -> Decision:
+               confirm: DedupConfirm | None = None, until: float | None = None) -> Decision:
         """Record a leased decision at ``attempt.now``, apply its change to the pool's state, release the pool's lease
-        (and confirm its dedup keys), in one transaction."""
+        (and confirm its dedup keys), in one transaction; retried until ``until`` (monotonic: the lease's end) while
+        the store is away, then kept and written once it is back (see ``final_write``)."""
         ev = self._record_for(d, attempt.source, attempt.alerts, attempt.now)
-        event_id = self.store.finish(attempt.spec.name, attempt.owner, ev, change, confirm)
+        pending = Pending(attempt.spec.name, attempt.owner, ev, change, confirm,
+                          lambda event_id: self._published(d, replace(ev, id=event_id)))
+        event_id = self.final.write(pending, until)
         return self._published(d, replace(ev, id=event_id))
+
+    def write_kept(self) -> None:
+        """Write the final writes kept while the store was away (best effort; they are retried in the background)."""
+        self.final.flush()
 
     def record_settled(self, attempt: Attempt, d: Decision) -> Decision:
         """Record a decision the stored state settled (no lease): claim the attempt's dedup keys for the full window
@@ -116,6 +125,30 @@ class EventLog:
                          alerts=[], details=_redacted({"actor": act.actor, **(act.details or {})}))
         event_id = self.store.update_pool(act.pool, ev, change)
         self._publish(replace(ev, id=event_id), count=False)  # not a decision: no decisions_total sample
+        return event_id or 0
+
+    def applied(self, d: Decision, source: str, alerts: list[Alert], now: float, change: PoolChange) -> Decision:
+        """Record a decision made under ``Engine.holding`` (a repair's start) with its change to the pool's state,
+        in one transaction."""
+        assert d.pool is not None
+        ev = self._record_for(d, source, alerts, now)
+        event_id = self.store.update_pool(d.pool, ev, change)
+        return self._published(d, replace(ev, id=event_id))
+
+    def repair_ended(self, d: Decision, node: str, now: float, change: PoolChange | None = None) -> Decision:
+        """Record the end of ``node``'s repair (source ``reconcile``) and forget the repair, in one transaction."""
+        assert d.pool is not None
+        ev = self._record_for(d, Source.RECONCILE.value, [], now)
+        event_id = self.store.end_repair(d.pool, node, ev, change)
+        return self._published(d, replace(ev, id=event_id))
+
+    def repair_cancelled(self, act: OperatorAct, node: str, now: float) -> int:
+        """An operator's cancel: forget ``node``'s repair and record who cancelled it, in one transaction."""
+        ev = EventRecord(time=now, pool=act.pool, source=Source.OPERATOR.value, action=act.action,
+                         outcome=act.outcome.value, from_=None, to=None, reason=clean(redact_text(act.reason)),
+                         alerts=[], details=_redacted({"actor": act.actor, **(act.details or {})}))
+        event_id = self.store.end_repair(act.pool, node, ev)
+        self._publish(replace(ev, id=event_id), count=False)
         return event_id or 0
 
     def _published(self, d: Decision, ev: EventRecord) -> Decision:

@@ -57,7 +57,7 @@ def used_on_nodes(views: Iterable[NodeView], gpus_per_node: int) -> tuple[float,
         if not view.ready or view.cordoned or view.gpu_allocatable <= 0:
             continue
         ready += 1
-        taken = min(view.gpu_allocatable, sum(pod.count for pod in view.gpu_pods))
+        taken = min(view.gpu_allocatable, view.gpus_used())  # a claim several pods share: once
         used += taken
         spare_gpus += view.gpu_allocatable - taken
         spare_nodes += taken < view.gpu_allocatable

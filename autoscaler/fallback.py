@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Mapping
 
 from autoscaler.config import Settings
-from autoscaler.groups import Member, choose
+from autoscaler.groups import OUT_OF_SCOPE, Member, choose
 from autoscaler.models import Action, Decision, Mode, Outcome, PoolSpec, Signal, Source
 from autoscaler.proportional import propose
 from autoscaler.store import Store
@@ -39,12 +39,15 @@ def route(settings: Settings, store: Store, providers: Mapping[str, NodePoolProv
     group = signal.pool
     specs = [settings.pools[name] for name in settings.groups[group]]
     action = signal.action or Action.SCALE_OUT
-    members = [member(store, providers[spec.name], spec, now) for spec in specs]
+    members = [replace(member(store, providers[spec.name], spec, now),
+                       in_scope=signal.within is None or spec.name in signal.within) for spec in specs]
     choice = choose(members, action, now)
     chosen = choice.first
     if chosen is None:
-        everyone_paused = all(why == "paused" for _, why in choice.passed)
-        first = specs[0] if action is Action.SCALE_OUT else specs[-1]
+        whys = [why for _, why in choice.passed if why != OUT_OF_SCOPE]
+        everyone_paused = bool(whys) and all(why == "paused" for why in whys)
+        ours = [m.name for m in members if m.in_scope] or [specs[0].name]  # the event goes to a pool it may act on
+        first = settings.pools[ours[0] if action is Action.SCALE_OUT else ours[-1]]
         outcome = Outcome.SKIPPED_PAUSED if everyone_paused else Outcome.SKIPPED_LIMIT
         reason = f"{signal.reason + ': ' if signal.reason else ''}no pool of group {group} can take it: " \
                  f"{choice.why_none()}"
@@ -78,10 +81,12 @@ def _proportional_scale_in(signal: Signal, specs: list[PoolSpec], members: list[
     return total - proposal.target
 
 
-def signal_for_rest(spec: PoolSpec, short: Decision, source: Source) -> Signal:
+def signal_for_rest(spec: PoolSpec, short: Decision, source: Source,
+                    within: frozenset[str] | None = None) -> Signal:
     """The signal that asks the pool's group for what the pool did not deliver (no alerts: the first decision's
-    event keeps them, and its dedup keys are claimed)."""
+    event keeps them, and its dedup keys are claimed); ``within``: the first signal's credential's pools."""
     missing = int(short.details["asked"]) - int(short.details["delivered"])
     return Signal(pool=spec.group, action=Action.SCALE_OUT, source=source, step=missing, force=True, fallback=True,
+                  within=within,
                   reason=f"{spec.name} could not deliver {missing} node(s) ({short.details.get('code')}); asked "
                          f"of group {spec.group}")

@@ -3,7 +3,8 @@
 A scale-out goes to the first pool, in the group's order of preference, that can take it: not paused, not short of
 capacity, not backing off after failures, not at its max. A scale-in takes from the last pool that has nodes above
 its min, so a group drifts back to its preferred pools once they deliver again (GKE ComputeClass's "move back",
-cluster-autoscaler's expanders the other way round).
+cluster-autoscaler's expanders the other way round). A pool the sender's credential may not act on is never chosen:
+a group does not widen a credential limited to some pools.
 """
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from autoscaler.models import Action
+
+
+OUT_OF_SCOPE = "outside the credential's pools"
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,7 @@ class Member:
     short_until: float | None = None
     short_reason: str = ""
     backoff_until: float | None = None
+    in_scope: bool = True  # False: the credential that sent the signal may not act on this pool
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,8 @@ class Choice:
 
 def _passed_over(member: Member, action: Action, now: float) -> str:
     """Why ``member`` cannot take the action now ("" when it can)."""
+    if not member.in_scope:
+        return OUT_OF_SCOPE
     if member.paused:
         return "paused"
     if member.current is None:

@@ -27,17 +27,20 @@ class NodeLike(Protocol):
 
 def from_scale_outs(scale_outs: Sequence[tuple[float, int, int]], current: int, now: float,
                     provision_time: float) -> tuple[int, str]:
-    """Nodes added by the scale-outs (time, from, to) of the last ``provision_time``, at most ``current``."""
+    """Nodes added by the scale-outs (time, from, to) of the last ``provision_time``, less the sizes given back after
+    a shortfall (to < from: what the cloud never delivered is not on its way), at most ``current``."""
     if provision_time <= 0:
         return 0, "provision_time is 0: nodes are ready as soon as they are asked for"
-    recent = [(t, a, b) for t, a, b in scale_outs if now - provision_time <= t <= now and b > a]
-    added = sum(b - a for _, a, b in recent)
-    count = max(0, min(added, current))
-    if not recent:
+    recent = [(t, a, b) for t, a, b in scale_outs if now - provision_time <= t <= now and b != a]
+    grown = [(t, a, b) for t, a, b in recent if b > a]
+    given_back = sum(a - b for _, a, b in recent if b < a)
+    count = max(0, min(sum(b - a for _, a, b in grown) - given_back, current))
+    if not grown:
         return 0, f"no scale-out in the last {provision_time:.0f}s (provision_time)"
-    youngest = now - max(t for t, _, _ in recent)
-    return count, (f"{count} node(s) added by {len(recent)} scale-out(s) in the last {provision_time:.0f}s "
-                   f"(provision_time; the newest {youngest:.0f}s ago)")
+    youngest = now - max(t for t, _, _ in grown)
+    back = f"; {given_back} given back undelivered" if given_back else ""
+    return count, (f"{count} node(s) added by {len(grown)} scale-out(s) in the last {provision_time:.0f}s "
+                   f"(provision_time; the newest {youngest:.0f}s ago){back}")
 
 
 def from_nodes(nodes: Iterable[NodeLike], current: int, now: float, provision_time: float) -> tuple[int, str]:

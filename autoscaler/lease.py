@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from autoscaler.models import PoolState
@@ -43,13 +43,16 @@ class Lease:
     ttl: float
     monotonic: Clock = time.monotonic
     sleep: Sleep = time.sleep
+    _lapses: list[float] = field(default_factory=lambda: [float("-inf")], compare=False, repr=False)
 
     def take(self, deadline: float) -> PoolState | None:
         """The pool's state once the lease is ours; None when it stays taken until ``deadline`` (by ``monotonic``)."""
         delay = 0.005
         while True:
+            started = self.monotonic()
             state = self.store.acquire(self.pool, self.owner, self.clock(), self.ttl)
             if state is not None:
+                self._lapses[0] = started + self.ttl
                 return state
             if self.monotonic() >= deadline:
                 return None
@@ -58,7 +61,15 @@ class Lease:
 
     def renew(self) -> bool:
         """Extend the lease now; False when it is no longer ours."""
-        return bool(self.store.renew(self.pool, self.owner, self.clock(), self.ttl))
+        started = self.monotonic()
+        if self.store.renew(self.pool, self.owner, self.clock(), self.ttl):
+            self._lapses[0] = started + self.ttl
+            return True
+        return False
+
+    def lapses_at(self) -> float:
+        """When (by ``monotonic``) the lease lapses unless renewed: ``ttl`` after the last take or renewal began."""
+        return self._lapses[0]
 
     def release(self) -> None:
         """Best effort: give the pool's lease back (it expires by itself when the store is away)."""

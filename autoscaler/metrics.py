@@ -89,9 +89,11 @@ class Metrics:
 class PoolStateCollector(Collector):
     """Gauges from the store: paused, tracked count, cooldown left, backoff, time since last scale."""
 
-    def __init__(self, read: Callable[[], Iterable[dict[str, Any]]], clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, read: Callable[[], Iterable[dict[str, Any]]], clock: Callable[[], float] = time.time,
+                 ping: Callable[[], None] | None = None) -> None:
         self.read = read
         self.clock = clock
+        self.ping = ping  # the readiness probe's question (the store takes a write), asked at each scrape
 
     def describe(self) -> list[Any]:
         return []
@@ -119,13 +121,24 @@ class PoolStateCollector(Collector):
         window = GaugeMetricFamily(f"{PREFIX}_pool_short_window_seconds", "capacity.short_for: how long one "
                                    "shortfall marks the pool short.", labels=["pool"])
         short_total = GaugeMetricFamily(f"{PREFIX}_pools_short", "How many pools are short of capacity.")
-        up = GaugeMetricFamily(f"{PREFIX}_store_up", "1 when the store answered this scrape.")
+        gpus = GaugeMetricFamily(f"{PREFIX}_pool_gpus", "The pool's GPUs as the last listing counted them (device "
+                                 "plugin or DRA): allocatable, requested (or allocated), pending (unscheduled "
+                                 "pods' requests and unallocated claims).", labels=["pool", "state"])
+        repairs = GaugeMetricFamily(f"{PREFIX}_nodes_in_repair", "Nodes of the pool in repair now (cordoned, "
+                                    "waiting, draining or being removed; pools with `repair:`).", labels=["pool"])
+        up = GaugeMetricFamily(f"{PREFIX}_store_up", "1 when the store answered this scrape (its schema whole, "
+                               "a write taken).")
         try:
             rows = list(self.read())
-            up.add_metric([], 1)
         except Exception:
-            rows = []
+            rows = None
+        try:
+            if self.ping is not None and rows is not None:
+                self.ping()
+            up.add_metric([], 1 if rows is not None else 0)
+        except Exception:
             up.add_metric([], 0)
+        rows = rows or []
         for row in rows:
             name = row["name"]
             paused.add_metric([name], 1 if row["paused"] else 0)
@@ -147,8 +160,13 @@ class PoolStateCollector(Collector):
                 family.add_metric([name], row[end])
             if row.get("view_age_s") is not None:
                 age.add_metric([name], row["view_age_s"])
+            for state, value in (row.get("gpus") or {}).items():
+                if value is not None:
+                    gpus.add_metric([name, state], value)
+            if row.get("repairs") is not None:
+                repairs.add_metric([name], len(row["repairs"]))
         if rows:
             paused_total.add_metric([], sum(1 for row in rows if row["paused"]))
             short_total.add_metric([], sum(1 for row in rows if row.get("short_until")))
         yield from (paused, paused_total, short, short_total, window, size, cooldown, backoff, last, in_flight, floor,
-                    *limits.values(), age, up)
+                    *limits.values(), age, gpus, repairs, up)

@@ -25,6 +25,9 @@ class Outcome(str, enum.Enum):
     FAILED = "failed"
     SKIPPED_IN_USE = "skipped_in_use"  # a scale-in found no node it may remove (GPU work, protection)
     NO_CAPACITY = "no_capacity"  # the cloud accepted a size and could not create the nodes (stockout, quota)
+    REPAIR_STARTED = "repair_started"  # a node reported unhealthy: cordoned, a replacement asked for
+    REPAIRED = "repaired"  # a node in repair was removed by name (or left the cluster by itself)
+    SKIPPED_REPAIR_BUDGET = "skipped_repair_budget"  # the pool already has repair.max_unhealthy nodes in repair
 
 
 class Action(str, enum.Enum):
@@ -32,6 +35,7 @@ class Action(str, enum.Enum):
 
     SCALE_OUT = "scale_out"
     SCALE_IN = "scale_in"
+    REPAIR = "repair"  # replace the node the alert names (``routing.node_label``); see ``autoscaler/repair.py``
 
 
 class AlertStatus(str, enum.Enum):
@@ -69,6 +73,7 @@ class OperatorOutcome(str, enum.Enum):
     PAUSED = "paused"
     RESUMED = "resumed"
     COUNT_CORRECTED = "count_corrected"
+    REPAIR_CANCELLED = "repair_cancelled"  # ``"cancel": true``: the node uncordoned, its repair ended
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,8 @@ class Signal:
     floor: bool = False  # raise the pool to its effective min: a limit, so no cooldown applies (backoff does)
     group: str = ""  # the fallback group the signal was routed to; ``pool`` is then the member chosen to act
     fallback: bool = False  # asks a group for the ``step`` nodes one of its pools could not deliver
+    within: frozenset[str] | None = None  # the pools the sender's credential may act on (None: every pool); a group
+    # chooses only among them
 
     @property
     def dedup_keys(self) -> tuple[str, ...]:
@@ -201,6 +208,17 @@ class Schedule:
 
 
 @dataclass(frozen=True)
+class RepairPolicy:
+    """``repair:`` of a pool: how many nodes may be in repair at once (a count, or ``percent`` of the pool's nodes;
+    at least 1 either way), how long GPU work that cannot move keeps a node, whether a replacement is asked for."""
+
+    max_unhealthy: int = 1
+    percent: float | None = None  # set: max_unhealthy was written as a percentage (``max_unhealthy`` unused)
+    grace: float = 3600.0
+    replace: bool = True
+
+
+@dataclass(frozen=True)
 class PoolSpec:
     """Everything configured for one pool, defaults merged in."""
 
@@ -216,12 +234,14 @@ class PoolSpec:
     victims: str = "cloud"  # scale_in.victims: cloud | alerted | idle | movable (node-aware scale-in)
     drain_timeout: float = 600.0  # scale_in.drain_timeout: how long a drain retries refused evictions
     movable_owners: tuple[str, ...] = ("ReplicaSet", "StatefulSet")  # scale_in.movable_owners (victims: movable)
+    forced_removal: bool = True  # scale_in.forced_removal: a manual force may drain (evict) a busy node
     node_selector: tuple[tuple[str, str], ...] = ()  # the pool's nodes' labels (empty: not known)
     gpus_per_node: int | None = None  # GPUs one node adds; required by demand mode (the replay assumes 8)
     provision_time: float = 600.0  # request -> GPUs allocatable; nodes asked for within it are "in flight"
     schedules: tuple[Schedule, ...] = ()
     short_for: float = 600.0  # capacity.short_for: how long a pool that could not deliver is passed over
     group: str = ""  # the fallback group the pool is in ("" when none)
+    repair: RepairPolicy | None = None  # ``repair:`` (None: the pool's nodes are not repaired)
 
     def direction(self, action: Action) -> DirectionPolicy:
         return self.scale_out if action is Action.SCALE_OUT else self.scale_in

@@ -101,7 +101,7 @@ def settled(signal: Signal, spec: PoolSpec, state: PoolState, now: float, curren
     ``current`` is the last count known (the tracked count, or the last event's), shown in from/to only.
     """
     action = signal.action
-    if action is None or signal.target is not None:
+    if action is None or action is Action.REPAIR or signal.target is not None:
         return None
     if state.paused:
         return _paused(spec, state, action, current)
@@ -133,6 +133,9 @@ def decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus,
     """Decide what one signal does to one pool (``recent``: proportional recommendations as (time, nodes);
     ``facts``: nodes in flight and the effective min now, a schedule's floor when one is open;
     ``named_scale_in``: a scale-in removes named nodes, so the cloud's resize granularity does not apply)."""
+    if signal.action is Action.REPAIR and signal.target is None:  # the engine hands these to autoscaler/repair.py
+        return Decision(spec.name, Action.REPAIR, Outcome.UNROUTED, None, None, "a repair names a node, not a size: "
+                        "it is not decided here")
     if facts.floor is not None and facts.floor > spec.min:
         spec = replace(spec, min=min(facts.floor, spec.max))
     room = headroom_floor(signal, spec, cloud.current, facts) if cloud.current is not None else None

@@ -16,17 +16,18 @@ spare is known only from alerts' values, so only decisions keep it.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
+from typing import Callable, ContextManager, Sequence
 
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
-from autoscaler import shortage
+from autoscaler import repair_carry, shortage
 from autoscaler.facts import headroom_facts, keeps_headroom
 from autoscaler.headroom import Floor, floor as headroom_floor
 from autoscaler.inflight import NOT_REGISTERED, unregistered
@@ -35,7 +36,8 @@ from autoscaler.policy import cooldown_remaining
 from autoscaler.redact import redact_text
 from autoscaler.answers import dump, node_body
 from autoscaler.retention import Pruner
-from autoscaler.cluster.nodes import ClusterError, NodeView
+from autoscaler.schedules import unusable
+from autoscaler.cluster.nodes import ClusterError, NodeView, PoolRead, PoolReads
 from autoscaler.store import NodesView, PoolView, Store, StoreUnavailable
 from providers import NodePoolProvider, ProviderError, Tracked
 
@@ -73,6 +75,7 @@ class Reconciler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._holding = False
+        self._unusable: set[tuple[str, int]] = set()  # schedule windows already logged as unusable
 
     def tick(self, now: float, pools: bool = True) -> Tick:
         """One round, if this process holds (or can take) the lease: each pool (unless ``pools`` is False), then
@@ -84,19 +87,37 @@ class Reconciler:
         if not held:
             return Tick(held=False)
         out = Tick(held=True)
-        for spec in self.settings.pools.values() if pools else ():
-            view, facts, short = self.refresh(spec, now)
-            out.views.append(view)
-            listed = self.refresh_nodes(spec, now)
-            if short is not None:  # the cloud accepted a size it could not deliver: say so, give back, ask the group
-                out.decisions += self._short(spec, now, short)
-                continue
-            decision = self._floor(spec, view, facts, now) or self._headroom(spec, view, now, listed)
-            if decision is not None:
-                out.decisions.append(decision)
+        with self._one_read():  # the DRA lists: read at most once for all the tick's pools
+            for spec in self.settings.pools.values() if pools else ():
+                self._pool(spec, now, out)
         if self.pruner is not None:
             out.pruned = self.pruner.maybe_run(now)
         return out
+
+    def _pool(self, spec: PoolSpec, now: float, out: Tick) -> None:
+        self._log_unusable(spec, now)
+        view, facts, short = self.refresh(spec, now)
+        out.views.append(view)
+        listed = self.refresh_nodes(spec, now)
+        out.decisions += repair_carry.carry_on(self.engine, spec, now, listed)  # docs/repair.md
+        if short is not None:  # the cloud accepted a size it could not deliver: say so, give back, ask the group
+            out.decisions += self._short(spec, now, short)
+            return
+        decision = self._floor(spec, view, facts, now) or self._headroom(spec, view, now, listed)
+        if decision is not None:
+            out.decisions.append(decision)
+
+    def _one_read(self) -> ContextManager[None]:
+        cluster = self.engine.nodes.cluster if self.engine.nodes is not None else None
+        return cluster.once() if isinstance(cluster, PoolReads) else contextlib.nullcontext()
+
+    def _log_unusable(self, spec: PoolSpec, now: float) -> None:
+        """A schedule window that cannot be evaluated is ignored (``schedules.py``); say so once per process."""
+        for index, why in unusable(spec, now):
+            if (spec.name, index) not in self._unusable:
+                self._unusable.add((spec.name, index))
+                log.warning("schedule pool=%s schedules[%d]: %s; the pool's other windows and the other pools go on",
+                            spec.name, index, why)
 
     def _short(self, spec: PoolSpec, now: float, short: Shortfall) -> list[Decision]:
         """``no_capacity`` for the pool, then what it did not deliver asked of its group's next pool."""
@@ -116,9 +137,12 @@ class Reconciler:
         except ProviderError as exc:
             cloud, error = CloudStatus(current=None), redact_text(exc.message)
         if cloud.shortfall is None and cloud.current:
-            cloud = replace(cloud, shortfall=self._unregistered(spec, cloud.current, now))
+            nodes = self.engine.node_actions.marked(spec)  # GPU-ready or not: in flight and the shortfall read it
+            cloud = replace(cloud, shortfall=self._unregistered(spec, cloud.current, now, nodes))
+        else:
+            nodes = None
         undelivered = cloud.shortfall.undelivered if cloud.shortfall is not None else 0
-        facts = self.engine.pool_facts(spec, cloud.current, now, undelivered=undelivered)
+        facts = self.engine.pool_facts(spec, cloud.current, now, nodes=nodes, undelivered=undelivered)
         view = PoolView(spec.name, cloud.current, cloud.busy, cloud.detail, facts.in_flight, error, now)
         last = self.store.views().get(spec.name) if error else None
         if last is not None:  # keep the last good read and its time: the view's age (and its alert) shows the outage
@@ -126,11 +150,11 @@ class Reconciler:
         self.store.save_view(view)
         return view, facts, cloud.shortfall if undelivered > 0 else None
 
-    def _unregistered(self, spec: PoolSpec, asked: int, now: float) -> Shortfall | None:
-        """With ``kubernetes:``, nodes asked for by the service's scale-outs that never registered Ready with GPUs
-        within ``provision_time``: a shortfall the cloud did not report (kept as asked: which machine is missing is
-        the cloud's to say, so nothing is given back)."""
-        nodes = self.engine.node_actions.marked(spec)
+    def _unregistered(self, spec: PoolSpec, asked: int, now: float,
+                      nodes: Sequence[NodeView] | None) -> Shortfall | None:
+        """With ``kubernetes:`` (the pool's ``nodes``), nodes asked for by the service's scale-outs that never
+        registered Ready with GPUs within ``provision_time``: a shortfall the cloud did not report (kept as asked:
+        which machine is missing is the cloud's to say, so nothing is given back)."""
         if nodes is None:
             return None
         state = self.store.pool(spec.name)
@@ -151,10 +175,15 @@ class Reconciler:
         if cluster is None or not spec.node_selector:
             return None
         try:
-            listed = cluster.nodes(dict(spec.node_selector))
+            read = (cluster.read_pool(spec.name, dict(spec.node_selector)) if isinstance(cluster, PoolReads)
+                    else PoolRead(cluster.nodes(dict(spec.node_selector)), None, ""))
+            listed = read.nodes
+            gpus = {"allocatable": sum(v.gpu_allocatable for v in listed),
+                    "requested": sum(v.gpus_used() for v in listed)} | (
+                {"pending": read.pending} if read.pending is not None else {})
             view = NodesView(spec.name, [dump(node_body(v)) for v in sorted(listed, key=lambda v: (-v.created,
                                                                                                   v.name))],
-                             None, now)
+                             None, now, gpus, read.dra, read.dra_reason)
         except ClusterError as exc:
             last = self.store.nodes_view(spec.name)
             error = redact_text(str(exc))

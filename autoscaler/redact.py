@@ -9,15 +9,20 @@ What counts as a secret of the config:
 - every ``SecretStr`` (bearer tokens, basic passwords, the HMAC secret, the InfluxDB token, hook URLs, headers);
 - in a provider's section: every value under ``headers``, every value whose key names a secret (``token``,
   ``secret``, ``password``, ``key``, ``credential``, ``auth``, ``signature``, ``cookie``);
-- of every URL there (and of ``store.url``): the userinfo, every query value, the fragment, and every path segment
-  that is not a plain word. **A plain word** is shorter than 8 characters, or uses one class of letters only
+- of every URL there (and of ``store.url``): the userinfo's password (a username is not a secret, unless it stands
+  alone and is not a plain word: a token written as ``https://TOKEN@host``), every query value, the fragment, and
+  every path segment that is not a plain word. **A plain word** is shorter than 8 characters, or uses one class of letters only
   (all lower or all upper case) with at most ``-``, ``_`` and ``.`` between them (``scale-out``, ``trigger``,
   ``hooks``); a segment of 8 or more characters that mixes classes (``a1b2c3d4``, ``AbCdEfGh``) or is 24 or more
   characters long is a secret. A ``{placeholder}`` splits a segment; configured pool names and actions are words.
 In a request's query string (gunicorn's access lines) the ``query_token``'s parameter is masked by name, and any
 value that holds a secret once percent-decoded.
 Values shorter than ``MIN_SECRET`` characters are not replaced by value (replacing every ``abc`` would garble every
-log line); check-config warns about credentials that short.
+log line); check-config warns about credentials that short. A secret made of letters of one case only
+(``postgres``, ``changeme``, words joined by ``-``, ``_`` or ``.``) is replaced only where it stands as a word of its
+own, not inside a longer one: a PostgreSQL password ``postgres`` is masked in ``postgres:postgres@db`` and
+``password=postgres`` but leaves ``postgresql://`` whole. Any other secret is replaced wherever it appears, inside a
+longer string too.
 """
 from __future__ import annotations
 
@@ -65,7 +70,8 @@ def url_secrets(url: str, words: Iterable[str] = ()) -> set[str]:
         password, username = parts.password, parts.username
     except ValueError:
         return {url}
-    out = {v for v in (username, password, parts.fragment) if v}
+    alone = username if username and not password and not plain_word(unquote(username)) else None
+    out = {v for v in (alone, password, parts.fragment) if v}
     out |= {v for _, v in parse_qsl(parts.query, keep_blank_values=False)}
     for segment in parts.path.split("/"):
         for piece in _PLACEHOLDER.split(unquote(segment)):
@@ -73,6 +79,12 @@ def url_secrets(url: str, words: Iterable[str] = ()) -> set[str]:
                 out.add(piece)
     out |= {raw for raw in parts.path.split("/") if raw != unquote(raw) and unquote(raw) in out}
     return {v for v in out if v and v not in known and not _PLACEHOLDER.fullmatch(v)}
+
+
+def _alone(word: str) -> str:
+    """A pattern of ``word`` where it is not part of a longer word or identifier (``postgres`` but not
+    ``postgresql`` or ``postgres_exporter``)."""
+    return rf"(?<![A-Za-z0-9_]){re.escape(word)}(?![A-Za-z0-9_])"
 
 
 class Redactor:
@@ -89,7 +101,8 @@ class Redactor:
                            str(markupsafe.escape(secret))}  # the status page's templates escape with markupsafe
         self.secrets = frozenset(values)
         ordered = sorted(self.secrets, key=len, reverse=True)  # a secret that contains another goes first
-        self._pattern = re.compile("|".join(re.escape(s) for s in ordered)) if ordered else None
+        self._pattern = re.compile("|".join(_alone(s) if _WORD.match(s) else re.escape(s) for s in ordered)) \
+            if ordered else None
 
     def __bool__(self) -> bool:
         return self._pattern is not None

@@ -78,7 +78,7 @@ class Router:
                                            f"{self.routing.action_label}, a matching rule, or ?pool=&action=")
         action = ACTIONS.get(action_text.strip().lower())
         if action is None:
-            return Route(pool, None, None, f"unknown action {action_text!r} (use scale_out or scale_in)")
+            return Route(pool, None, None, f"unknown action {action_text!r} (use scale_out, scale_in or repair)")
         step, problem = parse_step(step_text)
         return Route(pool, action, step, problem)
 
@@ -112,8 +112,8 @@ class Router:
         return [self._named_nodes(item) for item in out]
 
     def _named_nodes(self, item: Signal | Unacted) -> Signal | Unacted:
-        """A scale-in signal carries the nodes its alerts name (``routing.node_label``), first-seen order."""
-        if not isinstance(item, Signal) or item.action is not Action.SCALE_IN:
+        """A scale-in (or repair) signal carries the nodes its alerts name (``routing.node_label``), first-seen order."""
+        if not isinstance(item, Signal) or item.action not in (Action.SCALE_IN, Action.REPAIR):
             return item
         names = [a.labels.get(self.routing.node_label, "").strip() for a in item.alerts]
         return replace(item, nodes=tuple(dict.fromkeys(n for n in names if n)))

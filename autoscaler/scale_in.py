@@ -23,6 +23,8 @@ from providers import NodeRef, ProviderError, RemovesNamedNodes
 
 log = logging.getLogger(__name__)
 
+#: The cordon owner of a node in repair (docs/repair.md): the repair's to lift, never this module's sweep's.
+REPAIR_OWNER = "gpu-autoscaler/repair"
 REMOVAL_GRACE = 1800.0  # a node the cloud was asked to remove and still has after this is uncordoned again
 SHOWN = 4  # kept nodes named in a reason (the details list more)
 KEPT_LISTED = 100  # kept nodes listed in an event's details (a big pool's event stays small)
@@ -110,7 +112,7 @@ class NodeScaleIn:
         held = settle(self.cluster, self.removals, spec.name, views, seen, now, REMOVAL_GRACE)
         done = []
         for view in views:
-            if view.cordoned_by_us is None or view.name in held:
+            if view.cordoned_by_us is None or view.cordon_owner == REPAIR_OWNER or view.name in held:
                 continue
             removing = view.cordon_owner.endswith(REMOVING)
             if not removing or view.cordoned_by_us < now - REMOVAL_GRACE:
@@ -132,7 +134,7 @@ class NodeScaleIn:
         views = self.cluster.nodes(dict(spec.node_selector))
         swept, held = self.sweep(spec, job.now, views, job.seen)
         views = [replace(v, cordoned=False, cordoned_by_us=None, cordon_owner="") if v.name in swept else v
-                 for v in views if v.name in swept or not (v.cordon_owner.endswith(REMOVING) or v.name in held)]
+                 for v in views if v.name in swept or not (_going(v) or v.name in held)]  # going, or in repair
         pick = self._pick(spec, views, remove, alerted)
         kept_list = [(n.name, _why(n, r)) for n, r in pick.kept]
         drained = self._drain_all(job, [pick.drain] if pick.drain else [], kept_list)
@@ -156,7 +158,7 @@ class NodeScaleIn:
 
     def preview(self, spec: PoolSpec, remove: int, alerted: Sequence[str]) -> Removal:
         """What :meth:`scale_in` would pick, changing nothing (a dry-run pool)."""
-        views = [v for v in self.cluster.nodes(dict(spec.node_selector)) if not v.cordon_owner.endswith(REMOVING)]
+        views = [v for v in self.cluster.nodes(dict(spec.node_selector)) if not _going(v)]
         pick = self._pick(spec, views, remove, alerted)
         names = tuple(v.name for v in pick.idle) + ((pick.drain.name,) if pick.drain else ())
         said = f"would remove {', '.join(names)}" if names else "no node could go"
@@ -170,6 +172,7 @@ class NodeScaleIn:
         """Remove the named nodes (at most ``room``); a busy one only with ``force``, after draining it (every
         pod but DaemonSets' and mirror pods, through the Eviction API)."""
         spec, current = job.spec, job.current
+        force = force and spec.forced_removal  # false: the service account may not evict (docs/rbac.md)
         views = {v.name: v for v in self.cluster.nodes(dict(spec.node_selector))}
         swept, held = self.sweep(spec, job.now, list(views.values()), job.seen)
         kept: list[tuple[str, str]] = []
@@ -186,7 +189,7 @@ class NodeScaleIn:
             elif len(chosen) + len(busy) >= room:
                 kept.append((name, f"the pool keeps at least {spec.min} nodes"))
             elif view.gpu_pods and not force:
-                kept.append((name, f"{view.busy_reason()} (add \"force\": true to evict it)"))
+                kept.append((name, f"{view.busy_reason()} ({_force_hint(spec)})"))
             else:
                 (busy if view.gpu_pods or (force and view.pods) else chosen).append(view)
         if not chosen and not busy:
@@ -302,6 +305,11 @@ class NodeScaleIn:
         return True
 
 
+def _going(view: NodeView) -> bool:
+    """Whether the node is already going: its removal asked of the cloud, or in repair (the repair removes it)."""
+    return view.cordon_owner.endswith(REMOVING) or view.cordon_owner == REPAIR_OWNER
+
+
 def _stuck(names: Sequence[str]) -> str:
     """What the operator reads when an uncordon failed: which nodes stay cordoned, and what lifts the cordon."""
     if not names:
@@ -312,3 +320,10 @@ def _stuck(names: Sequence[str]) -> str:
 
 def _selector(spec: PoolSpec) -> str:
     return ",".join(f"{k}={v}" for k, v in spec.node_selector)
+
+
+def _force_hint(spec: PoolSpec) -> str:
+    """What would let a busy node go by name."""
+    if spec.forced_removal:
+        return 'add "force": true to evict it'
+    return f"pool {spec.name} has scale_in.forced_removal: false: it never evicts by hand"

@@ -5,6 +5,10 @@ Europe/Warsaw opens at 08:00 Warsaw time in winter and in summer), and stays ope
 time. DST: a start inside the hour skipped in spring happens at the first minute after it (03:00); a start inside
 the hour repeated in autumn happens at both occurrences (the window stays open from the first one to ``duration``
 after the second). Overlapping windows: the highest ``min`` wins; the pool's own ``min`` is the lowest floor.
+
+A window whose starts cannot be computed (croniter finds none: ``0 0 30 2 *``; check-config refuses those it can
+see, ``starts_within``) is ignored, and said in the floor's reason: it never takes the tick, the API or another pool
+down (``unusable`` lists them for the reconciler's log).
 """
 from __future__ import annotations
 
@@ -17,9 +21,26 @@ from croniter import croniter  # type: ignore[import-untyped]
 from autoscaler.models import Headroom, PoolSpec, Schedule
 
 
+HORIZON = 4 * 366 * 86400.0  # a schedule must start within this (check-config): a leap day does, February 30 not
+
+
+class ScheduleError(Exception):
+    """The window's starts cannot be computed (croniter finds none)."""
+
+
 def valid_cron(expression: str) -> bool:
     """Whether ``expression`` is a five-field cron expression croniter understands."""
     return len(expression.split()) == 5 and bool(croniter.is_valid(expression))
+
+
+def starts_within(expression: str, now: float, horizon: float = HORIZON) -> bool:
+    """Whether the expression (UTC: a time zone shifts a start by hours, not years) starts in ``(now, now +
+    horizon]``."""
+    try:
+        start: datetime = croniter(expression, datetime.fromtimestamp(now, tz=timezone.utc)).get_next(datetime)
+    except (ValueError, OverflowError):  # croniter's errors are ValueErrors: it found no start
+        return False
+    return start.timestamp() <= now + horizon
 
 
 @lru_cache(maxsize=64)
@@ -28,35 +49,56 @@ def _zone(name: str) -> ZoneInfo:
 
 
 def last_start(window: Schedule, now: float) -> float:
-    """Unix time of the window's latest start at or before ``now``."""
+    """Unix time of the window's latest start at or before ``now``; ScheduleError when there is none to find."""
     # croniter's get_prev excludes its start instant: ask from just after now, then make sure it is not after now.
     # The offset is added before the conversion: local arithmetic would lose ``fold`` (the repeated autumn hour).
     local = datetime.fromtimestamp(now + 0.001, tz=timezone.utc).astimezone(_zone(window.timezone))
-    it = croniter(window.cron, local)
-    start: datetime = it.get_prev(datetime)
-    if start.timestamp() > now:
-        start = it.get_prev(datetime)
+    try:
+        it = croniter(window.cron, local)
+        start: datetime = it.get_prev(datetime)
+        if start.timestamp() > now:
+            start = it.get_prev(datetime)
+    except (ValueError, OverflowError) as exc:  # CroniterBadDateError ("failed to find prev date") is a ValueError
+        raise ScheduleError(str(exc)[:200]) from None
     return float(start.timestamp())
 
 
-def open_windows(spec: PoolSpec, now: float) -> list[tuple[Schedule, float]]:
-    """The pool's windows open at ``now``, each with the time it opened."""
-    out = []
-    for window in spec.schedules:
-        start = last_start(window, now)
+def _evaluated(spec: PoolSpec, now: float) -> tuple[list[tuple[Schedule, float]], list[tuple[int, str]]]:
+    """The pool's windows open at ``now`` with the time each opened, and those that cannot be evaluated (their
+    index in ``schedules`` and a sentence)."""
+    opened, broken = [], []
+    for index, window in enumerate(spec.schedules):
+        try:
+            start = last_start(window, now)
+        except ScheduleError as exc:
+            broken.append((index, f"schedule {window.cron!r} ({window.timezone}) cannot be evaluated ({exc}): "
+                                  "ignored"))
+            continue
         if now < start + window.duration:
-            out.append((window, start))
-    return out
+            opened.append((window, start))
+    return opened, broken
+
+
+def open_windows(spec: PoolSpec, now: float) -> list[tuple[Schedule, float]]:
+    """The pool's windows open at ``now``, each with the time it opened (a window that cannot be evaluated is not)."""
+    return _evaluated(spec, now)[0]
+
+
+def unusable(spec: PoolSpec, now: float) -> list[tuple[int, str]]:
+    """The pool's windows that cannot be evaluated at ``now``: each one's index in ``schedules`` and why."""
+    return _evaluated(spec, now)[1]
 
 
 def effective_min(spec: PoolSpec, now: float) -> tuple[int, str]:
-    """The floor in force at ``now`` (never above ``max``) and why: the highest open window's min, else the pool's."""
+    """The floor in force at ``now`` (never above ``max``) and why: the highest open window's min, else the pool's
+    (and why, when a window could not be evaluated)."""
     best: tuple[Schedule, float] | None = None
-    for window, start in open_windows(spec, now):
+    windows, broken = _evaluated(spec, now)
+    for window, start in windows:
         if window.min > spec.min and (best is None or window.min > best[0].min):
             best = (window, start)
     if best is None:
-        return spec.min, ""
+        return spec.min, "; ".join(why for _, why in broken)
     window, start = best
     opened = datetime.fromtimestamp(start, tz=timezone.utc).astimezone(_zone(window.timezone))
     until = opened + timedelta(seconds=window.duration)

@@ -8,18 +8,39 @@ from typing import Any, Callable
 from autoscaler.auth import Authenticator
 from autoscaler.config import Settings
 from autoscaler.engine import Engine
-from autoscaler.answers import Cooldown, PoolBody, dump, event_body
+from autoscaler.answers import Cooldown, PoolBody, RepairBody, dump, event_body
 from autoscaler.durations import rfc3339
 from autoscaler.events import EventLog
 from autoscaler.metrics import Metrics
-from autoscaler.models import PoolSpec
+from autoscaler.models import PoolSpec, PoolState
 from autoscaler.policy import cooldown_remaining
 from autoscaler.redact import redact_text
 from autoscaler.schedules import effective_min
-from autoscaler.store import PoolView, Store
+from autoscaler.store import EventRecord, NodesView, PoolView, RepairRecord, Store
 from providers import NodePoolProvider, ProviderError, Tracked
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Stored:
+    """Every pool's stored state, cloud view, last event and (for pages) node view, each read once for all pools:
+    what a list of pools reads, so its cost in reads does not grow with the number of pools (issue 34, item 9)."""
+
+    states: dict[str, PoolState]
+    views: dict[str, PoolView]
+    last_events: dict[str, EventRecord]
+    nodes: dict[str, NodesView] | None = None
+    repairs: dict[str, list[RepairRecord]] | None = None
+
+    @classmethod
+    def read(cls, store: Store, last_events: bool = True, nodes: bool = False,
+             repairs: bool = False) -> "Stored":
+        by_pool: dict[str, list[RepairRecord]] = {}
+        for repair in store.repairs() if repairs else ():
+            by_pool.setdefault(repair.pool, []).append(repair)
+        return cls(store.pools(), store.views(), store.last_events() if last_events else {},
+                   store.nodes_views() if nodes else None, by_pool if repairs else None)
 
 
 @dataclass
@@ -37,14 +58,19 @@ class Service:
     sinks: list[Any] = field(default_factory=list)
 
     def pool_json(self, spec: PoolSpec, with_last_event: bool = True, with_nodes: bool = False,
-                  views: dict[str, PoolView] | None = None) -> dict[str, Any]:
+                  views: dict[str, PoolView] | None = None,
+                  stored: Stored | None = None) -> dict[str, Any]:  # long: one answer's fields, built in one place
         """A pool as the API shows it: configured limits, stored state and the stored cloud view (and with
         ``with_nodes``, where a cluster is configured, the pool's nodes as the reconciler last listed them).
 
         Never calls the cloud: a provider that tracks its count is read from the store (that is all its status
-        does); any other shows the view the reconciler (or the last decision) stored, with its age.
+        does); any other shows the view the reconciler (or the last decision) stored, with its age. ``stored``:
+        every pool's stored rows read once by the caller (lists and pages), else this pool's are read here.
         """
-        state = self.store.pool(spec.name)
+        if stored is not None:
+            state, views = stored.states.get(spec.name) or PoolState(name=spec.name), stored.views
+        else:
+            state = self.store.pool(spec.name)
         provider = self.providers[spec.name]
         now = self.clock()
         view = (self.store.views() if views is None else views).get(spec.name)
@@ -67,13 +93,17 @@ class Service:
         remaining = cooldown_remaining(spec, state, now)
         last_event = None
         if with_last_event and state.last_event_id is not None:
-            ev = self.store.event(state.last_event_id)
+            ev = stored.last_events.get(spec.name) if stored is not None else self.store.event(state.last_event_id)
             last_event = event_body(ev) if ev else None
         last_scale = max([t for t in (state.last_scale_out_at, state.last_scale_in_at) if t is not None],
                          default=None)
-        extra: dict[str, Any] = self._nodes(spec) if with_nodes else {}
+        extra: dict[str, Any] = self._nodes(spec, stored) if with_nodes else {}
         if error:
             extra["error"] = error
+        if spec.repair is not None:
+            held = stored.repairs.get(spec.name, []) if stored is not None and stored.repairs is not None \
+                else self.store.repairs(spec.name)
+            extra["repairs"] = [repair_body(r) for r in held]
         short = state.short_until is not None and state.short_until > now
         body = PoolBody(
             name=spec.name,
@@ -106,16 +136,19 @@ class Service:
         )
         return dump(body)
 
-    def pools_json(self, specs: list[PoolSpec], with_last_event: bool = True) -> list[dict[str, Any]]:
-        """Several pools, with one read of the stored views."""
-        views = self.store.views()
-        return [self.pool_json(spec, with_last_event, views=views) for spec in specs]
+    def pools_json(self, specs: list[PoolSpec], with_last_event: bool = True, with_nodes: bool = False,
+                   stored: Stored | None = None) -> list[dict[str, Any]]:
+        """Several pools, with one read of each kind of stored row for all of them."""
+        stored = stored or Stored.read(self.store, last_events=with_last_event, nodes=with_nodes,
+                                       repairs=any(spec.repair is not None for spec in specs))
+        return [self.pool_json(spec, with_last_event, with_nodes, stored=stored) for spec in specs]
 
-    def _nodes(self, spec: PoolSpec) -> dict[str, Any]:
+    def _nodes(self, spec: PoolSpec, stored: Stored | None = None) -> dict[str, Any]:
         """The pool's stored node view (the reconciler lists the nodes; a request never waits on the API server)."""
         if self.engine.nodes is None or not spec.node_selector:
             return {}
-        view = self.store.nodes_view(spec.name)
+        view = stored.nodes.get(spec.name) if stored is not None and stored.nodes is not None \
+            else self.store.nodes_view(spec.name)
         if view is None:
             return {"nodes_error": "not listed yet: the reconciler lists the pool's nodes every "
                                    "server.reconcile_interval"}
@@ -125,15 +158,35 @@ class Service:
             out["nodes"] = view.nodes
         if view.error:
             out["nodes_error"] = view.error
+        if view.gpus is not None:
+            out["gpus"] = view.gpus
+        if view.dra:
+            out["dra"] = view.dra
+            if view.dra_reason:
+                out["dra_reason"] = view.dra_reason
         return out
 
     def groups_json(self, visible: Callable[[str], bool]) -> list[dict[str, Any]]:
         """Each fallback group with the pools of it the caller may see, most preferred first."""
-        views = self.store.views()
         pools = self.settings.pools
-        return [{"name": name, "pools": [self.pool_json(pools[p], views=views) for p in members if visible(p)]}
+        stored = Stored.read(self.store, repairs=any(spec.repair is not None for spec in pools.values()))
+        return [{"name": name, "pools": [self.pool_json(pools[p], stored=stored) for p in members if visible(p)]}
                 for name, members in self.settings.groups.items() if any(visible(p) for p in members)]
 
     def pool_rows(self) -> list[dict[str, Any]]:
-        """Every pool, for /metrics (no last event, no cloud call)."""
-        return self.pools_json(list(self.settings.pools.values()), with_last_event=False)
+        """Every pool, for /metrics (no last event, no cloud call), with its GPUs from the stored node view."""
+        specs = list(self.settings.pools.values())
+        rows = self.pools_json(specs, with_last_event=False)
+        views = self.store.nodes_views() if self.engine.nodes is not None and any(s.node_selector for s in specs) \
+            else {}
+        for row in rows:
+            view = views.get(row["name"]) if self.settings.pools[row["name"]].node_selector else None
+            if view is not None and view.gpus is not None:
+                row["gpus"] = view.gpus
+        return rows
+
+
+def repair_body(repair: RepairRecord) -> RepairBody:
+    """A stored repair as the pool answer lists it."""
+    return RepairBody(node=repair.node, since=rfc3339(repair.since), state=repair.state, reason=repair.reason,
+                      replacement=repair.replacement, error=repair.error or None)

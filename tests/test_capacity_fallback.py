@@ -150,3 +150,21 @@ def test_a_proportional_scale_in_of_a_group_is_sized_over_the_group(tmp_path: Pa
     # 8 nodes at 30% of a 60% target: the group needs 4, so on-demand (the last above min) gives all 4 back
     assert (decision["pool"], decision["outcome"], decision["from"], decision["to"]) == ("a100-ondemand", "scaled",
                                                                                          4, 0)
+
+
+def test_after_the_give_back_only_the_delivered_new_node_is_in_flight(tmp_path: Path) -> None:
+    """1 node, 3 asked (1 -> 4), 1 delivered (2 nodes), 2 given back (4 -> 2): 1 node is new, so 1 is in flight,
+    not the 3 the scale-out added capped at the 2 nodes there are (docs/capacity.md: undelivered nodes stop
+    counting)."""
+    clock = FakeClock(T0)
+    app = _app(tmp_path, clock, {"capacity": 2, "initial_count": 1, "provision_seconds": 600, "busy_seconds": 20})
+    client = app.test_client()
+    first = _alert(client, "scale_out", 3, "fp1", pool="a100-spot")
+    assert (first["outcome"], first["from"], first["to"]) == ("scaled", 1, 4)
+    clock.advance(30)
+    assert [(d.pool, d.outcome.value, d.from_, d.to) for d in _tick(app, clock)][0] == ("a100-spot", "no_capacity",
+                                                                                        4, 2)
+    clock.advance(30)
+    _tick(app, clock)
+    pool = _pool(client, "a100-spot")
+    assert (pool["current"], pool["in_flight"]) == (2, 1), pool

@@ -53,3 +53,18 @@ def test_short_secrets_are_warned_about(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["check-config", str(path)]) == 0
     err = capsys.readouterr().err.splitlines()
     assert [line.split(":")[1] for line in err] == [" server.auth.bearer_tokens[0].token", " server.auth.basic[0].password"]
+
+
+def test_a_pools_provider_section_is_reported_beside_its_own_limits(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """One pool wrong twice (its limits and its provider's section): both in one run, not the section only once
+    the limits are fixed."""
+    path = tmp_path / "c.yaml"
+    path.write_text("server: {auth: {bearer_tokens: [long-enough-1]}}\n"
+                    "pools:\n  - {name: gpu, provider: simulated, min: 3, max: 1, simulated: {initial_count: -1},"
+                    " simulatd: {}}\n")
+    assert main(["check-config", str(path)]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["pools[0].max: must be >= min (3)",
+                     "pools[0].simulatd: unknown key (is the provider 'simulatd'?)",
+                     "pools[0].simulated.initial_count: Input should be greater than or equal to 0"], lines

@@ -79,3 +79,30 @@ def test_flags_override_env_and_errors_exit_1(server: Service) -> None:
     assert down.returncode == 1 and "cannot reach" in down.stderr
     usage = cli("scale", "gpu", "sideways")
     assert usage.returncode == 2
+
+
+@pytest.mark.slow
+def test_common_options_work_before_the_subcommand_too(server: Service) -> None:
+    before = cli("--url", server.url, "--token", TOKEN, "events", "--limit", "1", "--json")
+    assert before.returncode == 0, before.stderr
+    assert len(json.loads(before.stdout)["events"]) <= 1
+    # the subcommand's own flag wins over the one before it
+    after = cli("--url", f"http://127.0.0.1:{free_port()}", "status", "--url", server.url, "--token", TOKEN)
+    assert after.returncode == 0, after.stderr
+    down = cli("--url", f"http://127.0.0.1:{free_port()}", "--token", TOKEN, "status")
+    assert down.returncode == 1 and "cannot reach" in down.stderr
+
+
+@pytest.mark.slow
+def test_a_reader_that_stops_ends_the_output_quietly(server: Service) -> None:
+    """``python -m autoscaler events | head``: the pipe closes before the table is written; no traceback."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before a line is written: every write meets EPIPE
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCALER_")}
+    env.update({"PYTHONPATH": str(ROOT), "AUTOSCALER_URL": server.url, "AUTOSCALER_TOKEN": TOKEN})
+    try:
+        done = subprocess.run([sys.executable, "-m", "autoscaler", "events", "--limit", "50"], stdout=write,
+                              stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT, timeout=30)
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and done.stderr == "", done.stderr

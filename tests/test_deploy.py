@@ -81,7 +81,7 @@ def test_one_image_name_everywhere() -> None:
     assert compose["image"] == deployment["image"] == f"{values['image']['repository']}:{chart['appVersion']}" == image
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^IMAGE \?= gpu-pool-autoscaler:\$\(VERSION\)$", makefile, re.M)
-    assert re.search(rf"^VERSION := .*__version__", makefile, re.M) and "docker build -t $(IMAGE) ." in makefile
+    assert re.search(rf"^VERSION := .*__version__", makefile, re.M) and "docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) ." in makefile
 
 
 def test_applying_the_manifests_folder_never_touches_the_secret() -> None:
@@ -112,7 +112,7 @@ def test_prometheus_config_and_rules_pass_promtool() -> None:
     assert "SUCCESS: 4 rule files found" in config.stdout  # scaling, demand, static nodes and the service's own rules
     rules = _run([promtool, "check", "rules", str(DEPLOY / "prometheus" / "gpu-autoscaler-rules.yml")])
     assert rules.returncode == 0, rules.stdout + rules.stderr
-    assert "SUCCESS: 8 rules found" in rules.stdout  # map, node pools (2), per GPU, per pool (2), 2 alerts
+    assert "SUCCESS: 9 rules found" in rules.stdout  # map, node pools (2), per GPU, per pool (2), 3 alerts (repair)
     demand = _run([promtool, "check", "rules", str(DEPLOY / "prometheus" / "gpu-demand-rules.yml")])
     assert demand.returncode == 0 and "SUCCESS: 8 rules found" in demand.stdout, demand.stdout + demand.stderr
 
@@ -165,9 +165,12 @@ def test_kubernetes_manifests_validate_strictly() -> None:
 
 def test_rbac_grants_what_node_aware_scale_in_calls_and_no_more() -> None:
     role, binding = _docs(K8S / "rbac.yaml")
-    grants = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
-    assert grants == {("nodes", "get"), ("nodes", "list"), ("nodes", "patch"), ("pods", "list"),
-                      ("pods/eviction", "create"), ("poddisruptionbudgets", "list")}  # never delete
+    grants = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+              for v in rule["verbs"]}
+    assert grants == {("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "patch"), ("", "pods", "list"),
+                      ("", "pods/eviction", "create"), ("policy", "poddisruptionbudgets", "list"),  # never delete
+                      *{("resource.k8s.io", r, v) for r in ("resourceslices", "resourceclaims", "deviceclasses")
+                        for v in ("get", "list")}}  # GPUs through DRA (docs/dra.md)
     sa = _docs(K8S / "serviceaccount.yaml")[0]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
@@ -225,13 +228,15 @@ def test_grafana_provisioning_parses_and_points_at_the_autoscaler() -> None:
     receiver = contact["contactPoints"][0]["receivers"][0]
     assert receiver["type"] == "webhook" and receiver["settings"]["url"].endswith("/webhook/grafana")
     rules = _docs(grafana / "provisioning" / "alerting" / "alert-rules.yml")[0]["groups"][0]["rules"]
-    assert {r["labels"]["autoscaler_action"] for r in rules} == {"scale_out", "scale_in"}
+    assert {r["labels"]["autoscaler_action"] for r in rules} == {"scale_out", "scale_in", "repair"}
     queries = {r["title"]: r["data"][0]["model"]["expr"] for r in rules}
     assert all("DCGM_FI_DEV_GPU_UTIL" in queries[t] and "kube_node_labels" in queries[t]
                for t in ("GPUUtilizationHigh", "GPUUtilizationLow"))
     assert "kube_pod_status_phase" in queries["GPUDemandPending"]  # same queries as the Prometheus rules: test_rules
     policy = _docs(grafana / "provisioning" / "alerting" / "policies.yml")[0]["policies"][0]
-    assert policy["receiver"] == contact["contactPoints"][0]["name"]
+    scaling = [r for r in policy["routes"] if r["receiver"] == contact["contactPoints"][0]["name"]]
+    assert [r["object_matchers"] for r in scaling] == [[["autoscaler_action", "=~", "scale_out|scale_in"]]]
+    assert policy["receiver"] == "oncall"  # the rest, the self-alerts first of all, go to people (test_alert_routing)
     dashboard = json.loads((grafana / "dashboards" / "gpu-autoscaler.json").read_text())
     assert "autoscaler_event" in dashboard["annotations"]["list"][0]["target"]["query"]
     assert any("DCGM_FI_DEV_GPU_UTIL" in t["expr"] for p in dashboard["panels"] for t in p["targets"])

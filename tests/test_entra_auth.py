@@ -197,3 +197,12 @@ def test_entra_config_problems_name_their_key(auth: dict[str, Any], words: str) 
     with pytest.raises(ConfigError) as err:
         build_settings({**BASE_CONFIG, "server": {"auth": auth}}, env={})
     assert words in str(err.value), str(err.value)
+
+
+def test_a_key_set_past_the_size_bound_is_refused(entra_app: Callable[..., Flask], tenant: Tenant) -> None:
+    """The fetch reads at most 1 MiB: a larger answer is no key set (503, nothing parsed), however valid its JSON."""
+    padded = json.dumps({"keys": [jwk(tenant.keys["k1"], "k1")], "pad": "x" * (1 << 20)})
+    tenant.server.clear()
+    tenant.server.expect_request("/keys").respond_with_data(padded, content_type="application/json")
+    resp = send(entra_app(), tenant.token())
+    assert resp.status_code == 503 and "keys" in resp.get_json()["error"]

@@ -210,7 +210,7 @@ def _hook_answers(server: Service, fps: list[str]) -> list[requests.Response]:
 
 def _booted(server: Service, workers: int = 2) -> None:
     """Wait until every worker has built its app (gunicorn answers as soon as the first one has)."""
-    wait_for(lambda: server.read_log().count("effective config:") >= workers, 15, "every worker to start")
+    wait_for(lambda: server.read_log().count("worker config:") >= workers, 15, "every worker to start")
 
 
 def _store_up(server: Service) -> str:
@@ -237,7 +237,7 @@ def test_store_file_deleted_under_gunicorn(tmp_path: Path) -> None:
         victim = sorted(server.worker_pids())[0]  # a worker restarted now (a crash, a timeout) must not create one
         os.kill(victim, signal.SIGKILL)
         wait_for(lambda: len(server.worker_pids()) == 2 and victim not in server.worker_pids(), 15, "a new worker")
-        wait_for(lambda: server.read_log().count("effective config:") >= 3, 15, "the restarted worker to start")
+        wait_for(lambda: server.read_log().count("worker config:") >= 3, 15, "the restarted worker to start")
         answers = _hook_answers(server, [f"fp-after-{i}" for i in range(6)])
         assert all(r.status_code == 503 for r in answers), [r.text for r in answers]
         assert all(requests.get(f"{server.url}/readyz", timeout=10).status_code == 503 for _ in range(4))

@@ -39,6 +39,10 @@ OTHER_ZONE = Member("a100-westus", current=0, min=0, max=4)
                  ("a100-ondemand", "a100-spot"), (), id="a-short-pool-may-still-scale-in"),
     pytest.param([SPOT, Member("a100-ondemand", 1, 0, 4, paused=True)], Action.SCALE_IN, ("a100-spot",),
                  (("a100-ondemand", "paused"),), id="scale-in-passes-over-a-paused-pool"),
+    pytest.param([Member("a100-spot", 2, 0, 8, in_scope=False), ONDEMAND], Action.SCALE_OUT, ("a100-ondemand",),
+                 (("a100-spot", "outside the credential's pools"),), id="scale-out-keeps-to-the-credentials-pools"),
+    pytest.param([SPOT, Member("a100-ondemand", 1, 0, 4, in_scope=False)], Action.SCALE_IN, ("a100-spot",),
+                 (("a100-ondemand", "outside the credential's pools"),), id="scale-in-keeps-to-the-credentials-pools"),
 ])
 def test_choose(members: list[Member], action: Action, candidates: tuple[str, ...],
                 passed: tuple[tuple[str, str], ...]) -> None:

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from autoscaler import __version__
 from autoscaler.config import build_settings
 from tests.chart import (CHART, ENV, ROOT, config_of, helm, one, render, run_tool,  # noqa: F401 - helm
                          value_set)
@@ -76,7 +77,7 @@ def test_default_is_one_hardened_sqlite_replica(helm: str) -> None:
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
-    assert container["image"] == "gpu-pool-autoscaler:0.1.0"
+    assert container["image"] == f"gpu-pool-autoscaler:{__version__}"  # the chart's appVersion
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     sc, psc = container["securityContext"], pod["securityContext"]
@@ -130,8 +131,9 @@ def test_node_aware_scale_in_gets_its_rbac_and_in_cluster_view(helm: str) -> Non
     docs = render(helm, *value_set("node-aware"))
     role, binding = one(docs, "ClusterRole"), one(docs, "ClusterRoleBinding")
     grants = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
-    assert grants == {("nodes", "get"), ("nodes", "list"), ("nodes", "patch"), ("pods", "list"),
-                      ("pods/eviction", "create")}
+    dra = {(r, v) for r in ("resourceslices", "resourceclaims", "deviceclasses") for v in ("get", "list")}
+    # victims: idle with the chart's forced_removal: false drains nothing: no eviction (tests/test_rbac.py)
+    assert grants == {("nodes", "get"), ("nodes", "list"), ("nodes", "patch"), ("pods", "list")} | dra
     sa = one(docs, "ServiceAccount")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
                                     "namespace": "gpu-autoscaler"}]

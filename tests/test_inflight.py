@@ -131,3 +131,11 @@ def test_unregistered(nodes: list[Node], asked: int, last: float | None, noticed
                       expected: int | None) -> None:
     found = unregistered(nodes, asked, NOW, 300.0, last, noticed)
     assert (found[0] if found else None) == expected
+
+
+def test_sizes_given_back_after_a_shortfall_are_not_in_flight() -> None:
+    from autoscaler.inflight import from_scale_outs
+
+    count, how = from_scale_outs([(100.0, 1, 4), (130.0, 4, 2)], current=2, now=160.0, provision_time=600.0)
+    assert count == 1 and "2 given back undelivered" in how
+    assert from_scale_outs([(130.0, 4, 2)], current=2, now=160.0, provision_time=600.0)[0] == 0  # no scale-out

@@ -16,6 +16,8 @@ from tests.pipeline import PROMTOOL, require_binary
 ROOT = Path(__file__).resolve().parent.parent
 PROM = ROOT / "deploy" / "prometheus"
 UNIT_TESTS = sorted((PROM / "tests").glob("*.test.yml"))
+#: the unit tests of the scaling rules (the self-alerts' have no Azure or Grafana form)
+SCALING_UNIT_TESTS = [p for p in UNIT_TESTS if p.name != "autoscaler-self-rules.test.yml"]
 GRAFANA_RULES = ROOT / "deploy" / "grafana" / "provisioning" / "alerting" / "alert-rules.yml"
 AZURE = ROOT / "deploy" / "azure" / "prometheus-rule-groups.json"
 SHIPPED = [PROM / "gpu-autoscaler-rules.yml", PROM / "gpu-demand-rules.yml"]
@@ -35,7 +37,7 @@ def _rules(path: Path) -> list[dict[str, Any]]:
 
 
 def test_promtool_unit_tests_pass() -> None:
-    assert len(UNIT_TESTS) == 2
+    assert len(UNIT_TESTS) == 4  # the GPU rules, the demand rules, the self-alerts (test_alert_routing), repair
     out = _promtool("test", "rules", *(p.name for p in UNIT_TESTS), cwd=PROM / "tests")
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("SUCCESS") == len(UNIT_TESTS), out.stdout
@@ -57,10 +59,14 @@ def test_unit_tests_cover_each_cloud_mig_a_leaving_node_and_waiting_pods() -> No
 
 def test_alerts_carry_the_routing_labels_the_service_reads() -> None:
     alerts = {r["alert"]: r for path in SHIPPED for r in _rules(path) if "alert" in r}
-    assert set(alerts) == {"GPUUtilizationHigh", "GPUUtilizationLow", "GPUDemandPending"}
+    assert set(alerts) == {"GPUUtilizationHigh", "GPUUtilizationLow", "GPUDemandPending", "GPUNodeUnhealthy"}
     actions = {name: rule["labels"]["autoscaler_action"] for name, rule in alerts.items()}
     assert actions == {"GPUUtilizationHigh": "scale_out", "GPUUtilizationLow": "scale_in",
-                       "GPUDemandPending": "scale_out"}
+                       "GPUDemandPending": "scale_out", "GPUNodeUnhealthy": "repair"}
+    unhealthy = alerts["GPUNodeUnhealthy"]["expr"]  # joined to the pool like the other GPU rules, by node
+    assert "DCGM_FI_DEV_XID_ERRORS" in unhealthy and "node:autoscaler_pool:info" in unhealthy
+    assert "max by (node, cloud_pool, autoscaler_pool)" in unhealthy  # the node label the service routes by
+    assert all(f"!= {xid}" in unhealthy for xid in (13, 31, 43, 45, 68, 109))
     assert all(rule["annotations"]["value"] == "{{ $value }}" for rule in alerts.values())
     records = {r["record"]: r["expr"] for path in SHIPPED for r in _rules(path) if "record" in r}
     assert "sum by (autoscaler_pool)" in records["autoscaler_pool:gpu_utilization:avg"]
@@ -95,12 +101,12 @@ def _azure_as_prometheus() -> dict[str, Any]:
 def test_azure_rule_groups_pass_the_same_unit_tests(tmp_path: Path) -> None:
     converted = tmp_path / "azure-rules.yml"
     converted.write_text(yaml.safe_dump(_azure_as_prometheus()))
-    for unit in UNIT_TESTS:
+    for unit in SCALING_UNIT_TESTS:
         doc = _load(unit)
         doc["rule_files"] = [str(PROM / "tests" / f) for f in doc["rule_files"] if not f.startswith("..")]
         doc["rule_files"].append(str(converted))
         (tmp_path / unit.name).write_text(yaml.safe_dump(doc, sort_keys=False))
-    out = _promtool("test", "rules", *(p.name for p in UNIT_TESTS), cwd=tmp_path)
+    out = _promtool("test", "rules", *(p.name for p in SCALING_UNIT_TESTS), cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -128,8 +134,12 @@ def test_grafana_rules_mirror_the_prometheus_alerts() -> None:
     assert set(grafana) == set(shipped)
     for name, rule in grafana.items():
         prom = shipped[name]
-        op, threshold = re.fullmatch(r"\S+ ([<>]) (\d+)", prom["expr"]).groups()  # type: ignore[union-attr]
         evaluator = rule["data"][1]["model"]["conditions"][0]["evaluator"]
+        if name == "GPUNodeUnhealthy":  # an expression with no threshold: the alert is its series, > 0 (the XID)
+            assert evaluator == {"type": "gt", "params": [0]}
+            assert rule["for"] == prom["for"] and rule["labels"]["autoscaler_action"] == "repair"
+            continue
+        op, threshold = re.fullmatch(r"\S+ ([<>]) (\d+)", prom["expr"]).groups()  # type: ignore[union-attr]
         assert evaluator == {"type": {">": "gt", "<": "lt"}[op], "params": [int(threshold)]}
         assert rule["for"] == prom["for"] and rule["labels"]["autoscaler_action"] == prom["labels"]["autoscaler_action"]
 
@@ -144,7 +154,7 @@ def test_grafana_query_equals_the_recorded_figure_on_the_unit_test_inputs(title:
     query = _grafana_rules()[title]["data"][0]["model"]["expr"]
     checks = [f"({query}) != on (autoscaler_pool) {recorded}", f"({query}) unless on (autoscaler_pool) {recorded}",
               f"{recorded} unless on (autoscaler_pool) ({query})"]
-    unit = next(p for p in UNIT_TESTS if ("demand" in p.name) == (title == "GPUDemandPending"))
+    unit = next(p for p in SCALING_UNIT_TESTS if ("demand" in p.name) == (title == "GPUDemandPending"))
     tests = []
     for test in _load(unit)["tests"]:
         exprs = [{"expr": e, "eval_time": f"{m}m", "exp_samples": []} for m in (2, 5, 10, 16) for e in checks]
@@ -153,6 +163,24 @@ def test_grafana_query_equals_the_recorded_figure_on_the_unit_test_inputs(title:
             nonempty = []
         tests.append({"name": test["name"], "interval": test["interval"], "input_series": test["input_series"],
                       "promql_expr_test": exprs + nonempty})
+    doc = {"rule_files": [str(p) for p in SHIPPED], "evaluation_interval": "1m", "tests": tests}
+    (tmp_path / "parity.test.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = _promtool("test", "rules", "parity.test.yml", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_grafana_unhealthy_query_equals_the_prometheus_alert_on_the_unit_test_inputs(tmp_path: Path) -> None:
+    """GPUNodeUnhealthy's Grafana query (the pool join inlined) gives the same series and values as the shipped
+    rule's expression, node for node, at every step of the repair unit test's inputs."""
+    query = _grafana_rules()["GPUNodeUnhealthy"]["data"][0]["model"]["expr"]
+    prom = next(r["expr"] for path in SHIPPED for r in _rules(path) if r.get("alert") == "GPUNodeUnhealthy")
+    on = "on (node, cloud_pool, autoscaler_pool)"
+    checks = [f"({query}) != {on} ({prom})", f"({query}) unless {on} ({prom})", f"({prom}) unless {on} ({query})"]
+    unit = _load(PROM / "tests" / "gpu-repair-rules.test.yml")
+    tests = [{"name": t["name"], "interval": t["interval"], "input_series": t["input_series"],
+              "promql_expr_test": [{"expr": e, "eval_time": f"{m}m", "exp_samples": []}
+                                   for m in (1, 2, 4, 10) for e in checks]
+              + [{"expr": f"absent({query})", "eval_time": "4m", "exp_samples": []}]} for t in unit["tests"]]
     doc = {"rule_files": [str(p) for p in SHIPPED], "evaluation_interval": "1m", "tests": tests}
     (tmp_path / "parity.test.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
     out = _promtool("test", "rules", "parity.test.yml", cwd=tmp_path)

@@ -101,7 +101,7 @@ def test_effective_config_shows_header_names_not_values(tmp_path: Any, caplog: p
     caplog.set_level(logging.INFO, logger="autoscaler")
     with FakeHookServer() as hook:
         make_app(f"sqlite:///{tmp_path}/s.db", **_config(hook))
-    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("effective config"))
+    line = " ".join(r.getMessage() for r in caplog.records if r.getMessage().startswith("effective config"))
     assert '"Authorization": "**********"' in line and HEADER_SECRET not in line
 
 

@@ -1,6 +1,7 @@
 """What a request may do: its credential's scopes and pools, and no state change from another site's page."""
 from __future__ import annotations
 
+from typing import Collection
 from urllib.parse import urlsplit
 
 from flask import current_app, g, request
@@ -62,13 +63,15 @@ def _same_host(origin: str, host: str) -> bool:
     return sent_port == here_port if here_port is not None else sent_port == _DEFAULT_PORTS[sent.scheme]
 
 
-def visible_events(store: Store, pool: str | None, limit: int, before: int | None = None) -> list[EventRecord]:
+def visible_events(store: Store, pool: str | None, limit: int, before: int | None = None, *,
+                   outcomes: Collection[str] = (), source: str | None = None) -> list[EventRecord]:
     """Newest events first, only of pools the credential may read (and none without a pool when it is limited)."""
     who = principal()
     if pool is not None:
         may_see(pool)
-        return store.events(pool, limit, before)
+        return store.events(pool, limit, before, outcomes=outcomes, source=source)
     if who.pools is None:
-        return store.events(None, limit, before)
-    merged = [ev for name in sorted(who.pools) for ev in store.events(name, limit, before)]
+        return store.events(None, limit, before, outcomes=outcomes, source=source)
+    merged = [ev for name in sorted(who.pools)
+              for ev in store.events(name, limit, before, outcomes=outcomes, source=source)]
     return sorted(merged, key=lambda ev: ev.id or 0, reverse=True)[:limit]

@@ -4,6 +4,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, current_app, jsonify
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from autoscaler import __version__
 from autoscaler.store import StoreUnavailable
 
 bp = Blueprint("health", __name__)
@@ -11,8 +12,14 @@ bp = Blueprint("health", __name__)
 
 @bp.get("/healthz")
 def healthz() -> Response:
-    """200 while the process serves."""
-    return jsonify({"status": "ok"})
+    """200 while the process serves, with the version it runs."""
+    return jsonify({"status": "ok", "version": __version__})
+
+
+@bp.get("/version")
+def version() -> Response:
+    """The running version: the image tag, the chart's appVersion and CHANGELOG.md's newest release agree."""
+    return jsonify({"version": __version__})
 
 
 @bp.get("/readyz")

@@ -10,7 +10,9 @@ from pydantic.json_schema import models_json_schema
 from autoscaler import __version__
 from autoscaler.answers import (DecisionBody, ErrorBody, EventList, GroupBody, GroupList, PoolBody, PoolList,
                                 WebhookAnswer)
-from autoscaler.api.pools import MAX_PAGE, CountRequest, PauseRequest, ScaleRequest
+from autoscaler.api.event_query import MAX_PAGE, OUTCOMES, SOURCES
+from autoscaler.api.pools import CountRequest, PauseRequest, ScaleRequest
+from autoscaler.api.repairs import RepairRequest
 from autoscaler.models import Action
 from autoscaler.settings import MAX_NODES
 from autoscaler.sources.alertmanager import AlertmanagerPayload
@@ -21,8 +23,8 @@ bp = Blueprint("openapi", __name__)
 REF = "#/components/schemas/{model}"
 
 
-_REQUESTS: list[type[BaseModel]] = [ScaleRequest, PauseRequest, CountRequest, AlertmanagerPayload, GrafanaPayload,
-                                    LegacyPayload, AzureMonitorPayload]
+_REQUESTS: list[type[BaseModel]] = [ScaleRequest, PauseRequest, CountRequest, RepairRequest, AlertmanagerPayload,
+                                    GrafanaPayload, LegacyPayload, AzureMonitorPayload]
 _RESPONSES: list[type[BaseModel]] = [ErrorBody, DecisionBody, PoolBody, PoolList, GroupBody, GroupList, EventList,
                                      WebhookAnswer]
 
@@ -124,6 +126,12 @@ def _paths(pools: list[str]) -> dict[str, Any]:
                             "description": "Optional, but declared application/json even when empty."},
             "responses": {"200": _json(_ref(PoolBody), "The pool."),
                           **_errors("400", "401", "403", "404", "408", "413", "415", "422", "503")}}} for verb in ("pause", "resume")},
+        "/api/v1/pools/{pool}/repair": {"post": {
+            "summary": "Repair nodes (or cancel their repairs) by hand", "parameters": pool,
+            "requestBody": _body(_ref(RepairRequest)),
+            "responses": {"200": _json({"anyOf": [_ref(DecisionBody), _ref(PoolBody)]},
+                                       "The decision; with `cancel`, the pool."),
+                          **_errors("400", "401", "403", "404", "408", "409", "413", "415", "422", "503")}}},
         "/api/v1/pools/{pool}/count": {"put": {
             "summary": "Correct the tracked count", "parameters": pool, "requestBody": _body(_ref(CountRequest)),
             "responses": {"200": _json(_ref(PoolBody), "The pool."),
@@ -132,10 +140,18 @@ def _paths(pools: list[str]) -> dict[str, Any]:
             "summary": "The event log, newest first",
             "parameters": [_query("pool", {"type": "string"}, "Only this pool."),
                            _query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}, "Default 100."),
-                           _query("before", {"type": "integer", "minimum": 0, "maximum": 10**18 - 1}, "Only events with a smaller id.")],
+                           _query("before", {"type": "integer", "minimum": 0, "maximum": 10**18 - 1},
+                                  "Only events with a smaller id: the next page is the answer's `next`."),
+                           {**_query("outcome", {"type": "array", "items": {"type": "string", "enum": list(OUTCOMES)}},
+                                     "Only these outcomes: one or more, comma-separated (or the parameter repeated)."),
+                            "style": "form", "explode": False},
+                           _query("source", {"type": "string", "enum": list(SOURCES)}, "Only events from this source.")],
             "responses": {"200": _json(_ref(EventList), "The events of pools the credential may read."),
                           **_errors("400", "401", "403", "503")}}},
         "/healthz": {"get": {**open_, "summary": "Liveness", "responses": {"200": {"description": "Serving."}}}},
+        "/version": {"get": {**open_, "summary": "The running version", "responses": {"200": _json(
+            {"type": "object", "required": ["version"], "properties": {"version": {"type": "string"}}},
+            "The same as the image tag, the chart's appVersion and CHANGELOG.md's newest release.")}}},
         "/readyz": {"get": {**open_, "summary": "Readiness", "responses": {
             "200": {"description": "The store answers."}, "503": {"description": "The store does not answer."}}}},
         "/metrics": {"get": {**open_, "summary": "Prometheus metrics", "responses": {

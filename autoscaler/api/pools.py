@@ -7,8 +7,9 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
 
 from autoscaler.api import fail, read_json, request_body, require_auth
-from autoscaler.answers import decision_json, event_json
-from autoscaler.api.guards import WRITES, json_only, may_see, principal, same_origin_only, visible_events
+from autoscaler.answers import EventList, decision_json, dump, event_body
+from autoscaler.api.event_query import MAX_PAGE, page as event_page, parse as parse_events
+from autoscaler.api.guards import WRITES, json_only, may_see, principal, same_origin_only
 from autoscaler.events import OperatorAct, acting_as
 from autoscaler.models import Action, OperatorOutcome, Signal, Source, usable_value
 from autoscaler.service import Service
@@ -18,7 +19,6 @@ from autoscaler.sources import validation_message
 
 bp = Blueprint("pools", __name__, url_prefix="/api/v1")
 NODE_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"  # a Kubernetes node name (DNS subdomain)
-MAX_PAGE = 1000  # the most events one GET /api/v1/events answers
 
 
 class ScaleRequest(BaseModel):
@@ -41,6 +41,9 @@ class ScaleRequest(BaseModel):
             raise ValueError("give either `action` (scale_out|scale_in, with optional `step`) or `target`")
         if self.target is not None and self.step is not None:
             raise ValueError("`step` goes with `action`, not with `target`")
+        if self.action is Action.REPAIR:
+            raise ValueError("`action: repair` has its own route: POST /api/v1/pools/{pool}/repair with "
+                             "{\"nodes\": [...]}")
         if self.nodes is not None and (self.action is not Action.SCALE_IN or self.step is not None):
             raise ValueError("`nodes` goes with `action: scale_in` and no `step` (the step is how many are named)")
         return self
@@ -187,12 +190,5 @@ def set_count(pool: str) -> Response:
 
 @bp.get("/events")
 def events() -> Response:
-    pool = request.args.get("pool") or None
-    text = request.args.get("limit", "100")
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_PAGE:
-        fail(400, f"limit must be a whole number from 1 to {MAX_PAGE}")
-    before = request.args.get("before")
-    if before is not None and not (before.isascii() and before.isdigit() and len(before) <= 18):
-        fail(400, "before must be an event id")
-    rows = visible_events(_svc().store, pool, int(text), int(before) if before else None)
-    return jsonify({"events": [event_json(ev) for ev in rows]})
+    rows, after = event_page(_svc().store, parse_events(request.args))
+    return jsonify(dump(EventList(events=[event_body(ev) for ev in rows], next=after)))

@@ -1,77 +1,143 @@
-"""GET /: the operator's status page, server-rendered, no JavaScript, refreshing itself."""
+"""GET /: the operator's status page, server-rendered, no JavaScript, refreshing itself.
+
+Every pool with its chart (``autoscaler/api/chart.py``), each fallback group with the pool its next scale-out goes
+to, and the event log filtered and paged as ``GET /api/v1/events`` takes it (``autoscaler/api/event_query.py``).
+The page reads the store a fixed number of times whatever the number of pools: every pool's rows once
+(``service.Stored``), the recent events of all pools in one read, one page of events (issue 34, item 9).
+"""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from types import SimpleNamespace
 from typing import Any
+from urllib.parse import urlencode
 
 from flask import Blueprint, Response, current_app, render_template, request
+from markupsafe import Markup
 
-from autoscaler.api import ApiError, require_auth
 from autoscaler.answers import event_json
-from autoscaler.api.guards import principal, visible_events
-from autoscaler.service import Service
+from autoscaler.api import ApiError, require_auth
+from autoscaler.api.chart import ago, chart, minutes, span
+from autoscaler.api.chart_svg import svg
+from autoscaler.api.event_query import OUTCOMES, SOURCES, EventQuery, page, parse
+from autoscaler.api.guards import principal
+from autoscaler.groups import Member, choose
+from autoscaler.models import Action, Mode, PoolSpec
+from autoscaler.service import Service, Stored
+from autoscaler.store import EventRecord
 
 bp = Blueprint("status", __name__)
-CHART_W, CHART_H, CHART_POINTS = 240, 60, 200  # the plot area; the axes' labels sit outside it
-LEFT, BOTTOM = 26, 16  # room for the count axis' labels (left) and the time axis' (below)
-COUNT_CHANGES = ("scaled", "count_corrected")  # a decision that changed the count, or an operator's correction
+WINDOW, CHART_POINTS = 6 * 3600.0, 200  # a chart shows a pool's last 6 h, at most its 200 newest events
+PAGE_EVENTS = 30
+QUICK_OUTCOMES = ("scaled", "no_capacity", "failed", "skipped_cooldown", "skipped_limit", "paused")
+
+__all__ = ["bp", "chart"]
 
 
-def _time(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%H:%M")
+def _when(t: float | None, now: float) -> str | None:
+    return None if t is None else ago(now - t)
 
 
-def chart(events: list[dict[str, Any]], low: int, high: int, now: float) -> dict[str, Any] | None:
-    """An SVG step line of node count over time from a pool's events (oldest first), with a count axis (0, min,
-    the top) and a time axis (first change, now, UTC); None without data. Every count change is drawn: scale-outs,
-    scale-ins, the reconciler's and the operator's count corrections."""
-    points: list[tuple[float, int]] = []
-    for ev in events:
-        if ev["outcome"] in COUNT_CHANGES and ev["to"] is not None:
-            if ev["from"] is not None and (not points or points[-1][1] != ev["from"]):
-                points.append((ev["_t"], ev["from"]))
-            points.append((ev["_t"], ev["to"]))
-    if not points:
-        return None
-    points.append((now, points[-1][1]))
-    t0, t1 = points[0][0], max(points[-1][0], points[0][0] + 1)
-    top = max(high, max(c for _, c in points), 1)
-
-    def y_of(count: int) -> float:
-        return round(CHART_H - count / top * (CHART_H - 4) - 2, 1)
-
-    xy, prev = [], None
-    for t, count in points:
-        x = round(LEFT + (t - t0) / (t1 - t0) * CHART_W, 1)
-        if prev is not None:
-            xy.append(f"{x},{prev}")  # a step chart: the count holds until it changes
-        xy.append(f"{x},{y_of(count)}")
-        prev = y_of(count)
-    y_ticks = [{"y": y_of(c), "label": str(c)} for c in sorted({0, low, top})]
-    x_ticks = [{"x": LEFT, "label": _time(t0), "anchor": "start"},
-               {"x": LEFT + CHART_W, "label": _time(t1), "anchor": "end"}]
-    return {"points": " ".join(xy), "w": LEFT + CHART_W, "h": CHART_H + BOTTOM, "left": LEFT, "plot_h": CHART_H,
-            "top": top, "last": points[-1][1], "min_y": y_of(low), "y_ticks": y_ticks, "x_ticks": x_ticks,
-            "changes": sum(1 for ev in events if ev["outcome"] in COUNT_CHANGES and ev["to"] is not None)}
-
-
-def _pool_view(svc: Service, spec: Any, now: float) -> dict[str, Any]:
-    pool = svc.pool_json(spec, with_nodes=True)
-    rows = svc.store.events(spec.name, CHART_POINTS)
-    evs = [{**event_json(r), "_t": r.time} for r in reversed(rows)]
-    pool["chart"] = chart(evs, spec.min, spec.max, now)
+def _pool_view(spec: PoolSpec, pool: dict[str, Any], rows: list[EventRecord], stored: Stored,
+               now: float) -> dict[str, Any]:
+    """A pool's row: its API answer, its chart, and its times said as a person would."""
+    evs = [{"_t": r.time, "outcome": r.outcome, "action": r.action, "from": r.from_, "to": r.to, "reason": r.reason,
+            "details": r.details} for r in reversed(rows)]  # the chart's fields, as event_json names them
+    label = "demand (GPUs)" if spec.scale_out.mode is Mode.DEMAND else "alert value"
+    pool["chart"] = chart(evs, spec.min, spec.max, now, current=pool["current"], provision_time=spec.provision_time,
+                          in_flight_now=pool.get("in_flight"), value_label=label)
+    drawn = pool.pop("chart")
+    pool["chart_svg"] = svg(spec.name, drawn) if drawn else None
+    pool["chart"] = _legend(drawn) if drawn else None  # only what the legend reads: a page of 800 pools keeps
+    # 800 of these alive until it is rendered, and every object it keeps makes the collector's full passes longer
+    state = stored.states.get(spec.name)
+    pool["short_left"] = span(state.short_until - now) if pool.get("short_until") and state and state.short_until \
+        else None
+    cooldown = pool["cooldown"]
+    pool["cooldown_text"] = {"out": minutes(cooldown["scale_out_remaining_s"]),
+                             "in": minutes(cooldown["scale_in_remaining_s"])}
+    pool["backoff_text"] = minutes(pool["backoff_remaining_s"]) if pool["backoff_remaining_s"] else None
+    pool["view_ago"] = _when(pool.get("view_read_at"), now)
+    last = stored.last_events.get(spec.name)
+    pool["last_ago"] = _when(last.time if last is not None else None, now)
+    pool["gpus_per_node"] = spec.gpus_per_node
     return pool
+
+
+def _section(pool: dict[str, Any], events_args: str) -> SimpleNamespace:
+    """A pool's section rendered now, and the few members the rest of the page reads: a page of 800 pools then
+    keeps 800 strings alive rather than 800 trees of dicts (each object alive lengthens the collector's passes)."""
+    html = Markup(render_template("status_pool.html", p=SimpleNamespace(**pool, events_args=events_args)))
+    nodes = {k: pool[k] for k in ("nodes", "nodes_error") if k in pool}
+    return SimpleNamespace(name=pool["name"], html=html, **nodes)
+
+
+def _legend(drawn: dict[str, Any]) -> SimpleNamespace:
+    value = drawn["value"]
+    return SimpleNamespace(ready=bool(drawn["ready"]), flight=bool(drawn["flight"]), shorts=drawn["shorts"],
+                           max=drawn["max"], max_y=drawn["max_y"], changes=drawn["changes"],
+                           value=SimpleNamespace(label=value["label"], last=value["last"]) if value else None)
+
+
+def _groups(svc: Service, pools: dict[str, dict[str, Any]], stored: Stored, now: float) -> list[dict[str, Any]]:
+    """Each fallback group the caller may see: its pools in order of preference, where the next scale-out and
+    scale-in would go (``autoscaler/groups.py``'s choice, on the stored views) and the group's capacity."""
+    out = []
+    for name, members in svc.settings.groups.items():
+        seen = [pools[p] for p in members if p in pools]
+        if not seen:
+            continue
+        chosen = {}
+        for action in (Action.SCALE_OUT, Action.SCALE_IN):
+            choice = choose([_member(p, stored) for p in seen], action, now)
+            chosen[action.value] = {"pool": choice.first, "why_none": choice.why_none(),
+                                    "passed": dict(choice.passed)}
+        current = sum(p["current"] or 0 for p in seen)
+        gpus = [p["gpus_per_node"] for p in seen]
+        out.append({"name": name, "pools": seen, "chosen": chosen, "current": current,
+                    "max": sum(p["max"] for p in seen), "unknown": [p["name"] for p in seen if p["current"] is None],
+                    "gpus": sum((p["current"] or 0) * (p["gpus_per_node"] or 0) for p in seen)
+                    if all(gpus) else None})
+    return out
+
+
+def _member(pool: dict[str, Any], stored: Stored) -> Member:
+    state = stored.states.get(pool["name"])
+    return Member(pool["name"], pool["current"], pool["min"], pool["max"], paused=pool["paused"],
+                  short_until=state.short_until if state else None, short_reason=state.short_reason if state else "",
+                  backoff_until=state.backoff_until if state else None)
+
+
+def _render(query: EventQuery, error: str | None = None) -> Response:
+    svc: Service = current_app.extensions["autoscaler"]
+    now = svc.clock()
+    specs = [spec for spec in svc.settings.pools.values() if principal().sees(spec.name)]
+    stored = Stored.read(svc.store, nodes=svc.engine.nodes is not None,
+                         repairs=any(spec.repair is not None for spec in specs))
+    recent = svc.store.recent_events(now - WINDOW, CHART_POINTS)
+    answers = svc.pools_json(specs, with_nodes=True, stored=stored)
+    pools = [_pool_view(spec, pool, recent.pop(spec.name, []), stored, now) for spec, pool in zip(specs, answers)]
+    rest = query.args(pool="")  # the page's filters but the pool's, for each pool's link
+    shown = [_section(pool, "&".join(filter(None, (urlencode({"pool": pool["name"]}), rest)))) for pool in pools]
+    rows, after = page(svc.store, query) if error is None else ([], None)
+    events = [{**event_json(r), "ago": ago(now - r.time)} for r in rows]
+    html = render_template("status.html", pools=shown, groups=_groups(svc, {p["name"]: p for p in pools}, stored, now),
+                           events=events, query=query, next=after, error=error, refresh=10,
+                           outcomes=OUTCOMES, quick=QUICK_OUTCOMES, sources=SOURCES)
+    return Response(html, status=400 if error else 200, mimetype="text/html")
 
 
 @bp.get("/")
 def status() -> Response:
-    """Every pool, a node-count chart each, and the latest events."""
+    """Every pool with its chart, the groups, and a page of the event log (``?pool=&outcome=&source=&before=``)."""
     try:
         require_auth("read")
-        svc: Service = current_app.extensions["autoscaler"]
-        now = svc.clock()
-        pools = [_pool_view(svc, spec, now) for spec in svc.settings.pools.values() if principal().sees(spec.name)]
-        events = [event_json(r) for r in visible_events(svc.store, request.args.get("pool") or None, 30)]
+        try:
+            query = parse(request.args, default_limit=PAGE_EVENTS)
+        except ApiError as exc:
+            if exc.status != 400:
+                raise
+            return _render(EventQuery(limit=PAGE_EVENTS, default_limit=PAGE_EVENTS), exc.message)
+        return _render(query)
     except ApiError as exc:
         if exc.status != 401:  # a credential without the read scope, or a pool outside its pools
             return Response(render_template("unauthorized.html", message=exc.message, forbidden=True),
@@ -79,5 +145,3 @@ def status() -> Response:
         body = render_template("unauthorized.html", message=exc.message)
         return Response(body, status=401, mimetype="text/html",
                         headers={"WWW-Authenticate": 'Basic realm="gpu-pool-autoscaler", charset="UTF-8"'})
-    html = render_template("status.html", pools=pools, events=events, refresh=10)
-    return Response(html, mimetype="text/html")

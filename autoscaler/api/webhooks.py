@@ -53,21 +53,28 @@ def _handle(parse: Callable[[Any, dict[str, str]], Notification]) -> Response:
     engine = current_app.extensions["autoscaler"].engine
     _within_pools(note, engine)
     with acting_as(principal().name):
-        return _answer(note, engine.handle_notification(note))
+        return _answer(note, engine.handle_notification(note, principal().pools))
 
 
 def _within_pools(note: Notification, engine: Any) -> None:
     """403 for the whole notification when a credential limited to some pools sends an alert for another configured
-    pool (nothing of it acts): firing, resolved or ignored, each writes that pool's event log."""
+    pool, or for a group none of whose pools it may act on (nothing of it acts): firing, resolved or ignored, each
+    writes that pool's event log. A group with one of its pools goes on: the engine chooses among those only."""
     who = principal()
     if who.pools is None:
         return
+    groups = engine.settings.groups
     for alert in note.alerts:
         if alert.is_test:
             continue
         route = engine.router.route(alert, note.query)
-        if not route.problem and route.pool in engine.settings.pools and not who.sees(route.pool):
+        if route.problem or route.pool is None:
+            continue
+        if route.pool in engine.settings.pools and not who.sees(route.pool):
             fail(403, f"credential {who.name!r} may not send alerts for pool {route.pool[:80]!r} (not in its pools)")
+        if route.pool in groups and not any(who.sees(p) for p in groups[route.pool]):
+            fail(403, f"credential {who.name!r} may not send alerts for group {route.pool[:80]!r} (none of its "
+                      "pools is in the credential's pools)")
 
 
 @bp.post("/alertmanager")

@@ -5,7 +5,8 @@ ask for raw JSON (``_preload_content=False``) and hand plain dicts to :mod:`auto
 they mean. A pool's read is one node list by label selector and one list of the cluster's unfinished pods (in pages
 of ``_PAGE``), grouped by node here, under one deadline (``kubernetes.timeout`` for the whole read): the first call
 that fails fails the read at once. A re-read is one node GET and one pod list by field selector. ``victims:
-movable`` also lists PodDisruptionBudgets, once per decision that weighs a busy node.
+movable`` also lists PodDisruptionBudgets, once per decision that weighs a busy node. Where a node has no
+device-plugin GPU or a pod asks through a claim, the read adds the DRA lists (:mod:`autoscaler.cluster.kube_dra`).
 """
 from __future__ import annotations
 
@@ -13,10 +14,14 @@ import json
 import os
 import logging
 import time
-from typing import Any, Mapping
+from typing import Any, ContextManager, Mapping
 
 from autoscaler.settings import KubernetesConfig
-from autoscaler.cluster.nodes import CORDON_ANNOTATION, ClusterError, NodeGone, NodeView, cordon_mark, node_view
+from autoscaler.cluster.dra import UNUSED, Dra, asks_through_claims
+from autoscaler.cluster.gpus import not_extended, pending_gpus, waits_for
+from autoscaler.cluster.kube_dra import DraReads, Refused
+from autoscaler.cluster.nodes import (CORDON_ANNOTATION, ClusterError, NodeGone, NodeView, PoolRead, cordon_mark,
+                                      node_view)
 from autoscaler.cluster.pods import Budget, budget_of
 
 log = logging.getLogger(__name__)
@@ -35,6 +40,7 @@ class KubeCluster:
         self.page = page
         self.patterns = tuple(settings.gpu_resources)
         self._core: Any = None
+        self.dra = DraReads(self, list(settings.gpu_device_classes))
 
     # ---- the client ------------------------------------------------------------------------------------------
     def _api(self) -> Any:
@@ -67,9 +73,10 @@ class KubeCluster:
         return self._core
 
     def _call(self, what: str, fn: Any, *args: Any, raw: bool = False, gone_is_404: bool = False,
-              deadline: float | None = None, **kwargs: Any) -> Any:
+              deadline: float | None = None, let: tuple[int, ...] = (), **kwargs: Any) -> Any:
         """One API call with the configured timeout; ClusterError with the server's own words on failure (NodeGone
-        for a 404 with ``gone_is_404``: a change asked of a node deleted since it was listed)."""
+        for a 404 with ``gone_is_404``: a change asked of a node deleted since it was listed; the client's
+        Refused for a status in ``let``)."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
@@ -82,6 +89,8 @@ class KubeCluster:
         try:
             result = fn(*args, **kwargs)
         except ApiException as exc:
+            if exc.status in let:
+                raise Refused(exc.status, f"{what}: {exc.status} {_message(exc)}") from None
             error = NodeGone if gone_is_404 and exc.status == 404 else ClusterError
             raise error(f"{what}: {exc.status} {_message(exc)}") from None
         except (HTTPError, OSError) as exc:
@@ -110,31 +119,64 @@ class KubeCluster:
 
     def _all_pods(self, deadline: float | None = None) -> list[dict[str, Any]]:
         """Every unfinished pod of the cluster, page by page (every page within ``deadline``)."""
+        return self.paged("listing pods", self._api().list_pod_for_all_namespaces, deadline,
+                          field_selector=_NOT_FINISHED)
+
+    def paged(self, what: str, fn: Any, deadline: float | None, **kwargs: Any) -> list[dict[str, Any]]:
+        """Every item of a list call, page by page (``limit`` + ``continue``, every page within ``deadline``)."""
         items: list[dict[str, Any]] = []
         token: str | None = None
         while True:
             more: dict[str, Any] = {"_continue": token} if token else {}
-            page = self._call("listing pods", self._api().list_pod_for_all_namespaces, raw=True,
-                              field_selector=_NOT_FINISHED, limit=self.page, deadline=deadline, **more)
+            page = self._call(what, fn, raw=True, limit=self.page, deadline=deadline, **kwargs, **more)
             items += page.get("items") or []
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return items
 
     def nodes(self, selector: Mapping[str, str]) -> list[NodeView]:
+        return self.read_pool("", selector, pending=False).nodes
+
+    def read_pool(self, pool: str, selector: Mapping[str, str], pending: bool = True) -> PoolRead:
+        """The pool's nodes with their pods, and with ``pending`` the GPUs its unscheduled pods wait for: one node
+        list, one paged pod list (also for a pool with no node, when ``pending``) and, where a node or pod needs
+        them, the DRA lists (once per :meth:`once` scope), all under one deadline."""
         deadline = time.monotonic() + self.settings.timeout  # one deadline for the pool's whole read
         labels = ",".join(f"{k}={v}" if v else k for k, v in selector.items())
         answer = self._call(f"listing nodes {labels}", self._api().list_node, raw=True, label_selector=labels,
                             deadline=deadline)
         items = list(answer.get("items") or [])
-        if not items:
-            return []
+        if not items and not pending:
+            return PoolRead([], None, UNUSED)
         by_node: dict[str, list[dict[str, Any]]] = {n["metadata"]["name"]: [] for n in items}
+        waiting: list[dict[str, Any]] = []
         for pod in self._all_pods(deadline):
-            bound = by_node.get((pod.get("spec") or {}).get("nodeName") or "")
-            if bound is not None:
-                bound.append(pod)
-        return [node_view(n, by_node[n["metadata"]["name"]], self.patterns) for n in items]
+            where = (pod.get("spec") or {}).get("nodeName") or ""
+            if where in by_node:
+                by_node[where].append(pod)
+            elif not where and pending and waits_for(pod, pool, selector):
+                waiting.append(pod)
+        claims = any(asks_through_claims(p) for p in (*waiting, *(p for ps in by_node.values() for p in ps)))
+        dra = self._dra(items, deadline, claims)
+        views = [node_view(n, by_node[n["metadata"]["name"]], self.patterns, dra) for n in items]
+        return PoolRead(views, pending_gpus(waiting, self.patterns, dra) if pending else None, dra.status,
+                        dra.reason)
+
+    def _dra(self, nodes: list[dict[str, Any]], deadline: float | None, claims: bool = False) -> Dra:
+        """The DRA facts when a node has no device-plugin GPU or a pod asks through claims, else none read."""
+        if claims or any(not_extended(n, self.patterns) for n in nodes):
+            return self.dra.state(deadline)
+        return Dra(status=UNUSED)
+
+    def once(self) -> ContextManager[None]:
+        """The reconciler's tick: the DRA lists read at most once for all its pools' reads (this thread)."""
+        return self.dra.once()
+
+    def resource_api(self) -> Any:
+        """The client's ``ResourceV1Api`` (resource.k8s.io/v1) on the same connection pool."""
+        from kubernetes import client
+
+        return client.ResourceV1Api(self._api().api_client)
 
     def budgets(self) -> list[Budget]:
         """Every PodDisruptionBudget (policy/v1), for ``victims: movable``: one list call."""
@@ -147,9 +189,13 @@ class KubeCluster:
 
     def marked(self, selector: Mapping[str, str]) -> list[NodeView]:
         """The pool's nodes without their pods: one call, for the stale-cordon sweep."""
+        deadline = time.monotonic() + self.settings.timeout
         labels = ",".join(f"{k}={v}" if v else k for k, v in selector.items())
-        answer = self._call(f"listing nodes {labels}", self._api().list_node, raw=True, label_selector=labels)
-        return [node_view(n, (), self.patterns) for n in answer.get("items") or []]
+        answer = self._call(f"listing nodes {labels}", self._api().list_node, raw=True, label_selector=labels,
+                            deadline=deadline)
+        items = list(answer.get("items") or [])
+        dra = self._dra(items, deadline)
+        return [node_view(n, (), self.patterns, dra) for n in items]
 
     def node(self, name: str) -> NodeView | None:
         from kubernetes.client.exceptions import ApiException
@@ -164,7 +210,9 @@ class KubeCluster:
             raise ClusterError(f"reading node {name}: {exc.status} {_message(exc)}") from None
         except (HTTPError, OSError) as exc:
             raise ClusterError(f"reading node {name}: {self._unreachable(exc)}") from None
-        return node_view(json.loads(raw.data), self._pods(name), self.patterns)
+        node, pods = json.loads(raw.data), self._pods(name)
+        dra = self._dra([node], None, any(asks_through_claims(p) for p in pods))
+        return node_view(node, pods, self.patterns, dra)
 
     # ---- changes ---------------------------------------------------------------------------------------------
     def cordon(self, name: str, owner: str, now: float) -> None:
@@ -217,8 +265,8 @@ def _bearer_for_requests(conf: Any) -> None:
 
 _WHAT_TO_DO = {
     401: "; the API server refused the credentials: check kubernetes.token, kubeconfig or the service account token",
-    403: "; the service account lacks a permission: apply deploy/kubernetes/rbac.yaml (get, list, patch nodes; "
-         "list pods; create pods/eviction; list poddisruptionbudgets)",
+    403: "; the service account lacks a permission: grant what docs/rbac.md lists for the config (the Helm chart "
+         "does; deploy/kubernetes/rbac.yaml grants every row)",
 }
 
 

@@ -7,14 +7,15 @@ table-tested without a cluster.
 """
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Collection, ContextManager, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
+from autoscaler.cluster.dra import Dra
+from autoscaler.cluster.gpus import GpuPod, count_gpus, extended_pod, matches
 from autoscaler.cluster.fit import Room, Taint
-from autoscaler.cluster.pods import Budget, PodFacts, pod_facts, quantity, requests_of
+from autoscaler.cluster.pods import Budget, PodFacts, quantity, requests_of
 from autoscaler.settings.common import DEFAULT_GPU_RESOURCES
 
 #: The annotation the service puts on a node it cordons: ``<owner>@<rfc3339 time>``.
@@ -37,19 +38,6 @@ _MIRROR = "kubernetes.io/config.mirror"
 
 
 @dataclass(frozen=True)
-class GpuPod:
-    """A pod that counts as GPU work on a node."""
-
-    namespace: str
-    name: str
-    resource: str  # e.g. "nvidia.com/gpu", "nvidia.com/mig-1g.10gb"
-    count: int
-
-    def describe(self) -> str:
-        return f"{self.namespace}/{self.name} ({self.resource} {self.count})"
-
-
-@dataclass(frozen=True)
 class NodeView:
     """One node of a pool as the scale-in sees it."""
 
@@ -67,7 +55,12 @@ class NodeView:
     labels: tuple[tuple[str, str], ...] = ()
     taints: tuple[Taint, ...] = ()
     free: tuple[tuple[str, Decimal], ...] = ()  # allocatable minus what all its pods (DaemonSets too) request
-    gpu_resources: tuple[str, ...] = ()  # which of its resources are GPUs (kubernetes.gpu_resources)
+    gpu_resources: tuple[str, ...] = ()  # which of its resources are GPUs (kubernetes.gpu_resources, DRA drivers)
+    gpu_used: int | None = None  # GPUs its pods hold (None: the sum of its GPU pods' counts)
+
+    def gpus_used(self) -> int:
+        """GPUs requested or allocated on the node (a claim shared by several pods counts once)."""
+        return self.gpu_used if self.gpu_used is not None else sum(p.count for p in self.gpu_pods)
 
     def room(self, takes: bool = True) -> Room:
         """The node as a place the fit may put pods on (a fresh copy: the fit spends it), or with ``takes`` False
@@ -84,6 +77,17 @@ class NodeView:
             extra = f" and {more} more GPU pod{'s' if more > 1 else ''}" if more else ""
             return f"runs GPU pod {self.gpu_pods[0].describe()}{extra}"
         return None
+
+
+@dataclass(frozen=True)
+class PoolRead:
+    """One read of a pool: its nodes (with their pods), the GPUs its unscheduled pods wait for (None: not
+    counted), and whether DRA was read (``read``, ``not_read`` with the reason, ``unused``: nothing needed it)."""
+
+    nodes: list[NodeView]
+    pending: int | None
+    dra: str
+    dra_reason: str = ""
 
 
 class ClusterError(Exception):
@@ -122,6 +126,18 @@ class Budgets(Protocol):
 
 
 @runtime_checkable
+class PoolReads(Protocol):
+    """Optional: a cluster that reads a pool whole (nodes, pods, pending GPUs, DRA), for the reconciler's view,
+    and scopes its DRA read to one tick (``once``)."""
+
+    def read_pool(self, pool: str, selector: Mapping[str, str], pending: bool = True) -> PoolRead:
+        """The pool's nodes with their pods and the GPUs its unscheduled pods wait for."""
+
+    def once(self) -> ContextManager[None]:
+        """Within this scope (this thread), the DRA API is read at most once."""
+
+
+@runtime_checkable
 class MarkedNodes(Protocol):
     """Optional: a cluster that can list a pool's nodes without their pods (one call), for the stale-cordon sweep."""
 
@@ -130,31 +146,6 @@ class MarkedNodes(Protocol):
 
 
 # ---- pods -------------------------------------------------------------------------------------------------------
-
-def _quantity(value: Any) -> int:
-    """An extended resource's quantity as a whole number (GPUs are never fractional; "2" -> 2)."""
-    try:
-        return max(int(float(str(value))), 0)
-    except ValueError:
-        return 1
-
-
-def _matches(resource: str, patterns: Sequence[str]) -> bool:
-    return any(fnmatch.fnmatchcase(resource, p) for p in patterns)
-
-
-def _container_gpus(container: Mapping[str, Any], patterns: Sequence[str]) -> dict[str, int]:
-    """GPU resources one container asks for: its request, or its limit when it sets only a limit."""
-    res = container.get("resources") or {}
-    requests, limits = res.get("requests") or {}, res.get("limits") or {}
-    out: dict[str, int] = {}
-    for name in {*requests, *limits}:
-        if _matches(name, patterns):
-            count = _quantity(requests[name] if name in requests else limits[name])
-            if count:
-                out[name] = count
-    return out
-
 
 def is_work(pod: Mapping[str, Any]) -> bool:
     """A pod that would stop if its node went: not a DaemonSet's, not a mirror pod, not finished."""
@@ -167,22 +158,9 @@ def is_work(pod: Mapping[str, Any]) -> bool:
 
 
 def gpu_pod(pod: Mapping[str, Any], patterns: Sequence[str] = DEFAULT_GPU_RESOURCES) -> GpuPod | None:
-    """The pod as GPU work, or None. Init containers count too (they hold the GPU while they run)."""
-    if not is_work(pod):
-        return None
-    spec = pod.get("spec") or {}
-    totals: dict[str, int] = {}
-    for c in spec.get("containers") or ():
-        for name, n in _container_gpus(c, patterns).items():
-            totals[name] = totals.get(name, 0) + n
-    for c in spec.get("initContainers") or ():
-        for name, n in _container_gpus(c, patterns).items():
-            totals[name] = max(totals.get(name, 0), n)
-    if not totals:
-        return None
-    resource = max(sorted(totals), key=lambda r: totals[r])
-    meta = pod.get("metadata") or {}
-    return GpuPod(meta.get("namespace", ""), meta.get("name", ""), resource, totals[resource])
+    """The pod as GPU work by its extended resources, or None. Init containers count too (they hold the GPU while
+    they run)."""
+    return extended_pod(pod, patterns) if is_work(pod) else None
 
 
 def pod_protection(pod: Mapping[str, Any]) -> str | None:
@@ -230,10 +208,12 @@ def node_protection(node: Mapping[str, Any]) -> str | None:
 
 
 def node_view(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
-              patterns: Sequence[str] = DEFAULT_GPU_RESOURCES) -> NodeView:
-    """A node and the pods bound to it, as the API server sends them, turned into facts."""
+              patterns: Sequence[str] = DEFAULT_GPU_RESOURCES, dra: Dra | None = None) -> NodeView:
+    """A node and the pods bound to it, as the API server sends them, turned into facts. The one place a node's
+    GPUs and a pod's are counted: extended resources, and with ``dra`` read, the node's devices and the pods'
+    claims (:mod:`autoscaler.cluster.dra`)."""
     meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
-    pods = list(pods)
+    name, pods = str(meta.get("name", "")), list(pods)
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
     mark = str((meta.get("annotations") or {}).get(CORDON_ANNOTATION) or "")
     owner, _, when = mark.rpartition("@")
@@ -243,28 +223,24 @@ def node_view(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
     free = {k: quantity(v) for k, v in allocatable.items()}
     for pod in pods:
         if (pod.get("status") or {}).get("phase") not in _FINISHED:
-            for name, amount in requests_of(pod.get("spec") or {}).items():
-                free[name] = free.get(name, Decimal(0)) - amount
-
-    def is_gpu(resource: str) -> bool:
-        return _matches(resource, patterns)
+            for resource, amount in requests_of(pod.get("spec") or {}).items():
+                free[resource] = free.get(resource, Decimal(0)) - amount
+    gpus = count_gpus(name, allocatable, [p for p in pods if is_work(p)], patterns, dra)
+    free.update(gpus.free)
     return NodeView(
-        name=meta.get("name", ""),
-        ready=ready,
-        created=parse_time(meta.get("creationTimestamp")) or 0.0,
-        cordoned=bool(spec.get("unschedulable")),
-        gpu_pods=tuple(p for p in (gpu_pod(x, patterns) for x in pods) if p),
-        protected=protected,
+        name=name, ready=ready, created=parse_time(meta.get("creationTimestamp")) or 0.0,
+        cordoned=bool(spec.get("unschedulable")), gpu_pods=gpus.pods, protected=protected,
         cordoned_by_us=ours if ours is not None else (0.0 if mark else None),
         provider_id=spec.get("providerID", "") or "",
-        gpu_allocatable=sum(_quantity(v) for k, v in allocatable.items() if _matches(k, patterns)),
+        gpu_allocatable=gpus.allocatable,
         cordon_owner=owner if mark else "",
-        pods=tuple(pod_facts(p, is_gpu) for p in pods if is_work(p)),
+        pods=gpus.facts,
         labels=tuple(sorted((str(k), str(v)) for k, v in (meta.get("labels") or {}).items())),
         taints=tuple(Taint(str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
                      for t in spec.get("taints") or ()),
         free=tuple(sorted(free.items())),
-        gpu_resources=tuple(sorted(k for k in allocatable if is_gpu(k))),
+        gpu_resources=tuple(sorted(k for k in free if k in gpus.free or matches(k, patterns) and k in allocatable)),
+        gpu_used=gpus.used,
     )
 
 

@@ -1,10 +1,26 @@
 """``kubernetes:``: how the service sees the cluster's nodes and pods."""
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, model_validator
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, Field, SecretStr, model_validator
 
 from autoscaler.durations import Duration
-from autoscaler.settings.common import DEFAULT_GPU_RESOURCES, Frozen
+from autoscaler.settings.common import DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_GPU_RESOURCES, Frozen
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def _class_name(value: str) -> str:
+    if not _DNS_SUBDOMAIN.match(value):
+        raise ValueError(f"{value[:60]!r} is not a DeviceClass name (a lower-case DNS subdomain, e.g. gpu.nvidia.com)")
+    return value
+
+
+#: A DeviceClass's name (a DNS subdomain).
+ClassName = Annotated[str, AfterValidator(_class_name)]
+
 
 class KubernetesConfig(Frozen):
     """How the service sees the cluster's nodes and pods (node-aware scale-in): ``in_cluster`` and/or
@@ -20,6 +36,8 @@ class KubernetesConfig(Frozen):
     verify_ssl: bool = True
     ca_cert: str | None = None
     gpu_resources: list[str] = Field(default_factory=lambda: list(DEFAULT_GPU_RESOURCES), min_length=1)
+    gpu_device_classes: list[ClassName] = Field(default_factory=lambda: list(DEFAULT_GPU_DEVICE_CLASSES),
+                                          description="DRA DeviceClasses whose devices are GPUs ([] : none).")
     timeout: Duration = Field(default=5.0, gt=0, description="Read timeout of one API call.")
 
     @model_validator(mode="after")

@@ -14,6 +14,8 @@ Count = Annotated[int, Field(ge=0, le=MAX_NODES)]
 Step = Annotated[int, Field(ge=1, le=MAX_NODES)]
 #: Resource names that count as GPU work when the config names none.
 DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-*")
+#: DRA DeviceClasses whose devices are GPUs (NVIDIA's DRA driver: full GPUs and MIG devices).
+DEFAULT_GPU_DEVICE_CLASSES = ("gpu.nvidia.com", "mig.nvidia.com")
 #: Owner kinds whose pods ``victims: movable`` may move (their controller recreates them elsewhere).
 DEFAULT_MOVABLE_OWNERS = ("ReplicaSet", "StatefulSet")
 

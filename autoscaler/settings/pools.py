@@ -8,6 +8,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInf
 from autoscaler.durations import Duration
 from autoscaler.settings.common import POOL_NAME, Count, Frozen, Step
 from autoscaler.settings.groups import CapacityConfig
+from autoscaler.settings.repair import RepairConfig
 
 class HeadroomConfig(Frozen):
     """Spare ready capacity kept above need: exactly one of ``nodes``, ``gpus`` or ``fraction``."""
@@ -75,6 +76,10 @@ class ScaleInConfig(DirectionConfig):
     drain_timeout: Duration | None = Field(default=None, gt=0, description="How long a drain (victims: movable, "
                                            "a forced removal) retries evictions a PodDisruptionBudget refuses "
                                            "(default 10m).")
+    forced_removal: bool | None = Field(default=None, description="Whether a manual `\"force\": true` may drain "
+                                        "a busy node (evict its pods through the Eviction API); false: it skips "
+                                        "cooldown and backoff only, and the service account needs no eviction "
+                                        "right (default true).")
 
 
 class DefaultsConfig(Frozen):
@@ -112,10 +117,14 @@ class ScheduleConfig(Frozen):
     @field_validator("cron")
     @classmethod
     def _cron(cls, v: str) -> str:
-        from autoscaler.schedules import valid_cron
+        import time
+
+        from autoscaler.schedules import starts_within, valid_cron
 
         if not valid_cron(v):
             raise ValueError(f"{v[:80]!r} is not a five-field cron expression (minute hour day month weekday)")
+        if not starts_within(v, time.time()):  # the wall clock: a config is checked when it is loaded
+            raise ValueError(f"{v[:80]!r} has no start in the next 4 years (a day no month has, such as 30 February?)")
         return v
 
     @field_validator("duration")
@@ -159,6 +168,9 @@ class PoolConfig(BaseModel):
                                             "simulated pool: its provision_seconds).")
     schedules: list[ScheduleConfig] = Field(default_factory=list)
     capacity: CapacityConfig = CapacityConfig()
+    repair: RepairConfig | None = Field(default=None, description="Replace nodes that alerts report unhealthy "
+                                        "(action repair); needs `kubernetes:` and a provider that removes named "
+                                        "nodes.")
 
     @field_validator("node_selector", mode="before")
     @classmethod

@@ -27,6 +27,9 @@ class ReplayRule(Frozen):
 
     @model_validator(mode="after")
     def _one_threshold(self) -> "ReplayRule":
+        if self.action is Action.REPAIR:
+            raise ValueError("action: a replayed rule scales (scale_out or scale_in); a repair names a node, which "
+                             "a utilisation or demand rule cannot")
         if sum(x is not None for x in (self.above, self.below, self.pending_above)) != 1:
             raise ValueError("give exactly one of `above`, `below` or `pending_above`")
         return self

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
-                                   RemovalIntent, Store, StoreUnavailable)
+                                   RemovalIntent, RepairRecord, Store, StoreUnavailable)
 from autoscaler.store.connections import StoreOptions
 from autoscaler.store.sql import SqlStore
 
@@ -12,4 +12,4 @@ def open_store(url: str, options: StoreOptions | None = None) -> Store:
     return SqlStore(url, options)
 
 
-__all__ = ["DedupConfirm", "EventRecord", "NodesView", "PoolChange", "PoolView", "QuickState", "RemovalIntent", "Store", "StoreOptions", "StoreUnavailable", "SqlStore", "open_store"]
+__all__ = ["DedupConfirm", "EventRecord", "NodesView", "PoolChange", "PoolView", "QuickState", "RemovalIntent", "RepairRecord", "Store", "StoreOptions", "StoreUnavailable", "SqlStore", "open_store"]

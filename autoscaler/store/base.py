@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Collection
 
 from autoscaler.models import Action, PoolState
 
@@ -98,6 +98,25 @@ class NodesView:
     nodes: list[dict[str, Any]]
     error: str | None
     read_at: float
+    gpus: dict[str, int] | None = None  # allocatable, requested, pending (None: not counted)
+    dra: str = ""  # read | not_read | unused ("" : unknown)
+    dra_reason: str = ""  # why DRA was not read
+
+
+@dataclass(frozen=True)
+class RepairRecord:
+    """A node in repair (docs/repair.md): since when, how far it got (``cordoned``, ``waiting`` for work that cannot
+    move, ``draining``, ``removing``), why it started, the pool size asked for its replacement (None: none), and
+    the last failure that keeps it going."""
+
+    pool: str
+    node: str
+    since: float
+    state: str
+    reason: str = ""
+    replacement: int | None = None
+    error: str = ""
+    updated_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -180,8 +199,17 @@ class Store(abc.ABC):
         """Change pool state outside a decision (pause, resume, count correction), with its event."""
 
     @abc.abstractmethod
-    def events(self, pool: str | None, limit: int, before_id: int | None = None) -> list[EventRecord]:
-        """Newest first."""
+    def events(self, pool: str | None, limit: int, before_id: int | None = None, *,
+               outcomes: Collection[str] = (), source: str | None = None) -> list[EventRecord]:
+        """Newest first; only ``outcomes`` (when given) and events from ``source`` (when given)."""
+
+    @abc.abstractmethod
+    def recent_events(self, since: float, per_pool: int) -> dict[str, list[EventRecord]]:
+        """Each pool's events at or after ``since``, newest first, at most ``per_pool`` each, in one read (pages)."""
+
+    @abc.abstractmethod
+    def last_events(self) -> dict[str, EventRecord]:
+        """Each pool's last event (the one its row points at), by pool, in one read."""
 
     @abc.abstractmethod
     def event(self, event_id: int) -> EventRecord | None:
@@ -197,7 +225,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def scale_outs(self, pool: str, since: float) -> list[tuple[float, int, int]]:
-        """Scale-outs the cloud accepted for ``pool`` at or after ``since``: (time, from, to), oldest first."""
+        """Scale-outs the cloud accepted for ``pool`` at or after ``since`` (time, from, to), and the sizes given back
+        after a shortfall (``no_capacity``, to < from), oldest first."""
 
     @abc.abstractmethod
     def hold_lease(self, name: str, owner: str, now: float, ttl: float) -> bool:
@@ -235,6 +264,29 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def forget_removals(self, pool: str, nodes: list[str]) -> None:
         """Settled: the removal of these nodes went through, never did, or they are gone."""
+
+    @abc.abstractmethod
+    def add_repair(self, repair: RepairRecord) -> bool:
+        """Store a node's repair unless the node is already in repair (then False, nothing written)."""
+
+    @abc.abstractmethod
+    def repairs(self, pool: str | None = None) -> list[RepairRecord]:
+        """The nodes in repair (of ``pool``, or of every pool), oldest first."""
+
+    @abc.abstractmethod
+    def update_repair(self, pool: str, node: str, now: float, state: str | None = None,
+                      error: str | None = None, replacement: int | None = None) -> bool:
+        """Change a repair's state, last failure or replacement (None: as it is); False when it is not stored."""
+
+    @abc.abstractmethod
+    def end_repair(self, pool: str, node: str, event: EventRecord | None,
+                   change: PoolChange | None = None) -> int | None:
+        """In one transaction: forget the node's repair and append ``event`` as the pool's last (with ``change``);
+        the event id (None without one). A repair already gone still records the event."""
+
+    @abc.abstractmethod
+    def nodes_views(self) -> dict[str, NodesView]:
+        """Every pool's stored node view, by pool, in one read (pages)."""
 
     @abc.abstractmethod
     def ping(self) -> None:

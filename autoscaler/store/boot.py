@@ -63,3 +63,19 @@ def check_at_start(config_path: str | None = None) -> None:
         finally:
             engine.dispose()
     os.environ[SUPERVISED_ENV] = "1"
+
+
+def log_config_once(config_path: str | None = None) -> None:
+    """In the gunicorn master: log the effective config once, redacted, for the workers it forks to refer to (a
+    config that does not load is left for the workers to report)."""
+    from autoscaler.config import load_config
+    from autoscaler.effective import log_effective
+    from autoscaler.redact import Redactor, install
+
+    try:
+        settings = load_config(config_path or os.environ.get("AUTOSCALER_CONFIG", "config.example.yaml"))
+    except Exception:  # noqa: BLE001 - the workers load the same config and say what is wrong with it
+        return
+    install(Redactor.from_config(settings.config, [s.provider_settings for s in settings.pools.values()],
+                                 words=list(settings.pools)))
+    log_effective(settings, worker=False)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import itertools
 import threading
 from dataclasses import replace
+from typing import Collection
 
 from autoscaler.models import PoolState
 from autoscaler.store import tables
-from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState, RemovalIntent,
-                                   Store)
+from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
+                                   RemovalIntent, RepairRecord, Store)
 from autoscaler.store.rows import hash_key, pool_state
 
 _DEFAULT_ROW = {c.name: None for c in tables.pools.c} | {"paused": False, "pause_reason": "", "failures": 0,
@@ -32,17 +33,19 @@ class MemoryStore(Store):
         self._dedup: dict[str, tuple[str, float, str]] = {}  # hashed key -> (pool, expires_at, claim)
         self._recommendations: dict[str, list[tuple[float, int]]] = {}
         self._ids = itertools.count(1)
-        self._scale_outs: dict[str, list[tuple[float, int, int]]] = {}  # accepted scale-outs per pool, by time
+        self._scale_outs: dict[str, list[tuple[float, int, int]]] = {}  # accepted scale-outs, give-backs
         self._leases: dict[str, tuple[str, float]] = {}  # name -> (owner, until)
         self._views: dict[str, PoolView] = {}
         self._nodes: dict[str, NodesView] = {}
         self._removals: dict[tuple[str, str], RemovalIntent] = {}  # (pool, node) -> intent
+        self._repairs: dict[tuple[str, str], RepairRecord] = {}
 
     # -- helpers (the lock is held) --------------------------------------------------------------------
     def _append(self, event: EventRecord) -> int:
         event_id = next(self._ids)
-        if (event.pool is not None and event.action == "scale_out" and event.outcome == "scaled"
-                and event.from_ is not None and event.to is not None):
+        if (event.pool is not None and event.action == "scale_out" and event.from_ is not None
+                and event.to is not None and (event.outcome == "scaled"
+                                              or (event.outcome == "no_capacity" and event.to < event.from_))):
             self._scale_outs.setdefault(event.pool, []).append((event.time, event.from_, event.to))
         self._events[event_id] = replace(event, id=event_id, alerts=list(event.alerts), details=dict(event.details))
         return event_id
@@ -162,16 +165,37 @@ class MemoryStore(Store):
                 row.update(values)
             return event_id
 
-    def events(self, pool: str | None, limit: int, before_id: int | None = None) -> list[EventRecord]:
+    def events(self, pool: str | None, limit: int, before_id: int | None = None, *,
+               outcomes: Collection[str] = (), source: str | None = None) -> list[EventRecord]:
         with self._lock:
             out = []
             for event_id in sorted(self._events, reverse=True):
                 event = self._events[event_id]
-                if (pool is None or event.pool == pool) and (before_id is None or event_id < before_id):
-                    out.append(replace(event, alerts=list(event.alerts), details=dict(event.details)))
+                if ((pool is None or event.pool == pool) and (before_id is None or event_id < before_id)
+                        and (not outcomes or event.outcome in outcomes) and (source is None or event.source == source)):
+                    out.append(self._copy(event))
                     if len(out) >= limit:
                         break
             return out
+
+    @staticmethod
+    def _copy(event: EventRecord) -> EventRecord:
+        return replace(event, alerts=list(event.alerts), details=dict(event.details))
+
+    def recent_events(self, since: float, per_pool: int) -> dict[str, list[EventRecord]]:
+        with self._lock:
+            out: dict[str, list[EventRecord]] = {}
+            for event_id in sorted(self._events, reverse=True):
+                event = self._events[event_id]
+                if event.pool is not None and event.time >= since and len(out.get(event.pool, ())) < per_pool:
+                    out.setdefault(event.pool, []).append(self._copy(event))
+            return out
+
+    def last_events(self) -> dict[str, EventRecord]:
+        with self._lock:
+            last = {name: self._events.get(row["last_event_id"]) for name, row in self._pools.items()
+                    if isinstance(row["last_event_id"], int)}
+            return {name: self._copy(event) for name, event in last.items() if event is not None}
 
     def event(self, event_id: int) -> EventRecord | None:
         with self._lock:
@@ -241,6 +265,46 @@ class MemoryStore(Store):
         with self._lock:
             for node in nodes:
                 self._removals.pop((pool, node), None)
+
+    def add_repair(self, repair: RepairRecord) -> bool:
+        with self._lock:
+            if (repair.pool, repair.node) in self._repairs:
+                return False
+            self._repairs[(repair.pool, repair.node)] = repair
+            return True
+
+    def repairs(self, pool: str | None = None) -> list[RepairRecord]:
+        with self._lock:
+            return sorted((r for r in self._repairs.values() if pool in (None, r.pool)),
+                          key=lambda r: (r.since, r.node))
+
+    def update_repair(self, pool: str, node: str, now: float, state: str | None = None,
+                      error: str | None = None, replacement: int | None = None) -> bool:
+        with self._lock:
+            held = self._repairs.get((pool, node))
+            if held is None:
+                return False
+            self._repairs[(pool, node)] = replace(
+                held, updated_at=now, state=held.state if state is None else state,
+                error=held.error if error is None else error,
+                replacement=held.replacement if replacement is None else replacement)
+            return True
+
+    def end_repair(self, pool: str, node: str, event: EventRecord | None,
+                   change: PoolChange | None = None) -> int | None:
+        with self._lock:
+            self._repairs.pop((pool, node), None)
+            if event is None:
+                return None
+            event_id = self._append(event)
+            row = self._pools.get(pool)
+            if row is not None:
+                row.update({**(change.columns() if change is not None else {}), "last_event_id": event_id})
+            return event_id
+
+    def nodes_views(self) -> dict[str, NodesView]:
+        with self._lock:
+            return dict(self._nodes)
 
     def ping(self) -> None:
         """Memory always answers."""

@@ -10,6 +10,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect, text
 
+from autoscaler.store.repair import repair
+
 log = logging.getLogger(__name__)
 
 MIGRATIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "migrations")
@@ -49,10 +51,27 @@ def _upgrade_locked(conn: Connection) -> str | None:
         log.info("store: existing tables without a schema version; stamping them as revision 0001")
         command.stamp(cfg, "0001")
         before = "0001"
+    if before is not None and not _known(before):
+        # A newer release migrated this database (a rollback, or an old worker restarted during a roll-out).
+        # Migrations only add (docs/replicas.md), so this build runs on it as it is.
+        log.warning("store: schema revision %s is newer than this build knows (its newest is %s): running on it "
+                    "unchanged; docs/upgrading.md#rolling-back", before, head_revision())
+        return before
     if before != head_revision():
         log.info("store: migrating schema from %s to %s", before or "empty", head_revision())
         command.upgrade(cfg, "head")
+    repair(conn)  # the schema as it is, whatever revision the file claimed (see store/repair.py)
     return before
+
+
+def _known(revision: str) -> bool:
+    """Whether this build has the migration ``revision``."""
+    from alembic.util.exc import CommandError
+
+    try:
+        return ScriptDirectory.from_config(alembic_config()).get_revision(revision) is not None
+    except CommandError:
+        return False
 
 
 def upgrade(engine: Engine) -> str | None:
@@ -76,3 +95,23 @@ def upgrade(engine: Engine) -> str | None:
         # write lock, so a second process blocks here until the first has committed the whole migration.
         with conn.begin():
             return _upgrade_locked(conn)
+
+
+def downgrade(engine: Engine, revision: str) -> str | None:
+    """Bring the schema back to ``revision`` (a rollback to an older release, docs/upgrading.md) under the same lock
+    as :func:`upgrade`; return the revision found before."""
+    with engine.connect() as conn:
+        locked = conn.dialect.name == "postgresql"
+        if locked:
+            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": ADVISORY_KEY})
+            conn.commit()
+        try:
+            with conn.begin():
+                before = current_revision(conn)
+                command.downgrade(alembic_config(conn), revision)
+            return before
+        finally:
+            if locked:
+                conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": ADVISORY_KEY})
+                conn.commit()
+

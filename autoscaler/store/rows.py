@@ -14,7 +14,7 @@ from sqlalchemy import text
 from autoscaler.models import PoolState
 from autoscaler.storable import MAX_TEXT, clean
 from autoscaler.store import tables
-from autoscaler.store.base import EventRecord
+from autoscaler.store.base import EventRecord, NodesView
 
 #: The pool row's columns that make a PoolState (everything but the lease), by name.
 STATE_COLUMNS = tuple(c.name for c in tables.pools.c if c.name not in ("lease_owner", "lease_until"))
@@ -81,3 +81,21 @@ def claim_params(pool: str, keys: tuple[str, ...], now: float, expires_at: float
     params: dict[str, Any] = {f"k{i}": k for i, k in enumerate(hashed)}
     params.update(pool=pool, expires_at=expires_at, claim=claim, now=now)
     return len(hashed), params
+
+
+def nodes_json(view: NodesView) -> str:
+    """A node view's ``nodes`` column: the node bodies (a JSON list), or with the pool's GPU counts or its DRA
+    state, an object ``{"nodes": [...], "gpus": {...}, "dra": "...", "dra_reason": "..."}`` (no migration: rows
+    written before hold the list)."""
+    if view.gpus is None and not view.dra:
+        return json.dumps(view.nodes)
+    return json.dumps({"nodes": view.nodes, "gpus": view.gpus, "dra": view.dra, "dra_reason": view.dra_reason})
+
+
+def nodes_of(pool: str, text_: str | None, error: str | None, read_at: float) -> NodesView:
+    """A node view from its row (either shape of ``nodes_json``)."""
+    data = json.loads(text_ or "[]")
+    if isinstance(data, list):
+        return NodesView(pool, data, error, read_at)
+    return NodesView(pool, list(data.get("nodes") or []), error, read_at, data.get("gpus"), str(data.get("dra") or ""),
+                     str(data.get("dra_reason") or ""))

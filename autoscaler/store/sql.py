@@ -15,27 +15,30 @@ import json
 import logging
 import os
 import threading
+import time
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator
 
-from sqlalchemy import Connection, bindparam, case, delete, insert, select, text, update
+from sqlalchemy import Connection, bindparam, case, delete, insert, select, update
 from sqlalchemy.exc import DataError, DBAPIError, DisconnectionError, IntegrityError, ProgrammingError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from autoscaler.models import PoolState
 from autoscaler.redact import redact_text
-from autoscaler.store import tables
+from autoscaler.store import probe, tables
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState, Store,
                                    StoreUnavailable)
-from autoscaler.store.rows import (STATE_COLUMNS, claim_params, claim_sql, event_record, event_row, hash_key,
+from autoscaler.store.rows import (STATE_COLUMNS, claim_params, claim_sql, event_row, hash_key, nodes_json,
                                    pool_state, storable)
 from autoscaler.store.gate import WriterGate
 from autoscaler.store.connections import (StoreOptions, after_fork_dispose, make_engine, normalize_url,
                                           postgres_engine, sqlite_file)
 from autoscaler.store.sqlite_file import SqliteFile
+from autoscaler.store.sql_reads import SqlReads
 from autoscaler.store.migrate import upgrade
 from autoscaler.store.removals import SqlRemovals
 from autoscaler.store.boot import supervised
+from autoscaler.store.repairs import SqlRepairs
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +75,7 @@ def _finish_sql(fields: tuple[str, ...]) -> Any:
                     lease_until=case((ours, None), else_=p.lease_until)))
 
 
-class SqlStore(SqlRemovals, Store):
+class SqlStore(SqlRemovals, SqlRepairs, SqlReads, Store):
     """Every method is one short transaction."""
 
     def __init__(self, url: str, options: StoreOptions | None = None, *, migrate: bool = True) -> None:
@@ -87,6 +90,7 @@ class SqlStore(SqlRemovals, Store):
         self.file = SqliteFile(path, self.options.probe_interval, self.engine.dispose) if path else None
         after_fork_dispose(self.engine)
         self._setup_lock = threading.Lock()
+        self._write_ok_until = float("-inf")  # monotonic: until when the last write probe's success stands
         self._later: tuple[bool, list[str]] | None = None  # (migrate, pools) to set up once the file is back
         try:
             if self.file is not None:
@@ -94,13 +98,17 @@ class SqlStore(SqlRemovals, Store):
             if migrate:
                 self.migrate()
         except StoreUnavailable:
-            if not (self.file.pinned if self.file is not None else self.dialect == "postgresql" and supervised()):
+            if not self._may_boot_degraded():
                 raise  # a first start: say what is wrong and stop
             # A gunicorn worker started (after a crash or a timeout) while the file its master opened is gone or
             # read-only, or while PostgreSQL is down: serve 503 like its siblings, rather than fail to boot (which
             # makes gunicorn's master exit: the whole service gone) or create a fresh file.
             log.error("store not usable as this worker starts; it answers 503 until the store is back")
             self._later = (migrate, [])
+
+    def _may_boot_degraded(self) -> bool:
+        """Whether this is a worker a gunicorn master forked after checking the store (see ``store/boot.py``)."""
+        return self.file.pinned if self.file is not None else self.dialect == "postgresql" and supervised()
 
     def migrate(self) -> None:
         """Bring the schema to the newest revision (every replica may call this at once)."""
@@ -148,9 +156,21 @@ class SqlStore(SqlRemovals, Store):
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
         self._guard()
-        with _unavailable("store unavailable"):
-            with self.gate.hold() if self.gate else nullcontext(), self.engine.begin() as conn:
-                yield conn
+        try:
+            with _unavailable("store unavailable"):
+                with self.gate.hold() if self.gate else nullcontext(), self.engine.begin() as conn:
+                    yield conn
+        except StoreUnavailable:
+            self._write_ok_until = float("-inf")  # the next readiness probe writes again (store/probe.py)
+            raise
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        """One SELECT outside the writer gate: on SQLite a deferred BEGIN (``connections.sqlite_engine``), so a
+        page's reads neither wait for a decision's write nor hold one up."""
+        self._guard()
+        with _unavailable("store unavailable"), self.engine.connect() as conn:
+            yield conn.execution_options(read_only=True)
 
     def _insert_ignore(self, table: Any, rows: list[dict[str, Any]]) -> Any:
         if self.dialect == "postgresql":
@@ -167,7 +187,13 @@ class SqlStore(SqlRemovals, Store):
         if self._later is not None:
             self._later = (self._later[0], list(names))
             return
-        self._ensure_pools(names)
+        try:
+            self._ensure_pools(names)
+        except StoreUnavailable:  # the store went away between the migration and the pool rows (a worker's boot)
+            if not self._may_boot_degraded():
+                raise
+            log.error("store not usable as this worker starts; it answers 503 until the store is back")
+            self._later = (False, list(names))
 
     def _ensure_pools(self, names: list[str]) -> None:
         with self._tx() as conn:
@@ -276,21 +302,6 @@ class SqlStore(SqlRemovals, Store):
                 conn.execute(update(t).where(t.c.name == pool).values(**values))
         return event_id
 
-    def events(self, pool: str | None, limit: int, before_id: int | None = None) -> list[EventRecord]:
-        t = tables.events
-        query = select(t).order_by(t.c.id.desc()).limit(limit)
-        if pool is not None:
-            query = query.where(t.c.pool == pool)
-        if before_id is not None:
-            query = query.where(t.c.id < before_id)
-        with self._tx() as conn:
-            return [event_record(r) for r in conn.execute(query).all()]
-
-    def event(self, event_id: int) -> EventRecord | None:
-        with self._tx() as conn:
-            row = conn.execute(select(tables.events).where(tables.events.c.id == event_id)).first()
-        return event_record(row) if row else None
-
     def recommendations(self, pool: str, since: float) -> list[tuple[float, int]]:
         t = tables.recommendations
         query = select(t.c.time, t.c.desired).where(t.c.pool == pool, t.c.time >= since).order_by(t.c.time)
@@ -306,7 +317,9 @@ class SqlStore(SqlRemovals, Store):
     def scale_outs(self, pool: str, since: float) -> list[tuple[float, int, int]]:
         t = tables.events  # ix_events_time bounds it to the last few minutes' events
         query = (select(t.c.time, t.c.from_count, t.c.to_count)
-                 .where(t.c.time >= since, t.c.pool == pool, t.c.action == "scale_out", t.c.outcome == "scaled",
+                 .where(t.c.time >= since, t.c.pool == pool, t.c.action == "scale_out",
+                        ((t.c.outcome == "scaled") | ((t.c.outcome == "no_capacity")
+                                                      & (t.c.to_count < t.c.from_count))),
                         t.c.from_count.is_not(None), t.c.to_count.is_not(None))
                  .order_by(t.c.time))
         with self._tx() as conn:
@@ -334,29 +347,38 @@ class SqlStore(SqlRemovals, Store):
             conn.execute(self._insert_ignore(t, [row]))
             conn.execute(update(t).where(t.c.pool == view.pool, t.c.read_at <= view.read_at).values(**row))
 
-    def views(self) -> dict[str, PoolView]:
-        with self._tx() as conn:
-            rows = conn.execute(select(tables.pool_views)).all()
-        return {r.pool: PoolView(r.pool, r.current, bool(r.busy), r.detail, int(r.in_flight), r.error,
-                                 float(r.read_at)) for r in rows}
-
     def save_nodes(self, view: NodesView) -> None:
         t = tables.node_views
-        row = storable(t, {"pool": view.pool, "nodes": json.dumps(view.nodes), "error": view.error,
-                           "read_at": view.read_at})
+        row = storable(t, {"pool": view.pool, "error": view.error, "read_at": view.read_at})
+        row["nodes"] = nodes_json(view)  # JSON (ASCII, unbounded): bounding it to MAX_TEXT would cut the list
         with self._tx() as conn:
             conn.execute(self._insert_ignore(t, [row]))
             conn.execute(update(t).where(t.c.pool == view.pool, t.c.read_at <= view.read_at).values(**row))
 
-    def nodes_view(self, pool: str) -> NodesView | None:
-        t = tables.node_views
-        with self._tx() as conn:
-            row = conn.execute(select(t).where(t.c.pool == pool)).first()
-        return NodesView(row.pool, json.loads(row.nodes or "[]"), row.error, float(row.read_at)) if row else None
-
     def ping(self) -> None:
-        with self._tx() as conn:
-            conn.execute(text("SELECT 1"))
+        """The store answers, holds every table and column the service uses, and takes a write (store/probe.py)."""
+        self._guard()
+        with _unavailable("store unavailable"), self.engine.connect() as conn:
+            reader = conn.execution_options(read_only=True)  # SQLite: no write lock for the schema's probe
+            try:
+                for statement in probe.SCHEMA_PROBES:
+                    reader.execute(statement)
+            except DBAPIError as exc:
+                if exc.connection_invalidated:
+                    raise
+                reader.rollback()
+                problem = probe.schema_problem(reader)
+                if not problem:
+                    raise
+                log.warning("store: %s", problem)
+                raise StoreUnavailable(f"store unavailable: {problem}") from None
+        started = time.monotonic()
+        if started < self._write_ok_until:  # at most one probe write a second (a failed transaction resets it)
+            return
+        with _unavailable("store unavailable: it does not take a write"):
+            with self.gate.hold() if self.gate else nullcontext(), self.engine.begin() as conn:
+                probe.write(conn)
+        self._write_ok_until = started + probe.WRITE_EVERY
 
     @staticmethod
     def _confirm(conn: Connection, confirm: DedupConfirm) -> None:

@@ -91,6 +91,19 @@ node_views = Table(  # each node-aware pool's nodes as the reconciler last liste
     Column("read_at", Float, nullable=False),
 )
 
+repairs = Table(  # nodes in repair (docs/repair.md): one row from the repair's start to the node's removal or cancel
+    "repairs",
+    metadata,
+    Column("pool", String(64), primary_key=True),
+    Column("node", String(253), primary_key=True),
+    Column("since", Float, nullable=False),
+    Column("state", String(32), nullable=False),  # cordoned | waiting | draining | removing
+    Column("reason", Text, nullable=False, default=""),
+    Column("replacement", Integer, nullable=True),  # the pool's size asked for the replacement (None: none asked)
+    Column("error", Text, nullable=False, default=""),  # the last failure that keeps it going (shown, not fatal)
+    Column("updated_at", Float, nullable=False),
+)
+
 removal_intents = Table(  # node removals about to be sent: kept until the cloud's view settles each (scale_in.py)
     "removal_intents",
     metadata,

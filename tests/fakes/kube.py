@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tests.fakes.httpbase import FakeHttpServer, Reply, Request
+from tests.fakes.kube_dra import DraObjects, claim_pod
 
 _NODE = re.compile(r"^/api/v1/nodes(?:/(?P<name>[^/]+))?$")
 _PODS = re.compile(r"^/api/v1(?:/namespaces/(?P<ns>[^/]+))?/pods$")
@@ -89,6 +90,8 @@ class FakeKube(FakeHttpServer):
     budgets: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     #: called with the node's name when a PATCH makes it unschedulable, before it is applied (land a pod here)
     on_cordon: Callable[[str], None] | None = None
+    #: resource.k8s.io/v1 (tests/fakes/kube_dra.py): ``dra.status`` 404 or 403 takes the API away
+    dra: DraObjects = field(default_factory=DraObjects)
     calls: Counter[str] = field(default_factory=Counter)  # "GET nodes", "LIST pods", "PATCH nodes", ...
     log: list[tuple[str, str]] = field(default_factory=list)  # (method, path) of every request
 
@@ -136,6 +139,41 @@ class FakeKube(FakeHttpServer):
         if affinity is not None:
             self.pods[(namespace, name)]["spec"]["affinity"] = affinity
 
+    def add_dra_node(self, name: str, labels: dict[str, str], *, gpus: int = 8, publish: bool = True,
+                     **kwargs: Any) -> None:
+        """A node whose GPUs come through DRA: no ``nvidia.com/gpu`` allocatable, ``gpus`` devices in a slice
+        (``publish`` False: the driver has not published them yet)."""
+        self.add_node(name, labels, gpus=0, **kwargs)
+        del self.nodes[name]["status"]["allocatable"]["nvidia.com/gpu"]
+        if publish:
+            self.dra.publish(name, gpus)
+
+    def add_claim_pod(self, name: str, node: str, *, gpus: int = 1, claim: str | None = None, shared: bool = False,
+                      namespace: str = "ml", device_class: str = "gpu.nvidia.com", devices: list[str] | None = None,
+                      **kwargs: Any) -> None:
+        """A pod on ``node`` (``""``: unscheduled) holding ``gpus`` devices through a claim: generated from a
+        template (the default) or the named ResourceClaim ``claim`` (``shared``: made before, reserved for more
+        pods too). Allocated on ``node`` when there is one."""
+        self.add_pod(name, node, namespace=namespace, **kwargs)
+        claim_name = claim or f"{name}-gpu-x7k2p"
+        if not shared:
+            self.dra.add_claim(claim_name, namespace=namespace, device_class=device_class, count=gpus,
+                               node=node or None, devices=devices, pods=[name] if node else [])
+        else:
+            reserved = self.dra.claims[(namespace, claim_name)]["status"].setdefault("reservedFor", [])
+            reserved.append({"resource": "pods", "name": name, "uid": f"uid-{namespace}-{name}"})
+        pod = self.pods[(namespace, name)]
+        if claim is not None:
+            claim_pod(pod, {"gpu": claim_name})
+        else:
+            claim_pod(pod, {}, {"gpu": claim_name})
+        if not node:
+            pod["spec"].pop("nodeName", None)
+            pod["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                                  "reason": "Unschedulable"}],
+                             **({"resourceClaimStatuses": pod["status"]["resourceClaimStatuses"]}
+                                if "resourceClaimStatuses" in pod["status"] else {})}
+
     def add_budget(self, name: str, match_labels: dict[str, str], *, namespace: str = "ml",
                    allowed: int = 0) -> None:
         """A PodDisruptionBudget over the pods with ``match_labels``, allowing ``allowed`` disruptions now."""
@@ -174,6 +212,9 @@ class FakeKube(FakeHttpServer):
                          if m.group("ns") in (None, ns)]
                 return Reply(200, {"kind": "PodDisruptionBudgetList", "apiVersion": "policy/v1",
                                    "metadata": {"resourceVersion": str(self._rv)}, "items": items})
+            if (answer := self.dra.serve(request)) is not None:
+                self.calls[f"LIST {request.path.rsplit('/', 1)[-1]}"] += 1
+                return answer
             if (m := _EVICT.match(request.path)) and request.method == "POST":
                 self.calls["CREATE eviction"] += 1
                 return self._evict(m.group("ns"), m.group("name"))

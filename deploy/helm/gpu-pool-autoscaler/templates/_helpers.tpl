@@ -71,3 +71,35 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- fail "store.persistence is the SQLite file's volume: with store.postgresql.enabled leave it off" }}
 {{- end }}
 {{- end }}
+
+{{/* What the configured pools ask of the Kubernetes API (docs/rbac.md), as YAML: kubernetes (nodes, pods and DRA
+read, nodes patched: nodeAwareScaleIn.enabled or config.file's kubernetes.in_cluster), evict (pods/eviction create), budgets (poddisruptionbudgets list). Read from config.file the
+way the service reads it (a pool's own scale_in key, else the defaults'); with config.existingConfigMap the chart
+cannot read the config, so nodeAwareScaleIn.uses says what its pools use. */}}
+{{- define "gpa.kubeNeeds" -}}
+{{- $movable := false }}{{- $repair := false }}{{- $forced := false }}
+{{- $kube := .Values.nodeAwareScaleIn.enabled }}
+{{- if .Values.config.existingConfigMap }}
+{{- $uses := .Values.nodeAwareScaleIn.uses | default dict }}
+{{- $movable = $uses.movable }}{{- $repair = $uses.repair }}{{- $forced = $uses.forcedRemoval }}
+{{- else }}
+{{- $cfg := .Values.config.file | default dict }}
+{{- if ($cfg.kubernetes | default dict).in_cluster }}{{- $kube = true }}{{- end }}
+{{- $defaults := $cfg.defaults | default dict }}
+{{- $base := $defaults.scale_in | default dict }}
+{{- if $defaults.repair }}{{- $repair = true }}{{- end }}
+{{- range $pool := $cfg.pools | default list }}
+{{- $own := $pool.scale_in | default dict }}
+{{- $victims := $base.victims }}{{- if hasKey $own "victims" }}{{- $victims = $own.victims }}{{- end }}
+{{- if eq (toString $victims) "movable" }}{{- $movable = true }}{{- end }}
+{{- if $pool.repair }}{{- $repair = true }}{{- end }}
+{{- $force := true }}
+{{- if hasKey $base "forced_removal" }}{{- $force = $base.forced_removal }}{{- end }}
+{{- if hasKey $own "forced_removal" }}{{- $force = $own.forced_removal }}{{- end }}
+{{- if and $force (ne (toString $pool.provider) "ack_hook") }}{{- $forced = true }}{{- end }}
+{{- end }}
+{{- end }}
+kubernetes: {{ $kube | toJson }}
+evict: {{ and $kube (or $movable $repair $forced) | toJson }}
+budgets: {{ and $kube (or $movable $repair) | toJson }}
+{{- end }}

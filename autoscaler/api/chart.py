@@ -1,0 +1,193 @@
+"""A pool's chart on the status page: an SVG drawn by the server from the pool's recent events (pure: no I/O).
+
+Made to be read at a glance at 3 a.m.: the count asked for as a thick step line on an axis that starts at 0 and
+ends just above the counts drawn (a pool's far-away max would flatten a 2 -> 3 step to a pixel), the ready count and
+the nodes in flight where decisions recorded them, the demand or alert value on its own axis, and a marker on every
+decision: a triangle for a change (up or down), a red band for ``no_capacity``, a cross for a failure, a tick for a
+decision that changed nothing. Every marker says what it was in its tooltip.
+"""
+from __future__ import annotations
+
+import functools
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+from autoscaler.inflight import from_scale_outs
+
+PLOT_W, PLOT_H = 720, 160  # the plot area; axes' labels, the legend and the markers' labels sit outside it
+LEFT, RIGHT, TOP, BOTTOM = 40, 70, 24, 36
+MIN_SPAN = 600.0  # seconds: a chart of a change made a minute ago still spreads over the width
+# a decision that changed the count, the size given back after a shortfall, an operator's correction
+COUNT_CHANGES = ("scaled", "no_capacity", "count_corrected")
+MARKED = {"scaled": "change", "no_capacity": "short", "failed": "failed", "dry_run": "dry"}
+
+
+def span(seconds: float) -> str:
+    """A length of time as a person says it: "42s", "3 min", "2 h 5 min", "3 d"."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60} min"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60} min" if s % 3600 >= 60 else f"{s // 3600} h"
+    return f"{s // 86400} d"
+
+
+def ago(seconds: float) -> str:
+    """A time as a person says it: "just now", "42s ago", "3 min ago", "2 h 5 min ago", "3 d ago"."""
+    return "just now" if seconds < 5 else f"{span(seconds)} ago"
+
+
+def minutes(seconds: float) -> str:
+    """A wait in whole minutes, rounded up ("ready" when none is left)."""
+    if seconds <= 0:
+        return "ready"
+    return f"{-(-int(seconds) // 60)} min"
+
+
+def _hhmm(t: float) -> str:
+    return _minute(int(t // 60))
+
+
+@functools.lru_cache(maxsize=4096)
+def _minute(minute: int) -> str:  # a page of 800 charts labels the same few minutes thousands of times
+    return datetime.fromtimestamp(minute * 60, timezone.utc).strftime("%H:%M")
+
+
+def _steps(points: list[tuple[float, float]], x_of: Any, y_of: Any) -> str:
+    """An SVG polyline's points for a step line: each value holds until the next."""
+    xy: list[str] = []
+    prev = None
+    for t, v in points:
+        x, y = x_of(t), y_of(v)
+        if prev is not None:
+            xy.append(f"{x},{prev}")
+        xy.append(f"{x},{y}")
+        prev = y
+    return " ".join(xy)
+
+
+def _series(events: list[dict[str, Any]], now: float, provision_time: float,
+            in_flight_now: int | None) -> dict[str, list[tuple[float, float]]]:
+    """The count asked for (every change), the nodes in flight and the ready count (asked less in flight), and the
+    alert's value or demand where a decision recorded one, each as (time, value). In flight is counted as the
+    service counts it without a cluster view (``inflight.from_scale_outs``: a scale-out's nodes for
+    ``provision_time``); at ``now`` it is the stored view's."""
+    asked: list[tuple[float, float]] = []
+    value: list[tuple[float, float]] = []
+    scale_outs: list[tuple[float, int, int]] = []
+    for ev in events:
+        details = ev.get("details") or {}
+        if ev["outcome"] in COUNT_CHANGES and ev["to"] is not None:
+            if ev["from"] is not None and (not asked or asked[-1][1] != ev["from"]):
+                asked.append((ev["_t"], ev["from"]))
+            asked.append((ev["_t"], ev["to"]))
+            if ev.get("action") == "scale_out" and ev["outcome"] == "scaled" and ev["from"] is not None:
+                scale_outs.append((ev["_t"], ev["from"], ev["to"]))
+        if isinstance(details.get("value"), (int, float)) and not isinstance(details.get("value"), bool):
+            value.append((ev["_t"], float(details["value"])))
+    flight: list[tuple[float, float]] = []
+    ready: list[tuple[float, float]] = []
+    if asked:
+        booted = {t + provision_time + 1 for t, _, _ in scale_outs if t + provision_time + 1 < now}  # just past it
+        times = sorted({t for t, _ in asked} | booted)
+        for t in times + [now]:
+            count = int(next(c for at, c in reversed(asked) if at <= t))
+            moving = from_scale_outs([s for s in scale_outs if s[0] <= t], count, t, provision_time)[0]
+            if t == now and in_flight_now is not None:
+                moving = min(in_flight_now, count)
+            flight.append((t, moving))
+            ready.append((t, count - moving))
+    return {"asked": asked, "ready": ready, "flight": flight, "value": value}
+
+
+def chart(events: list[dict[str, Any]], low: int, high: int, now: float, current: int | None = None,
+          provision_time: float = 0.0, in_flight_now: int | None = None,
+          value_label: str = "alert value") -> dict[str, Any] | None:  # 8 parameters: plain values of one pool,
+    # each optional after ``now``: a chart of bare events needs none of them
+    """The chart of a pool's events (oldest first; ``_t`` their time): every member the template draws, or None
+    when there is nothing to draw. ``current``: the count now, drawn flat when no change is in the events."""
+    if current is not None and not any(ev["outcome"] in COUNT_CHANGES and ev["to"] is not None for ev in events):
+        events = [{"outcome": "count_corrected", "from": None, "to": current, "_t": now - MIN_SPAN}, *events]
+        shown_changes = 0
+    else:
+        shown_changes = None
+    s = _series(events, now, provision_time, in_flight_now)
+    asked = s["asked"]
+    if not asked:
+        return None
+    asked.append((now, current if current is not None else asked[-1][1]))
+    decisions = [ev for ev in events if ev["outcome"] in MARKED or ev.get("action")]
+    t0 = min([asked[0][0]] + [ev["_t"] for ev in decisions] + [t for t, _ in s["value"]])
+    t0, t1 = min(t0, now - MIN_SPAN), now
+    if asked[0][0] > t0:  # the count before the first change, from the chart's left edge
+        asked.insert(0, (t0, asked[0][1]))
+    shown = [c for _, c in asked + s["ready"] + s["flight"]] + [low]
+    top = int(max(max(shown), 1))
+    if high <= top * 1.5 + 1:  # the max fits without flattening the steps: draw it
+        top = max(top, high)
+    else:
+        top = top + 1
+
+    def x_of(t: float) -> float:
+        return round(LEFT + (t - t0) / (t1 - t0) * PLOT_W, 1)
+
+    def y_of(count: float) -> float:
+        return round(TOP + PLOT_H - count / top * PLOT_H, 1)
+
+    out: dict[str, Any] = {
+        "w": LEFT + PLOT_W, "svg_w": LEFT + PLOT_W + RIGHT, "h": TOP + PLOT_H + BOTTOM, "left": LEFT,
+        "right": LEFT + PLOT_W,
+        "plot_top": TOP, "plot_h": TOP + PLOT_H, "top": top, "last": asked[-1][1], "max": high,
+        "max_y": y_of(high) if high <= top else None, "min_y": y_of(low),
+        "points": _steps(asked, x_of, y_of), "last_y": y_of(asked[-1][1]),
+        "ready": _steps(s["ready"], x_of, y_of) if any(v for _, v in s["flight"]) else None,
+        "flight": _area(s["flight"], x_of, y_of) if any(v for _, v in s["flight"]) else None,
+        "y_ticks": [{"y": y_of(c), "label": str(c)} for c in sorted({0, low, top})],
+        "grid": [y_of(c) for c in range(1, top) if top <= 12 and c != low],
+        "x_ticks": [{"x": LEFT, "label": _hhmm(t0), "sub": ago(now - t0), "anchor": "start"},
+                    {"x": LEFT + PLOT_W, "label": _hhmm(t1), "sub": "now", "anchor": "end"}],
+        "changes": shown_changes if shown_changes is not None else
+        sum(1 for ev in events if ev["outcome"] in COUNT_CHANGES and ev["to"] is not None),
+        "markers": list(_markers(decisions, x_of, y_of, now)),
+        "value": _value(s["value"], x_of, value_label),
+    }
+    out["shorts"] = sum(1 for m in out["markers"] if m["kind"] == "short")
+    return out
+
+
+def _area(points: list[tuple[float, float]], x_of: Any, y_of: Any) -> str:
+    """The nodes in flight as a filled step area from 0."""
+    line = _steps(points, x_of, y_of)
+    return f"{x_of(points[0][0])},{y_of(0)} {line} {x_of(points[-1][0])},{y_of(0)}"
+
+
+def _markers(decisions: list[dict[str, Any]], x_of: Any, y_of: Any, now: float) -> Iterable[dict[str, Any]]:
+    """One marker per decision: what it was, where, and a tooltip saying when and why."""
+    for ev in decisions:
+        kind = MARKED.get(ev["outcome"], "other")
+        to = ev["to"] if ev["to"] is not None else ev["from"]
+        up = ev["to"] is not None and ev["from"] is not None and ev["to"] > ev["from"]
+        if kind == "change":
+            kind = "up" if up else "down"
+        y = y_of(to) if to is not None and kind in ("up", "down", "dry") else None
+        title = f"{ago(now - ev['_t'])} ({_hhmm(ev['_t'])} UTC): {ev['outcome']}"
+        if ev["from"] is not None and ev["to"] is not None and ev["from"] != ev["to"]:
+            title += f" {ev['from']} -> {ev['to']}"
+        yield {"kind": kind, "x": x_of(ev["_t"]), "y": y, "title": f"{title}: {ev.get('reason', '')}"[:200]}
+
+
+def _value(points: list[tuple[float, float]], x_of: Any, label: str) -> dict[str, Any] | None:
+    """The alert's value (or demand) on the right-hand axis, 0 to just above its largest."""
+    if not points:
+        return None
+    high = max(max(v for _, v in points), 1e-9)
+
+    def y_of(v: float) -> float:
+        return round(TOP + PLOT_H - max(v, 0.0) / high * PLOT_H, 1)
+
+    return {"points": [{"x": x_of(t), "y": y_of(v), "v": f"{v:g}"} for t, v in points],
+            "label": label,
+            "ticks": [{"y": y_of(0.0), "label": "0"}, {"y": y_of(high), "label": f"{high:g}"}],
+            "last": f"{points[-1][1]:g}"}

@@ -1,0 +1,84 @@
+"""The SQL store's reads of the event log and the stored views, the page's batch reads among them.
+
+A page (``GET /``) reads every pool at once: each read here is one statement whatever the number of pools, so a
+page costs the same few statements for 10 pools or 10,000 (issue 34, item 9: one read per page, never one per row).
+"""
+from __future__ import annotations
+
+import json
+from contextlib import AbstractContextManager
+from typing import Any, Collection
+
+from sqlalchemy import Connection, func, select
+
+from autoscaler.store import tables
+from autoscaler.store.base import EventRecord, NodesView, PoolView
+from autoscaler.store.rows import event_record, nodes_of
+
+
+class SqlReads:
+    """Mixed into ``SqlStore``: every method is one short read transaction (``_tx``)."""
+
+    def _tx(self) -> AbstractContextManager[Connection]:
+        raise NotImplementedError  # SqlStore's: a short transaction
+
+    def _read(self) -> AbstractContextManager[Connection]:
+        raise NotImplementedError  # SqlStore's: one SELECT outside the writer gate
+
+    def events(self, pool: str | None, limit: int, before_id: int | None = None, *,
+               outcomes: Collection[str] = (), source: str | None = None) -> list[EventRecord]:
+        t = tables.events
+        query = select(t).order_by(t.c.id.desc()).limit(limit)
+        if pool is not None:
+            query = query.where(t.c.pool == pool)
+        if before_id is not None:
+            query = query.where(t.c.id < before_id)
+        if outcomes:
+            query = query.where(t.c.outcome.in_(sorted(set(outcomes))))
+        if source is not None:
+            query = query.where(t.c.source == source)
+        with self._tx() as conn:
+            return [event_record(r) for r in conn.execute(query).all()]
+
+    def event(self, event_id: int) -> EventRecord | None:
+        with self._tx() as conn:
+            row = conn.execute(select(tables.events).where(tables.events.c.id == event_id)).first()
+        return event_record(row) if row else None
+
+    def recent_events(self, since: float, per_pool: int) -> dict[str, list[EventRecord]]:
+        t = tables.events  # ix_events_time bounds the scan to the window; the window function caps each pool
+        rank = func.row_number().over(partition_by=t.c.pool, order_by=t.c.id.desc()).label("rank")
+        ranked = select(t, rank).where(t.c.time >= since, t.c.pool.is_not(None)).subquery()
+        query = select(ranked).where(ranked.c.rank <= per_pool).order_by(ranked.c.pool, ranked.c.id.desc())
+        out: dict[str, list[EventRecord]] = {}
+        with self._read() as conn:
+            for row in conn.execute(query).all():
+                out.setdefault(row.pool, []).append(event_record(row))
+        return out
+
+    def last_events(self) -> dict[str, EventRecord]:
+        p, t = tables.pools, tables.events
+        query = select(p.c.name.label("pool_name"), t).join(t, t.c.id == p.c.last_event_id)
+        with self._read() as conn:
+            return {row.pool_name: event_record(row) for row in conn.execute(query).all()}
+
+    def views(self) -> dict[str, PoolView]:
+        with self._tx() as conn:
+            rows = conn.execute(select(tables.pool_views)).all()
+        return {r.pool: PoolView(r.pool, r.current, bool(r.busy), r.detail, int(r.in_flight), r.error,
+                                 float(r.read_at)) for r in rows}
+
+    def nodes_view(self, pool: str) -> NodesView | None:
+        t = tables.node_views
+        with self._tx() as conn:
+            row = conn.execute(select(t).where(t.c.pool == pool)).first()
+        return _nodes(row) if row else None
+
+    def nodes_views(self) -> dict[str, NodesView]:
+        with self._read() as conn:
+            rows = conn.execute(select(tables.node_views)).all()
+        return {r.pool: _nodes(r) for r in rows}
+
+
+def _nodes(row: Any) -> NodesView:
+    return nodes_of(row.pool, row.nodes, row.error, float(row.read_at))

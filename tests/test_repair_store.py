@@ -1,0 +1,56 @@
+"""The repairs table, method by method, on SQLite, PostgreSQL and the memory store: one repair per node (a second
+start, another replica's, stores nothing), state changes, and the end of a repair with its event in one step."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from autoscaler.store import EventRecord, PoolChange, RepairRecord, Store, open_store
+from autoscaler.store.memory import MemoryStore
+from tests import pg
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "memory"])
+def store(request: Any, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "memory":
+        made: Store = MemoryStore()
+        made.ensure_pools(["gpu", "other"])
+        yield made
+        return
+    if request.param == "sqlite":
+        made = open_store(f"sqlite:///{tmp_path}/s.db")
+        made.ensure_pools(["gpu", "other"])
+        yield made
+        return
+    pg.require_postgres()
+    with pg.temp_database() as name:
+        made = open_store(pg.url_for(name))
+        made.ensure_pools(["gpu", "other"])
+        yield made
+        made.close()  # type: ignore[attr-defined]
+
+
+def test_one_repair_per_node_state_and_end(store: Store) -> None:
+    first = RepairRecord("gpu", "node-a", 100.0, "cordoned", "alert GPUNodeUnhealthy", None, "", 100.0)
+    assert store.add_repair(first) is True
+    assert store.add_repair(RepairRecord("gpu", "node-a", 101.0, "cordoned", "again", None, "", 101.0)) is False
+    assert store.add_repair(RepairRecord("gpu", "node-b", 99.0, "cordoned", "", None, "", 99.0)) is True
+    assert store.add_repair(RepairRecord("other", "node-c", 50.0, "cordoned", "", None, "", 50.0)) is True
+    assert [r.node for r in store.repairs("gpu")] == ["node-b", "node-a"]  # oldest first
+    assert len(store.repairs()) == 3
+    assert store.update_repair("gpu", "node-a", 110.0, state="waiting", replacement=5) is True
+    assert store.update_repair("gpu", "node-a", 120.0, error="removal: busy") is True
+    assert store.update_repair("gpu", "nope", 120.0, state="draining") is False
+    got = next(r for r in store.repairs("gpu") if r.node == "node-a")
+    assert (got.state, got.replacement, got.error, got.reason, got.updated_at) == (
+        "waiting", 5, "removal: busy", "alert GPUNodeUnhealthy", 120.0)
+    event = EventRecord(130.0, "gpu", "reconcile", "repair", "repaired", 5, 4, "node node-a removed",
+                        details={"node": "node-a"})
+    event_id = store.end_repair("gpu", "node-a", event, PoolChange(at=130.0, tracked_count=4))
+    assert event_id is not None and store.pool("gpu").last_event_id == event_id
+    assert store.pool("gpu").tracked_count == 4
+    assert [r.node for r in store.repairs("gpu")] == ["node-b"]
+    assert store.end_repair("gpu", "node-b", None) is None and store.repairs("gpu") == []
+    assert [r.node for r in store.repairs()] == ["node-c"]
