@@ -166,8 +166,15 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     queue: list[tuple[float, int, int]] = [(trace.start + STEP * i, SAMPLE, i) for i in range(len(trace.demand))]
     queue.append((trace.start, EVALUATE, 0))
     spec = settings.pools[pool]
-    floors = any(settings.pools[name].schedules or sims[name].initial_count < settings.pools[name].min
-                 or sims[name].capacity is not None for name in members)  # a floor, or a shortfall to record
+    scheduled = any(settings.pools[name].schedules for name in members)
+    floors = scheduled or any(sims[name].initial_count < settings.pools[name].min or sims[name].capacity is not None
+                              for name in members)  # a floor, or a shortfall to record
+
+    def short() -> bool:
+        """Whether a tick has a floor or a shortfall to act on: a pool below its min, or nodes it was asked for
+        and does not have (a schedule's floor depends on the time: every tick looks)."""
+        return scheduled or any(p.undelivered() > 0 or p.asked() < settings.pools[name].min
+                                for name, p in zip(members, simulated) if isinstance(p, SimulatedProvider))
     topped_up = keeps_headroom(spec) and bool(spec.node_selector)  # the reconciler keeps headroom from the cluster
     if floors or topped_up:  # otherwise no tick could decide anything
         queue.append((trace.start, RECONCILE, 0))
@@ -209,7 +216,8 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
         elif kind == RECONCILE:
             # A tick only for the headroom is run when the cluster shows it short: the others decide nothing (and a
             # full tick, its lease and cloud view, costs more than the minute's replay)
-            due = floors
+            # Likewise a tick for floors and shortfalls runs only when a pool is below its min or short of nodes.
+            due = floors and short()
             if not due and nodes.usage(now) != spare_enough:  # unchanged since it was last enough: still enough
                 due = reconciler.headroom_short(spec, nodes.requested, now) is not None
                 spare_enough = None if due else nodes.usage(now)
