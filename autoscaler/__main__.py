@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--trace", required=True, help="CSV with the header timestamp,demand, one row a minute")
     rep.add_argument("--out", required=True, help="directory for timeline.csv, summary.json, replay.png "
                      "(with --tune: tuned.yaml, frontier.csv, frontier.png, prometheus-rules.yml, tuning.json)")
+    rep.add_argument("--overprovision", type=int, default=1, help="nodes of pause pods in the peer "
+                     "cluster_autoscaler_overprovisioned (default 1; docs/replay.md)")
     tuning = rep.add_argument_group("tuning on history (--tune)")
     tuning.add_argument("--tune", action="store_true", help="search the pool's scaling settings and the replay "
                         "rules on the trace and write the best config")
@@ -88,7 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "replay":
         from autoscaler.replay import replay
 
-        return replay(args.config, args.trace, args.out)
+        if args.overprovision < 0:
+            print("--overprovision must be 0 or more", file=sys.stderr)
+            return 1
+        return replay(args.config, args.trace, args.out, args.overprovision)
     if args.command in cli.COMMANDS:
         return cli.run(args)
     parser.error(f"unknown command {args.command}")
