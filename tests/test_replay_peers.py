@@ -30,6 +30,10 @@ BOOT = 300.0
                  [(1210, "scale_in", 0)], {20: 3, 21: 0}, id="unneeded-time-is-a-setting"),
     pytest.param([1.0] * 30, PeerSettings(boot=BOOT, initial=1, overprovision=0), [], {0: 1, 29: 1},
                  id="demand-that-fits-changes-nothing"),
+    pytest.param([2.5] * 30, PeerSettings(boot=BOOT, initial=4), [], {29: 4},
+                 id="a-spare-node-stays-while-the-nodes-are-over-half-used"),
+    pytest.param([1.4] * 30, PeerSettings(boot=BOOT, initial=4), [(610, "scale_in", 2)], {10: 4, 11: 2},
+                 id="under-half-used-the-nodes-beyond-the-need-go"),
 ])
 def test_cluster_autoscaler_model(demand: list[float], ca: PeerSettings, actions: list[tuple[float, str, int]],
                                   ready: dict[int, int]) -> None:
@@ -51,10 +55,11 @@ def test_scale_down_waits_ten_minutes_after_an_addition_even_when_unneeded_longe
 
 
 def test_a_node_needed_again_restarts_its_unneeded_clock() -> None:
-    # 2 nodes; demand 1 leaves one unneeded from 10 s, demand 2 at minute 8 makes it needed again (its clock is
-    # cleared), demand 1 from minute 9 starts it anew at 550 s: removed at 550 + 600 = 1150 s, not at 610 s.
+    # 3 nodes; demand 1 (a third used) leaves two unneeded from 10 s, demand 2 at minute 8 (two thirds used,
+    # over the 0.5 threshold) makes them needed again (their clock is cleared), demand 1 from minute 9 starts it
+    # anew at 550 s: removed at 550 + 600 = 1150 s, not at 610 s.
     demand = [1.0] * 8 + [2.0] + [1.0] * 15
-    run = cluster_autoscaler(demand, T0, PeerSettings(boot=BOOT, initial=2))
+    run = cluster_autoscaler(demand, T0, PeerSettings(boot=BOOT, initial=3))
     assert [(t - T0, k, n) for t, k, n in run.actions] == [(1150, "scale_in", 1)]
 
 

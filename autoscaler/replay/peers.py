@@ -6,8 +6,9 @@ The model (docs/replay.md, "Peers"): cluster-autoscaler sees pending pods, not a
 later. Scale-up: when the nodes' worth of pending work, ``ceil(demand)`` plus ``overprovision`` nodes of pause pods
 (lower priority, preempted by real pods, which makes them pending in turn), does not fit on the nodes the pool
 has or is booting, the node group is raised to exactly that (clamped to ``[min, max]``); a new node is ready
-``boot`` seconds later, as in our replay. Scale-down: the nodes beyond that need are unneeded (the newest first:
-the work fits on the older ones); a node unneeded for ``--scale-down-unneeded-time`` (10 min), while no node was
+``boot`` seconds later, as in our replay. Scale-down: while the nodes' GPU utilisation (the work and the pause
+pods spread evenly over the nodes, as kube-scheduler's default spreads them) is under the threshold (0.5), the
+nodes beyond that need are unneeded (the newest first: the work fits on the older ones); a node unneeded for ``--scale-down-unneeded-time`` (10 min), while no node was
 added in the last ``--scale-down-delay-after-add`` (10 min), is removed, all such nodes at once. Pure: no clock,
 no I/O.
 """
@@ -22,6 +23,7 @@ from autoscaler.replay.trace import STEP
 SCAN_INTERVAL = 10.0  # cluster-autoscaler's --scan-interval default
 UNNEEDED_TIME = 600.0  # --scale-down-unneeded-time
 DELAY_AFTER_ADD = 600.0  # --scale-down-delay-after-add
+UTILIZATION_THRESHOLD = 0.5  # --scale-down-gpu-utilization-threshold (and --scale-down-utilization-threshold)
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class PeerSettings:
     scan_interval: float = SCAN_INTERVAL
     unneeded_time: float = UNNEEDED_TIME
     delay_after_add: float = DELAY_AFTER_ADD
+    threshold: float = UTILIZATION_THRESHOLD
 
 
 @dataclass
@@ -72,7 +75,9 @@ def cluster_autoscaler(demand: Sequence[float], start: float, ca: PeerSettings) 
             last_add = now
             run.actions.append((now, "scale_out", want))
             continue
-        unneeded = [None if k < want else (since if since is not None else now) for k, since in enumerate(unneeded)]
+        busy = len(ready_at) and (d + ca.overprovision) / len(ready_at) >= ca.threshold
+        unneeded = [None if k < want or busy else (since if since is not None else now)
+                    for k, since in enumerate(unneeded)]
         if last_add is not None and now - last_add < ca.delay_after_add:
             continue
         keep = [k for k, since in enumerate(unneeded) if since is None or now - since < ca.unneeded_time]

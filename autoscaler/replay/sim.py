@@ -160,6 +160,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     # cluster; a forced drain's retries would sleep, the replay never forces one.
     engine = Engine(settings, store, providers, EventLog(store), clock=lambda: now, cluster=nodes,
                     sleep=lambda _: None)
+    engine.renew_leases = False  # the virtual clock stands still during a decision: no lease can lapse
     reconciler = Reconciler(settings, store, providers, engine, clock=lambda: now)
     reconcile_every = settings.config.server.reconcile_interval or 30.0
     emulator = AlertEmulator(cfg, settings.config.routing, use_steps=use_steps)
