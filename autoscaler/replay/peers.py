@@ -8,9 +8,9 @@ later. Scale-up: when the nodes' worth of pending work, ``ceil(demand)`` plus ``
 has or is booting, the node group is raised to exactly that (clamped to ``[min, max]``); a new node is ready
 ``boot`` seconds later, as in our replay. Scale-down: while the nodes' GPU utilisation (the work and the pause
 pods spread evenly over the nodes, as kube-scheduler's default spreads them) is under the threshold (0.5), the
-nodes beyond that need are unneeded (the newest first: the work fits on the older ones); a node unneeded for ``--scale-down-unneeded-time`` (10 min), while no node was
-added in the last ``--scale-down-delay-after-add`` (10 min), is removed, all such nodes at once. Pure: no clock,
-no I/O.
+nodes beyond that need are unneeded (the newest first: the work fits on the older ones); a node unneeded for
+``--scale-down-unneeded-time`` (10 min), while no node was added in the last ``--scale-down-delay-after-add``
+(10 min), is removed, all such nodes at once. Pure: no clock, no I/O.
 """
 from __future__ import annotations
 

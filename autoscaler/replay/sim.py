@@ -152,8 +152,9 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
         listed, owners = names()
         return listed, when, owners
 
+    gpus = gpus_per_node(settings, pool)
     start_names, start_owners = names()
-    nodes = ReplayCluster(start_names, gpus_per_node(settings, pool), sim.provision_seconds, now,
+    nodes = ReplayCluster(start_names, gpus, sim.provision_seconds, now,
                           pack=cfg.placement == "pack", movable_share=cfg.movable_share, owners=start_owners,
                           provision_by_pool={name: s.provision_seconds for name, s in sims.items()})
     # The engine's own node-aware scale-in (pick, cordon, re-check, remove by name) runs against the replay's
@@ -208,7 +209,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
                 break
         elif kind == EVALUATE:
             demand, ready = trace.at(now), nodes.ready(now)
-            pending = pending_gpus(demand, ready, gpus_per_node(settings, pool))
+            pending = pending_gpus(demand, ready, gpus)
             for item in emulator.evaluate(now, utilization(demand, ready), pending):
                 heapq.heappush(queue, (item[0], FLUSH, item[1]))
             nxt = now + cfg.evaluation_interval
@@ -247,7 +248,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     if own_store and isinstance(store, SqlStore):
         store.engine.dispose()
     return Run(minutes, decisions, notifications, round(nodes.interrupted_node_minutes, 4), nodes.interrupted_pods,
-               nodes.evictions, stopped, reconciles, gpus_per_node(settings, pool))
+               nodes.evictions, stopped, reconciles, gpus)
 
 
 def gpus_per_node(settings: Settings, pool: str) -> int:
