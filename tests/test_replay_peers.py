@@ -67,6 +67,9 @@ def test_peer_figures_count_ready_nodes_saturation_and_direction_changes() -> No
     run = cluster_autoscaler([1.0] * 3 + [4.0] * 12 + [1.0] * 30, T0, PeerSettings(boot=BOOT, initial=1))
     data = peer_figures(run, gpus_per_node=8, foresight=10.0)
     assert data["saturated_minutes"] == 6  # minutes 3-8: demand 4 on 1 ready node
+    # 100% used: minutes 0-2 (1 on 1 node), 3-8 (4 on 1), 9-14 (4 on 4), and 26-44 (1 on 1 after the removal at
+    # 1510 s); 15-25 are 1 on 4
+    assert data["minutes_above_90"] == 3 + 6 + 6 + 19
     assert data["unmet_demand_gpu_minutes"] == pytest.approx(6 * 3 * 8)
     assert (data["scale_actions"], data["direction_changes"]) == (2, 1)
     assert data["node_hours"] == pytest.approx(sum(run.ready) / 60.0, abs=1e-4)
@@ -82,8 +85,9 @@ def test_replay_summary_and_cli_give_both_peers(tmp_path: Path, capsys: pytest.C
                  "--overprovision", "2"]) == 0
     data = json.loads((tmp_path / "out" / "summary.json").read_text())
     plain, padded = (data["baselines"][k] for k in ("cluster_autoscaler", "cluster_autoscaler_overprovisioned"))
-    for peer in (plain, padded):
-        assert {"node_hours", "saturated_minutes", "direction_changes", "vs_foresight"} <= set(peer)
+    for peer in (plain, padded):  # the contract's keys of a baseline, and the ratio to foresight
+        assert {"node_hours", "saturated_minutes", "minutes_above_90", "scale_actions", "direction_changes",
+                "vs_foresight"} <= set(peer)
     assert (plain["overprovision"], padded["overprovision"]) == (0, 2)
     assert padded["node_hours"] > plain["node_hours"] and padded["saturated_minutes"] < plain["saturated_minutes"]
     # the plain peer asks for 3 nodes at 610 s (minute 10 + one scan), ready from minute 16: 6 saturated minutes

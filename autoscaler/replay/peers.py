@@ -98,6 +98,8 @@ def peer_figures(run: PeerRun, gpus_per_node: int, foresight: float) -> dict[str
         "node_hours": hours,
         "saturated_minutes": saturated,
         "saturated_pct": round(100.0 * saturated / minutes, 3) if minutes else 0.0,
+        "minutes_above_90": sum(1 for d, r in zip(run.demand, run.ready) if (100.0 if r <= 0 and d > 0 else
+                                                                              100.0 * d / max(r, 1)) > 90.0),
         "unmet_demand_gpu_minutes": round(sum(max(0.0, d - r) for d, r in zip(run.demand, run.ready))
                                           * gpus_per_node, 4),
         "scale_actions": len(kinds),
