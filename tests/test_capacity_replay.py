@@ -32,3 +32,17 @@ def test_the_stockout_scenario_with_and_without_the_fallback() -> None:
         assert 0 < fallback["seconds_to_fallback"] <= 120  # the simulated cloud's busy time plus one tick
     assert grouped["fallbacks"] and all("fallback_pool" not in f for f in alone["fallbacks"])
     assert grouped["outcomes"]["no_capacity"] >= 1
+
+
+def test_the_stockout_day_ticks_the_reconciler_only_while_a_pool_is_short() -> None:
+    """A tick for a shortfall runs while the spot pool holds fewer nodes than asked (the stockout), not every 30 s
+    of the day: the group replays at a single pool's cost, with the figures docs/capacity.md gives."""
+    _, settings = load_replay_config(str(ROOT / "bench" / "replay" / "stockout.yaml"))
+    run = simulate(settings, load_trace(str(ROOT / "bench" / "traces" / "diurnal_inference.csv")))
+    data = figures(run)
+    assert (round(data["node_hours"], 1), data["saturated_minutes"], round(data["unmet_demand_gpu_minutes"])) == (
+        183.3, 39, 158)
+    assert {k: round(v, 1) for k, v in data["node_hours_by_pool"].items()} == {"a100-spot": 170.6,
+                                                                               "a100-ondemand": 12.7}
+    assert data["outcomes"]["no_capacity"] == 2
+    assert 0 < run.ticks <= 20 < len(run.minutes) * 2  # a day has 2880 ticks of 30 s

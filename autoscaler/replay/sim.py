@@ -61,6 +61,7 @@ class Run:
     stopped: bool = False  # the ``stop`` hook ended it before the trace did
     reconciles: list[float] = field(default_factory=list)  # times of reconciler ticks that decided something
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE  # what one node of demand is in GPUs (unmet demand's unit)
+    ticks: int = 0  # reconciler ticks run (a tick is run only when it may decide something)
 
 
 #: Called with each new minute of a replay; True stops the replay there (the tuner drops a hopeless candidate).
@@ -181,6 +182,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     if floors or topped_up:  # otherwise no tick could decide anything
         queue.append((trace.start, RECONCILE, 0))
     reconciles: list[float] = []
+    ticks = 0
     spare_enough: tuple[int, int, int] | None = None  # the cluster's usage when the headroom was last found kept
     heapq.heapify(queue)
     minutes: list[Minute] = []
@@ -224,6 +226,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
                 due = reconciler.headroom_short(spec, nodes.requested, now) is not None
                 spare_enough = None if due else nodes.usage(now)
             ticked = reconciler.tick(now).decisions if due else []
+            ticks += due
             if ticked:
                 reconciles.append(now)
                 decisions += [(now, decision) for decision in ticked]
@@ -248,7 +251,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     if own_store and isinstance(store, SqlStore):
         store.engine.dispose()
     return Run(minutes, decisions, notifications, round(nodes.interrupted_node_minutes, 4), nodes.interrupted_pods,
-               nodes.evictions, stopped, reconciles, gpus)
+               nodes.evictions, stopped, reconciles, gpus, ticks)
 
 
 def gpus_per_node(settings: Settings, pool: str) -> int:
