@@ -407,3 +407,18 @@ def test_a_pending_rule_searches_demand_mode_and_writes_a_pending_alert(tmp_path
     checked = subprocess.run([require_binary(*PROMTOOL), "check", "rules", str(out / "prometheus-rules.yml")],
                              capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_no_stress_and_a_change_limit_given_on_the_command_line(tuned: dict[str, Any], tmp_path: Path) -> None:
+    """--max-direction-changes overrides the limit from the base run; --no-stress takes the first cut's cheapest
+    (no finalists judged), which keeps the limit on the tuning span's average."""
+    out = tmp_path / "out"
+    assert main(["replay", "--tune", "--config", str(tuned["dir"] / "base.yaml"), "--trace",
+                 str(tuned["dir"] / "history.csv"), "--max-saturated", "2%", "--out", str(out), "--candidates", "9",
+                 "--holdout", "0.25", "--workers", "1", "--max-direction-changes", "3", "--no-stress"]) == 0
+    data = json.loads((out / "tuning.json").read_text())
+    assert data["max_direction_changes"] == 3 and data["direction_change_limit"] == 3
+    assert data["stress_choice"] is None and data["stressed"] == {"days": [], "copies": [], "finalists": []}
+    span = data["spans"]["tune"]
+    if data["choice"] != "changes_over":
+        assert span["tuned"]["direction_changes"] <= 3 * span["minutes"][1] / 1440
