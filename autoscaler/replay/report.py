@@ -128,8 +128,17 @@ def stockouts(settings: Settings | None, pools: Sequence[str]) -> list[tuple[flo
 
 def write_plot(path: str, run: Run, title: str, peers: Mapping[str, PeerRun] | None = None,
                settings: Settings | None = None) -> None:
-    """replay.png: demand, ready and requested nodes (a line per pool for a group, each pool's decisions on its
-    own line), the peers' ready nodes, stockouts shaded; utilisation below."""
+    """replay.png (see ``plot``)."""
+    from matplotlib import pyplot as plt
+
+    fig = plot(run, title, peers, settings)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot(run: Run, title: str, peers: Mapping[str, PeerRun] | None = None, settings: Settings | None = None) -> Any:
+    """The replay's figure: demand, ready and requested nodes (a line per pool for a group, each pool's decisions
+    on its own line), the peers' ready nodes, stockouts shaded; utilisation below. The caller closes it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -172,8 +181,7 @@ def write_plot(path: str, run: Run, title: str, peers: Mapping[str, PeerRun] | N
     bottom.set_ylim(0, 105)
     bottom.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def write_all(out_dir: str, run: Run, data: dict[str, Any], title: str,
