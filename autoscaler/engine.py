@@ -56,6 +56,9 @@ class Engine:
         self.lock_wait = settings.config.server.lock_wait
         self.lease_ttl = settings.config.server.lease_ttl
         self.max_decision = MAX_DECISION
+        # The thread that renews a lease while a decision runs; a replay turns it off: its clock stands still
+        # during a decision, so no lease can lapse (and a thread per decision is a third of a replay's CPU).
+        self.renew_leases = True
         self.owner_prefix = f"{socket.gethostname()}:{os.getpid()}"
         self._locks: dict[str, threading.Lock] = {name: threading.Lock() for name in settings.pools}
         self.nodes = NodeScaleIn(cluster, clock, sleep, store) if cluster is not None else None
@@ -144,7 +147,7 @@ class Engine:
         try:
             # The decision's time: read once, now that the pool's state is ours (see ``handle`` for why after).
             decided = replace(attempt, now=self.clock())
-            with lease.kept(self.max_decision):
+            with lease.kept(self.max_decision) if self.renew_leases else nullcontext():
                 decision, change, view = self._decide_and_act(decided, state, lease)
             decision = _in_group(attempt.signal, decision)
             if decision.retry_after is not None:
