@@ -55,12 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--trace", required=True, help="CSV with the header timestamp,demand, one row a minute")
     rep.add_argument("--out", required=True, help="directory for timeline.csv, summary.json, replay.png "
                      "(with --tune: tuned.yaml, frontier.csv, frontier.png, prometheus-rules.yml, tuning.json)")
+    rep.add_argument("--overprovision", type=int, default=1, help="nodes of pause pods in the peer "
+                     "cluster_autoscaler_overprovisioned (default 1; docs/replay.md)")
     tuning = rep.add_argument_group("tuning on history (--tune)")
     tuning.add_argument("--tune", action="store_true", help="search the pool's scaling settings and the replay "
                         "rules on the trace and write the best config")
     tuning.add_argument("--max-saturated", default="1%", help="budget of saturated minutes, a %% of the minutes "
                         "(default 1%%)")
-    tuning.add_argument("--candidates", type=int, default=405, help="settings sampled at first (default 405)")
+    tuning.add_argument("--candidates", type=int, default=243, help="settings sampled at first (default 243)")
     tuning.add_argument("--workers", type=int, default=None, help="processes (default 2, fewer on one core)")
     tuning.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
     tuning.add_argument("--holdout", type=float, default=2 / 7, help="share of the trace, at its end, kept from "
@@ -74,7 +76,12 @@ def main(argv: list[str] | None = None) -> int:
                         "tuning span; default (--no-robust): within that on the span's total and the budget on "
                         "each day (measured: docs/tuning.md)")
     tuning.add_argument("--max-direction-changes", type=float, default=None, help="direction changes (a scale-in "
-                        "after a scale-out or back) a day the choice may make on average (default: any)")
+                        "after a scale-out or back) a day the choice may make (default: as many as the base config "
+                        "made a day on the tuning span, at least 2)")
+    tuning.add_argument("--stress", action=argparse.BooleanOptionalAction, default=True, help="choose among the "
+                        "cheapest on the worst of the history's days and of stressed copies of its burstiest days, "
+                        "preferring the steadiest of near-equal settings (default); --no-stress: the cheapest "
+                        "within the budget (docs/tuning.md)")
     tuning.add_argument("--utilization-expr", default=None, help="PromQL of a pool's average GPU utilisation for "
                         "prometheus-rules.yml ({pool} and {pool_label} filled in; default the shipped recording rule "
                         "autoscaler_pool:gpu_utilization:avg, docs/rules.md)")
@@ -113,7 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "replay":
         from autoscaler.replay import replay
 
-        return replay(args.config, args.trace, args.out)
+        if args.overprovision < 0:
+            print("--overprovision must be 0 or more", file=sys.stderr)
+            return 1
+        return replay(args.config, args.trace, args.out, args.overprovision)
     if args.command in cli.COMMANDS:
         return cli.run(args)
     parser.error(f"unknown command {args.command}")

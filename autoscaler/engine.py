@@ -19,6 +19,7 @@ from autoscaler.cluster.nodes import Cluster, NodeView
 from autoscaler.outcomes import error_details, failed, refused_for_capacity, result_label, said_by
 from autoscaler.policy import decide, settled
 from autoscaler.redact import redact_text
+from autoscaler.removing import Seen
 from autoscaler.routing import Router
 from autoscaler.scale_in import NodeScaleIn
 from autoscaler.store import PoolChange, PoolView, QuickState, Store, StoreUnavailable
@@ -48,7 +49,7 @@ class Engine:
         self.lease_ttl = settings.config.server.lease_ttl
         #: the one way anything changes a pool (decisions here, operator acts, the reconciler's shortage handling)
         self.hold = PoolHold(store, events, self.lock_wait, self.lease_ttl, clock)
-        self.nodes = NodeScaleIn(cluster, clock.wall, clock.sleep) if cluster is not None else None
+        self.nodes = NodeScaleIn(cluster, clock.wall, clock.sleep, store) if cluster is not None else None
         self.node_actions = NodeActions(self.nodes)
 
     # -- notifications --------------------------------------------------------------------------------
@@ -216,7 +217,7 @@ class Engine:
                 self._observe(spec, result, self.time.monotonic() - started)
             return decision, change, view_after(spec, cloud, facts, decision, now)
         if self.names_nodes(spec):
-            self.node_actions.sweep(spec, now, views)
+            self.node_actions.sweep(spec, now, views, Seen(cloud, provider.capabilities.reports_count))
         if plan.outcome is Outcome.DRY_RUN and by_name and not signal.nodes:
             preview = self.node_actions.preview(attempt, plan)
             return preview, PoolChange(), view_after(spec, cloud, facts, preview, now)

@@ -100,11 +100,13 @@ class Held:
     events: EventLog
     lock: threading.Lock
     max_decision: float
+    renewed: bool = True
     _stop: threading.Event = field(default_factory=threading.Event)
     _finished: bool = False
 
     def __post_init__(self) -> None:
-        threading.Thread(target=self._renew, name=f"lease-{self.lease.pool}", daemon=True).start()
+        if self.renewed:
+            threading.Thread(target=self._renew, name=f"lease-{self.lease.pool}", daemon=True).start()
 
     def _renew(self) -> None:
         """Extend the lease every third of its TTL while the hold lasts, so only a dead worker's lease ever lapses.
@@ -159,6 +161,9 @@ class PoolHold:
         self.lock_wait = lock_wait
         self.lease_ttl = lease_ttl
         self.max_decision = MAX_DECISION
+        # The thread that renews a hold's lease; a replay turns it off: its clock stands still while it holds a
+        # pool, so no lease can lapse (and a thread per decision is a third of a replay's CPU).
+        self.renew = True
         self.owner_prefix = f"{socket.gethostname()}:{os.getpid()}"
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
@@ -192,7 +197,7 @@ class PoolHold:
         if state is None:
             lock.release()
             return None
-        return Held(state, lease, self.events, lock, self.max_decision)
+        return Held(state, lease, self.events, lock, self.max_decision, self.renew)
 
     @contextmanager
     def holding(self, pool: str, who: str = "operator") -> Iterator[PoolState]:

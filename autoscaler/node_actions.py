@@ -18,6 +18,7 @@ from autoscaler.models import Decision, Outcome, PoolSpec, Source
 from autoscaler.cluster.nodes import Cluster, ClusterError, NodeView
 from autoscaler.outcomes import failed, result_label
 from autoscaler.redact import redact_text
+from autoscaler.removing import Seen
 from autoscaler.scale_in import Leased, NodeScaleIn, summary
 from autoscaler.store import PoolChange
 from providers import NodePoolProvider, RemovesNamedNodes
@@ -60,11 +61,13 @@ class NodeActions:
         cluster = self.scale_in.cluster if self.scale_in is not None else None
         return cluster if cluster is not None and spec.node_selector else None
 
-    def sweep(self, spec: PoolSpec, since: float, views: Sequence[NodeView] | None = None) -> None:
-        """Best effort: uncordon what a stopped decision left cordoned (the next one retries on failure)."""
+    def sweep(self, spec: PoolSpec, since: float, views: Sequence[NodeView] | None = None,
+              seen: Seen | None = None) -> None:
+        """Best effort: uncordon what a stopped decision left cordoned (the next one retries on failure), except
+        nodes whose removal may have been sent, until ``seen`` (the cloud's view) settles them."""
         assert self.scale_in is not None
         try:
-            self.scale_in.sweep(spec, since, views)
+            self.scale_in.sweep(spec, since, views, seen)
         except ClusterError as exc:
             log.warning("pool=%s stale-cordon sweep: %s", spec.name, redact_text(str(exc)))
 
@@ -86,7 +89,8 @@ class NodeActions:
         spec, provider, signal, now = attempt.spec, attempt.provider, attempt.signal, attempt.now
         assert self.scale_in is not None and isinstance(provider, RemovesNamedNodes)
         assert plan.from_ is not None and plan.to is not None
-        job = Leased(spec, provider, plan.from_, lease.owner, lease.renew, now, attempt.status)
+        job = Leased(spec, provider, plan.from_, lease.owner, lease.renew, now, attempt.status,
+                     attempt.provider.capabilities.reports_count)
         try:
             if signal.source is Source.MANUAL and signal.nodes:
                 done = self.scale_in.remove_named(job, signal.nodes, plan.from_ - plan.to, signal.force)

@@ -17,6 +17,8 @@ from autoscaler.cluster.nodes import (REMOVING, Cluster, ClusterError, NodeGone,
                                       pick_victims)
 from autoscaler.cluster.pods import Budget
 from autoscaler.drain import drain
+from autoscaler.removing import Seen, forget, settle
+from autoscaler.store import RemovalIntent, Store, StoreUnavailable
 from providers import NodeRef, ProviderError, RemovesNamedNodes
 
 log = logging.getLogger(__name__)
@@ -74,32 +76,43 @@ class Leased:
     renew: Callable[[], bool]
     now: float
     status: CloudStatus | None = None  # the cloud's status the decision was made on, handed to the provider
+    counts: bool = True  # whether that status counts the pool's machines (the provider reports its count)
+
+    @property
+    def seen(self) -> Seen:
+        return Seen(self.status, self.counts)
 
 
 class NodeScaleIn:
     """The orchestration between a :class:`Cluster` and a provider that removes named nodes."""
 
     def __init__(self, cluster: Cluster, clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, removals: Store | None = None) -> None:
         self.cluster = cluster
         self.clock = clock
         self.sleep = sleep
+        self.removals = removals  # where removals about to be sent are recorded (autoscaler/removing.py)
 
     # ---- leftovers -----------------------------------------------------------------------------------------------
-    def sweep(self, spec: PoolSpec, now: float, views: Sequence[NodeView] | None = None) -> list[str]:
-        """Uncordon the pool's nodes that carry our mark but were never handed to the cloud.
+    def sweep(self, spec: PoolSpec, now: float, views: Sequence[NodeView] | None = None,
+              seen: Seen | None = None) -> tuple[list[str], set[str]]:
+        """Uncordon the pool's nodes that carry our mark but were never handed to the cloud; also the nodes whose
+        removal may have been sent and that stay cordoned (not to be picked now).
 
         Called under the pool's lease, before this decision cordons anything: so every such mark belongs to a
         decision that no longer holds the lease (its worker died, or it lost the lease and will not remove: it
         renews the lease right before the removal). A node whose removal was asked (owner ends in ``/removing``)
-        is the cloud's for ``REMOVAL_GRACE``; one still there after that is uncordoned too."""
+        is the cloud's for ``REMOVAL_GRACE``; one still there after that is uncordoned too. A node whose removal
+        was recorded as about to be sent stays cordoned until ``seen``, the cloud's view, settles it
+        (:func:`autoscaler.removing.settle`)."""
         if views is None:
             selector = dict(spec.node_selector)
             views = (self.cluster.marked(selector) if self.cluster.capabilities.lists_marked
                      else self.cluster.nodes(selector))
+        held = settle(self.cluster, self.removals, spec.name, views, seen, now, REMOVAL_GRACE)
         done = []
         for view in views:
-            if view.cordoned_by_us is None or view.cordon_owner == REPAIR_OWNER:
+            if view.cordoned_by_us is None or view.cordon_owner == REPAIR_OWNER or view.name in held:
                 continue
             removing = view.cordon_owner.endswith(REMOVING)
             if not removing or view.cordoned_by_us < now - REMOVAL_GRACE:
@@ -107,7 +120,7 @@ class NodeScaleIn:
                 done.append(view.name)
         if done:
             log.warning("pool=%s uncordoned nodes a stopped decision left cordoned: %s", spec.name, ", ".join(done))
-        return done
+        return done, held
 
     # ---- scale-in by alert ---------------------------------------------------------------------------------------
     def scale_in(self, job: Leased, remove: int, alerted: Sequence[str]) -> Removal:
@@ -115,13 +128,13 @@ class NodeScaleIn:
         ``victims: movable`` also drain one node whose pods can all move."""
         spec = job.spec
         if spec.victims == "alerted" and not alerted:
-            swept = self.sweep(spec, job.now)
+            swept, _ = self.sweep(spec, job.now, seen=job.seen)
             return Removal(Outcome.SKIPPED_IN_USE, job.current, "victims: alerted, and the alerts name no node "
                            "(label routing.node_label)", uncordoned=tuple(swept))
         views = self.cluster.nodes(dict(spec.node_selector))
-        swept = self.sweep(spec, job.now, views)
+        swept, held = self.sweep(spec, job.now, views, job.seen)
         views = [replace(v, cordoned=False, cordoned_by_us=None, cordon_owner="") if v.name in swept else v
-                 for v in views if v.name in swept or not _going(v)]  # already going (or in repair)
+                 for v in views if v.name in swept or not (_going(v) or v.name in held)]  # going, or in repair
         pick = self._pick(spec, views, remove, alerted)
         kept_list = [(n.name, _why(n, r)) for n, r in pick.kept]
         drained = self._drain_all(job, [pick.drain] if pick.drain else [], kept_list)
@@ -161,7 +174,7 @@ class NodeScaleIn:
         spec, current = job.spec, job.current
         force = force and spec.forced_removal  # false: the service account may not evict (docs/rbac.md)
         views = {v.name: v for v in self.cluster.nodes(dict(spec.node_selector))}
-        swept = self.sweep(spec, job.now, list(views.values()))
+        swept, held = self.sweep(spec, job.now, list(views.values()), job.seen)
         kept: list[tuple[str, str]] = []
         chosen: list[NodeView] = []
         busy: list[NodeView] = []
@@ -169,7 +182,7 @@ class NodeScaleIn:
             view = views.get(name)
             if view is None:
                 kept.append((name, f"not a node of pool {spec.name} (selector {_selector(spec)})"))
-            elif view.cordon_owner.endswith(REMOVING) and name not in swept:
+            elif (view.cordon_owner.endswith(REMOVING) and name not in swept) or name in held:
                 kept.append((name, "its removal was already asked of the cloud"))
             elif view.protected:
                 kept.append((name, view.protected))
@@ -244,20 +257,34 @@ class NodeScaleIn:
             return Removal(Outcome.FAILED, current, "the pool's lease was lost before the removal" + _stuck(stuck),
                            kept=tuple(kept))
         refs = [NodeRef(v.name, v.provider_id) for v in survivors]
+        names = tuple(r.name for r in refs)
+        self._intend(job, names, mine)  # before the call: a worker killed in it leaves the record behind
         try:
             reached = job.provider.remove_nodes(refs, current, self.clock(), status=job.status)
         except ProviderError as exc:
-            self._uncordon(mine)
+            if exc.applied is None:  # nothing went: the nodes are open again; else the next sweep settles them
+                forget(self.removals, spec.name, self._uncordon(mine), names)
             return Removal(Outcome.FAILED, exc.applied if exc.applied is not None else current,
-                           f"removing {', '.join(r.name for r in refs)}", tuple(r.name for r in refs), tuple(kept),
-                           error=exc)
+                           f"removing {', '.join(names)}", names, tuple(kept), error=exc)
         except Exception:
+            forget(self.removals, spec.name, self._uncordon(mine), names)
+            raise
+        unmarked = [name for name in mine  # the cloud has them now: the sweep leaves them for REMOVAL_GRACE
+                    if not self._best_effort(self.cluster.cordon, name, owner + REMOVING, self.clock())]
+        forget(self.removals, spec.name, unmarked, names)
+        return Removal(Outcome.SCALED, reached, f"removed {', '.join(names)}", names, tuple(kept))
+
+    def _intend(self, job: Leased, names: Sequence[str], mine: Sequence[str]) -> None:
+        """Record that these nodes' removal is about to be sent (``autoscaler/removing.py``); a store that
+        refuses it stops the removal before the call, the cordons lifted."""
+        try:
+            if self.removals is not None:
+                at = self.clock()
+                self.removals.intend_removals([RemovalIntent(job.spec.name, n, job.owner, at, job.current)
+                                               for n in names])
+        except StoreUnavailable:
             self._uncordon(mine)
             raise
-        for name in mine:  # the cloud has them now: the sweep leaves them for REMOVAL_GRACE
-            self._best_effort(self.cluster.cordon, name, owner + REMOVING, self.clock())
-        names = tuple(r.name for r in refs)
-        return Removal(Outcome.SCALED, reached, f"removed {', '.join(names)}", names, tuple(kept))
 
     def _uncordon(self, names: Sequence[str]) -> list[str]:
         """Uncordon ``names``; those the API server would not uncordon (the sweep of a later decision retries)."""

@@ -13,6 +13,7 @@ from pydantic import SecretStr
 
 from autoscaler.clock import SYSTEM, Clock
 from autoscaler.redact import redact_url
+from providers.bounded import AnswerTooLarge, bound
 from providers.errors import Code, PermanentError
 from providers.retry import Transient, call, parse_retry_after, refusal
 
@@ -56,7 +57,10 @@ def with_query(url: str, **params: str) -> str:
 
 @dataclass
 class HttpCaller:
-    """Sends one logical call through the one retry layer (:func:`providers.retry.call`) inside a time budget."""
+    """Sends one logical call through the one retry layer (:func:`providers.retry.call`) inside a time budget.
+
+    Each attempt is one bounded exchange (:mod:`providers.bounded`): ``timeout`` is its total time, not the time
+    of each socket read, and an answer over :data:`~providers.bounded.MAX_ANSWER` is refused, never read whole."""
 
     timeout: float
     budget: float
@@ -64,20 +68,27 @@ class HttpCaller:
     session: requests.Session | None = None
 
     def __post_init__(self) -> None:
-        if self.session is None:
-            self.session = requests.Session()
+        self.session = bound(self.session or requests.Session())
 
-    def send(self, method: str, url: str, **kwargs: Any) -> requests.Response:
-        """The response of the first attempt that is not transient (5xx, timeout, no connection)."""
+    def send(self, method: str, url: str, *, deadline: float | None = None, **kwargs: Any) -> requests.Response:
+        """The response of the first attempt that is not transient (5xx, timeout, no connection); ``deadline``
+        (monotonic): when the change this call is part of must end (default: this call's own budget)."""
         return call(f"{method} {redact_url(url)}", lambda timeout: self._attempt(method, url, timeout, **kwargs),
-                    budget=self.budget, timeout=self.timeout, clock=self.clock)
+                    budget=self.budget, timeout=self.timeout, clock=self.clock, deadline=deadline)
+
+    def change_deadline(self) -> float:
+        """The deadline of a change made of several calls: all of them together get one budget and one timeout."""
+        return self.clock.monotonic() + self.budget + self.timeout
 
     def _attempt(self, method: str, url: str, timeout: float, **kwargs: Any) -> requests.Response:
         assert self.session is not None
         try:
             response = self.session.request(method, url, timeout=timeout, allow_redirects=False, **kwargs)
+        except AnswerTooLarge as exc:  # the endpoint may have acted: no retry, the cloud's error
+            raise PermanentError(f"{method} {redact_url(url)} {exc}", code=Code.BAD_ANSWER,
+                                 cloud_code=str(exc.status)) from None
         except requests.Timeout:
-            raise Transient(f"no answer within {timeout:g}s") from None
+            raise Transient(f"no answer within {timeout:.2g}s") from None
         except requests.ConnectionError:
             raise Transient("connection failed") from None
         except requests.RequestException as exc:  # invalid URL and the like: a retry cannot help

@@ -31,7 +31,7 @@ class AckHookSettings(BaseModel):
     scale_in_url: SecretStr = Field(description="Trigger URL of the scale-in rule; carries secret=, never logged.")
     initial_count: int = Field(default=0, ge=0, description="Nodes the pool has when the service first sees it.")
     method: Literal["POST", "GET"] = Field(default="POST", description="HTTP method the hook is called with.")
-    timeout: Duration = Field(default=5, gt=0, description="Time one HTTP attempt may take.")
+    timeout: Duration = Field(default=5, gt=0, description="Total time of one HTTP attempt, answer included.")
     retry_budget: Duration = Field(default=8, ge=0, description="Total time one call may spend on retries.")
 
     @field_validator("scale_out_url", "scale_in_url")
@@ -71,17 +71,22 @@ class AckHookProvider(Provider):
             url, kind, sign = self.settings.scale_in_url, "scale_in", -1
         else:
             return target
-        in_parts(steps, lambda step: self._call(url.get_secret_value(), kind, step), lambda _: False, lambda s: s,
-                 current, f"{self.where} {kind}", sign=sign)
+        deadline = self.http.change_deadline()  # every call of this change together: one budget, one timeout
+        in_parts(steps, lambda step: self._call(url.get_secret_value(), kind, step, deadline), lambda _: False,
+                 lambda s: s, current, f"{self.where} {kind}", sign=sign)
         log.info("provider=ack_hook pool=%s action=%s from=%d to=%d calls=%d", self.pool, kind, current, target,
                  len(steps))
         return target
 
-    def _call(self, base_url: str, kind: str, step: int) -> None:
-        """One hook call with ``type`` and ``step`` set; an error unless the hook says code 200."""
+    def _call(self, base_url: str, kind: str, step: int, deadline: float) -> None:
+        """One hook call with ``type`` and ``step`` set, unless the change's ``deadline`` passed; an error unless
+        the hook says code 200."""
         url = with_query(base_url, type=kind, step=str(step))
         safe = f"ACK hook {kind} for pool {self.pool}: {self.settings.method} {redact_url(url)}"
-        response = self.http.send(self.settings.method, url)
+        if self.http.clock.monotonic() >= deadline:
+            raise TemporaryError(f"{safe}: not sent: the change's time ({self.settings.retry_budget:g}s budget + "
+                                 f"{self.settings.timeout:g}s timeout) ran out", code=Code.UNAVAILABLE)
+        response = self.http.send(self.settings.method, url, deadline=deadline)
         body = _json(response)
         if not 200 <= response.status_code < 300:
             raise http_failure(safe, response, _describe(body))

@@ -22,6 +22,7 @@ from autoscaler.durations import Duration
 from autoscaler.models import CloudLimits, CloudStatus, ProviderRead, Shortfall
 from providers.arm_calls import classify
 from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked, read_of
+from providers.bounded import bounded_session
 from providers.errors import Code, PermanentError, cloud_autoscaler
 from providers.named import agreed, in_parts, lowered, machines
 from providers import shortfalls
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 PUBLIC_ARM = "https://management.azure.com"
 MAX_COUNT = 1000  # AKS: nodes per agent pool
 SYSTEM_MIN = 1  # AKS: a System pool keeps at least one node
+ARM_ANSWER = 16 * 1024 * 1024  # bytes: the most of one ARM answer read (a page of 100 machines is ~100 KB)
 MAX_ATTEMPTS = 8  # ARM throttles per subscription and says how long to wait: a few more, shorter attempts
 _SUCCEEDED = "Succeeded"
 _SETTLED = frozenset({"Succeeded", "Failed", "Canceled"})  # no operation is running in these states
@@ -56,7 +58,7 @@ class AksSettings(BaseModel):
                                    description="Total time one read and the change it leads to may take, retries "
                                                "included (`budget` is its older name).")
     timeout: Duration = Field(default=5.0, gt=0, validation_alias=AliasChoices("timeout", "request_timeout"),
-                              description="Read timeout of one HTTP attempt (`request_timeout` is its older name).")
+                              description="Total time of one HTTP attempt (`request_timeout` is its older name).")
     connect_timeout: Duration = Field(default=3.0, gt=0, description="Connect timeout of one HTTP attempt.")
 
     @field_validator("subscription_id")
@@ -93,6 +95,7 @@ def _default_credential(authority: str | None) -> Any:
 
 def get_client(settings: AksSettings, credential: Any = None, **client_kwargs: Any) -> Any:
     """The shared ContainerServiceClient of this subscription and endpoint (and injected credential)."""
+    from azure.core.pipeline.transport import RequestsTransport
     from azure.mgmt.containerservice import ContainerServiceClient
 
     key = (settings.subscription_id, settings.arm_endpoint, settings.authority_host, settings.api_version,
@@ -105,10 +108,12 @@ def get_client(settings: AksSettings, credential: Any = None, **client_kwargs: A
             extra = dict(client_kwargs)
             if settings.api_version:
                 extra["api_version"] = settings.api_version
+            # azure-core's read_timeout bounds each socket read; the bounded session makes it the exchange's total
+            transport = RequestsTransport(session=bounded_session(ARM_ANSWER), session_owner=True)
             client = ContainerServiceClient(cred, settings.subscription_id, base_url=settings.arm_endpoint,
                                             credential_scopes=[settings.arm_endpoint + "/.default"], retry_total=0,
                                             polling_interval=1, connection_timeout=settings.connect_timeout,
-                                            read_timeout=settings.timeout, **extra)
+                                            read_timeout=settings.timeout, transport=transport, **extra)
             # keep the credential and kwargs alive with the client, so the ids in the key stay unique
             entry = (client, credential, client_kwargs)
             _CLIENTS[key] = entry

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from providers.bounded import AnswerTooLarge
 from providers.errors import Code, PermanentError
 from providers.retry import Transient, clean, parse_retry_after, refusal
 
@@ -46,6 +47,9 @@ def classify(exc: Exception, what: str) -> Exception:
     from azure.core.exceptions import ClientAuthenticationError, HttpResponseError, ServiceRequestError
     from azure.core.exceptions import ServiceResponseError
 
+    inner = getattr(exc, "inner_exception", None)
+    if isinstance(inner, AnswerTooLarge):  # ARM may have acted: not again
+        return PermanentError(f"{what}: ARM {inner}", code=Code.BAD_ANSWER, cloud_code=str(inner.status))
     if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
         return Transient(f"no answer from ARM ({type(exc).__name__})")
     if isinstance(exc, ClientAuthenticationError) and getattr(exc, "response", None) is None:

@@ -20,6 +20,7 @@ from autoscaler.clock import SYSTEM, Clock
 from autoscaler.durations import Duration
 from autoscaler.models import CloudLimits, CloudStatus, ProviderRead, Shortfall
 from providers import shortfalls
+from providers.aws_send import bounded_send
 from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked, read_of
 from providers.errors import Code, PermanentError
 from providers.named import in_parts, left, machines
@@ -53,7 +54,7 @@ class EksSettings(BaseModel):
     nodegroup: str = Field(min_length=1, max_length=63, description="Managed node group name.")
     endpoint_url: str | None = Field(default=None, description="EKS and Auto Scaling API address (VPC endpoints, "
                                                                "tests); the region's public one when unset.")
-    timeout: Duration = Field(default=5, gt=0, description="Time one API attempt may take.")
+    timeout: Duration = Field(default=5, gt=0, description="Total time of one API attempt, answer included.")
     retry_budget: Duration = Field(default=8, ge=0, description="Total time one call may spend on retries.")
 
     @field_validator("cluster", "nodegroup")
@@ -254,8 +255,10 @@ class EksProvider(RemovingProvider):
                 s = self.settings
                 config = Config(region_name=s.region, retries={"total_max_attempts": 1, "mode": "standard"},
                                 connect_timeout=min(s.timeout, 3), read_timeout=s.timeout)
-                self._clients[service] = boto3.session.Session().client(
+                client = boto3.session.Session().client(
                     service, config=config, **({"endpoint_url": s.endpoint_url} if s.endpoint_url else {}))
+                client.meta.events.register("before-send", bounded_send(s.timeout))  # a total deadline per exchange
+                self._clients[service] = client
             return self._clients[service]
 
 

@@ -28,7 +28,8 @@ from providers import shortfalls
 from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked, read_of
 from providers.errors import Code, PermanentError, TemporaryError, cloud_autoscaler
 from providers.named import in_parts, left, machines
-from providers.google_calls import classify, compute_attempt, load_google, manager_url
+from providers.bounded import bound
+from providers.google_calls import GOOGLE_ANSWER, classify, compute_attempt, load_google, manager_url
 from providers.retry import call
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ class GkeSettings(BaseModel):
     node_pool: str = Field(min_length=1, max_length=40, description="Node pool name.")
     api_endpoint: str | None = Field(default=None, description="GKE API address (tests, private endpoints); "
                                                                "container.googleapis.com when unset.")
-    timeout: Duration = Field(default=5, gt=0, description="Time one API attempt may take.")
+    timeout: Duration = Field(default=5, gt=0, description="Total time of one API attempt, answer included.")
     retry_budget: Duration = Field(default=8, ge=0, description="Total time one call may spend on retries.")
 
     @field_validator("project", "cluster", "node_pool")
@@ -267,6 +268,7 @@ class GkeProvider(RemovingProvider):
                 options = {"api_endpoint": self.settings.api_endpoint} if self.settings.api_endpoint else None
                 self._cluster_manager = ClusterManagerClient(credentials=self._creds(), transport="rest",
                                                              client_options=options)
+                bound(self._cluster_manager._transport._session, GOOGLE_ANSWER)  # the REST transport's session
             return self._cluster_manager
 
     def _authorized(self) -> Any:
@@ -275,7 +277,7 @@ class GkeProvider(RemovingProvider):
                 load_google()
                 from google.auth.transport.requests import AuthorizedSession
 
-                self._session = AuthorizedSession(self._creds())
+                self._session = bound(AuthorizedSession(self._creds()), GOOGLE_ANSWER)
             return self._session
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from providers.bounded import AnswerTooLarge
 from providers.errors import Code, PermanentError
 from providers.retry import Transient, refusal
 
 _BUSY_STATUS = frozenset({409, 412})
+GOOGLE_ANSWER = 16 * 1024 * 1024  # bytes: the most of one GKE or Compute answer read (see providers/bounded.py)
 
 
 def load_google() -> None:
@@ -68,6 +70,8 @@ def classify(exc: Exception, what: str) -> Exception:
     if isinstance(exc, RefreshError):
         return PermanentError(f"{what}: Google credentials could not get a token ({type(exc).__name__})",
                               code=Code.NO_CREDENTIALS, cloud_code=type(exc).__name__)
+    if isinstance(exc, AnswerTooLarge):  # Google may have acted: not again
+        return PermanentError(f"{what}: Google {exc}", code=Code.BAD_ANSWER, cloud_code=str(exc.status))
     if isinstance(exc, (TransportError, requests.ConnectionError, requests.Timeout)):
         return Transient(f"no answer from Google ({type(exc).__name__})")
     return exc

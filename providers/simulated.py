@@ -111,6 +111,7 @@ class SimulatedProvider(RemovingProvider):
         self._serial = 0
         self._at: float | None = None  # the time of the change being made (the capacity depends on it)
         self._seen: float | None = None  # the latest time a read or a change was made at
+        self._asked = settings.initial_count  # the count last asked for (the names may be fewer: a stockout)
         self.sync(settings.initial_count)
 
     def check(self) -> None:
@@ -166,6 +167,14 @@ class SimulatedProvider(RemovingProvider):
                  len(self._names), ",".join(names) or "-")
         return len(self._names)
 
+    def undelivered(self) -> int:
+        """Nodes of the count last asked for that the pool does not have (a stockout; 0: all delivered)."""
+        return max(0, self._asked - len(self._names))
+
+    def asked(self) -> int:
+        """The count last asked for (by a change or a read)."""
+        return self._asked
+
     def node_names(self) -> tuple[str, ...]:
         """The pool's nodes, oldest first (the last is the newest)."""
         return tuple(self._names)
@@ -175,6 +184,7 @@ class SimulatedProvider(RemovingProvider):
         ``now`` (else at the latest time seen; nodes the pool has stay when a stockout starts)."""
         if now is not None:
             self._seen = now if self._seen is None else max(self._seen, now)
+        self._asked = max(count, 0)
         del self._names[max(count, 0):]
         cap = self.settings.capacity_at(self._seen) if self._seen is not None else None
         while len(self._names) < (count if cap is None else min(count, max(cap, len(self._names)))):

@@ -60,7 +60,7 @@ class WebhookSettings(BaseModel):
     headers: dict[str, SecretStr] = Field(default_factory=dict, description="Sent with every call; values never logged.")
     body_template: str = Field(default=DEFAULT_BODY, description="Body with {pool} {action} {from} {to} {step}.")
     content_type: str = Field(default="application/json", description="JSON bodies are checked at start-up.")
-    timeout: Duration = Field(default=5, gt=0, description="Time one HTTP attempt may take.")
+    timeout: Duration = Field(default=5, gt=0, description="Total time of one HTTP attempt, answer included.")
     retry_budget: Duration = Field(default=8, ge=0, description="Total time one call may spend on retries.")
     tracks_count: bool = Field(default=True, description="Keep the count in the service (the endpoint can't say).")
     initial_count: int = Field(default=0, ge=0, description="Nodes the pool has when the service first sees it.")

@@ -98,7 +98,8 @@ def test_day_long_trace_replays_in_under_ten_seconds(tmp_path: Path) -> None:
     summary = json.loads((tmp_path / "out/summary.json").read_text())
     assert set(summary) >= {"node_hours", "saturated_minutes", "minutes_above_90", "scale_actions",
                             "direction_changes", "baselines"}
-    assert set(summary["baselines"]) == {"static_peak", "fixed_step", "cloud_newest"}
+    assert set(summary["baselines"]) == {"static_peak", "fixed_step", "cloud_newest", "cluster_autoscaler",
+                                          "cluster_autoscaler_overprovisioned"}
     assert summary["victims"] == "cloud" and summary["interrupted_node_minutes"] > 0
     assert summary["interrupted_node_minutes_by_victims"] == {"cloud": summary["interrupted_node_minutes"]}
     with open(tmp_path / "out/timeline.csv", newline="") as fh:

@@ -16,6 +16,7 @@ import requests
 
 from autoscaler.cluster.nodes import CORDON_ANNOTATION
 from tests.cloud_stack import CLOUD_APP, AckCloud, AksCloud, KubeNode, service_config
+from tests.fakes.arm import Fault
 from tests.fakes.kube import FakeKube
 from tests.pipeline import wait_for
 from tests.servers import ROOT, Service
@@ -128,3 +129,67 @@ def test_worker_killed_between_cordon_and_removal(tmp_path: Path) -> None:
             assert "unschedulable" not in node["spec"] and CORDON_ANNOTATION not in node["metadata"]["annotations"]
             assert victim in aks.arm.machine_names("gpunp")  # nothing was removed
             assert "uncordoned nodes a stopped decision left cordoned: " + victim in svc.read_log()
+
+
+def test_worker_killed_while_the_cloud_takes_the_removal_keeps_the_node_cordoned(tmp_path: Path) -> None:
+    """Issue 34 item 10: ARM takes deleteMachines (the machine goes, the pool reads Scaling) but holds its answer;
+    the worker is killed in the call. The next decisions keep the node cordoned: first while ARM still works on
+    the pool, then because ARM's count is below the one the removal was decided on (the node is the cloud's: the
+    ``/removing`` mark), never open to new GPU pods while it is deleted."""
+    with AksCloud(count=3) as aks, FakeKube() as kube:
+        seed(kube, aks.nodes(), busy=0)
+        victim = aks.nodes()[2].name  # the newest idle node
+        aks.arm.faults.append(Fault(0, method="POST", reset=True, applied=True, delay=20))  # taken, answer held
+        cfg = service_config(tmp_path, [aks.pool_config("gpu-aks")], [RULES[0], RULES[2]],
+                             kubernetes={"host": kube.url, "token": kube.token})
+        cfg["server"]["lease_ttl"] = "2s"
+        with Service(cfg, tmp_path, workers=1, env=aks.env, app=CLOUD_APP, graceful_timeout=2) as svc:
+            hook = f"{svc.url}/webhook/alertmanager"
+            sender = threading.Thread(target=_deliver_lost, args=(hook, am_payload(
+                am_alert("GPUUtilizationLow", fingerprint="k", cloud="aks"))))
+            sender.start()
+            wait_for(lambda: any(r.path.endswith("/deleteMachines") for r in aks.arm.requests), 15, "deleteMachines")
+            assert victim not in aks.arm.machine_names("gpunp")  # the cloud has taken the removal
+            (worker,) = svc.worker_pids()
+            os.kill(worker, signal.SIGKILL)
+            sender.join(15)
+            wait_for(lambda: len(svc.worker_pids()) == 1 and worker not in svc.worker_pids(), 15, "a new worker")
+
+            first = _next_decision(hook, "n0")  # waits out the dead worker's lease; ARM still reads Scaling
+            assert first["outcome"] == "skipped_busy" and "still working" in first["reason"], first
+            assert kube.nodes[victim]["spec"].get("unschedulable") is True, "the next decision uncordoned it"
+
+            aks.arm.finish_operations()  # ARM is done: 2 machines, where the removal was decided on 3
+            second = _next_decision(hook, "n1")
+            assert second["outcome"] == "scaled" and (second["from"], second["to"]) == (2, 3), second
+            aks.arm.finish_operations()
+            third = _next_decision(hook, "n2")  # the node's record is settled: the sweep sees only its mark now
+            assert third["outcome"] == "scaled" and (third["from"], third["to"]) == (3, 4), third
+            node = kube.nodes[victim]
+            assert node["spec"].get("unschedulable") is True, "a later decision uncordoned it"
+            mark = node["metadata"]["annotations"][CORDON_ANNOTATION]
+            assert mark.rpartition("@")[0].endswith("/removing"), mark  # left to the cloud for REMOVAL_GRACE
+            log = svc.read_log()
+            assert f"node {victim}: its removal may have been sent" in log and "it went (kept cordoned)" in log
+            assert "uncordoned nodes a stopped decision left cordoned" not in log
+
+
+def _deliver_lost(hook: str, body: dict[str, object]) -> None:
+    """Send a notification whose worker is killed while answering it."""
+    try:
+        requests.post(hook, json=body, headers=AUTH, timeout=30)
+    except requests.RequestException:
+        pass
+
+
+def _next_decision(hook: str, fingerprint: str) -> dict[str, object]:
+    """A scale-out alert, sent again while the pool's lease is a dead worker's; the decision that ran."""
+    answers: list[dict[str, object]] = []
+
+    def ran() -> bool:
+        body = am_payload(am_alert("GPUUtilizationHigh", fingerprint=f"{fingerprint}-{len(answers)}", cloud="aks"))
+        answers.append(requests.post(hook, json=body, headers=AUTH, timeout=10).json()["decisions"][0])
+        return (answers[-1].get("details") or {}).get("busy") != "lease"
+
+    wait_for(ran, 20, "the next decision")
+    return answers[-1]

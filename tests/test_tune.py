@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import random
 import subprocess
 from datetime import datetime, timezone
@@ -15,7 +16,8 @@ import yaml
 from autoscaler.__main__ import main
 from autoscaler.config import build_settings
 from autoscaler.settings import ReplayRule
-from autoscaler.replay.space import Space, apply, describe, duration_text, modes
+from autoscaler.replay.space import Space, apply, describe, duration_text, modes, settings_text
+from autoscaler.replay.tune_cli import report
 from autoscaler.replay.tune_files import prometheus_rules
 from autoscaler.replay.trace import Trace, parse_time
 from autoscaler.replay.tune import Budget, Score, _init, choose, evaluate, pareto
@@ -109,9 +111,28 @@ def test_choice_is_the_cheapest_within_budget_and_the_frontier_is_pareto(tuned: 
     saturated = [int(r["saturated_minutes"]) for r in rows]
     assert hours == sorted(hours) and all(a > b for a, b in zip(saturated, saturated[1:]))
     within = [h for h, s in zip(hours, saturated) if s <= tune["choice_budget"]]
-    assert tune["tuned"]["node_hours"] == pytest.approx(min(within), abs=0.01)
+    # The robust choice (tests/test_tune_robust.py) takes one of the finalists judged on stressed copies of the
+    # history, never one cheaper than the cheapest within the budget.
+    assert data["stress_choice"] in ("robust", "robust_changes_over", "robust_over")
+    assert settings_text(data["tuned"]) in [j["settings"] for j in data["stressed"]["finalists"]]
+    assert tune["tuned"]["node_hours"] >= min(within) - 0.01
     assert "scale_out.mode=" in rows[0]["settings"] and "rules.1.for=" in rows[0]["settings"]
     assert (out / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_direction_changes_are_limited_by_default_from_the_base_run(tuned: dict[str, Any],
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    data = tuned["data"]
+    base = data["spans"]["tune"]["base"]
+    days = data["spans"]["tune"]["minutes"][1] / 1440
+    assert data["max_direction_changes"] is None  # no --max-direction-changes: the limit comes from the base run
+    assert data["base_direction_changes_per_day"] == pytest.approx(base["direction_changes"] / days, abs=0.01)
+    assert data["direction_change_limit"] == max(2, math.ceil(2 * base["direction_changes"] / days - 1e-9))
+    tuned_span = data["spans"]["tune"]["tuned"]
+    assert len(tuned_span["day_changes"]) == len(tuned_span["days"]) == 1  # one whole day in 1.5
+    assert sum(tuned_span["day_changes"]) <= tuned_span["direction_changes"]
+    text = report(data, str(tuned["out"]))
+    assert "chg: direction changes" in text and "direction changes limited to" in text
 
 
 def test_confirm_span_is_reported_and_unseen_by_the_search(tuned: dict[str, Any], tmp_path: Path) -> None:
@@ -386,3 +407,18 @@ def test_a_pending_rule_searches_demand_mode_and_writes_a_pending_alert(tmp_path
     checked = subprocess.run([require_binary(*PROMTOOL), "check", "rules", str(out / "prometheus-rules.yml")],
                              capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_no_stress_and_a_change_limit_given_on_the_command_line(tuned: dict[str, Any], tmp_path: Path) -> None:
+    """--max-direction-changes overrides the limit from the base run; --no-stress takes the first cut's cheapest
+    (no finalists judged), which keeps the limit on the tuning span's average."""
+    out = tmp_path / "out"
+    assert main(["replay", "--tune", "--config", str(tuned["dir"] / "base.yaml"), "--trace",
+                 str(tuned["dir"] / "history.csv"), "--max-saturated", "2%", "--out", str(out), "--candidates", "9",
+                 "--holdout", "0.25", "--workers", "1", "--max-direction-changes", "3", "--no-stress"]) == 0
+    data = json.loads((out / "tuning.json").read_text())
+    assert data["max_direction_changes"] == 3 and data["direction_change_limit"] == 3
+    assert data["stress_choice"] is None and data["stressed"] == {"days": [], "copies": [], "finalists": []}
+    span = data["spans"]["tune"]
+    if data["choice"] != "changes_over":
+        assert span["tuned"]["direction_changes"] <= 3 * span["minutes"][1] / 1440

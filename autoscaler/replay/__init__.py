@@ -6,14 +6,29 @@ import time
 from typing import Any, Callable, TypeVar
 
 from autoscaler.config import ConfigError, load_replay_config
+from autoscaler.config import Settings
+from autoscaler.replay.peers import PeerRun, PeerSettings, cluster_autoscaler, peer_figures
 from autoscaler.replay.report import summary, write_all
-from autoscaler.replay.sim import fixed_step, replay_pool, simulate, static_peak, victims_of
+from autoscaler.replay.sim import fixed_step, replay_pool, replay_route, simulate, static_peak, victims_of
+from autoscaler.replay.trace import Trace
 from autoscaler.replay.trace import ReplayError, load_trace
 
 __all__ = ["ReplayError", "command", "replay", "run_replay"]
 
 
-def run_replay(config_path: str, trace_path: str, out_dir: str) -> dict[str, Any]:
+def peers(settings: Settings, trace: Trace, overprovision: int = 1) -> dict[str, PeerRun]:
+    """cluster-autoscaler on the same trace, without and with ``overprovision`` nodes of pause pods: one node
+    group with the replayed pools' limits and starting nodes added up and the preferred pool's boot time."""
+    members = replay_route(settings)[1]
+    specs = [settings.pools[name] for name in members]
+    ca = PeerSettings(boot=float(specs[0].provider_settings.provision_seconds), low=sum(s.min for s in specs),
+                      high=sum(s.max for s in specs), initial=sum(s.provider_settings.initial_count for s in specs))
+    return {"cluster_autoscaler": cluster_autoscaler(trace.demand, trace.start, ca),
+            "cluster_autoscaler_overprovisioned": cluster_autoscaler(
+                trace.demand, trace.start, PeerSettings(**{**ca.__dict__, "overprovision": overprovision}))}
+
+
+def run_replay(config_path: str, trace_path: str, out_dir: str, overprovision: int = 1) -> dict[str, Any]:
     """Replay a trace and write its outputs; ConfigError or ReplayError when an input is bad."""
     _, settings = load_replay_config(config_path)
     pool = replay_pool(settings)
@@ -25,13 +40,23 @@ def run_replay(config_path: str, trace_path: str, out_dir: str) -> dict[str, Any
     spec = settings.pools[pool]
     data = summary(run, static_peak(trace, run.gpus_per_node), simulate(fixed_step(settings), trace, use_steps=False),
                    cloud, victims, idle=idle, low=spec.min)
+    others = peers(settings, trace, overprovision)
+    for name, peer in others.items():
+        data["baselines"][name] = {**peer_figures(peer, run.gpus_per_node, data["foresight_node_hours"]),
+                                   "overprovision": overprovision if name.endswith("overprovisioned") else 0}
     title = (f"{pool}: scale_out {spec.scale_out.mode.value}, scale_in {spec.scale_in.mode.value} | "
              f"{data['node_hours']:.1f} node-h (static peak {data['baselines']['static_peak']['node_hours']:.1f}),"
              f" saturated {data['saturated_minutes']} of {data['minutes']} min, unmet "
              f"{data['unmet_demand_gpu_minutes']:.0f} GPU-min, interrupted "
              f"{data['interrupted_node_minutes']:.1f} node-min (victims {victims})")
-    write_all(out_dir, run, data, title)
+    write_all(out_dir, run, data, title, others, settings)
     return data
+
+
+def peer_line(peer: dict[str, Any]) -> str:
+    ratio = f" ({peer['vs_foresight']:.2f}x)" if peer["vs_foresight"] is not None else ""
+    return (f"{peer['node_hours']:.1f} node-h{ratio}, saturated {peer['saturated_minutes']} min, "
+            f"{peer['direction_changes']} direction changes")
 
 
 T = TypeVar("T")
@@ -52,10 +77,10 @@ def command(work: Callable[[], T], config_path: str, out_dir: str) -> T | None:
     return None
 
 
-def replay(config_path: str, trace_path: str, out_dir: str) -> int:
+def replay(config_path: str, trace_path: str, out_dir: str, overprovision: int = 1) -> int:
     """The CLI: exit 0 with a one-line result, or 1 with each problem on its own line."""
     started = time.monotonic()
-    data = command(lambda: run_replay(config_path, trace_path, out_dir), config_path, out_dir)
+    data = command(lambda: run_replay(config_path, trace_path, out_dir, overprovision), config_path, out_dir)
     if data is None:
         return 1
     static = data["baselines"]["static_peak"]
@@ -68,5 +93,7 @@ def replay(config_path: str, trace_path: str, out_dir: str) -> int:
           f"{data['scale_actions']} scale actions, interrupted work "
           f"{data['interrupted_node_minutes']:.1f} node-min with victims {data['victims']} "
           f"(cloud picking the newest: {data['interrupted_node_minutes_by_victims']['cloud']:.1f}), "
-          f"{data['evictions']} evictions")
+          f"{data['evictions']} evictions; cluster-autoscaler {peer_line(data['baselines']['cluster_autoscaler'])}, "
+          f"with {overprovision} node(s) of pause pods "
+          f"{peer_line(data['baselines']['cluster_autoscaler_overprovisioned'])}")
     return 0

@@ -5,11 +5,14 @@ import csv
 import json
 import math
 import os
+import textwrap
 from collections import Counter
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from autoscaler.durations import rfc3339
 from autoscaler.models import Action, Outcome
+from autoscaler.config import Settings
+from autoscaler.replay.peers import PeerRun
 from autoscaler.replay.sim import Run
 
 TIMELINE_HEADER = ["timestamp", "demand", "ready", "requested", "utilization", "outcomes"]
@@ -113,8 +116,29 @@ def write_timeline(path: str, run: Run) -> None:
                              f"{m.utilization:.1f}", ";".join(m.outcomes)])
 
 
-def write_plot(path: str, run: Run, title: str) -> None:
-    """replay.png: demand, ready and requested nodes, decisions marked; utilisation below."""
+def stockouts(settings: Settings | None, pools: Sequence[str]) -> list[tuple[float, float, str]]:
+    """(start, end, pool) of each simulated capacity window of the replayed pools (shaded in replay.png)."""
+    out = []
+    for name in pools if settings is not None else ():
+        capacity = getattr(settings.pools[name].provider_settings, "capacity", None) if settings else None
+        for window in capacity if isinstance(capacity, list) else ():
+            out.append((window.start.timestamp(), window.end.timestamp(), f"{name} stockout (<= {window.nodes})"))
+    return out
+
+
+def write_plot(path: str, run: Run, title: str, peers: Mapping[str, PeerRun] | None = None,
+               settings: Settings | None = None) -> None:
+    """replay.png (see ``plot``)."""
+    from matplotlib import pyplot as plt
+
+    fig = plot(run, title, peers, settings)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot(run: Run, title: str, peers: Mapping[str, PeerRun] | None = None, settings: Settings | None = None) -> Any:
+    """The replay's figure: demand, ready and requested nodes (a line per pool for a group, each pool's decisions
+    on its own line), the peers' ready nodes, stockouts shaded; utilisation below. The caller closes it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -122,19 +146,34 @@ def write_plot(path: str, run: Run, title: str) -> None:
 
     start = run.minutes[0].time if run.minutes else 0.0
     hours = [(m.time - start) / 3600 for m in run.minutes]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(12, 7), sharex=True, height_ratios=[3, 1])
+    pools = [name for name, _ in run.minutes[0].by_pool] if run.minutes else []
+    group = len(pools) > 1
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(13, 7.5), sharex=True, height_ratios=[3, 1])
     top.plot(hours, [m.demand for m in run.minutes], color="black", lw=1, label="demand (nodes of work)")
-    top.step(hours, [m.ready for m in run.minutes], where="post", color="tab:blue", lw=1.6, label="ready nodes")
+    top.step(hours, [m.ready for m in run.minutes], where="post", color="tab:blue", lw=1.6,
+             label="ready nodes" + (" (group total)" if group else ""))
     top.step(hours, [m.requested for m in run.minutes], where="post", color="tab:orange", lw=1, ls="--",
-             label="requested nodes")
-    for action, marker, color in (("scale_out", "^", "tab:green"), ("scale_in", "v", "tab:red")):
-        points = [((t - start) / 3600, d.to) for t, d in run.decisions
-                  if d.outcome is Outcome.SCALED and d.action == action]
+             label="requested nodes" + (" (group total)" if group else ""))
+    colors = ("tab:cyan", "tab:olive", "tab:pink", "tab:brown")
+    for i, pool in enumerate(pools if group else []):
+        top.step(hours, [dict(m.by_pool).get(pool, 0) for m in run.minutes], where="post", lw=1.2,
+                 color=colors[i % len(colors)], label=f"ready nodes of {pool}")
+    for name, style in zip(peers or {}, (":", "-.")):
+        peer = (peers or {})[name]
+        top.step(hours[:len(peer.ready)], peer.ready, where="post", color="dimgray", lw=1, ls=style,
+                 label=f"{name.replace('_', '-')} ready nodes (peer)")
+    for first, last, label in stockouts(settings, pools):
+        top.axvspan((first - start) / 3600, (last - start) / 3600, color="tab:red", alpha=0.08, label=label)
+    for action, marker, color in (("scale_out", "^", "tab:green"), ("scale_in", "v", "tab:red"),
+                                  ("no_capacity", "x", "black")):
+        points = [((t - start) / 3600, d.to) for t, d in run.decisions if d.to is not None and (
+            (d.outcome is Outcome.SCALED and d.action == action) or (action == d.outcome.value))]
         if points:
-            top.scatter(*zip(*points), marker=marker, color=color, zorder=3, label=f"{action} decision")
+            top.scatter(*zip(*points), marker=marker, color=color, zorder=3,
+                        label=f"{action} decision" + (" (at the pool's own count)" if group else ""))
     top.set_ylabel("nodes")
-    top.set_title(title)
-    top.legend(loc="upper left", fontsize=8)
+    top.set_title(textwrap.fill(title, 150), fontsize=9, loc="left")
+    top.legend(loc="upper left", fontsize=7, ncol=2)
     top.grid(alpha=0.3)
     bottom.plot(hours, [m.utilization for m in run.minutes], color="tab:purple", lw=1)
     bottom.set_ylabel("utilisation %")
@@ -142,15 +181,15 @@ def write_plot(path: str, run: Run, title: str) -> None:
     bottom.set_ylim(0, 105)
     bottom.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
-def write_all(out_dir: str, run: Run, data: dict[str, Any], title: str) -> None:
+def write_all(out_dir: str, run: Run, data: dict[str, Any], title: str,
+              peers: Mapping[str, PeerRun] | None = None, settings: Settings | None = None) -> None:
     """Write the three files into ``out_dir`` (created if missing)."""
     os.makedirs(out_dir, exist_ok=True)
     write_timeline(os.path.join(out_dir, "timeline.csv"), run)
     with open(os.path.join(out_dir, "summary.json"), "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=2)
         fh.write("\n")
-    write_plot(os.path.join(out_dir, "replay.png"), run, title)
+    write_plot(os.path.join(out_dir, "replay.png"), run, title, peers, settings)

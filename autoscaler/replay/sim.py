@@ -62,6 +62,7 @@ class Run:
     stopped: bool = False  # the ``stop`` hook ended it before the trace did
     reconciles: list[float] = field(default_factory=list)  # times of reconciler ticks that decided something
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE  # what one node of demand is in GPUs (unmet demand's unit)
+    ticks: int = 0  # reconciler ticks run (a tick is run only when it may decide something)
 
 
 #: Called with each new minute of a replay; True stops the replay there (the tuner drops a hopeless candidate).
@@ -153,26 +154,36 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
         listed, owners = names()
         return listed, when, owners
 
+    gpus = gpus_per_node(settings, pool)
     start_names, start_owners = names()
-    nodes = ReplayCluster(start_names, gpus_per_node(settings, pool), sim.provision_seconds, now,
+    nodes = ReplayCluster(start_names, gpus, sim.provision_seconds, now,
                           pack=cfg.placement == "pack", movable_share=cfg.movable_share, owners=start_owners,
                           provision_by_pool={name: s.provision_seconds for name, s in sims.items()})
     # The engine's own node-aware scale-in (pick, cordon, re-check, remove by name) runs against the replay's
     # cluster; a forced drain's retries would sleep, the replay never forces one.
     clock = ManualClock(now)
     engine = Engine(settings, store, providers, EventLog(store, clock=clock), clock=clock, cluster=nodes)
+    engine.hold.renew = False  # the virtual clock stands still during a decision: no lease can lapse
     reconciler = Reconciler(settings, store, providers, engine, clock=clock)
     reconcile_every = settings.config.server.reconcile_interval or 30.0
     emulator = AlertEmulator(cfg, settings.config.routing, use_steps=use_steps)
     queue: list[tuple[float, int, int]] = [(trace.start + STEP * i, SAMPLE, i) for i in range(len(trace.demand))]
     queue.append((trace.start, EVALUATE, 0))
     spec = settings.pools[pool]
-    floors = any(settings.pools[name].schedules or sims[name].initial_count < settings.pools[name].min
-                 or sims[name].capacity is not None for name in members)  # a floor, or a shortfall to record
+    scheduled = any(settings.pools[name].schedules for name in members)
+    floors = scheduled or any(sims[name].initial_count < settings.pools[name].min or sims[name].capacity is not None
+                              for name in members)  # a floor, or a shortfall to record
+
+    def short() -> bool:
+        """Whether a tick has a floor or a shortfall to act on: a pool below its min, or nodes it was asked for
+        and does not have (a schedule's floor depends on the time: every tick looks)."""
+        return scheduled or any(p.undelivered() > 0 or p.asked() < settings.pools[name].min
+                                for name, p in zip(members, simulated) if isinstance(p, SimulatedProvider))
     topped_up = keeps_headroom(spec) and bool(spec.node_selector)  # the reconciler keeps headroom from the cluster
     if floors or topped_up:  # otherwise no tick could decide anything
         queue.append((trace.start, RECONCILE, 0))
     reconciles: list[float] = []
+    ticks = 0
     spare_enough: tuple[int, int, int] | None = None  # the cluster's usage when the headroom was last found kept
     heapq.heapify(queue)
     minutes: list[Minute] = []
@@ -202,7 +213,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
                 break
         elif kind == EVALUATE:
             demand, ready = trace.at(now), nodes.ready(now)
-            pending = pending_gpus(demand, ready, gpus_per_node(settings, pool))
+            pending = pending_gpus(demand, ready, gpus)
             for item in emulator.evaluate(now, utilization(demand, ready), pending):
                 heapq.heappush(queue, (item[0], FLUSH, item[1]))
             nxt = now + cfg.evaluation_interval
@@ -211,11 +222,13 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
         elif kind == RECONCILE:
             # A tick only for the headroom is run when the cluster shows it short: the others decide nothing (and a
             # full tick, its lease and cloud view, costs more than the minute's replay)
-            due = floors
+            # Likewise a tick for floors and shortfalls runs only when a pool is below its min or short of nodes.
+            due = floors and short()
             if not due and nodes.usage(now) != spare_enough:  # unchanged since it was last enough: still enough
                 due = reconciler.headroom_short(spec, nodes.requested, now) is not None
                 spare_enough = None if due else nodes.usage(now)
             ticked = reconciler.tick(now).decisions if due else []
+            ticks += due
             if ticked:
                 reconciles.append(now)
                 decisions += [(now, decision) for decision in ticked]
@@ -240,7 +253,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     if own_store and isinstance(store, SqlStore):
         store.engine.dispose()
     return Run(minutes, decisions, notifications, round(nodes.interrupted_node_minutes, 4), nodes.interrupted_pods,
-               nodes.evictions, stopped, reconciles, gpus_per_node(settings, pool))
+               nodes.evictions, stopped, reconciles, gpus, ticks)
 
 
 def gpus_per_node(settings: Settings, pool: str) -> int:

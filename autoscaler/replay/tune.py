@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 from autoscaler.config import build_settings, offline
 from autoscaler.replay.report import figures, foresight_node_hours
-from autoscaler.replay.sim import Minute, simulate
+from autoscaler.models import Outcome
+from autoscaler.replay.sim import Minute, Run, simulate
 from autoscaler.replay.space import Candidate, Space, apply
 from autoscaler.replay.trace import STEP, Trace
 from autoscaler.store.memory import MemoryStore
@@ -46,6 +47,17 @@ class Score:
     worst_day: int = 0  # the most saturated minutes of any whole day (1440 minutes from the span's start)
     days: tuple[tuple[float, int], ...] = ()  # (node-hours, saturated minutes) of each whole day of the span
     foresight: float = 0.0  # the perfect-foresight node-hours of the minutes replayed (report.foresight_node_hours)
+    interrupted: float = 0.0  # node-minutes of GPU work cut by node removals (report's interrupted_node_minutes)
+    day_changes: tuple[int, ...] = ()  # direction changes of each whole day of the span
+
+    @property
+    def cost(self) -> float:
+        """What the choice minimises: node-hours, plus the interrupted work, which has to run again."""
+        return self.node_hours + self.interrupted / 60.0
+
+    @property
+    def worst_changes(self) -> int:
+        return max(self.day_changes, default=self.direction_changes)
 
     def feasible(self, budget: Budget) -> bool:
         return (not self.stopped and self.saturated_minutes <= budget.total
@@ -55,7 +67,7 @@ class Score:
     def rank(self, budget: Budget) -> tuple[float, ...]:
         """Feasible by node-hours, then those stopped for cost, then the rest by how saturated they were."""
         if self.feasible(budget):
-            return (0, self.node_hours, self.direction_changes)
+            return (0, self.cost, self.direction_changes)
         if self.stopped == "node_hours":
             return (1, self.node_hours / max(self.minutes, 1))
         return (2, -self.minutes, self.saturated_minutes)
@@ -85,15 +97,18 @@ class _Stop:
 _WORK: dict[str, Any] = {}
 
 
-def _init(raw: dict[str, Any], env: dict[str, str], pool: str, trace: Trace) -> None:
-    _WORK.update(raw=raw, env=env, pool=pool, trace=trace)
+def _init(raw: dict[str, Any], env: dict[str, str], pool: str, trace: Trace,
+          stressed: dict[str, Trace] | None = None) -> None:
+    _WORK.update(raw=raw, env=env, pool=pool, trace=trace, stressed=stressed or {})
 
 
-def evaluate(candidate: Candidate, begin: int, end: int, budget: int | None, bound: float | None) -> Score:
-    """Replay minutes [begin, end) of the trace with the candidate (``budget``/``bound``: stop early; None: never)."""
+def evaluate(candidate: Candidate, begin: int, end: int, budget: int | None, bound: float | None,
+             stress: str = "") -> Score:
+    """Replay minutes [begin, end) of the trace (``stress``: of that stressed copy, see robust.py) with the
+    candidate (``budget``/``bound``: stop early; None: never)."""
     raw = apply(_WORK["raw"], _WORK["pool"], candidate)
     settings = build_settings(offline(raw), env=_WORK["env"], replay=True)
-    trace: Trace = _WORK["trace"]
+    trace: Trace = _WORK["stressed"][stress] if stress else _WORK["trace"]
     span = Trace(trace.start + STEP * begin, trace.demand[begin:end])
     stop = _Stop(budget, bound) if budget is not None else None
     run = simulate(settings, span, store=MemoryStore(), stop=stop)
@@ -105,12 +120,28 @@ def evaluate(candidate: Candidate, begin: int, end: int, budget: int | None, bou
     low = settings.pools[_WORK["pool"]].min
     return Score(data["node_hours"], data["saturated_minutes"], data["direction_changes"], data["minutes"],
                  stop.why if stop and run.stopped else "", worst, per_day,
-                 foresight_node_hours([m.demand for m in run.minutes], low))
+                 foresight_node_hours([m.demand for m in run.minutes], low), run.interrupted_node_minutes,
+                 changes_by_day(run, len(days)))
 
 
-def evaluate_task(task: tuple[int, Candidate, int, int, int | None, float | None]) -> tuple[int, Score]:
-    index, candidate, begin, end, budget, bound = task
-    return index, evaluate(candidate, begin, end, budget, bound)
+def changes_by_day(run: Run, days: int) -> tuple[int, ...]:
+    """Direction changes (a scale action the other way from the one before) of each of the first ``days`` days."""
+    start = run.minutes[0].time if run.minutes else 0.0
+    scaled = [(t, d.action) for t, d in run.decisions if d.outcome is Outcome.SCALED]
+    out = [0] * days
+    for (_, before), (when, action) in zip(scaled, scaled[1:]):
+        day = int((when - start) // 86400)
+        if action != before and day < days:
+            out[day] += 1
+    return tuple(out)
+
+
+Task = tuple[int, Candidate, int, int, int | None, float | None] | tuple[int, Candidate, int, int, None, None, str]
+
+
+def evaluate_task(task: Task) -> tuple[int, Score]:
+    index, candidate, begin, end, budget, bound, *stress = task
+    return index, evaluate(candidate, begin, end, budget, bound, *stress)
 
 
 # -- the search ---------------------------------------------------------------------------------------
@@ -125,7 +156,7 @@ class Search:
     budget_pct: float  # the budget the choice must keep, a % of minutes (the margin already taken off)
     day_pct: float | None = None  # and on every whole day, a % of its minutes (None: no daily limit)
     changes_per_day: float | None = None  # direction changes allowed a day (None: any)
-    candidates: int = 405
+    candidates: int = 243
     eta: int = 3
     neighbours: int = 60
     rounds: int = 2
@@ -202,7 +233,7 @@ class Search:
                 self.evaluated += 1
                 self.minutes_replayed += score.minutes
                 if score.feasible(budget):
-                    best = score.node_hours if best is None else min(best, score.node_hours)
+                    best = score.cost if best is None else min(best, score.cost)
         return scores
 
 
@@ -243,19 +274,19 @@ def choose(results: list[tuple[Candidate, Score]], budget: Budget,
     for flag, limit in tries:
         feasible = [cs for cs in results if cs[1].feasible(limit)]
         if feasible:
-            cand, score = min(feasible, key=lambda cs: (cs[1].node_hours, cs[1].direction_changes))
+            cand, score = min(feasible, key=lambda cs: (cs[1].cost, cs[1].direction_changes))
             return cand, score, flag
     cand, score = min(results, key=least_saturated)
     return cand, score, "over"
 
 
-def make_pool(workers: int, raw: dict[str, Any], env: dict[str, str], pool: str,
-              trace: Trace) -> ProcessPoolExecutor | None:
-    """The worker processes (None: evaluate in this process), each given the config and the trace once."""
-    _init(raw, env, pool, trace)
+def make_pool(workers: int, raw: dict[str, Any], env: dict[str, str], pool: str, trace: Trace,
+              stressed: dict[str, Trace] | None = None) -> ProcessPoolExecutor | None:
+    """The worker processes (None: evaluate in this process), each given the config and the traces once."""
+    _init(raw, env, pool, trace, stressed)
     if workers <= 1:
         return None
-    return ProcessPoolExecutor(max_workers=workers, initializer=_init, initargs=(raw, env, pool, trace))
+    return ProcessPoolExecutor(max_workers=workers, initializer=_init, initargs=(raw, env, pool, trace, stressed))
 
 
 def default_workers() -> int:

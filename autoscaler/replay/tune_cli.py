@@ -7,22 +7,28 @@ spans are reported (stdout and tuning.json).
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from autoscaler.config import build_settings, load_replay_config, offline
 from autoscaler.replay.report import foresight_node_hours
-from autoscaler.replay.sim import replay_pool
+from autoscaler.replay.sim import gpus_per_node, replay_pool
 from autoscaler.replay.space import Candidate, Space, apply, describe, show
-from autoscaler.replay.trace import ReplayError, load_trace
-from autoscaler.replay.tune import Score, Search, choose, make_pool, pareto, evaluate_task
-from autoscaler.replay import command, tune_files
+from autoscaler.replay.peers import peer_figures
+from autoscaler.replay.trace import ReplayError, Trace, load_trace
+from autoscaler.replay.robust import (Judged, as_json, burstiest_days, finalists, judge, pick, stress_note,
+                                      stressed_copies)
+from autoscaler.replay.tune import Budget, Score, Search, choose, make_pool, pareto, evaluate_task
+from autoscaler.replay import command, peers, tune_files
 
 DEFAULT_HOLDOUT = 2 / 7
 DEFAULT_MARGIN = 0.25
+MIN_CHANGES = 2  # the default limit of direction changes a day is never under this
+CHANGES_FACTOR = 2  # ... and is this many times the base config's direction changes a day
 
 
 def parse_percent(text: str) -> float:
@@ -38,9 +44,9 @@ def _load(config_path: str) -> tuple[dict[str, Any], Any]:
     return raw, settings
 
 
-def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, *, candidates: int = 405,
+def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, *, candidates: int = 243,
          workers: int = 2, seed: int = 0, holdout: float = DEFAULT_HOLDOUT, margin: float = DEFAULT_MARGIN,
-         neighbours: int = 60, robust: bool = False, max_changes: float | None = None,
+         neighbours: int = 60, robust: bool = False, max_changes: float | None = None, stress: bool = True,
          utilization_expr: str = tune_files.UTILIZATION_EXPR, pending_expr: str = tune_files.PENDING_EXPR,
          quiet: bool = False) -> dict[str, Any]:
     """Search, confirm and write DIR's files; returns what tuning.json holds. ConfigError / ReplayError on bad
@@ -61,19 +67,40 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
             print(f"tune: {text} ({time.monotonic() - started:.0f}s)", file=sys.stderr, flush=True)
 
     space = Space(settings, pool)
-    # The choice keeps a margin under the budget over the span, and the budget itself on each whole day of it:
-    # days differ, and the days the search never saw must hold the budget too.
-    # Robust: the worst day decides, with the margin on each day (the span's total is then within it too).
-    day_pct = max_saturated * (1 - margin) if robust else max_saturated
-    search = Search(space, train, max_saturated * (1 - margin), day_pct=day_pct, changes_per_day=max_changes,
-                    candidates=candidates, neighbours=neighbours, seed=seed)
-    executor = make_pool(workers, raw, env, pool, trace)
+    base = describe(settings, pool)
+    stressed = stressed_copies(trace, train) if stress else {}
+    executor = make_pool(workers, raw, env, pool, trace, stressed)
     try:
+        base_score = evaluate_task((0, base, 0, train, None, None))[1]
+        # Flapping has a price: by default at most twice the direction changes a day the base config made on the
+        # history (at least MIN_CHANGES); --max-direction-changes sets the limit instead.
+        days = max(train / 1440, 1.0)
+        limit = max_changes if max_changes is not None else max(MIN_CHANGES, math.ceil(
+            CHANGES_FACTOR * base_score.direction_changes / days - 1e-9))
+        # The choice keeps a margin under the budget over the span, and the budget itself on each whole day of it:
+        # days differ, and the days the search never saw must hold the budget too.
+        # Robust: the worst day decides, with the margin on each day (the span's total is then within it too).
+        day_pct = max_saturated * (1 - margin) if robust else max_saturated
+        search = Search(space, train, max_saturated * (1 - margin), day_pct=day_pct, changes_per_day=limit,
+                        candidates=candidates, neighbours=neighbours, seed=seed)
         search.run(executor, progress)
-        whole_day = int(max_saturated / 100.0 * 1440 + 1e-9) if robust else None
-        chosen, chosen_score, within = choose(search.results, search.budget(train), whole_day)
-        base = describe(settings, pool)
-        jobs = [(0, base, 0, train, None, None)]
+        whole_day = int(max_saturated / 100.0 * 1440 + 1e-9)
+        chosen, chosen_score, within = choose(search.results, search.budget(train), whole_day if robust else None)
+        judged: list[Judged] = []
+        stage = {"every_day": search.budget(train),
+                 "every_day_no_margin": Budget(10 ** 9, whole_day, search.budget(train).changes),
+                 "changes_over": replace(search.budget(train), changes=None)}.get(within)
+        picked = None
+        if stressed and stage is not None:
+            finals = finalists(space, search.results, stage)
+            progress(f"judging {len(finals)} finalists on the worst of the history's days and "
+                     f"{len(stressed)} stressed copies of its {len(next(iter(stressed.values())).demand) // 1440} "
+                     "burstiest days")
+            judged = judge(executor, finals, search.results, train, stressed)
+            if judged:
+                best, picked = pick(judged, whole_day, math.ceil(limit))
+                chosen, chosen_score = best.candidate, best.history
+        jobs = []
         if train < total:
             jobs += [(1, chosen, train, total, None, None), (2, base, train, total, None, None)]
         progress("scoring the base config and confirming on the rest of the history")
@@ -81,6 +108,7 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
             scored = dict(executor.map(evaluate_task, jobs))
         else:
             scored = dict(evaluate_task(job) for job in jobs)
+        scored[0] = base_score
     finally:
         if executor is not None:
             executor.shutdown()
@@ -96,6 +124,9 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
         spans["confirm"] = {"minutes": [train, total], "budget": budget(total - train),
                             "base": asdict(scored[2]), "tuned": asdict(scored[1])}
     low = settings.pools[pool].min
+    span_trace = Trace(trace.start, trace.demand[:train])
+    data_peers = {name: peer_figures(run, gpus_per_node(settings, pool), foresight_node_hours(span_trace.demand, low))
+                  for name, run in peers(settings, span_trace).items()}
     for span in spans.values():
         first, last = int(span["minutes"][0]), int(span["minutes"][1])
         span["foresight_days"] = [foresight_node_hours(trace.demand[d:d + 1440], low)
@@ -103,9 +134,14 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
     data = {"config": config_path, "trace": trace_path, "pool": pool, "max_saturated_pct": max_saturated,
             "margin": margin, "robust": robust, "max_direction_changes": max_changes, "day_budget": int(max_saturated / 100.0 * 1440 + 1e-9),
             "within_budget": within != "over", "choice": within, "candidates": len(search.results),
+            "direction_change_limit": limit, "base_direction_changes_per_day": round(
+                base_score.direction_changes / days, 2), "stress_choice": picked,
+            "stressed": {"days": sorted(burstiest_days(trace.demand, train)) if stressed else [],
+                         "copies": list(stressed), "finalists": [as_json(j) for j in judged]},
             "sampled": candidates, "replays": search.evaluated + len(jobs),
             "search_minutes_replayed": search.minutes_replayed,
             "seconds": round(time.monotonic() - started, 1), "workers": workers, "base": base, "tuned": chosen,
+            "peers": data_peers,
             "spans": spans}
     _write(out_dir, raw, pool, data, search, frontier, chosen, chosen_score, scored[0], utilization_expr, pending_expr,
            env)
@@ -141,7 +177,7 @@ def _write(out_dir: str, raw: dict[str, Any], pool: str, data: dict[str, Any], s
     title = (f"pool {pool}: {len(search.results)} candidates on minutes {data['spans']['tune']['minutes'][0]}-"
              f"{data['spans']['tune']['minutes'][1]} of {os.path.basename(data['trace'])}")
     tune_files.write_plot(os.path.join(out_dir, "frontier.png"), search.results, frontier, chosen_score, base_score,
-                          budget, title)
+                          budget, title, data["peers"])
     assert tuned_settings.config.replay is not None
     rules = tune_files.prometheus_rules(tuned_settings.config.replay, tuned_settings.config.routing, utilization_expr,
                                         pending_expr)
@@ -181,8 +217,9 @@ def report(data: dict[str, Any], out_dir: str) -> str:
     tail = [f"-> {out_dir}: tuned.yaml, frontier.csv ({data['frontier_points']} points), frontier.png, "
             "prometheus-rules.yml, tuning.json"]
     if data["choice"] == "changes_over":
-        tail.insert(0, f"note: no candidate within the budget kept to {data['max_direction_changes']:g} direction "
+        tail.insert(0, f"note: no candidate within the budget kept to {data['direction_change_limit']:g} direction "
                        "changes a day; the choice ignores that limit")
+    tail.insert(0, stress_note(data))
     if data["choice"] == "every_day_no_margin":
         tail.insert(0, "note: no candidate kept the margin under the budget on every day of the tuning span; the "
                        "choice keeps the budget itself on every day")
@@ -203,18 +240,20 @@ def day_table(data: dict[str, Any]) -> list[str]:
     """Day by day, base and tuned: node-hours, their ratio to perfect foresight, saturated minutes (a mark where
     over the day's budget); the worst day is what a robust choice keeps within the budget."""
     limit = data["day_budget"]
-    rows = [f"day by day (budget {limit} saturated min a day, * over it; x: node-hours / perfect foresight):",
-            "  day  span     base node-h      x  sat min   tuned node-h      x  sat min"]
+    rows = [f"day by day (budget {limit} saturated min a day, * over it; x: node-hours / perfect foresight; "
+            "chg: direction changes):",
+            "  day  span     base node-h      x  sat min  chg   tuned node-h      x  sat min  chg"]
 
-    def cells(hours: float, saturated: int, foresight: float) -> str:
+    def cells(hours: float, saturated: int, foresight: float, changes: int) -> str:
         ratio = f"{hours / foresight:.2f}" if foresight else "-"
-        return f"{hours:11.1f}  {ratio:>5s}  {saturated:5d}{'*' if saturated > limit else ' '}"
+        return f"{hours:11.1f}  {ratio:>5s}  {saturated:5d}{'*' if saturated > limit else ' '}  {changes:3d}"
 
     for name, span in data["spans"].items():
         first_day = span["minutes"][0] // 1440 + 1
-        days = zip(span["base"]["days"], span["tuned"]["days"], span["foresight_days"])
-        for i, ((bh, bs), (th, ts), best) in enumerate(days):
-            rows.append(f"  {first_day + i:<4d} {name:8s} {cells(bh, bs, best)}   {cells(th, ts, best)}")
+        base, tuned = span["base"], span["tuned"]
+        days = zip(base["days"], tuned["days"], span["foresight_days"], base["day_changes"], tuned["day_changes"])
+        for i, ((bh, bs), (th, ts), best, bc, tc) in enumerate(days):
+            rows.append(f"  {first_day + i:<4d} {name:8s} {cells(bh, bs, best, bc)}   {cells(th, ts, best, tc)}")
     return rows
 
 
@@ -227,7 +266,7 @@ def run(args: Any) -> int:
         return 1
     data = command(lambda: tune(args.config, args.trace, args.out, pct, candidates=args.candidates,
                                 workers=args.workers, seed=args.seed, holdout=args.holdout, margin=args.margin,
-                                robust=args.robust, max_changes=args.max_direction_changes,
+                                robust=args.robust, max_changes=args.max_direction_changes, stress=args.stress,
                                 utilization_expr=args.utilization_expr, pending_expr=args.pending_expr),
                    args.config, args.out)
     if data is None:

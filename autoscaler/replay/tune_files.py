@@ -59,9 +59,10 @@ def write_frontier(path: str, frontier: list[tuple[Candidate, Score]]) -> None:
 
 
 def write_plot(path: str, results: list[tuple[Candidate, Score]], frontier: list[tuple[Candidate, Score]],
-               chosen: Score, base: Score, budget: int, title: str) -> None:
+               chosen: Score, base: Score, budget: int, title: str,
+               peers: dict[str, dict[str, Any]] | None = None) -> None:
     """frontier.png: node-hours against saturated minutes of every fully scored candidate, the frontier, the
-    budget, the chosen point and the base config's."""
+    budget, the chosen point, the base config's and the peers' (cluster-autoscaler) on the same span."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -77,6 +78,10 @@ def write_plot(path: str, results: list[tuple[Candidate, Score]], frontier: list
                label=f"base config ({base.node_hours:.0f} node-h, {base.saturated_minutes} min)")
     ax.scatter([chosen.saturated_minutes], [chosen.node_hours], marker="*", s=260, color="tab:orange", zorder=5,
                edgecolor="black", label=f"chosen ({chosen.node_hours:.0f} node-h, {chosen.saturated_minutes} min)")
+    for (name, peer), marker in zip((peers or {}).items(), ("s", "D")):
+        ax.scatter([peer["saturated_minutes"]], [peer["node_hours"]], marker=marker, s=70, color="tab:purple",
+                   zorder=4, label=f"{name.replace('_', '-')} ({peer['node_hours']:.0f} node-h, "
+                                   f"{peer['saturated_minutes']} min, {peer['direction_changes']} changes)")
     ax.set_xscale("symlog", linthresh=10)
     ax.set_xlabel("saturated minutes (demand above ready nodes)")
     ax.set_ylabel("node-hours")

@@ -1,8 +1,10 @@
 """The state store: pools (lease, cooldowns, pause, tracked counts), dedup keys and the event log."""
 from __future__ import annotations
 
-from autoscaler.store.base import (DedupConfirm, DedupStore, EventRecord, EventStore, NodesView, PoolChange, PoolStore,
-                                   PoolView, QuickState, RepairRecord, RepairStore, Store, StoreUnavailable, ViewStore)
+from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
+                                   RemovalIntent, RepairRecord, StoreUnavailable)
+from autoscaler.store.interfaces import (DedupStore, EventStore, PoolStore, RemovalStore, RepairStore, Store,
+                                         ViewStore)
 from autoscaler.store.connections import StoreOptions
 from autoscaler.store.sql import SqlStore
 
@@ -13,5 +15,5 @@ def open_store(url: str, options: StoreOptions | None = None) -> Store:
 
 
 __all__ = ["DedupConfirm", "DedupStore", "EventRecord", "EventStore", "NodesView", "PoolChange", "PoolStore", "PoolView",
-           "QuickState", "RepairRecord", "RepairStore", "Store", "StoreOptions", "StoreUnavailable", "SqlStore",
-           "ViewStore", "open_store"]
+           "QuickState", "RemovalIntent", "RemovalStore", "RepairRecord", "RepairStore", "Store", "StoreOptions",
+           "StoreUnavailable", "SqlStore", "ViewStore", "open_store"]

@@ -1,7 +1,6 @@
-"""The store interface the engine and the API depend on."""
+"""The store's records and errors (the interface itself, by concern: ``interfaces.py``)."""
 from __future__ import annotations
 
-import abc
 from dataclasses import dataclass, field
 from typing import Any, Collection
 
@@ -120,176 +119,20 @@ class RepairRecord:
 
 
 @dataclass(frozen=True)
+class RemovalIntent:
+    """A node whose removal a decision was about to send (recorded before the cloud call): until the cloud's view
+    settles it, the node may be on its way out and stays cordoned (see ``autoscaler/scale_in.py``)."""
+
+    pool: str
+    node: str
+    owner: str  # the decision's lease owner, the mark of its cordons
+    at: float  # when the removal was about to be sent
+    from_count: int  # the pool's size the removal was decided on
+
+
+@dataclass(frozen=True)
 class QuickState:
     """What the cooldown short cut reads without the lease: the pool's state and the node count of its last event."""
 
     state: PoolState
     last_count: int | None
-
-
-class PoolStore(abc.ABC):
-    """Pools and their leases: the state a decision reads, holds, changes and gives back."""
-
-    @abc.abstractmethod
-    def ensure_pools(self, names: list[str]) -> None:
-        """Create a row for each configured pool that has none."""
-
-    @abc.abstractmethod
-    def pool(self, name: str) -> PoolState:
-        """The stored state of one pool."""
-
-    @abc.abstractmethod
-    def pools(self) -> dict[str, PoolState]:
-        """The stored state of every pool."""
-
-    @abc.abstractmethod
-    def quick_state(self, pool: str) -> QuickState | None:
-        """The pool's state and the node count of its last event, without the lease (None: no such pool)."""
-
-    @abc.abstractmethod
-    def acquire(self, pool: str, owner: str, now: float, ttl: float) -> PoolState | None:
-        """Take the pool's lease unless someone else holds an unexpired one; the state just leased, else None."""
-
-    @abc.abstractmethod
-    def renew(self, pool: str, owner: str, now: float, ttl: float) -> bool:
-        """Extend a lease ``owner`` still holds to ``now + ttl``; False when it is no longer theirs."""
-
-    @abc.abstractmethod
-    def release(self, pool: str, owner: str) -> None:
-        """Release the lease without recording anything."""
-
-    @abc.abstractmethod
-    def finish(self, pool: str, owner: str, event: EventRecord, change: PoolChange,
-               confirm: DedupConfirm | None = None) -> int:
-        """In one transaction: apply the change, append the event, release the lease and (with ``confirm``)
-        extend the decision's dedup keys to their full window; return the event id."""
-
-    @abc.abstractmethod
-    def update_pool(self, pool: str, event: EventRecord | None, change: PoolChange) -> int | None:
-        """Change pool state outside a decision (pause, resume, count correction), with its event."""
-
-
-class DedupStore(abc.ABC):
-    """Dedup keys: claimed per delivery, released for a retry, or settled with the decision's record."""
-
-    @abc.abstractmethod
-    def claim_dedup(self, pool: str, keys: tuple[str, ...], now: float, window: float, claim: str) -> bool:
-        """Atomically claim the keys not already claimed inside their window; True when any was new."""
-
-    @abc.abstractmethod
-    def release_dedup(self, keys: tuple[str, ...], claim: str) -> None:
-        """Forget keys this claim took, so that a retry of the same notification can act."""
-
-    @abc.abstractmethod
-    def record_settled(self, pool: str, keys: tuple[str, ...], claim: str, now: float, expires_at: float,
-                       event: EventRecord, duplicate: EventRecord) -> tuple[int, bool]:
-        """In one transaction: claim ``keys`` until ``expires_at`` and append ``event`` as the pool's last, or append
-        ``duplicate`` when every key was already claimed. Returns (the event id, whether it was the duplicate)."""
-
-
-class EventStore(abc.ABC):
-    """The event log and what is derived from it (recommendations, scale-outs), and its pruning."""
-
-    @abc.abstractmethod
-    def record(self, event: EventRecord) -> int:
-        """Append an event that changes no pool state; return its id."""
-
-    @abc.abstractmethod
-    def events(self, pool: str | None, limit: int, before_id: int | None = None, *,
-               outcomes: Collection[str] = (), source: str | None = None) -> list[EventRecord]:
-        """Newest first; only ``outcomes`` (when given) and events from ``source`` (when given)."""
-
-    @abc.abstractmethod
-    def recent_events(self, since: float, per_pool: int) -> dict[str, list[EventRecord]]:
-        """Each pool's events at or after ``since``, newest first, at most ``per_pool`` each, in one read (pages)."""
-
-    @abc.abstractmethod
-    def last_events(self) -> dict[str, EventRecord]:
-        """Each pool's last event (the one its row points at), by pool, in one read."""
-
-    @abc.abstractmethod
-    def event(self, event_id: int) -> EventRecord | None:
-        """One event by id."""
-
-    @abc.abstractmethod
-    def recommendations(self, pool: str, since: float) -> list[tuple[float, int]]:
-        """Proportional recommendations (time, desired nodes) of a pool made at or after ``since``, oldest first."""
-
-    @abc.abstractmethod
-    def add_recommendation(self, pool: str, time: float, desired: int, forget_before: float) -> None:
-        """Remember one recommendation and forget the pool's ones older than ``forget_before``."""
-
-    @abc.abstractmethod
-    def scale_outs(self, pool: str, since: float) -> list[tuple[float, int, int]]:
-        """Scale-outs the cloud accepted for ``pool`` at or after ``since`` (time, from, to), and the sizes given back
-        after a shortfall (``no_capacity``, to < from), oldest first."""
-
-    @abc.abstractmethod
-    def prune(self, older_than: float | None, now: float, batch: int = 500) -> int:
-        """Delete one small batch of events older than ``older_than`` (None: keep all) and of dedup keys
-        expired at ``now``; return how many rows went (0 when nothing is left to prune)."""
-
-
-class ViewStore(abc.ABC):
-    """What the reconciler read (the cloud's view of each pool, each pool's nodes) and its own lease."""
-
-    @abc.abstractmethod
-    def save_view(self, view: PoolView) -> None:
-        """Store a pool's cloud view, replacing the one before (an older read never replaces a newer one)."""
-
-    @abc.abstractmethod
-    def views(self) -> dict[str, PoolView]:
-        """Every pool's stored cloud view, by pool."""
-
-    @abc.abstractmethod
-    def save_nodes(self, view: NodesView) -> None:
-        """Store a pool's node view, replacing the one before (an older read never replaces a newer one)."""
-
-    @abc.abstractmethod
-    def nodes_view(self, pool: str) -> NodesView | None:
-        """A pool's stored node view (None: never listed)."""
-
-    @abc.abstractmethod
-    def nodes_views(self) -> dict[str, NodesView]:
-        """Every pool's stored node view, by pool, in one read (pages)."""
-
-    @abc.abstractmethod
-    def hold_lease(self, name: str, owner: str, now: float, ttl: float) -> bool:
-        """Take or renew the process-wide lease ``name`` until ``now + ttl`` unless another owner holds an
-        unexpired one; True when ``owner`` holds it now."""
-
-    @abc.abstractmethod
-    def release_lease(self, name: str, owner: str) -> None:
-        """Give up the lease ``name`` if ``owner`` holds it (on shutdown, so another process takes over at once)."""
-
-
-class RepairStore(abc.ABC):
-    """Node repairs in progress, shared by replicas."""
-
-    @abc.abstractmethod
-    def add_repair(self, repair: RepairRecord) -> bool:
-        """Store a node's repair unless the node is already in repair (then False, nothing written)."""
-
-    @abc.abstractmethod
-    def repairs(self, pool: str | None = None) -> list[RepairRecord]:
-        """The nodes in repair (of ``pool``, or of every pool), oldest first."""
-
-    @abc.abstractmethod
-    def update_repair(self, pool: str, node: str, now: float, state: str | None = None,
-                      error: str | None = None, replacement: int | None = None) -> bool:
-        """Change a repair's state, last failure or replacement (None: as it is); False when it is not stored."""
-
-    @abc.abstractmethod
-    def end_repair(self, pool: str, node: str, event: EventRecord | None,
-                   change: PoolChange | None = None) -> int | None:
-        """In one transaction: forget the node's repair and append ``event`` as the pool's last (with ``change``);
-        the event id (None without one). A repair already gone still records the event."""
-
-
-class Store(PoolStore, DedupStore, EventStore, ViewStore, RepairStore):
-    """The whole store: one implementation of each small interface above (code that needs one concern names that
-    one). Short transactions only: nothing here is held open across a cloud call."""
-
-    @abc.abstractmethod
-    def ping(self) -> None:
-        """Raise StoreUnavailable unless the database answers."""

@@ -16,7 +16,8 @@ from typing import Collection
 from autoscaler.models import PoolState
 from autoscaler.store import tables
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
-                                   RepairRecord, Store)
+                                   RemovalIntent, RepairRecord)
+from autoscaler.store.interfaces import Store
 from autoscaler.store.rows import hash_key, pool_state
 
 _DEFAULT_ROW = {c.name: None for c in tables.pools.c} | {"paused": False, "pause_reason": "", "failures": 0,
@@ -37,6 +38,7 @@ class MemoryStore(Store):
         self._leases: dict[str, tuple[str, float]] = {}  # name -> (owner, until)
         self._views: dict[str, PoolView] = {}
         self._nodes: dict[str, NodesView] = {}
+        self._removals: dict[tuple[str, str], RemovalIntent] = {}  # (pool, node) -> intent
         self._repairs: dict[tuple[str, str], RepairRecord] = {}
 
     # -- helpers (the lock is held) --------------------------------------------------------------------
@@ -250,6 +252,20 @@ class MemoryStore(Store):
     def nodes_view(self, pool: str) -> NodesView | None:
         with self._lock:
             return self._nodes.get(pool)
+
+    def intend_removals(self, intents: list[RemovalIntent]) -> None:
+        with self._lock:
+            for intent in intents:
+                self._removals[(intent.pool, intent.node)] = intent
+
+    def removal_intents(self, pool: str) -> list[RemovalIntent]:
+        with self._lock:
+            return sorted((i for (p, _), i in self._removals.items() if p == pool), key=lambda i: (i.at, i.node))
+
+    def forget_removals(self, pool: str, nodes: list[str]) -> None:
+        with self._lock:
+            for node in nodes:
+                self._removals.pop((pool, node), None)
 
     def add_repair(self, repair: RepairRecord) -> bool:
         with self._lock:

@@ -26,8 +26,9 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from autoscaler.models import PoolState
 from autoscaler.redact import redact_text
 from autoscaler.store import probe, tables
-from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState, Store,
+from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
                                    StoreUnavailable)
+from autoscaler.store.interfaces import Store
 from autoscaler.store.rows import (STATE_COLUMNS, claim_params, claim_sql, event_row, hash_key, nodes_json,
                                    pool_state, storable)
 from autoscaler.store.gate import WriterGate
@@ -36,6 +37,7 @@ from autoscaler.store.connections import (StoreOptions, after_fork_dispose, make
 from autoscaler.store.sqlite_file import SqliteFile
 from autoscaler.store.sql_reads import SqlReads
 from autoscaler.store.migrate import upgrade
+from autoscaler.store.removals import SqlRemovals
 from autoscaler.store.boot import supervised
 from autoscaler.store.repairs import SqlRepairs
 
@@ -74,7 +76,7 @@ def _finish_sql(fields: tuple[str, ...]) -> Any:
                     lease_until=case((ours, None), else_=p.lease_until)))
 
 
-class SqlStore(SqlRepairs, SqlReads, Store):
+class SqlStore(SqlRemovals, SqlRepairs, SqlReads, Store):
     """Every method is one short transaction."""
 
     def __init__(self, url: str, options: StoreOptions | None = None, *, migrate: bool = True) -> None:

@@ -103,3 +103,13 @@ repairs = Table(  # nodes in repair (docs/repair.md): one row from the repair's 
     Column("error", Text, nullable=False, default=""),  # the last failure that keeps it going (shown, not fatal)
     Column("updated_at", Float, nullable=False),
 )
+
+removal_intents = Table(  # node removals about to be sent: kept until the cloud's view settles each (scale_in.py)
+    "removal_intents",
+    metadata,
+    Column("pool", String(64), primary_key=True),
+    Column("node", String(253), primary_key=True),  # a Kubernetes node name is at most 253 characters
+    Column("owner", String(128), nullable=False),  # the decision's lease owner (its cordons' mark)
+    Column("at", Float, nullable=False),
+    Column("from_count", Integer, nullable=False),  # the pool's size the removal was decided on
+)

@@ -1,0 +1,236 @@
+"""The choice that holds beyond the history: the search's best candidates, and steadier variants of them, judged
+on the worst day of the history and of stressed copies of it, not on the average.
+
+Stressed copies (each of the tuning span's two burstiest days, the days with the most demand arriving in 5-minute
+rises; why these three, docs/tuning.md "Robust choice"):
+
+- ``busier``: every minute's demand × 1.15: a day busier than any seen (more arrivals, higher peaks);
+- ``sharper``: each minute takes the highest demand of the next 5 minutes: every surge arrives up to 5 minutes
+  sooner, all at once, and ends later (a burst of many nodes within one minute);
+- ``noisier``: the demand's swings around its 15-minute mean × 1.5: more noise for a setting to chase (flapping).
+
+A time shift alone is not one of them: the replay has no time of day (schedules aside), so a surge moved in time
+meets the same settings and gives the same figures.
+
+The pick: among the candidates whose days of the history keep the day's budget (and the direction change limit)
+and whose stressed days keep twice that (they stand in for the worst day never seen, which the goal allows twice
+the budget), those within ``NEAR`` of the cheapest are near-equal; among them the steadiest wins: the fewest
+direction changes on its worst day, then more headroom, then longer rule ``for``s and scale-in cooldown, then the
+cost.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from autoscaler.replay.space import HEADROOM, Candidate, Space, settings_text
+from autoscaler.replay.trace import Trace
+from autoscaler.replay.tune import Budget, Score, Task, evaluate_task
+
+BUSIER = 1.15
+LEAD_MINUTES = 5
+NOISE_GAIN = 1.5
+MEAN_MINUTES = 15
+NEAR = 0.03  # candidates within 3% of the cheapest cost are near-equal
+STRESS_DAYS = 2
+STRESSED_FACTOR = 2  # a stressed day may be saturated (and change direction) twice as much as a day of the history
+FINALISTS = 6  # distinct candidates within the budget taken to the stressed days (and their variants)
+
+
+def burstiest_days(demand: Sequence[float], minutes: int, count: int = STRESS_DAYS) -> list[int]:
+    """The ``count`` whole days of the first ``minutes`` with the most demand arriving in 5-minute rises, in order."""
+    days = list(range(minutes // 1440))
+
+    def rises(day: int) -> float:
+        part = demand[day * 1440:(day + 1) * 1440]
+        return sum(max(0.0, b - a) for a, b in zip(part, part[LEAD_MINUTES:]))
+
+    return sorted(sorted(days, key=rises, reverse=True)[:count])
+
+
+def busier(demand: Sequence[float]) -> list[float]:
+    return [round(d * BUSIER, 4) for d in demand]
+
+
+def sharper(demand: Sequence[float]) -> list[float]:
+    return [max(demand[i:i + LEAD_MINUTES + 1]) for i in range(len(demand))]
+
+
+def noisier(demand: Sequence[float]) -> list[float]:
+    out = []
+    for i, d in enumerate(demand):
+        window = demand[max(0, i - MEAN_MINUTES // 2):i + MEAN_MINUTES // 2 + 1]
+        mean = sum(window) / len(window)
+        out.append(round(max(0.0, mean + (d - mean) * NOISE_GAIN), 4))
+    return out
+
+
+STRESSES = {"busier": busier, "sharper": sharper, "noisier": noisier}
+
+
+def stressed_copies(trace: Trace, train: int) -> dict[str, Trace]:
+    """Each stress applied to the tuning span's burstiest days, put one after the other (empty for a span under a
+    day: the history's own days are then all there is)."""
+    days = burstiest_days(trace.demand, train)
+    picked = [d for day in days for d in trace.demand[day * 1440:(day + 1) * 1440]]
+    if not picked:
+        return {}
+    return {name: Trace(trace.start, tuple(stress(picked))) for name, stress in STRESSES.items()}
+
+
+def steadier(space: Space, candidate: Candidate) -> list[Candidate]:
+    """Variants a step steadier than ``candidate``: one more step of headroom; a scale-in rule's ``for`` and the
+    scale-in cooldown a step longer."""
+    out = []
+    room = candidate.get("scale_out.headroom", "absent")
+    if room != "absent" and not (candidate.get("scale_out.mode") == "step" and space.pending_out):
+        at = HEADROOM.index(room) if room in HEADROOM else 0
+        if at + 1 < len(HEADROOM):
+            out.append({**candidate, "scale_out.headroom": HEADROOM[at + 1]})
+    calmer = dict(candidate)
+    for key in candidate:
+        if key.endswith(".for") and _scale_in_rule(space, key) or key == "scale_in.cooldown":
+            grid = space.grid(key)
+            at = grid.index(candidate[key]) if candidate[key] in grid else 0
+            calmer[key] = grid[min(len(grid) - 1, at + 1)]
+    if calmer != candidate:
+        out.append(calmer)
+    return out
+
+
+def _scale_in_rule(space: Space, key: str) -> bool:
+    return f"{key.rsplit('.', 1)[0]}.below" in space.rules
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A finalist's figures on the history's tuning span and on each stressed copy."""
+
+    candidate: Candidate
+    history: Score
+    stressed: tuple[Score, ...]
+
+    @property
+    def worst_day(self) -> int:
+        """The most saturated minutes of any day, history or stressed."""
+        return max([self.history.worst_day, *(s.worst_day for s in self.stressed)])
+
+    @property
+    def worst_changes(self) -> int:
+        return max([self.history.worst_changes, *(s.worst_changes for s in self.stressed)])
+
+    def holds(self, day_budget: int, changes: int | None) -> bool:
+        """The history's days within the day's budget (and ``changes``); the stressed days, stand-ins for the
+        worst day never seen, within twice each."""
+        stressed_sat = max((s.worst_day for s in self.stressed), default=0)
+        stressed_chg = max((s.worst_changes for s in self.stressed), default=0)
+        return (self.history.worst_day <= day_budget and stressed_sat <= STRESSED_FACTOR * day_budget
+                and (changes is None or (self.history.worst_changes <= changes
+                                         and stressed_chg <= STRESSED_FACTOR * changes)))
+
+
+def steadiness(candidate: Candidate) -> tuple[float, ...]:
+    """Smaller is steadier: more headroom, then a longer scale-in ``for`` and cooldown."""
+    room = candidate.get("scale_out.headroom")
+    rank = HEADROOM.index(room) if room in HEADROOM else 0
+    waits = sum(v for k, v in candidate.items() if k.endswith(".for") and isinstance(v, (int, float)))
+    return (-rank, -waits - float(candidate.get("scale_in.cooldown", 0)))
+
+
+def pick(judged: Sequence[Judged], day_budget: int, changes: int | None) -> tuple[Judged, str]:
+    """The steadiest of the near-equal cheapest whose worst day keeps ``day_budget`` saturated minutes (and, with
+    ``changes``, that many direction changes); none: the least saturated worst day. The flag says which:
+    ``robust``, ``robust_changes_over`` (none calm enough) or ``robust_over``."""
+    for flag, limit in (("robust", changes), ("robust_changes_over", None)):
+        ok = [j for j in judged if j.holds(day_budget, limit)]
+        if ok:
+            cheapest = min(j.history.cost for j in ok)
+            near = [j for j in ok if j.history.cost <= cheapest * (1 + NEAR) + 1e-9]
+            return min(near, key=lambda j: (j.worst_changes, *steadiness(j.candidate), j.history.cost)), flag
+    return min(judged, key=lambda j: (j.worst_day, j.history.cost)), "robust_over"
+
+
+def finalists(space: Space, results: Sequence[tuple[Candidate, Score]], budget: Budget,
+              count: int = FINALISTS) -> list[Candidate]:
+    """Candidates within the budget that behave differently (their figures differ): the cheapest, the cheapest
+    with a quarter, half and two thirds of the budget left, the cheapest with half the direction changes, then the
+    next cheapest up to ``count``; and each one's steadier variants (not yet scored)."""
+    ranked = sorted((cs for cs in results if cs[1].feasible(budget)), key=lambda cs: (cs[1].cost,
+                                                                                       cs[1].direction_changes))
+    seen: set[tuple[float, int, int]] = set()
+    out: list[Candidate] = []
+
+    def take(cands: Sequence[tuple[Candidate, Score]]) -> None:
+        for cand, score in cands:
+            key = (round(score.cost, 2), score.saturated_minutes, score.direction_changes)
+            if key not in seen and cand not in out:
+                seen.add(key)
+                out.append(cand)
+                return
+
+    for share in (1.0, 0.75, 0.5, 0.33):
+        take([cs for cs in ranked if cs[1].saturated_minutes <= share * budget.total
+              and (budget.per_day is None or cs[1].worst_day <= share * budget.per_day)])
+    if budget.changes is not None:
+        take([cs for cs in ranked if cs[1].direction_changes <= budget.changes / 2])
+    for cs in ranked:
+        if len(out) >= count:
+            break
+        take([cs])
+    for cand in list(out):
+        out += [v for v in steadier(space, cand) if v not in out]
+    return out
+
+
+def judge(pool: ProcessPoolExecutor | None, cands: list[Candidate], known: Sequence[tuple[Candidate, Score]],
+          train: int, stressed: dict[str, Trace]) -> list[Judged]:
+    """Each candidate's score on the tuning span (taken from ``known`` where the search has it) and on every
+    stressed copy, all in one batch of replays."""
+    history = {repr(sorted(c.items())): s for c, s in known}
+    tasks: list[Task] = []
+    for i, cand in enumerate(cands):
+        if repr(sorted(cand.items())) not in history:
+            tasks.append((i, cand, 0, train, None, None, ""))
+        tasks += [(i, cand, 0, len(trace.demand), None, None, name) for name, trace in stressed.items()]
+    done = list(pool.map(evaluate_task, tasks) if pool is not None else map(evaluate_task, tasks))
+    out = []
+    for i, cand in enumerate(cands):
+        scores = [score for index, score in done if index == i]
+        own = history.get(repr(sorted(cand.items())))
+        if own is None:
+            own, scores = scores[0], scores[1:]
+        out.append(Judged(cand, own, tuple(scores)))
+    return out
+
+
+def as_json(j: Judged) -> dict[str, Any]:
+    """One finalist in tuning.json: its settings, cost on the tuning span and worst days."""
+    return {"settings": settings_text(j.candidate), "cost": round(j.history.cost, 2),
+            "worst_day_saturated": j.worst_day, "worst_day_direction_changes": j.worst_changes,
+            "stressed_worst_days": [s.worst_day for s in j.stressed]}
+
+
+def stress_note(data: dict[str, Any]) -> str:
+    """How the choice was made: the change limit, and the worst of the history's and the stressed days."""
+    limit = (f"direction changes limited to {data['direction_change_limit']:g} a day ("
+             + ("--max-direction-changes" if data["max_direction_changes"] is not None else
+                f"twice the base config's {data['base_direction_changes_per_day']:g} a day on the tuning span") + ")")
+    stressed = data["stressed"]
+    if not data["stress_choice"]:
+        return f"choice: the cheapest within the budget; {limit}; no stressed copies judged"
+    how = {"robust": "the steadiest of the near-equal cheapest that kept the day's budget on the history's days "
+                     "and twice it on the stressed days",
+           "robust_changes_over": "none kept the change limit on its worst day: the steadiest of the near-equal "
+                                  "cheapest within the day's budget",
+           "robust_over": "WARNING: no finalist kept the day's budget on every day: the least saturated worst day"}
+    chosen = next((j for j in stressed["finalists"] if j["settings"] == settings_text(data["tuned"])), None)
+    worst = (f" (worst day {chosen['worst_day_saturated']} saturated min, {chosen['worst_day_direction_changes']} "
+             "direction changes)") if chosen else ""
+    return (f"choice: {how[data['stress_choice']]}{worst}, of {len(stressed['finalists'])} finalists on the tuning "
+            f"span and {', '.join(stressed['copies'])} copies of days {', '.join(str(d + 1) for d in stressed['days'])}"
+            f"; {limit}")
+
+
+__all__ = ["FINALISTS", "Judged", "STRESSES", "as_json", "burstiest_days", "finalists", "judge", "pick", "steadier",
+           "steadiness", "stress_note", "stressed_copies"]
