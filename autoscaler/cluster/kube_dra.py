@@ -26,6 +26,13 @@ _NOT_SERVED = {404: "the API server does not serve resource.k8s.io/v1 (Kubernete
                     "resourceclaims and deviceclasses to its ClusterRole"}
 
 
+#: What the 403 warning adds: what the service does meanwhile and the ClusterRole rule to add.
+_UNTIL_GRANTED = ("; until then a node running a pod with spec.resourceClaims is kept from scale-in and counts as "
+                  "GPU-ready (its claim is not counted). Add to the ClusterRole: - apiGroups: [\"resource.k8s.io\"] "
+                  "resources: [\"resourceslices\", \"resourceclaims\", \"deviceclasses\"] verbs: [\"get\", \"list\"] "
+                  "(deploy/kubernetes/rbac.yaml has it)")
+
+
 class Refused(ClusterError):
     """The API server answered a list with a status the reader handles itself (404, 403)."""
 
@@ -87,9 +94,11 @@ class DraReads:
             except Refused as exc:
                 why = f"{exc.status}: " + _NOT_SERVED[exc.status].format(what=what.lower())
                 if why != self._said:
-                    log.warning("DRA not read (GPUs counted from device-plugin resources only): %s", why)
+                    log.warning("DRA not read (GPUs counted from device-plugin resources only): %s%s", why,
+                                _UNTIL_GRANTED if exc.status == 403 else "")
                     self._said = why
-                return not_read(why)
+                # 404: no pod can hold a claim; 403: the API is there, so a pod's claims may hold GPUs unseen
+                return not_read(why, unseen=str(exc.status) if exc.status != 404 else "")
         if self._said is not None:
             log.info("DRA read again (resource.k8s.io/v1)")
             self._said = None
