@@ -81,10 +81,13 @@ def unregistered(nodes: Iterable[NodeLike], asked: int, now: float, provision_ti
     if noticed_since is not None and last_scale_out <= noticed_since:
         return None
     seen = list(nodes)
-    ready = sum(1 for n in seen if gpu_ready(n))
+    # DRA not read (403) while some node of the pool runs claim-holding pods: the pool uses DRA, so a Ready node
+    # without device-plugin GPUs has GPUs the service cannot see, not none (no shortfall claimed on no evidence)
+    uses_dra = any(n.claims_unread for n in seen)
+    ready = sum(1 for n in seen if gpu_ready(n) or uses_dra and n.ready and n.dra_unread)
     if ready >= asked:
         return None
-    unseen = sorted({n.dra_unread for n in seen if n.ready and not gpu_ready(n) and n.dra_unread})
+    unseen = [] if uses_dra else sorted({n.dra_unread for n in seen if n.ready and not gpu_ready(n) and n.dra_unread})
     blind = (f"; DRA not read ({', '.join(unseen)}): the GPUs of a node without device-plugin GPUs and without a "
              "pod holding claims are not seen, grant the resource.k8s.io RBAC (docs/dra.md)") if unseen else ""
     return ready, (f"{asked - ready} of {asked} node(s) asked for have not registered Ready with GPUs allocatable "

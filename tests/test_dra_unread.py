@@ -116,19 +116,48 @@ def test_movable_neither_moves_unseen_claims_nor_puts_pods_beside_them(kube: Fak
     assert [n.name for n in pick.idle] == ["dp-0"]
 
 
-def test_in_flight_and_not_ready_in_time_count_claim_holding_nodes_as_gpu_ready(kube: FakeKube) -> None:
+NOW = parse_time("2026-11-26T10:01:00Z") or 0.0
+HINT = "DRA not read (403): the GPUs of a node without device-plugin GPUs and without a pod holding claims are not seen"
+
+
+def test_in_flight_counts_claim_holding_nodes_as_gpu_ready(kube: FakeKube) -> None:
     kube.add_dra_node("busy", POOL, created="2026-11-26T10:00:00Z")
     kube.add_dra_node("idle", POOL, created="2026-11-26T10:00:00Z")
     kube.add_claim_pod("train", "busy", gpus=8)
-    now = parse_time("2026-11-26T10:01:00Z") or 0.0
-    seen = list(views(kube, REFUSED).values())
-    assert from_nodes(seen, 2, now, 300)[0] == 1  # the idle one: its GPUs may still be coming
-    found = unregistered(seen, 2, now + 600, 300, now - 60, None)
-    assert found is not None and found[0] == 1
-    assert found[1].startswith("1 of 2 node(s) asked for have not registered Ready with GPUs allocatable")
-    assert "DRA not read (403): the GPUs of a node without device-plugin GPUs and without a pod holding claims " \
-           "are not seen" in found[1]
-    kube.add_claim_pod("serve", "idle", gpus=1)
-    assert unregistered(list(views(kube, REFUSED).values()), 2, now + 600, 300, now - 60, None) is None
-    absent = unregistered(list(views(kube, ABSENT).values()), 2, now + 600, 300, now - 60, None)
-    assert absent is not None and absent[0] == 0 and "DRA not read" not in absent[1]  # 404: as before
+    assert from_nodes(list(views(kube, REFUSED).values()), 2, NOW, 300)[0] == 1  # idle: its GPUs may be coming
+    assert from_nodes(list(views(kube, ABSENT).values()), 2, NOW, 300)[0] == 2  # 404: neither has GPUs
+
+
+def _busy_and_idle(k: FakeKube) -> None:  # the pool runs DRA work: the idle node's GPUs are unseen, not absent
+    k.add_dra_node("idle", POOL)
+    k.add_claim_pod("train", "busy", gpus=8)
+
+
+def _busy_and_not_ready(k: FakeKube) -> None:
+    k.add_dra_node("down", POOL, ready=False)
+    k.add_claim_pod("train", "busy", gpus=8)
+
+
+def _idle_only(k: FakeKube) -> None:  # no claim anywhere: no evidence of DRA, reported with the hint
+    k.add_dra_node("idle", POOL)
+
+
+@pytest.mark.parametrize("build, dra, delivered, says", [
+    pytest.param(_busy_and_idle, REFUSED, None, None, id="403-pool-with-claims-no-shortfall"),
+    pytest.param(_busy_and_not_ready, REFUSED, 1, "1 of 2 node(s)", id="403-a-not-ready-node-is-still-short"),
+    pytest.param(_idle_only, REFUSED, 0, HINT, id="403-no-claims-reported-with-the-hint"),
+    pytest.param(_busy_and_idle, ABSENT, 0, "2 of 2 node(s)", id="404-as-before"),
+])
+def test_not_ready_in_time_while_dra_is_not_read(kube: FakeKube, build: Any, dra: Any, delivered: int | None,
+                                                 says: str | None) -> None:
+    if build is not _idle_only:
+        kube.add_dra_node("busy", POOL)
+    else:
+        kube.add_dra_node("idle-2", POOL)
+    build(kube)
+    found = unregistered(list(views(kube, dra).values()), 2, NOW, 300, NOW - 600, None)
+    if delivered is None:
+        assert found is None
+    else:
+        assert found is not None and found[0] == delivered and says in found[1], found
+        assert (HINT in found[1]) == (says == HINT)
