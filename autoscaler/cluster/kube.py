@@ -6,7 +6,8 @@ they mean. A pool's read is one node list by label selector and one list of the 
 of ``_PAGE``), grouped by node here, under one deadline (``kubernetes.timeout`` for the whole read): the first call
 that fails fails the read at once. A re-read is one node GET and one pod list by field selector. ``victims:
 movable`` also lists PodDisruptionBudgets, once per decision that weighs a busy node. Where a node has no
-device-plugin GPU or a pod asks through a claim, the read adds the DRA lists (:mod:`autoscaler.cluster.kube_dra`).
+device-plugin GPU or a pod asks through a claim, the read adds the DRA lists (:mod:`autoscaler.cluster.kube_dra`);
+while they are refused (403), the pod-less ``marked`` list reads the pods too, to see which nodes hold claims.
 """
 from __future__ import annotations
 

@@ -6,8 +6,10 @@ reconciler's tick) they are read at most once for every pool the tick reads, the
 failed read is not re-tried in that scope: every later pool's read fails the same); outside it (a decision's own
 read) each read that needs them reads them afresh. A read needs them only when one of its nodes has no
 device-plugin GPU or one of its pods asks through ``spec.resourceClaims``: a cluster on the device plugin alone
-makes no DRA call at all. A server without the API (404) or RBAC without it (403) is no error: the service works as
-without DRA, logs it once, and the pool answer says ``dra: not_read`` with the reason.
+makes no DRA call at all. A server without the API (404) or RBAC without it (403) is no error: it is logged once
+(a 403 with the ClusterRole rule to add) and the pool answer says ``dra: not_read`` with the reason. With 404 no pod
+can hold a claim; with 403 the facts say ``unseen`` (:attr:`autoscaler.cluster.dra.Dra.blind`), and a pod with
+claims keeps its node and makes it GPU-ready (:mod:`autoscaler.cluster.nodes`, :mod:`autoscaler.inflight`).
 """
 from __future__ import annotations
 
