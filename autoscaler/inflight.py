@@ -24,6 +24,18 @@ class NodeLike(Protocol):
     @property
     def created(self) -> float: ...
 
+    @property
+    def claims_unread(self) -> str: ...  # "" unless DRA was not read (403) and a pod on it holds claims
+
+    @property
+    def dra_unread(self) -> str: ...  # DRA's status ("403") when not read and the node has no device-plugin GPU
+
+
+def gpu_ready(node: NodeLike) -> bool:
+    """Ready with GPUs allocatable, or, while DRA cannot be read (403), Ready with a pod holding claims on it: its
+    GPUs are there but not seen, and it must not be taken for a node still booting or never delivered."""
+    return node.ready and (node.gpu_allocatable > 0 or bool(node.claims_unread))
+
 
 def from_scale_outs(scale_outs: Sequence[tuple[float, int, int]], current: int, now: float,
                     provision_time: float) -> tuple[int, str]:
@@ -50,7 +62,7 @@ def from_nodes(nodes: Iterable[NodeLike], current: int, now: float, provision_ti
     A node that stays not Ready past ``provision_time`` is broken, not booting: it no longer counts.
     """
     seen = list(nodes)
-    booting = [n for n in seen if now - n.created < provision_time and (not n.ready or n.gpu_allocatable <= 0)]
+    booting = [n for n in seen if now - n.created < provision_time and not gpu_ready(n)]
     unregistered = max(0, current - len(seen))
     count = min(current, len(booting) + unregistered) if current > 0 else len(booting)
     return count, (f"{len(booting)} node(s) of the cluster created in the last {provision_time:.0f}s not Ready or "
@@ -71,8 +83,15 @@ def unregistered(nodes: Iterable[NodeLike], asked: int, now: float, provision_ti
         return None
     if noticed_since is not None and last_scale_out <= noticed_since:
         return None
-    ready = sum(1 for n in nodes if n.ready and n.gpu_allocatable > 0)
+    seen = list(nodes)
+    # DRA not read (403) while some node of the pool runs claim-holding pods: the pool uses DRA, so a Ready node
+    # without device-plugin GPUs has GPUs the service cannot see, not none (no shortfall claimed on no evidence)
+    uses_dra = any(n.claims_unread for n in seen)
+    ready = sum(1 for n in seen if gpu_ready(n) or uses_dra and n.ready and n.dra_unread)
     if ready >= asked:
         return None
+    unseen = [] if uses_dra else sorted({n.dra_unread for n in seen if n.ready and not gpu_ready(n) and n.dra_unread})
+    blind = (f"; DRA not read ({', '.join(unseen)}): the GPUs of a node without device-plugin GPUs and without a "
+             "pod holding claims are not seen, grant the resource.k8s.io RBAC (docs/dra.md)") if unseen else ""
     return ready, (f"{asked - ready} of {asked} node(s) asked for have not registered Ready with GPUs allocatable "
-                   f"within provision_time ({provision_time:.0f}s) of the last scale-out")
+                   f"within provision_time ({provision_time:.0f}s) of the last scale-out{blind}")

@@ -4,6 +4,7 @@
                                             # a manual scale-in of 3 (victims: idle, min 0): what goes, what stays
     python -m bench.dra calls [--nodes 50]  # one reconciler tick over two pools: calls per resource, DRA and not
     python -m bench.dra memory [--nodes 500] [--claims 5000]
+    --dra-status 403                        # scenario, calls: the fake refuses resource.k8s.io (RBAC without it)
 
 The real app in-process, the real ``kubernetes`` client against tests/fakes/kube.py, the webhook provider as the
 cloud. ``scenario`` runs on a checkout without DRA support too (it reads only the decision and the webhook call).
@@ -46,9 +47,10 @@ def _app(kube: FakeKube, tmp: str, pools: list[dict[str, Any]]) -> Any:
     return create_app(cfg, startup_check=False)
 
 
-def scenario() -> dict[str, Any]:
+def scenario(status: int = 200) -> dict[str, Any]:
     receiver = WebhookReceiver()
     with FakeKube() as kube, tempfile.TemporaryDirectory() as tmp:
+        kube.dra.status = status
         for i in range(4):
             kube.add_dra_node(f"h100-{i}", {"agentpool": "h100"}, created=f"2026-11-{10 + i:02d}T00:00:00Z")
         kube.add_claim_pod("train-0", "h100-0", gpus=8)
@@ -68,7 +70,7 @@ def scenario() -> dict[str, Any]:
             "webhook_bodies": [r.body for r in receiver.received], "kube_calls_of_the_decision": decision_calls}
 
 
-def joined() -> dict[str, Any]:
+def joined(status: int = 200) -> dict[str, Any]:
     """Two DRA nodes; a scale-out to 3; the third node joins and publishes its 8 GPUs at once: in flight and
     shortfalls one tick later and past provision_time (5 minutes), on an injected clock."""
     from datetime import datetime, timezone
@@ -78,6 +80,7 @@ def joined() -> dict[str, Any]:
 
     clock = FakeClock()
     with FakeKube() as kube, tempfile.TemporaryDirectory() as tmp:
+        kube.dra.status = status
         for i in range(2):
             kube.add_dra_node(f"h100-{i}", {"agentpool": "h100"}, created="2026-11-10T00:00:00Z")
         pool = {"name": "h100", "provider": "simulated", "min": 0, "max": 8, "node_selector": "agentpool=h100",
@@ -89,6 +92,8 @@ def joined() -> dict[str, Any]:
         client.post("/api/v1/pools/h100/scale", headers=AUTH, json={"target": 3, "force": True})
         created = datetime.fromtimestamp(clock(), tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         kube.add_dra_node("h100-2", {"agentpool": "h100"}, created=created)  # joined, its GPUs published
+        if status != 200:  # its GPUs cannot be seen: a training pod holding a claim runs on it
+            kube.add_claim_pod("train-2", "h100-2", gpus=8)
         reconciler = app.extensions["autoscaler_reconciler"]
         clock.advance(30)
         reconciler.tick(clock())
@@ -101,10 +106,12 @@ def joined() -> dict[str, Any]:
         if e["outcome"] == "no_capacity"]}
 
 
-def calls(nodes: int, claims: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"benchmark": "dra_calls", "nodes": nodes, "claims": claims, "pools": 2}
+def calls(nodes: int, claims: int, status: int = 200) -> dict[str, Any]:
+    out: dict[str, Any] = {"benchmark": "dra_calls", "nodes": nodes, "claims": claims, "pools": 2,
+                           "dra_status": status}
     for dra in (False, True):
         with FakeKube() as kube, tempfile.TemporaryDirectory() as tmp:
+            kube.dra.status = status
             _seed(kube, 2, nodes, claims, dra)
             pools = [{"name": f"p{p}", "provider": "simulated", "min": 0, "max": nodes,
                       "node_selector": f"agentpool=p{p}", "simulated": {"initial_count": nodes // 2}}
@@ -152,12 +159,13 @@ def main() -> None:
     parser.add_argument("what", choices=["scenario", "calls", "memory"])
     parser.add_argument("--nodes", type=int, default=None)
     parser.add_argument("--claims", type=int, default=None)
+    parser.add_argument("--dra-status", type=int, default=200, help="what the fake answers resource.k8s.io lists")
     args = parser.parse_args()
     if args.what == "scenario":
-        result = {**scenario(), "joined_node": joined()}
+        result = {**scenario(args.dra_status), "joined_node": joined(args.dra_status)}
     elif args.what == "calls":
         n = args.nodes or 50
-        result = calls(n, args.claims if args.claims is not None else 10 * n)
+        result = calls(n, args.claims if args.claims is not None else 10 * n, args.dra_status)
     else:
         result = memory(args.nodes or 500, args.claims if args.claims is not None else 5000)
     print(json.dumps(result, indent=2))

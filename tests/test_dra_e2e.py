@@ -137,3 +137,36 @@ def test_a_joined_node_is_in_flight_until_its_slices_appear_and_one_without_is_s
     assert early == [] and len(short) == 1
     details = short[0]["details"]
     assert (details["code"], details["asked"], details["delivered"]) == ("NodesNotReadyInTime", 4, 3)
+
+
+def test_without_the_rbac_idle_scale_in_still_keeps_the_claim_holding_nodes(tmp_path: Path) -> None:
+    """The ClusterRole lacks the resource.k8s.io rules (403). Before: every DRA node looked GPU-idle and the manual
+    scale-in of 3 removed the serving node too (4 -> 1)."""
+    with AksCloud(count=4) as aks, FakeKube() as kube:
+        h100 = aks.nodes()
+        for i, node in enumerate(h100):
+            kube.add_dra_node(node.name, node.labels, provider_id=node.provider_id,
+                              created=f"2026-11-{10 + i:02d}T00:00:00Z")
+        kube.add_claim_pod("train-0", h100[0].name, gpus=8)
+        kube.add_claim_pod("serve-0", h100[1].name, gpus=1, owner="ReplicaSet")
+        kube.dra.status = 403
+        cfg = service_config(tmp_path, [aks.pool_config("h100")], [],
+                             kubernetes={"host": kube.url, "token": kube.token})
+        cfg["server"]["reconcile_interval"] = "1s"
+        with Service(cfg, tmp_path, workers=2, env=aks.env, app=CLOUD_APP) as svc:
+            wait_for(lambda: _pool(svc, "h100").get("dra") == "not_read", 20, "the reconciler's first node view")
+            before = _pool(svc, "h100")
+            manual = requests.post(f"{svc.url}/api/v1/pools/h100/scale", headers=AUTH, timeout=30,
+                                   json={"action": "scale_in", "step": 3, "reason": "RBAC without DRA"})
+            assert manual.status_code == 200, manual.text
+            events = requests.get(f"{svc.url}/api/v1/events?pool=h100", headers=AUTH, timeout=5).json()["events"]
+    decision = manual.json()
+    assert (decision["outcome"], decision["from"], decision["to"]) == ("scaled", 4, 2), decision
+    assert aks.arm.machine_names("gpunp") == [h100[0].name, h100[1].name]
+    unread = "with resource claims (DRA not read (403): claim not counted, so it may hold GPUs)"
+    assert events[0]["details"]["kept"] == [
+        {"node": h100[1].name, "reason": f"runs pod ml/serve-0 {unread}"},
+        {"node": h100[0].name, "reason": f"runs pod ml/train-0 {unread}"}]
+    assert before["dra_reason"].startswith("403: the service account may not list deviceclasses")
+    assert {n["name"]: n["removable"] for n in before["nodes"]} == {
+        h100[0].name: False, h100[1].name: False, h100[2].name: True, h100[3].name: True}

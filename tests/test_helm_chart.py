@@ -26,6 +26,7 @@ CRDS = {"ServiceMonitor", "PrometheusRule"}  # prometheus-operator's: no schema 
 COPIES = {"autoscaler-self-rules.yml": "deploy/prometheus/autoscaler-self-rules.yml",
           "gpu-autoscaler-rules.yml": "deploy/prometheus/gpu-autoscaler-rules.yml",
           "gpu-demand-rules.yml": "deploy/prometheus/gpu-demand-rules.yml",
+          "gpu-dra-rules.yml": "deploy/prometheus/gpu-dra-rules.yml",
           "gpu-pool-autoscaler-service.json": "deploy/grafana/dashboards/gpu-pool-autoscaler-service.json"}
 
 
@@ -194,6 +195,25 @@ def test_prometheusrule_passes_promtool(helm: str, tmp_path: Path) -> None:
         if name.endswith(".yml"):
             checked = run_tool([promtool, "check", "rules", str(CHART / "files" / name)])
             assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_prometheusrule_takes_the_dra_demand_rule_instead(helm: str, tmp_path: Path) -> None:
+    """``demandSource: dra``: GPUDemandPending on the service's gauge (docs/dra.md) in place of kube-state-metrics'
+    form, never both (they would fire twice); any other source is refused by the schema."""
+    promtool = require_binary(*PROMTOOL)
+    rule = one(render(helm, *value_set("default"), "--set", "prometheusRule.demandSource=dra"), "PrometheusRule")
+    groups = {g["name"]: g for g in rule["spec"]["groups"]}
+    assert set(groups) == {"gpu-autoscaler-self", "gpu-autoscaler", "gpu-autoscaler-dra-demand"}
+    shipped = yaml.safe_load((ROOT / "deploy" / "prometheus" / "gpu-dra-rules.yml").read_text())["groups"]
+    assert [groups["gpu-autoscaler-dra-demand"]] == shipped
+    alerts = [r["alert"] for g in groups.values() for r in g["rules"] if "alert" in r]
+    assert alerts.count("GPUDemandPending") == 1
+    path = tmp_path / "rules.yml"
+    path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    out = run_tool([promtool, "check", "rules", str(path)])
+    assert out.returncode == 0, out.stdout + out.stderr
+    bad = run_tool([helm, "template", "x", str(CHART), *value_set("default"), "--set", "prometheusRule.demandSource=dcgm"])
+    assert bad.returncode != 0 and "demandSource" in bad.stderr, bad.stderr
 
 
 def _exported_metric_names(tmp_path: Path) -> set[str]:

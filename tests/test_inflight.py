@@ -33,6 +33,8 @@ class Node:
     ready: bool
     gpu_allocatable: int
     created: float
+    claims_unread: str = ""
+    dra_unread: str = ""
 
 
 @pytest.mark.parametrize(("nodes", "count"), [

@@ -82,22 +82,30 @@ def test_a_device_plugin_cluster_makes_no_dra_call() -> None:
     assert dra_calls(fake) == {} and read.dra == "unused" and read.nodes[0].busy_reason()
 
 
-@pytest.mark.parametrize("status, reason", [
-    pytest.param(404, "404: the API server does not serve resource.k8s.io/v1", id="no-api"),
-    pytest.param(403, "403: the service account may not list deviceclasses", id="rbac"),
+UNREAD = "runs pod ml/{} with resource claims (DRA not read (403): claim not counted, so it may hold GPUs)"
+RULE = ('- apiGroups: ["resource.k8s.io"] resources: ["resourceslices", "resourceclaims", "deviceclasses"] '
+        'verbs: ["get", "list"]')
+
+
+@pytest.mark.parametrize("status, reason, kept", [
+    pytest.param(404, "404: the API server does not serve resource.k8s.io/v1", [None] * 4, id="no-api"),
+    pytest.param(403, "403: the service account may not list deviceclasses",
+                 [UNREAD.format("train-0"), UNREAD.format("serve-0"), None, None], id="rbac"),
 ])
-def test_no_api_or_no_rbac_works_as_before_logged_once(kube: FakeKube, status: int, reason: str,
-                                                       caplog: pytest.LogCaptureFixture) -> None:
+def test_no_api_or_no_rbac_logged_once(kube: FakeKube, status: int, reason: str, kept: list[str | None],
+                                       caplog: pytest.LogCaptureFixture) -> None:
     kube.dra.status = status
     c = cluster(kube)
     with caplog.at_level(logging.INFO, logger="autoscaler.cluster.kube_dra"):
         first = c.read_pool("h100", POOL)
         again = c.read_pool("h100", POOL)
     assert first.dra == again.dra == "not_read" and first.dra_reason.startswith(reason)
-    assert [v.gpu_allocatable for v in first.nodes] == [0, 0, 0, 0]  # as before: no device plugin, no GPUs seen
-    assert all(v.busy_reason() is None for v in first.nodes)
+    assert [v.gpu_allocatable for v in first.nodes] == [0, 0, 0, 0]  # no device plugin, no GPUs seen
+    # 404: no pod can hold a claim, as before; 403: a claim-holding pod keeps its node (its GPUs are unseen)
+    assert [v.busy_reason() for v in first.nodes] == kept
     said = [r.getMessage() for r in caplog.records if "DRA not read" in r.getMessage()]
     assert len(said) == 1 and reason in said[0]
+    assert (RULE in said[0]) == (status == 403)  # the 403 warning names the ClusterRole rule to add
     kube.dra.status = 200  # the API came (an upgrade, or the RBAC fixed): read again, and said so
     with caplog.at_level(logging.INFO, logger="autoscaler.cluster.kube_dra"):
         assert c.read_pool("h100", POOL).dra == "read"
@@ -201,8 +209,8 @@ def test_the_pool_answer_says_whether_dra_was_read(kube: FakeKube, tmp_path: Pat
     assert body["gpus"] == ({"allocatable": 32, "requested": 9, "pending": 0} if status == 200 else
                             {"allocatable": 0, "requested": 0, "pending": 0})  # as before: nothing seen
     removable = {n["name"]: n["removable"] for n in body["nodes"]}
-    assert removable == ({"h100-0": False, "h100-1": False, "h100-2": True, "h100-3": True} if status == 200 else
-                         dict.fromkeys(removable, True))
+    assert removable == ({"h100-0": False, "h100-1": False, "h100-2": True, "h100-3": True} if status != 404 else
+                         dict.fromkeys(removable, True))  # 403: the claim-holding nodes are not removable either
 
 
 def test_the_stored_in_flight_reads_the_nodes_gpus(kube: FakeKube, tmp_path: Path) -> None:
@@ -241,3 +249,54 @@ def test_the_stored_in_flight_reads_the_nodes_gpus(kube: FakeKube, tmp_path: Pat
              if e["outcome"] == "no_capacity"]
     assert [{k: e["details"][k] for k in ("code", "asked", "delivered")} for e in short] == [
         {"code": "NodesNotReadyInTime", "asked": 6, "delivered": 5}]
+
+
+def test_without_the_rbac_the_marked_list_sees_which_nodes_hold_claims(kube: FakeKube) -> None:
+    """In flight and NodesNotReadyInTime read the marked list (nodes without pods): while DRA is refused it lists
+    the pods too, once, so that a node whose pods hold claims counts as GPU-ready; with DRA read it does not."""
+    c = cluster(kube)
+    assert all(not v.claims_unread for v in c.marked(POOL)) and kube.calls["LIST pods"] == 0
+    kube.dra.status = 403
+    marked = {v.name: v for v in c.marked(POOL)}
+    assert kube.calls["LIST pods"] == 1
+    assert [(v.gpu_ready, v.dra_unread, v.gpu_pods) for v in marked.values()] == [
+        (True, "403", ()), (True, "403", ()), (False, "403", ()), (False, "403", ())]
+    kube.dra.status = 404
+    assert all(not v.gpu_ready for v in c.marked(POOL)) and kube.calls["LIST pods"] == 1
+
+
+def test_the_re_read_of_a_victim_keeps_it_without_the_rbac(kube: FakeKube) -> None:
+    kube.dra.status = 403
+    view = cluster(kube).node("h100-1")
+    assert view is not None and view.busy_reason() == UNREAD.format("serve-0")
+
+
+def test_without_the_rbac_claim_holding_nodes_are_no_shortfall(kube: FakeKube, tmp_path: Path) -> None:
+    """Before: with DRA refused every DRA node had no GPUs, so past provision_time the nodes asked for were a
+    NodesNotReadyInTime shortfall (asked 6, delivered 0) although they ran the claim-holding pods."""
+    from datetime import datetime, timezone
+
+    from autoscaler.reconciler import Reconciler
+    from tests.support import AUTH, FakeClock, make_app
+
+    kube.dra.status = 403
+    clock = FakeClock()
+    pools = [{"name": "h100", "provider": "simulated", "min": 0, "max": 8, "node_selector": "pool=h100",
+              "provision_time": "5m", "simulated": {"initial_count": 4}}]
+    app = make_app(f"sqlite:///{tmp_path}/a.db", clock=clock, pools=pools, rules=[],
+                   kubernetes={"host": kube.url, "token": kube.token})
+    client = app.test_client()
+    reconciler: Reconciler = app.extensions["autoscaler_reconciler"]
+    assert client.post("/api/v1/pools/h100/scale", headers=AUTH, json={"target": 6}).get_json()["outcome"] == "scaled"
+    created = datetime.fromtimestamp(clock(), tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for name in ("h100-4", "h100-5"):
+        kube.add_dra_node(name, POOL, created=created)
+    for i in range(2, 6):  # every node runs a claim-holding pod (h100-0 and h100-1 already do)
+        kube.add_claim_pod(f"work-{i}", f"h100-{i}", gpus=1)
+    clock.advance(30)
+    reconciler.tick(clock())
+    assert client.get("/api/v1/pools/h100", headers=AUTH).get_json()["in_flight"] == 0
+    clock.advance(330)
+    reconciler.tick(clock())
+    events = client.get("/api/v1/events?pool=h100", headers=AUTH).get_json()["events"]
+    assert [e["outcome"] for e in events if e["outcome"] == "no_capacity"] == []

@@ -21,6 +21,11 @@ SCALING_UNIT_TESTS = [p for p in UNIT_TESTS if p.name != "autoscaler-self-rules.
 GRAFANA_RULES = ROOT / "deploy" / "grafana" / "provisioning" / "alerting" / "alert-rules.yml"
 AZURE = ROOT / "deploy" / "azure" / "prometheus-rule-groups.json"
 SHIPPED = [PROM / "gpu-autoscaler-rules.yml", PROM / "gpu-demand-rules.yml"]
+#: GPUDemandPending on the service's own gauge, for DRA clusters: loaded instead of gpu-demand-rules.yml (docs/dra.md)
+DRA = PROM / "gpu-dra-rules.yml"
+DRA_UNIT_TESTS = sorted((PROM / "tests" / "dra").glob("*.test.yml"))
+GRAFANA_GROUP, GRAFANA_DRA_GROUP = "gpu-autoscaler", "gpu-autoscaler-dra-demand"
+_CONDITION = re.compile(r"\[equals\(parameters\('demandRules'\), '([a-z-]+)'\)\]")
 
 
 def _promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -80,12 +85,18 @@ def _to_promql_duration(iso: str) -> str:
     return f"{hours * 3600 + minutes * 60 + seconds}s"
 
 
-def _azure_as_prometheus() -> dict[str, Any]:
-    """The ARM template's rule groups as a Prometheus rule file."""
+def _azure_as_prometheus(demand: str = "kube-state-metrics") -> dict[str, Any]:
+    """The ARM template's rule groups as a Prometheus rule file: those it deploys with ``demandRules`` = ``demand``."""
     template = json.loads(AZURE.read_text())
+    assert demand in template["parameters"]["demandRules"]["allowedValues"]
     groups = []
     for resource in template["resources"]:
         assert resource["type"] == "Microsoft.AlertsManagement/prometheusRuleGroups"
+        if "condition" in resource:
+            match = _CONDITION.fullmatch(resource["condition"])
+            assert match, resource["condition"]  # the only condition form this reading knows
+            if match.group(1) != demand:
+                continue
         rules = []
         for rule in resource["properties"]["rules"]:
             out = {k: rule[k] for k in ("record", "alert") if k in rule}
@@ -110,13 +121,43 @@ def test_azure_rule_groups_pass_the_same_unit_tests(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_azure_dra_rule_group_passes_the_dra_unit_test(tmp_path: Path) -> None:
+    converted = tmp_path / "azure-rules.yml"
+    converted.write_text(yaml.safe_dump(_azure_as_prometheus("dra")))
+    assert len(DRA_UNIT_TESTS) == 1
+    for unit in DRA_UNIT_TESTS:
+        doc = _load(unit)
+        assert doc["rule_files"] == ["../../gpu-dra-rules.yml"]
+        doc["rule_files"] = [str(converted)]
+        (tmp_path / unit.name).write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = _promtool("test", "rules", *(p.name for p in DRA_UNIT_TESTS), cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.count("SUCCESS") == 1, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("demand, rules", [("kube-state-metrics", SHIPPED), ("dra", [SHIPPED[0], DRA])])
+def test_azure_deploys_one_demand_alert_per_choice(demand: str, rules: list[Path]) -> None:
+    """Each ``demandRules`` value deploys the same alerts and records as the Prometheus files it stands for: one
+    GPUDemandPending, never both forms (they would fire twice)."""
+    template = json.loads(AZURE.read_text())
+    assert template["parameters"]["demandRules"]["defaultValue"] == "kube-state-metrics"
+    deployed = [r for g in _azure_as_prometheus(demand)["groups"] for r in g["rules"]]
+    shipped = [r for path in rules for r in _rules(path)]
+    assert [r.get("alert") or r["record"] for r in deployed] == [r.get("alert") or r["record"] for r in shipped]
+    assert [r["alert"] for r in deployed if "alert" in r].count("GPUDemandPending") == 1
+    for ours, theirs in zip(deployed, shipped):
+        assert ours["expr"].strip() == theirs["expr"].strip() and ours.get("labels") == theirs.get("labels")
+
+
 def test_azure_alerts_route_to_the_action_group_with_our_labels() -> None:
     template = json.loads(AZURE.read_text())
     alerts = [r for res in template["resources"] for r in res["properties"]["rules"] if "alert" in r]
     shipped = {r["alert"]: r for path in SHIPPED for r in _rules(path) if "alert" in r}
     assert {a["alert"] for a in alerts} == set(shipped)
+    assert len(alerts) == len(shipped) + 1  # GPUDemandPending twice: kube-state-metrics' and the DRA form
+    dra = {r["alert"]: r for r in _rules(DRA) if "alert" in r}
     for alert in alerts:
         assert alert["labels"]["autoscaler_action"] == shipped[alert["alert"]]["labels"]["autoscaler_action"]
+        assert alert["labels"] in (shipped[alert["alert"]]["labels"], dra.get(alert["alert"], {}).get("labels"))
         assert alert["actions"] == [{"actionGroupId": "[parameters('actionGroupId')]"}]
         assert alert["resolveConfiguration"]["autoResolved"] is True
     for resource in template["resources"]:
@@ -124,13 +165,16 @@ def test_azure_alerts_route_to_the_action_group_with_our_labels() -> None:
         assert resource["properties"]["clusterName"] == "[parameters('clusterName')]"
 
 
-def _grafana_rules() -> dict[str, dict[str, Any]]:
-    return {r["title"]: r for g in _load(GRAFANA_RULES)["groups"] for r in g["rules"]}
+def _grafana_rules(group: str = GRAFANA_GROUP) -> dict[str, dict[str, Any]]:
+    groups = {g["name"]: g for g in _load(GRAFANA_RULES)["groups"]}
+    assert set(groups) == {GRAFANA_GROUP, GRAFANA_DRA_GROUP}
+    return {r["title"]: r for r in groups[group]["rules"]}
 
 
-def test_grafana_rules_mirror_the_prometheus_alerts() -> None:
-    grafana = _grafana_rules()
-    shipped = {r["alert"]: r for path in SHIPPED for r in _rules(path) if "alert" in r}
+@pytest.mark.parametrize("group, files", [(GRAFANA_GROUP, SHIPPED), (GRAFANA_DRA_GROUP, [DRA])])
+def test_grafana_rules_mirror_the_prometheus_alerts(group: str, files: list[Path]) -> None:
+    grafana = _grafana_rules(group)
+    shipped = {r["alert"]: r for path in files for r in _rules(path) if "alert" in r}
     assert set(grafana) == set(shipped)
     for name, rule in grafana.items():
         prom = shipped[name]
@@ -142,19 +186,25 @@ def test_grafana_rules_mirror_the_prometheus_alerts() -> None:
         op, threshold = re.fullmatch(r"\S+ ([<>]) (\d+)", prom["expr"]).groups()  # type: ignore[union-attr]
         assert evaluator == {"type": {">": "gt", "<": "lt"}[op], "params": [int(threshold)]}
         assert rule["for"] == prom["for"] and rule["labels"]["autoscaler_action"] == prom["labels"]["autoscaler_action"]
+        # one GPUDemandPending runs: kube-state-metrics' form; the DRA form is paused until swapped in (docs/dra.md)
+        assert rule.get("isPaused", False) is (group == GRAFANA_DRA_GROUP)
 
 
-@pytest.mark.parametrize("title, recorded", [("GPUUtilizationHigh", "autoscaler_pool:gpu_utilization:avg"),
-                                             ("GPUUtilizationLow", "autoscaler_pool:gpu_utilization:avg"),
-                                             ("GPUDemandPending", "autoscaler_pool:gpus_pending:sum")])
-def test_grafana_query_equals_the_recorded_figure_on_the_unit_test_inputs(title: str, recorded: str,
+@pytest.mark.parametrize("title, recorded, group", [
+    ("GPUUtilizationHigh", "autoscaler_pool:gpu_utilization:avg", GRAFANA_GROUP),
+    ("GPUUtilizationLow", "autoscaler_pool:gpu_utilization:avg", GRAFANA_GROUP),
+    ("GPUDemandPending", "autoscaler_pool:gpus_pending:sum", GRAFANA_GROUP),
+    ("GPUDemandPending", "autoscaler_pool:gpus_pending:sum", GRAFANA_DRA_GROUP)])
+def test_grafana_query_equals_the_recorded_figure_on_the_unit_test_inputs(title: str, recorded: str, group: str,
                                                                          tmp_path: Path) -> None:
     """Grafana can't read recording rules it does not own, so its query is the rules inlined; on every unit-test
     input, it must give the recorded figure of the shipped rules, pool for pool."""
-    query = _grafana_rules()[title]["data"][0]["model"]["expr"]
+    query = _grafana_rules(group)[title]["data"][0]["model"]["expr"]
     checks = [f"({query}) != on (autoscaler_pool) {recorded}", f"({query}) unless on (autoscaler_pool) {recorded}",
               f"{recorded} unless on (autoscaler_pool) ({query})"]
-    unit = next(p for p in SCALING_UNIT_TESTS if ("demand" in p.name) == (title == "GPUDemandPending"))
+    dra = group == GRAFANA_DRA_GROUP
+    unit = DRA_UNIT_TESTS[0] if dra else next(p for p in SCALING_UNIT_TESTS
+                                              if ("demand" in p.name) == (title == "GPUDemandPending"))
     tests = []
     for test in _load(unit)["tests"]:
         exprs = [{"expr": e, "eval_time": f"{m}m", "exp_samples": []} for m in (2, 5, 10, 16) for e in checks]
@@ -163,7 +213,7 @@ def test_grafana_query_equals_the_recorded_figure_on_the_unit_test_inputs(title:
             nonempty = []
         tests.append({"name": test["name"], "interval": test["interval"], "input_series": test["input_series"],
                       "promql_expr_test": exprs + nonempty})
-    doc = {"rule_files": [str(p) for p in SHIPPED], "evaluation_interval": "1m", "tests": tests}
+    doc = {"rule_files": [str(p) for p in ([DRA] if dra else SHIPPED)], "evaluation_interval": "1m", "tests": tests}
     (tmp_path / "parity.test.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
     out = _promtool("test", "rules", "parity.test.yml", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -57,6 +57,13 @@ class Dra:
     devices: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # node -> driver -> usable GPU devices
     taken: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # node -> driver -> usable ones claimed
     claims: Mapping[tuple[str, str], Claim] = field(default_factory=dict)  # (namespace, name) -> claim
+    unseen: str = ""  # not read although the API may be there (its status, "403"): a pod's claims may hold GPUs
+
+    @property
+    def blind(self) -> bool:
+        """Not read for a reason other than the API's absence: a pod with ``spec.resourceClaims`` may hold GPUs
+        this read cannot see (with the API absent, 404, no pod can hold a claim)."""
+        return bool(self.unseen) and not self.read
 
     @property
     def read(self) -> bool:
@@ -74,8 +81,8 @@ class Dra:
         return {d: n - taken.get(d, 0) for d, n in have.items()}
 
 
-def not_read(reason: str) -> Dra:
-    return Dra(status=NOT_READ, reason=reason)
+def not_read(reason: str, unseen: str = "") -> Dra:
+    return Dra(status=NOT_READ, reason=reason, unseen=unseen)
 
 
 def class_driver(device_class: Mapping[str, Any]) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any, Mapping, Sequence
 
-from autoscaler.cluster.dra import Dra, pod_gpu_claims
+from autoscaler.cluster.dra import Dra, asks_through_claims, pod_gpu_claims
 from autoscaler.cluster.pods import PodFacts, pod_facts
 
 
@@ -40,6 +40,7 @@ class NodeGpus:
     free: dict[str, Decimal]  # DRA driver -> devices no claim holds (empty without DRA)
     pods: tuple[GpuPod, ...]
     facts: tuple[PodFacts, ...]
+    unread: tuple[str, ...] = ()  # pods (namespace/name) with claims DRA could not be read for (Dra.blind)
 
 
 def whole(value: Any) -> int:
@@ -101,6 +102,7 @@ def count_gpus(node: str, allocatable: Mapping[str, Any], work: Sequence[Mapping
     pods: list[GpuPod] = []
     facts: list[PodFacts] = []
     seen: set[tuple[str, str]] = set()  # a claim several pods share: its devices go with the first the fit moves
+    unread: list[str] = []
     for pod in work:
         claims = pod_gpu_claims(pod, dra)
         one = pod_facts(pod, is_gpu)
@@ -121,10 +123,14 @@ def count_gpus(node: str, allocatable: Mapping[str, Any], work: Sequence[Mapping
                          sum(c.gpus for _, c in claims))
         if gpu is not None:
             pods.append(gpu)
+        elif dra is not None and dra.blind and asks_through_claims(pod):  # may hold GPUs this read cannot see
+            meta = pod.get("metadata") or {}
+            unread.append(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
     on_dra = ext <= 0 and dra is not None and dra.node_gpus(node) > 0
     if on_dra and dra is not None:  # no device plugin here: an extended request is served by a claim it holds
         return NodeGpus(dra.node_gpus(node), dra.node_taken(node), free, tuple(pods), tuple(facts))
-    return NodeGpus(ext, sum(p.count for p in pods if matches(p.resource, patterns)), free, tuple(pods), tuple(facts))
+    return NodeGpus(ext, sum(p.count for p in pods if matches(p.resource, patterns)), free, tuple(pods), tuple(facts),
+                    tuple(unread))
 
 
 #: The pod label that names the pool an unscheduled pod waits for (as the shipped demand rules read it).

@@ -6,7 +6,8 @@ they mean. A pool's read is one node list by label selector and one list of the 
 of ``_PAGE``), grouped by node here, under one deadline (``kubernetes.timeout`` for the whole read): the first call
 that fails fails the read at once. A re-read is one node GET and one pod list by field selector. ``victims:
 movable`` also lists PodDisruptionBudgets, once per decision that weighs a busy node. Where a node has no
-device-plugin GPU or a pod asks through a claim, the read adds the DRA lists (:mod:`autoscaler.cluster.kube_dra`).
+device-plugin GPU or a pod asks through a claim, the read adds the DRA lists (:mod:`autoscaler.cluster.kube_dra`);
+while they are refused (403), the pod-less ``marked`` list reads the pods too, to see which nodes hold claims.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import json
 import os
 import logging
 import time
+from dataclasses import replace
 from typing import Any, ContextManager, Mapping
 
 from autoscaler.settings import KubernetesConfig
@@ -197,7 +199,19 @@ class KubeCluster:
                             deadline=deadline)
         items = list(answer.get("items") or [])
         dra = self._dra(items, deadline)
-        return [node_view(n, (), self.patterns, dra) for n in items]
+        views = [node_view(n, (), self.patterns, dra) for n in items]
+        if not dra.blind or not any(v.dra_unread for v in views):
+            return views
+        # DRA not read (403): a node without device-plugin GPUs whose pods hold claims is GPU-ready all the same
+        # (in flight, NodesNotReadyInTime); one more call, the cluster's pods, only while DRA cannot be read
+        by_node: dict[str, list[dict[str, Any]]] = {v.name: [] for v in views if v.dra_unread}
+        for pod in self._all_pods(deadline):
+            where = (pod.get("spec") or {}).get("nodeName") or ""
+            if where in by_node:
+                by_node[where].append(pod)
+        raw = {n["metadata"]["name"]: n for n in items}
+        return [replace(v, claims_unread=node_view(raw[v.name], by_node[v.name], self.patterns, dra).claims_unread)
+                if by_node.get(v.name) else v for v in views]
 
     def node(self, name: str) -> NodeView | None:
         from kubernetes.client.exceptions import ApiException
@@ -268,7 +282,9 @@ def _bearer_for_requests(conf: Any) -> None:
 _WHAT_TO_DO = {
     401: "; the API server refused the credentials: check kubernetes.token, kubeconfig or the service account token",
     403: "; the service account lacks a permission: grant what docs/rbac.md lists for the config (the Helm chart "
-         "does; deploy/kubernetes/rbac.yaml grants every row)",
+         "does; deploy/kubernetes/rbac.yaml grants every row: get, list, patch nodes; list pods; create "
+         "pods/eviction; list poddisruptionbudgets; get, list resourceslices, resourceclaims, deviceclasses in "
+         "resource.k8s.io)",
 }
 
 

@@ -6,8 +6,10 @@ reconciler's tick) they are read at most once for every pool the tick reads, the
 failed read is not re-tried in that scope: every later pool's read fails the same); outside it (a decision's own
 read) each read that needs them reads them afresh. A read needs them only when one of its nodes has no
 device-plugin GPU or one of its pods asks through ``spec.resourceClaims``: a cluster on the device plugin alone
-makes no DRA call at all. A server without the API (404) or RBAC without it (403) is no error: the service works as
-without DRA, logs it once, and the pool answer says ``dra: not_read`` with the reason.
+makes no DRA call at all. A server without the API (404) or RBAC without it (403) is no error: it is logged once
+(a 403 with the ClusterRole rule to add) and the pool answer says ``dra: not_read`` with the reason. With 404 no pod
+can hold a claim; with 403 the facts say ``unseen`` (:attr:`autoscaler.cluster.dra.Dra.blind`), and a pod with
+claims keeps its node and makes it GPU-ready (:mod:`autoscaler.cluster.nodes`, :mod:`autoscaler.inflight`).
 """
 from __future__ import annotations
 
@@ -24,6 +26,13 @@ log = logging.getLogger(__name__)
 _NOT_SERVED = {404: "the API server does not serve resource.k8s.io/v1 (Kubernetes before 1.34, or DRA off)",
                403: "the service account may not list {what} (resource.k8s.io): add get/list on resourceslices, "
                     "resourceclaims and deviceclasses to its ClusterRole"}
+
+
+#: What the 403 warning adds: what the service does meanwhile and the ClusterRole rule to add.
+_UNTIL_GRANTED = ("; until then a node running a pod with spec.resourceClaims is kept from scale-in and counts as "
+                  "GPU-ready (its claim is not counted). Add to the ClusterRole: - apiGroups: [\"resource.k8s.io\"] "
+                  "resources: [\"resourceslices\", \"resourceclaims\", \"deviceclasses\"] verbs: [\"get\", \"list\"] "
+                  "(deploy/kubernetes/rbac.yaml has it)")
 
 
 class Refused(ClusterError):
@@ -87,9 +96,11 @@ class DraReads:
             except Refused as exc:
                 why = f"{exc.status}: " + _NOT_SERVED[exc.status].format(what=what.lower())
                 if why != self._said:
-                    log.warning("DRA not read (GPUs counted from device-plugin resources only): %s", why)
+                    log.warning("DRA not read (GPUs counted from device-plugin resources only): %s%s", why,
+                                _UNTIL_GRANTED if exc.status == 403 else "")
                     self._said = why
-                return not_read(why)
+                # 404: no pod can hold a claim; 403: the API is there, so a pod's claims may hold GPUs unseen
+                return not_read(why, unseen=str(exc.status) if exc.status != 404 else "")
         if self._said is not None:
             log.info("DRA read again (resource.k8s.io/v1)")
             self._said = None

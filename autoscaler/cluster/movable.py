@@ -36,6 +36,8 @@ def cannot_move(node: NodeView, owners: Sequence[str], budgets: Sequence[Budget]
     """Why the node's work keeps it (protection, or the first pod that may not move), None when all may move."""
     if node.protected:
         return node.protected
+    if node.claims_unread:  # what its claims hold is unknown: no fit can say they would find room elsewhere
+        return f"{node.claims_unread}: cannot move"
     if node.cordoned and node.cordoned_by_us is None:
         return "cordoned by someone else (theirs to drain)"
     for pod in node.pods:

@@ -57,6 +57,14 @@ class NodeView:
     free: tuple[tuple[str, Decimal], ...] = ()  # allocatable minus what all its pods (DaemonSets too) request
     gpu_resources: tuple[str, ...] = ()  # which of its resources are GPUs (kubernetes.gpu_resources, DRA drivers)
     gpu_used: int | None = None  # GPUs its pods hold (None: the sum of its GPU pods' counts)
+    claims_unread: str = ""  # why its pods' claims keep it although DRA was not read (403), "" when none
+    dra_unread: str = ""  # DRA's status ("403") when it was not read and the node has no device-plugin GPU
+
+    @property
+    def gpu_ready(self) -> bool:
+        """Ready with GPUs: allocatable ones, or, while DRA cannot be read, a pod holding claims on it (its GPUs
+        are there, only not seen)."""
+        return self.ready and (self.gpu_allocatable > 0 or bool(self.claims_unread))
 
     def gpus_used(self) -> int:
         """GPUs requested or allocated on the node (a claim shared by several pods counts once)."""
@@ -66,7 +74,7 @@ class NodeView:
         """The node as a place the fit may put pods on (a fresh copy: the fit spends it), or with ``takes`` False
         one whose pods count for the others' spread and (anti-)affinity only."""
         return Room(self.name, dict(self.labels), self.taints, dict(self.free), frozenset(self.gpu_resources),
-                    list(self.pods), takes)
+                    list(self.pods), takes and not self.claims_unread)  # unseen claims: its room is unknown
 
     def busy_reason(self) -> str | None:
         """Why this node must stay (protection first, then GPU work), None when it may go."""
@@ -76,7 +84,7 @@ class NodeView:
             more = len(self.gpu_pods) - 1
             extra = f" and {more} more GPU pod{'s' if more > 1 else ''}" if more else ""
             return f"runs GPU pod {self.gpu_pods[0].describe()}{extra}"
-        return None
+        return self.claims_unread or None
 
 
 @dataclass(frozen=True)
@@ -225,6 +233,11 @@ def node_view(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
                 free[resource] = free.get(resource, Decimal(0)) - amount
     gpus = count_gpus(name, allocatable, [p for p in pods if is_work(p)], patterns, dra)
     free.update(gpus.free)
+    unread = ""
+    if gpus.unread and dra is not None:
+        more = f" and {len(gpus.unread) - 1} more" if len(gpus.unread) > 1 else ""
+        unread = (f"runs pod {gpus.unread[0]}{more} with resource claims (DRA not read ({dra.unseen}): claim not "
+                  f"counted, so it may hold GPUs)")
     return NodeView(
         name=name, ready=ready, created=parse_time(meta.get("creationTimestamp")) or 0.0,
         cordoned=bool(spec.get("unschedulable")), gpu_pods=gpus.pods, protected=protected,
@@ -239,6 +252,8 @@ def node_view(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
         free=tuple(sorted(free.items())),
         gpu_resources=tuple(sorted(k for k in free if k in gpus.free or matches(k, patterns) and k in allocatable)),
         gpu_used=gpus.used,
+        claims_unread=unread,
+        dra_unread=dra.unseen if dra is not None and dra.blind and gpus.allocatable <= 0 else "",
     )
 
 
