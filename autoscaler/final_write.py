@@ -140,7 +140,9 @@ class FinalWrites:
 
     def _retry_kept(self) -> None:
         while self.kept():
-            self.sleep(MAX_DELAY)
+            # A background thread waits in real time whatever clock the foreground's retries run on (a fake one in
+            # tests must not make it spin).
+            time.sleep(MAX_DELAY)
             try:
                 self.flush()
             except Exception:  # noqa: BLE001 - the retry thread must outlive a surprise; it tries again
