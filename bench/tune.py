@@ -63,7 +63,10 @@ class Family:
 FAMILIES = {
     "diurnal_inference": Family(BASE, 1.0, 101, 202, Goal(1.4, 1.5, 12)),
     "training_queue": Family(DEMAND, 3.0, 11, 22, Goal(1.7, 3.0, 12)),  # pending GPUs: step or demand, headroom
-    "noisy_plateau": Family(BASE, 3.0, 31, 32, Goal(1.3, 4.0, 2)),
+    # the plateau from the pending-GPUs rule (demand mode): sized to the work waiting, as cluster-autoscaler is; from
+    # the utilisation rule (proportional.yaml) the tuned settings met the goal on 8% of the unseen days, from this
+    # one on 24% (80% with --no-stress): BENCHMARKS.md 5.
+    "noisy_plateau": Family(DEMAND, 3.0, 31, 32, Goal(1.3, 4.0, 2)),
 }
 SERVING_GOAL = Goal(2.2, 2.0, 8)
 RULES: dict[str, dict[str, Any]] = {"default": {}, "no_stress": {"stress": False}}

@@ -16,7 +16,9 @@ import yaml
 from autoscaler.__main__ import main
 from autoscaler.config import build_settings
 from autoscaler.settings import ReplayRule
-from autoscaler.replay.space import Space, apply, describe, duration_text, modes, settings_text
+from autoscaler.models import Action
+from autoscaler.replay.space import (FOR, PENDING_FOR, Space, apply, describe, duration_text, modes,
+                                     settings_text)
 from autoscaler.replay.tune_cli import report
 from autoscaler.replay.tune_files import prometheus_rules
 from autoscaler.replay.trace import Trace, parse_time
@@ -407,6 +409,20 @@ def test_a_pending_rule_searches_demand_mode_and_writes_a_pending_alert(tmp_path
     checked = subprocess.run([require_binary(*PROMTOOL), "check", "rules", str(out / "prometheus-rules.yml")],
                              capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@pytest.mark.skipif(not HAS_DEMAND, reason="the config schema has no `mode: demand` / `pending_above` (issue 16)")
+@pytest.mark.parametrize("text, key, grid", [
+    pytest.param(PENDING_BASE, "rules.0.for", PENDING_FOR, id="pending-scale-out: short fors only"),
+    pytest.param(PENDING_BASE, "rules.1.for", FOR[Action.SCALE_IN], id="utilisation-scale-in-beside-it: unchanged"),
+    pytest.param(BASE, "rules.0.for", FOR[Action.SCALE_OUT], id="utilisation-scale-out: up to 5m"),
+])
+def test_rule_for_grid_by_the_kind_of_rule(text: str, key: str, grid: tuple[int, ...]) -> None:
+    space = Space(build_settings(yaml.safe_load(text), env={}), "gpu")
+    assert space.grid(key) == grid
+    rng = random.Random(4)
+    seen = {space.mutate(rng, space.sample(rng))[key] for _ in range(200)}
+    assert seen <= set(grid) and max(seen) == max(grid)
 
 
 def test_no_stress_and_a_change_limit_given_on_the_command_line(tuned: dict[str, Any], tmp_path: Path) -> None:

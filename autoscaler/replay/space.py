@@ -49,6 +49,9 @@ PENDING_ABOVE = (0, 1, 2, 4, 8, 16)  # GPUs
 ABOVE = (40, 50, 60, 70, 75, 80, 85, 90, 95)
 BELOW = (10, 20, 30, 40, 50, 60, 70)
 FOR = {Action.SCALE_OUT: (0, 30, 60, 120, 180, 300), Action.SCALE_IN: (60, 120, 300, 600, 900, 1800)}
+#: A pending-GPUs scale-out rule's ``for``: pending GPUs are work already waiting (not a utilisation to debounce),
+#: so every second of ``for`` is a second of saturation on every scale-out; ``pending_above`` filters the noise.
+PENDING_FOR = (0, 30, 60, 90, 120, 180)
 
 
 def modes() -> tuple[str, ...]:
@@ -76,7 +79,8 @@ class Space:
             elif getattr(rule, "pending_above", None) is not None:
                 self.rules[f"rules.{i}.pending_above"] = PENDING_ABOVE
                 pending_out = pending_out or rule.action is Action.SCALE_OUT
-            self.rules[f"rules.{i}.for"] = FOR[rule.action]
+            pending = getattr(rule, "pending_above", None) is not None and rule.action is Action.SCALE_OUT
+            self.rules[f"rules.{i}.for"] = PENDING_FOR if pending else FOR[rule.action]
         self.pending_out = pending_out
         out: tuple[str, ...] = PENDING_MODES if pending_out else UTILIZATION_MODES
         if "demand" in out and not getattr(settings.pools[pool], "gpus_per_node", None):
