@@ -14,35 +14,10 @@ from autoscaler.config import build_settings
 from autoscaler.models import Outcome
 from autoscaler.replay.report import figures
 from autoscaler.replay.sim import simulate, static_peak
-from autoscaler.replay.trace import Trace, load_trace, parse_time
+from autoscaler.replay.trace import Trace, load_trace
+from tests.replay_cases import T0, config, write_trace
 
-T0 = parse_time("2025-01-06T00:00:00Z")
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def config(pool: dict[str, Any] | None = None, rules: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """A replay config: one simulated pool, step 1 both ways, rules on utilisation."""
-    return {
-        "server": {"auth": {"disabled": True}},
-        "defaults": {"dedup_window": "1m"},
-        "pools": [{"name": "gpu", "provider": "simulated", "min": 1, "max": 10,
-                   "scale_out": {"step": 1, "cooldown": "3m"},
-                   "scale_in": {"step": 1, "cooldown": "10m", "delay_after_scale_out": "10m"},
-                   "simulated": {"initial_count": 1, "provision_seconds": 300}, **(pool or {})}],
-        "replay": {"evaluation_interval": "30s", "group_wait": "30s", "group_interval": "1m",
-                   "repeat_interval": "5m",
-                   "rules": rules or [{"alert": "GPUHigh", "above": 80, "for": "2m", "pool": "gpu",
-                                       "action": "scale_out"},
-                                      {"alert": "GPULow", "below": 30, "for": "10m", "pool": "gpu",
-                                       "action": "scale_in"}]},
-    }
-
-
-def write_trace(path: Path, demand: list[float]) -> Path:
-    lines = ["timestamp,demand"] + [
-        f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(T0 + 60 * i))},{d}" for i, d in enumerate(demand)]
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def test_step_up_first_scale_out_at_the_time_computed_by_hand() -> None:

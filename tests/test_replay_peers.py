@@ -10,7 +10,7 @@ import yaml
 
 from autoscaler.__main__ import main
 from autoscaler.replay.peers import PeerSettings, cluster_autoscaler, need, peer_figures
-from tests.test_replay import T0, config, write_trace
+from tests.replay_cases import T0, config, write_trace
 
 BOOT = 300.0
 

@@ -25,31 +25,9 @@ from autoscaler.replay.trace import Trace, parse_time
 from autoscaler.replay.tune import Budget, Score, _init, choose, evaluate, pareto
 from bench.traces.make_traces import generate
 from tests.pipeline import PROMTOOL, require_binary
+from tests.replay_cases import BASE
 
 T0 = parse_time("2025-01-06T00:00:00Z")
-BASE = """\
-# the base file's own comment, kept in tuned.yaml
-server:
-  auth: {bearer_tokens: ["${TUNE_TOKEN:-dev-token}"]}
-defaults:
-  dedup_window: 1m
-pools:
-  - name: gpu
-    provider: simulated
-    min: 1
-    max: 32
-    scale_out: {mode: proportional, target_utilization: 40, max_step: 4, cooldown: 3m, value_ref: B}
-    scale_in: {mode: step, step: 1, cooldown: 10m, delay_after_scale_out: 10m}
-    simulated: {initial_count: 3, provision_seconds: 300}
-replay:
-  evaluation_interval: 30s
-  group_wait: 30s
-  group_interval: 1m
-  repeat_interval: 5m
-  rules:
-    - {alert: GPUUtilizationHigh, above: 80, for: 1m, pool: gpu, action: scale_out, labels: {team: ml}}
-    - {alert: GPUUtilizationLow, below: 40, for: 5m, pool: gpu, action: scale_in}
-"""
 
 
 def _write_trace(path: Path, demand: list[float]) -> Path:

@@ -13,7 +13,7 @@ from autoscaler.replay.robust import (Judged, burstiest_days, busier, finalists,
 from autoscaler.replay.space import Space
 from autoscaler.replay.trace import Trace, parse_time
 from autoscaler.replay.tune import Budget, Score, choose
-from tests.test_tune import BASE
+from tests.replay_cases import BASE
 
 T0 = parse_time("2025-01-06T00:00:00Z")
 
