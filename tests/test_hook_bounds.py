@@ -147,9 +147,10 @@ def aks(url: str) -> AksProvider:
 def test_a_trickling_arm_is_cut_at_its_deadline() -> None:
     """azure-core's read_timeout bounds each socket read; through the bounded session it bounds the exchange."""
     with Misbehaving("trickle_body") as arm:
+        provider = aks(arm.url)  # the SDK's client is built before the clock starts
         started = time.monotonic()
         with pytest.raises(TemporaryError) as caught:
-            aks(arm.url).status(Tracked(None, None), 0.0)
+            provider.status(Tracked(None, None), 0.0)
         took = time.monotonic() - started
     print(f"ARM trickle: gave up after {took:.2f}s, {len(arm.served)} attempt(s)")
     assert took < 3.5 and "no answer from ARM" in caught.value.message
@@ -172,9 +173,10 @@ def gke(url: str) -> GkeProvider:
 def test_a_trickling_gke_api_is_cut_at_its_deadline() -> None:
     """google-cloud-container's REST transport hands requests a per-read timeout; bounded, it is the exchange's."""
     with Misbehaving("trickle_body") as api:
+        provider = gke(api.url)  # the SDK's client is built before the clock starts
         started = time.monotonic()
         with pytest.raises(TemporaryError) as caught:
-            gke(api.url).status(Tracked(None, None), 0.0)
+            provider.status(Tracked(None, None), 0.0)
         took = time.monotonic() - started
     print(f"GKE trickle: gave up after {took:.2f}s, {len(api.served)} attempt(s)")
     assert took < 3.5 and "no answer from Google" in caught.value.message
@@ -199,9 +201,10 @@ def eks(url: str, monkeypatch: pytest.MonkeyPatch) -> EksProvider:
 def test_a_trickling_aws_api_is_cut_at_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     """botocore's read_timeout bounds each socket read; sent over the bounded session, the exchange."""
     with Misbehaving("trickle_body") as api:
+        provider = eks(api.url, monkeypatch)  # boto3's client is built (models loaded) before the clock starts
         started = time.monotonic()
         with pytest.raises(TemporaryError) as caught:
-            eks(api.url, monkeypatch).status(Tracked(None, None), 0.0)
+            provider.status(Tracked(None, None), 0.0)
         took = time.monotonic() - started
     print(f"AWS trickle: gave up after {took:.2f}s, {len(api.served)} attempt(s)")
     assert took < 3.5 and "no answer from AWS" in caught.value.message
