@@ -52,8 +52,11 @@ run: deps
 	echo "PROMETHEUS_MULTIPROC_DIR=$$metrics $(VENV)/bin/gunicorn -c gunicorn.conf.py -b $(HOST):$(PORT) -w $(WORKERS) app:app"; \
 	PROMETHEUS_MULTIPROC_DIR=$$metrics $(VENV)/bin/gunicorn -c gunicorn.conf.py -b $(HOST):$(PORT) -w $(WORKERS) app:app
 
+## Two pytest workers (pytest-xdist), each file on one worker: the suite's many real servers wait more than they
+## compute, so two fit on the two cores; PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
 test: dev-deps system-deps tools
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 ## Benchmarks (bench/, see BENCHMARKS.md): results in bench/results/*.json and a table on stdout.
 bench: dev-deps system-deps
