@@ -12,6 +12,7 @@ from flask.testing import FlaskClient
 from autoscaler.app import create_app
 from autoscaler.config import Settings, build_settings
 from tests.fakes.moto_eks import MotoServer
+from tests.fakes.webhook_receiver import WebhookReceiver
 from tests.pipeline_stack import Stack, start_stack
 from tests.support import BASE_CONFIG, FakeClock
 
@@ -36,6 +37,14 @@ def make_app(raw_config: dict[str, Any], clock: FakeClock) -> Callable[..., Flas
         return create_app(settings, clock=clock)
 
     return build
+
+
+@pytest.fixture
+def receiver() -> Iterator[WebhookReceiver]:
+    """A local webhook receiver, the `webhook` provider's cloud (node-aware scale-in, repair and RBAC tests)."""
+    rec = WebhookReceiver()
+    yield rec
+    rec.stop()
 
 
 @pytest.fixture

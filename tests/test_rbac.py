@@ -164,13 +164,6 @@ def drive(tmp_path: Path, helm_bin: str, kube: FakeKube, receiver: WebhookReceiv
     return asked(kube.log), role_of(docs), forced.get_json()
 
 
-@pytest.fixture()
-def receiver() -> Iterator[WebhookReceiver]:
-    rec = WebhookReceiver()
-    yield rec
-    rec.stop()
-
-
 @pytest.mark.parametrize("scale_in,drains", [
     pytest.param({"victims": "idle"}, False, id="idle-chart-defaults"),
     pytest.param({"victims": "idle", "forced_removal": True}, True, id="idle-forced-removal"),

@@ -35,13 +35,6 @@ def kube() -> Iterator[FakeKube]:
         yield fake
 
 
-@pytest.fixture()
-def receiver() -> Iterator[WebhookReceiver]:
-    rec = WebhookReceiver()
-    yield rec
-    rec.stop()
-
-
 class Rig:
     """The app, its clock, its reconciler and a client."""
 

@@ -33,13 +33,6 @@ def kube() -> Iterator[FakeKube]:
         yield fake
 
 
-@pytest.fixture()
-def receiver() -> Iterator[WebhookReceiver]:
-    rec = WebhookReceiver()
-    yield rec
-    rec.stop()
-
-
 class Stack:
     def __init__(self, client: FlaskClient, clock: FakeClock, sleeps: list[float]) -> None:
         self.client, self.clock, self.sleeps = client, clock, sleeps

@@ -30,13 +30,6 @@ def kube() -> Iterator[FakeKube]:
         yield fake
 
 
-@pytest.fixture()
-def receiver() -> Iterator[WebhookReceiver]:
-    rec = WebhookReceiver()
-    yield rec
-    rec.stop()
-
-
 def make(tmp_path: Any, kube: FakeKube, url: str, clock: FakeClock | None = None, dry_run: bool = False,
          count: int = 3, **scale_in: Any) -> FlaskClient:
     clock = clock or FakeClock(NOW)
