@@ -6,12 +6,14 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from flask import Flask
 
 from autoscaler.cluster.kube import KubeCluster
 from autoscaler.cluster.nodes import ClusterError
 from autoscaler.settings import KubernetesConfig
 from autoscaler.store import NodesView, open_store
 from tests.fakes.kube import FakeKube
+from tests.support import AUTH, FakeClock, make_app
 
 POOL = {"pool": "h100"}
 DRA_LISTS = ("LIST deviceclasses", "LIST resourceslices", "LIST resourceclaims")
@@ -33,6 +35,14 @@ def cluster(fake: FakeKube, page: int = 5000, **extra: object) -> KubeCluster:
 
 def dra_calls(fake: FakeKube) -> dict[str, int]:
     return {k: v for k, v in fake.calls.items() if k in DRA_LISTS}
+
+
+def h100_app(kube: FakeKube, tmp_path: Path, clock: FakeClock, **pool: object) -> Flask:
+    """The app over the fake cluster with one simulated pool `h100` of 4 nodes (node selector pool=h100)."""
+    pools = [{"name": "h100", "provider": "simulated", "min": 0, "max": 8, "node_selector": "pool=h100",
+              "simulated": {"initial_count": 4}, **pool}]
+    return make_app(f"sqlite:///{tmp_path}/a.db", clock=clock, pools=pools, rules=[],
+                    kubernetes={"host": kube.url, "token": kube.token})
 
 
 def test_a_dra_pool_read_sees_the_claims_and_the_devices(kube: FakeKube) -> None:
@@ -193,14 +203,10 @@ def test_check_config_takes_gpu_device_classes(tmp_path: Path, capsys: pytest.Ca
 def test_the_pool_answer_says_whether_dra_was_read(kube: FakeKube, tmp_path: Path, status: int, dra: str,
                                                    reason: str | None) -> None:
     from autoscaler.reconciler import Reconciler
-    from tests.support import AUTH, FakeClock, make_app
 
     kube.dra.status = status
-    pools = [{"name": "h100", "provider": "simulated", "min": 0, "max": 8, "node_selector": "pool=h100",
-              "simulated": {"initial_count": 4}}]
     clock = FakeClock()
-    app = make_app(f"sqlite:///{tmp_path}/a.db", clock=clock, pools=pools, rules=[],
-                   kubernetes={"host": kube.url, "token": kube.token})
+    app = h100_app(kube, tmp_path, clock)
     reconciler: Reconciler = app.extensions["autoscaler_reconciler"]
     reconciler.tick(clock())
     body = app.test_client().get("/api/v1/pools/h100", headers=AUTH).get_json()
@@ -220,13 +226,9 @@ def test_the_stored_in_flight_reads_the_nodes_gpus(kube: FakeKube, tmp_path: Pat
     from datetime import datetime, timezone
 
     from autoscaler.reconciler import Reconciler
-    from tests.support import AUTH, FakeClock, make_app
 
     clock = FakeClock()
-    pools = [{"name": "h100", "provider": "simulated", "min": 0, "max": 8, "node_selector": "pool=h100",
-              "provision_time": "5m", "simulated": {"initial_count": 4}}]
-    app = make_app(f"sqlite:///{tmp_path}/a.db", clock=clock, pools=pools, rules=[],
-                   kubernetes={"host": kube.url, "token": kube.token})
+    app = h100_app(kube, tmp_path, clock, provision_time="5m")
     client = app.test_client()
     reconciler: Reconciler = app.extensions["autoscaler_reconciler"]
 
@@ -277,14 +279,10 @@ def test_without_the_rbac_claim_holding_nodes_are_no_shortfall(kube: FakeKube, t
     from datetime import datetime, timezone
 
     from autoscaler.reconciler import Reconciler
-    from tests.support import AUTH, FakeClock, make_app
 
     kube.dra.status = 403
     clock = FakeClock()
-    pools = [{"name": "h100", "provider": "simulated", "min": 0, "max": 8, "node_selector": "pool=h100",
-              "provision_time": "5m", "simulated": {"initial_count": 4}}]
-    app = make_app(f"sqlite:///{tmp_path}/a.db", clock=clock, pools=pools, rules=[],
-                   kubernetes={"host": kube.url, "token": kube.token})
+    app = h100_app(kube, tmp_path, clock, provision_time="5m")
     client = app.test_client()
     reconciler: Reconciler = app.extensions["autoscaler_reconciler"]
     assert client.post("/api/v1/pools/h100/scale", headers=AUTH, json={"target": 6}).get_json()["outcome"] == "scaled"
