@@ -4,11 +4,15 @@ from __future__ import annotations
 import os
 import uuid
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
+
+from autoscaler.store import SqlStore, Store
+from autoscaler.store.memory import MemoryStore
 
 ADMIN_DSN = os.environ.get("AUTOSCALER_TEST_PG", "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=3")
 _INFO = conninfo_to_dict(ADMIN_DSN)
@@ -52,3 +56,28 @@ def temp_database() -> Iterator[str]:
     finally:
         with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def each_store(kind: str, tmp_path: Path) -> Iterator[Store]:
+    """A fresh store of ``kind``: ``memory``, ``sqlite`` (a file under ``tmp_path``) or ``postgresql`` (a throw-away
+    database; skipped when PostgreSQL is unreachable, failed under CI=true); closed after."""
+    if kind == "memory":
+        made: Store = MemoryStore()
+        yield made
+        made.close()
+    elif kind == "sqlite":
+        with _closing(SqlStore(f"sqlite:///{tmp_path}/s.db")) as made:
+            yield made
+    else:
+        require_postgres()
+        with temp_database() as name, _closing(SqlStore(url_for(name))) as made:
+            yield made
+
+
+@contextmanager
+def _closing(store: SqlStore) -> Iterator[SqlStore]:
+    try:
+        yield store
+    finally:
+        store.close()

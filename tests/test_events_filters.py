@@ -7,8 +7,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from autoscaler.store import EventRecord, NodesView, PoolChange, SqlStore, Store
-from autoscaler.store.memory import MemoryStore
+from autoscaler.store import EventRecord, NodesView, PoolChange, Store
 from tests import pg
 from tests.support import AUTH, FakeClock, am_alert, am_payload, make_app
 
@@ -20,19 +19,8 @@ def _ev(t: float, pool: str | None, outcome: str, source: str = "alertmanager") 
 
 @pytest.fixture(params=["sqlite", "postgresql", "memory"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "memory":
-        yield MemoryStore()
-        return
-    if request.param == "sqlite":
-        sql = SqlStore(f"sqlite:///{tmp_path}/s.db")
-        yield sql
-        sql.close()
-        return
-    pg.require_postgres()
-    with pg.temp_database() as name:
-        sql = SqlStore(pg.url_for(name))
-        yield sql
-        sql.close()
+    with pg.each_store(request.param, tmp_path) as made:
+        yield made
 
 
 def _fill(store: Store) -> list[int]:

@@ -7,29 +7,15 @@ from typing import Any, Iterator
 
 import pytest
 
-from autoscaler.store import EventRecord, PoolChange, RepairRecord, Store, open_store
-from autoscaler.store.memory import MemoryStore
+from autoscaler.store import EventRecord, PoolChange, RepairRecord, Store
 from tests import pg
 
 
 @pytest.fixture(params=["sqlite", "postgresql", "memory"])
 def store(request: Any, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "memory":
-        made: Store = MemoryStore()
+    with pg.each_store(request.param, tmp_path) as made:
         made.ensure_pools(["gpu", "other"])
         yield made
-        return
-    if request.param == "sqlite":
-        made = open_store(f"sqlite:///{tmp_path}/s.db")
-        made.ensure_pools(["gpu", "other"])
-        yield made
-        return
-    pg.require_postgres()
-    with pg.temp_database() as name:
-        made = open_store(pg.url_for(name))
-        made.ensure_pools(["gpu", "other"])
-        yield made
-        made.close()  # type: ignore[attr-defined]
 
 
 def test_one_repair_per_node_state_and_end(store: Store) -> None:
