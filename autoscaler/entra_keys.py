@@ -9,19 +9,17 @@ and a second or two each, and ``/healthz`` and static tokens never wait on the e
 """
 from __future__ import annotations
 
-import http.client
 import json
 import logging
 import os
-import socket
 import threading
 import time
-import urllib.request
 from typing import Any, Callable
 
 import jwt
 
 from autoscaler.redact import redact_text
+from providers.bounded import bounded_session
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +93,7 @@ class SigningKeys:
                 raise ValueError("the answer is not a JWK set (a JSON object)")
             keys = {k.key_id: k for k in jwt.PyJWKSet.from_dict(data).keys
                     if k.key_id and k.public_key_use in ("sig", None)}
-        except (OSError, ValueError, http.client.HTTPException, jwt.PyJWTError) as exc:  # ValueError: not JSON
+        except (OSError, ValueError, jwt.PyJWTError) as exc:  # ValueError: not JSON
             error = redact_text(f"{self.url}: {exc}")[:300]
         with self._cond:
             if keys is not None:
@@ -109,91 +107,12 @@ class SigningKeys:
             self._cond.notify_all()
 
 
-class _Watch:
-    """The sockets of one fetch, shut down together when its deadline passes (a blocked read then returns)."""
-
-    def __init__(self) -> None:
-        self.socks: list[socket.socket] = []
-        self.expired = False
-        self.lock = threading.Lock()
-
-    def add(self, sock: socket.socket) -> socket.socket:
-        with self.lock:
-            self.socks.append(sock.dup())  # the same connection under TLS too (wrapping detaches ``sock`` itself)
-            if self.expired:
-                self._shut(self.socks[-1])
-        return sock
-
-    def expire(self) -> None:
-        with self.lock:
-            self.expired = True
-            for sock in self.socks:
-                self._shut(sock)
-
-    def close(self) -> None:
-        with self.lock:
-            for sock in self.socks:
-                sock.close()
-
-    @staticmethod
-    def _shut(sock: socket.socket) -> None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-
-def _watched(base: type[http.client.HTTPConnection]) -> type[http.client.HTTPConnection]:
-    class Watched(base):  # type: ignore[valid-type,misc]
-        def __init__(self, *args: Any, watch: _Watch, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._create_connection = lambda *a, **k: watch.add(socket.create_connection(*a, **k))
-
-    return Watched
-
-
-_HTTP, _HTTPS = _watched(http.client.HTTPConnection), _watched(http.client.HTTPSConnection)
-
-
-class _HttpHandler(urllib.request.HTTPHandler):
-    def __init__(self, watch: _Watch) -> None:
-        super().__init__()
-        self.watch = watch
-
-    def http_open(self, req: Any) -> Any:
-        return self.do_open(_HTTP, req, watch=self.watch)
-
-
-class _HttpsHandler(urllib.request.HTTPSHandler):
-    def __init__(self, watch: _Watch) -> None:
-        super().__init__()
-        self.watch = watch
-
-    def https_open(self, req: Any) -> Any:
-        return self.do_open(_HTTPS, req, context=self._context, watch=self.watch)  # type: ignore[attr-defined]
-
-
 def fetch_json(url: str, deadline: float) -> Any:
-    """GET ``url`` (proxies from the environment, as urllib reads them) and parse its JSON, all within ``deadline``
-    seconds and ``MAX_BYTES``; OSError, HTTPException or ValueError otherwise."""
-    watch = _Watch()
-    timer = threading.Timer(deadline, watch.expire)
-    timer.daemon = True
-    timer.start()
-    opener = urllib.request.build_opener(_HttpHandler(watch), _HttpsHandler(watch))
-    try:
-        req = urllib.request.Request(url, headers={"Accept": "application/json", "User-Agent": "gpu-pool-autoscaler"})
-        with opener.open(req, timeout=deadline) as resp:
-            body = resp.read(MAX_BYTES + 1)
-    except OSError:
-        if watch.expired:
-            raise TimeoutError(f"no complete answer within {deadline:.0f}s") from None
-        raise
-    finally:
-        timer.cancel()
-        watch.close()
-    if watch.expired:  # a read cut short by the deadline may look like a short body
-        raise TimeoutError(f"no complete answer within {deadline:.0f}s")
-    if len(body) > MAX_BYTES:
-        raise ValueError(f"answer larger than {MAX_BYTES} bytes")
-    return json.loads(body)
+    """GET ``url`` (proxies from the environment, as requests reads them) and parse its JSON, all within ``deadline``
+    seconds and ``MAX_BYTES``: the same bounded exchange every cloud call gets (``providers/bounded.py``). OSError
+    (requests' errors are OSErrors) or ValueError otherwise."""
+    with bounded_session(MAX_BYTES) as session:
+        resp = session.get(url, timeout=deadline,
+                           headers={"Accept": "application/json", "User-Agent": "gpu-pool-autoscaler"})
+        resp.raise_for_status()
+    return json.loads(resp.content)
