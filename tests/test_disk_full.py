@@ -80,6 +80,7 @@ def test_disk_full_fails_readiness_until_a_write_succeeds(tmp_path: Path, small_
         assert "database or disk is full" in server.read_log()  # the engine's own error, logged
         ready = requests.get(f"{server.url}/readyz", timeout=30)
         assert ready.json()["status"] == "unavailable" and "write" in ready.json()["error"]
+        assert "bytes free" in ready.json()["error"], ready.json()  # the disk's room, not a probe write's luck
 
         filler.unlink()  # room again: the next write succeeds, and readiness follows
         wait_for(lambda: set(_readiness(server)) == {(200, 1.0)}, 20, "ready again once writes succeed", interval=0.5)

@@ -8,6 +8,8 @@ for real, so that readiness and ``store_up`` fail while writes fail, and recover
 """
 from __future__ import annotations
 
+import os
+import shutil
 import uuid
 from typing import Any
 
@@ -26,6 +28,20 @@ PROBE_ROWS, PROBE_KEY_BYTES = 24, 480
 #: A successful probe write stands this long (an unauthenticated /readyz must not make the store write at will); a
 #: store transaction that fails ends it at once.
 WRITE_EVERY = 1.0
+#: SQLite: the disk holding the database file must have this much room left. A full disk still takes some small
+#: writes (a WAL file reused from its start after a checkpoint, pages a delete put on the free list), so a write
+#: probe alone answers yes and no by turns while events fail; below this room the store is not ready, whatever the
+#: probe write says.
+SQLITE_MIN_FREE = 256 * 1024
+
+
+def disk_room(path: str) -> str:
+    """"" when the filesystem holding the SQLite file ``path`` has at least SQLITE_MIN_FREE bytes free (for this
+    process: ``f_bavail``), else why not."""
+    free = shutil.disk_usage(os.path.dirname(path) or ".").free
+    if free >= SQLITE_MIN_FREE:
+        return ""
+    return f"the disk holding the SQLite file has {free} bytes free (less than {SQLITE_MIN_FREE})"
 
 
 def schema_problem(conn: Connection) -> str:

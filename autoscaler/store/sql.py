@@ -373,6 +373,10 @@ class SqlStore(SqlRemovals, SqlRepairs, SqlReads, Store):
                     raise
                 log.warning("store: %s", problem)
                 raise StoreUnavailable(f"store unavailable: {problem}") from None
+        room = probe.disk_room(self.file.path) if self.file is not None else ""
+        if room:
+            self._write_ok_until = float("-inf")
+            raise StoreUnavailable(f"store unavailable: it does not take a write: {room}")
         started = time.monotonic()
         if started < self._write_ok_until:  # at most one probe write a second (a failed transaction resets it)
             return
