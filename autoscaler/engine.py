@@ -60,7 +60,7 @@ class Engine:
         out = []
         for item in self.router.signals(note, self.settings.pools):
             if isinstance(item, Signal):
-                out.append(self.handle(replace(item, within=within)))
+                out.append(self.handle(item if within is None else replace(item, within=within)))
             else:
                 out.append(self.events.record(item.decision, note.source.value, list(item.alerts), self.clock()))
         return out
