@@ -9,7 +9,7 @@ from typing import Iterator
 import pytest
 
 from autoscaler.models import Action
-from autoscaler.store import DedupConfirm, PoolChange, SqlStore
+from autoscaler.store import DedupConfirm, PoolChange, QuickState, Settlement, SqlStore
 from autoscaler.store.base import EventRecord
 from tests import pg
 from tests.support import quick_state, record_settled
@@ -145,6 +145,20 @@ def test_settle_reads_state_and_last_count_then_claims_records_and_points_the_po
     assert again == replace(_duplicate(101.0), id=again_id)
     assert store.pool("gpu").last_event_id == event.id  # a duplicate does not become the pool's last event
     assert [e.outcome for e in store.events("gpu", 10)] == ["skipped_duplicate", "skipped_cooldown", "scaled"]
+
+
+def test_a_plan_that_fails_leaves_nothing_written(store: SqlStore) -> None:
+    store.ensure_pools(["gpu"])
+
+    def plan(quick: QuickState | None) -> Settlement | None:
+        assert quick is not None and quick.state.name == "gpu"
+        raise RuntimeError("a bug in the decision")
+
+    with pytest.raises(RuntimeError, match="a bug in the decision"):
+        store.settle("gpu", plan)
+    assert store.events(None, 10) == []  # the read, the decision and the write are one transaction
+    assert store.pool("gpu").last_event_id is None
+    assert store.claim_dedup("gpu", ("k1",), 100.0, 30.0, "c2")  # and the store goes on
 
 
 def test_settle_without_keys_records_the_event(store: SqlStore) -> None:
