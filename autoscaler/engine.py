@@ -84,9 +84,8 @@ class Engine:
         claim = DedupClaim(self.store, spec.name, signal.dedup_keys)
         self.events.write_kept()  # a record lost while the store was away goes first (a resend finds it here)
         try:
-            attempt, decision = self._settle(signal, spec, claim)
-            if decision is None:
-                decision = self._handle(attempt)
+            attempt, settled_decision = self._settle(signal, spec, claim)
+            decision = self._handle(attempt) if settled_decision is None else settled_decision
         except StoreUnavailable:
             raise  # the request is answered 503; a claim left behind lapses after its short pending window
         except Exception as exc:  # a bug or a library's surprise: this decision fails, the others go on

@@ -140,7 +140,8 @@ def logging_kept() -> Iterator[None]:
 
 
 def quick_state(store: Store, pool: str) -> QuickState | None:
-    """What ``Store.settle`` hands its plan (the short cut's read), with a plan that settles nothing: nothing written."""
+    """What ``Store.settle`` hands its plan (the short cut's read), with a plan that settles nothing (nothing is
+    written)."""
     seen: list[QuickState | None] = []
     assert store.settle(pool, lambda quick: seen.append(quick)) is None
     return seen[0]
