@@ -221,7 +221,12 @@ def event_json(ev: EventRecord) -> dict[str, Any]:
     return dump(event_body(ev))
 
 
-def decision_json(d: Decision) -> dict[str, Any]:
+def decision_body(d: Decision) -> DecisionBody:
     """A decision as a webhook or the manual API answers it."""
-    return dump(DecisionBody(pool=d.pool, action=d.action, outcome=d.outcome, to=d.to,
-                             reason=d.reason, event_id=d.event_id, **{"from": d.from_}))
+    return DecisionBody(pool=d.pool, action=d.action, outcome=d.outcome, to=d.to, reason=d.reason,
+                        event_id=d.event_id, **{"from": d.from_})
+
+
+def decision_json(d: Decision) -> dict[str, Any]:
+    """``decision_body`` as JSON-ready data."""
+    return dump(decision_body(d))

@@ -60,7 +60,7 @@ class Engine:
         out = []
         for item in self.router.signals(note, self.settings.pools):
             if isinstance(item, Signal):
-                out.append(self.handle(replace(item, within=within)))
+                out.append(self.handle(item if within is None else replace(item, within=within)))
             else:
                 out.append(self.events.record(item.decision, note.source.value, list(item.alerts), self.clock()))
         return out
@@ -84,13 +84,8 @@ class Engine:
         claim = DedupClaim(self.store, spec.name, signal.dedup_keys)
         self.events.write_kept()  # a record lost while the store was away goes first (a resend finds it here)
         try:
-            # The common case under an alert storm: a pool in cooldown (or paused), settled by a read and one
-            # transaction (see ``_settled``). The clock is read once, after the state: a scale-out another worker
-            # recorded since must not look like a cooldown still to run (with a zero cooldown it is not).
-            quick = self.store.quick_state(spec.name)
-            attempt = Attempt(signal, spec, self.providers[spec.name], claim, self.hold.owner(claim.id),
-                              self.clock(), self.hold.deadline())
-            decision = self._handle(attempt, quick)
+            attempt, settled_decision = self._settle(signal, spec, claim)
+            decision = self._handle(attempt) if settled_decision is None else settled_decision
         except StoreUnavailable:
             raise  # the request is answered 503; a claim left behind lapses after its short pending window
         except Exception as exc:  # a bug or a library's surprise: this decision fails, the others go on
@@ -99,12 +94,26 @@ class Engine:
             self.handle(fallback.signal_for_rest(spec, decision, signal.source, signal.within))
         return decision
 
-    def _handle(self, attempt: Attempt, quick: QuickState | None) -> Decision:
-        """The short cut, else claim, hold the pool, decide, act and record."""
+    def _settle(self, signal: Signal, spec: PoolSpec, claim: DedupClaim) -> tuple[Attempt, Decision | None]:
+        """The signal's attempt, and its decision when the pool's stored state settles it: the common case under an
+        alert storm (a pool in cooldown, or paused), read, decided and recorded in one transaction (see
+        ``EventLog.settle``). The clock is read once, after the state: a scale-out another worker recorded since
+        must not look like a cooldown still to run (with a zero cooldown it is not)."""
+        made: list[Attempt] = []
+
+        def settles(quick: QuickState | None) -> tuple[Attempt, Decision] | None:
+            attempt = Attempt(signal, spec, self.providers[spec.name], claim, self.hold.owner(claim.id),
+                              self.clock(), self.hold.deadline())
+            made.append(attempt)
+            decision = self._settled(attempt, quick) if quick else None
+            return None if decision is None else (attempt, _in_group(signal, decision))
+
+        decision = self.events.settle(spec.name, settles)
+        return made[-1], decision
+
+    def _handle(self, attempt: Attempt) -> Decision:
+        """Claim, hold the pool, decide, act and record: what the stored state alone did not settle."""
         spec = attempt.spec
-        settled_decision = self._settled(attempt, quick) if quick else None
-        if settled_decision is not None:
-            return self.events.record_settled(attempt, _in_group(attempt.signal, settled_decision))
         # Claimed for a short while first, for the full window once recorded: a claim left by a lost
         # database connection or a killed worker must not swallow the sender's retries for the whole window.
         if not attempt.claim.take(attempt.now, self._pending(spec)):

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 from autoscaler.answers import event_json
 from autoscaler.attempt import Attempt
@@ -18,7 +18,7 @@ from autoscaler.models import Alert, Decision, OperatorOutcome, Source
 from autoscaler.redact import active, redact_text
 from autoscaler.sinks import EventSink
 from autoscaler.storable import MAX_ALERTS_LISTED, clean
-from autoscaler.store import DedupConfirm, EventRecord, PoolChange, Store, tables
+from autoscaler.store import DedupConfirm, EventRecord, PoolChange, QuickState, Settlement, Store, tables
 
 log = logging.getLogger("autoscaler.decision")
 _ACTOR: ContextVar[str | None] = ContextVar("actor", default=None)
@@ -108,16 +108,31 @@ class EventLog:
         """Write the final writes kept while the store was away (best effort; they are retried in the background)."""
         self.final.flush()
 
-    def record_settled(self, attempt: Attempt, d: Decision) -> Decision:
-        """Record a decision the stored state settled (no lease): claim the attempt's dedup keys for the full window
-        and append it, or the attempt's duplicate when every key was already claimed, in one transaction."""
-        duplicate, now = attempt.duplicate(), attempt.now
-        ev = self._record_for(d, attempt.source, attempt.alerts, now)
-        dup = self._record_for(duplicate, attempt.source, attempt.alerts, now)
-        event_id, was_duplicate = self.store.record_settled(attempt.spec.name, attempt.claim.keys, attempt.claim.id,
-                                                           now, attempt.expires_at, ev, dup)
-        return self._published(duplicate, replace(dup, id=event_id)) if was_duplicate \
-            else self._published(d, replace(ev, id=event_id))
+    def settle(self, pool: str,
+               settles: Callable[[QuickState | None], tuple[Attempt, Decision] | None]) -> Decision | None:
+        """The short cut (``Store.settle``): ``settles`` says, from the pool's stored state, which decision that state
+        settles (None: none; nothing is recorded and None is returned). In the same transaction as the read, that
+        decision is recorded with the attempt's dedup keys claimed for the full window, or the attempt's duplicate
+        when every key was already claimed."""
+        made: list[tuple[Decision, EventRecord]] = []
+
+        def plan(quick: QuickState | None) -> Settlement | None:
+            settled = settles(quick)
+            if settled is None:
+                return None
+            attempt, d = settled
+            duplicate = attempt.duplicate()
+            ev = self._record_for(d, attempt.source, attempt.alerts, attempt.now)
+            dup = self._record_for(duplicate, attempt.source, attempt.alerts, attempt.now)
+            made[:] = [(d, ev), (duplicate, dup)]
+            return Settlement(attempt.claim.keys, attempt.claim.id, attempt.now, attempt.expires_at, ev, dup)
+
+        written = self.store.settle(pool, plan)
+        if written is None:
+            return None
+        event_id, was_duplicate = written
+        d, ev = made[was_duplicate]
+        return self._published(d, replace(ev, id=event_id))
 
     def operator(self, act: OperatorAct, change: PoolChange, now: float) -> int:
         """Apply an operator's change to a pool (pause, resume, count correction) and record who made it, in one

@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             wrk(servers[name].url, body, 3, 8)
         rps: dict[str, list[float]] = {n: [] for n in names}
         cpu: dict[str, list[float]] = {n: [] for n in names}  # the workers' CPU ms per request, per round
+        p99: dict[str, list[float]] = {n: [] for n in names}  # wrk's latency p99 at saturation, ms, per round
         loads = []
         for r in range(args.rounds):
             loads.append(loadavg())
@@ -73,12 +74,14 @@ def main(argv: list[str] | None = None) -> int:
                 if res["errors"]:
                     print(f"warning: {name} had errors: {res}", file=sys.stderr)
                 rps[name].append(res["rps"])
+                p99[name].append(res["lat_p99_us"] / 1000)
                 cpu[name].append(1000 * (workers_cpu_seconds(workers) - cpu_before) / max(1, res["requests"]))
         out: dict[str, Any] = {"loadavg": loads, "settings": vars(args), "variants": {}}
         for name in names:
-            entry = {"rps": summary(rps[name]), "cpu_ms_per_request": summary(cpu[name])}
+            entry = {"rps": summary(rps[name]), "cpu_ms_per_request": summary(cpu[name]), "p99_ms": summary(p99[name])}
             if name != "baseline":
                 entry["ratio"] = summary([a / b for a, b in zip(rps[name], rps["baseline"])])
+                entry["p99_ratio"] = summary([a / b for a, b in zip(p99[name], p99["baseline"])])
                 entry["cpu_ratio"] = summary([b / a for a, b in zip(cpu[name], cpu["baseline"])])
             out["variants"][name] = entry
         for store in args.stores.split(","):
@@ -91,10 +94,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"load average per round: {', '.join(f'{x:.2f}' for x in loads)}")
         for name, v in out["variants"].items():
             extra = "".join(f"  {k} {v[k]['median']:.2f} [{v[k]['min']:.2f}-{v[k]['max']:.2f}]"
-                            for k in ("ratio", "gain_vs_previous", "cpu_ratio", "cpu_gain_vs_previous") if k in v)
+                            for k in ("ratio", "gain_vs_previous", "cpu_ratio", "cpu_gain_vs_previous", "p99_ratio")
+                            if k in v)
             c = v["cpu_ms_per_request"]
             print(f"{name:32s} {v['rps']['median']:7.0f} [{v['rps']['min']:.0f}-{v['rps']['max']:.0f}]"
-                  f"  cpu ms/req {c['median']:.3f} [{c['min']:.3f}-{c['max']:.3f}]{extra}")
+                  f"  cpu ms/req {c['median']:.3f} [{c['min']:.3f}-{c['max']:.3f}]"
+                  f"  p99 ms {v['p99_ms']['median']:.1f}{extra}")
     finally:
         for server in servers.values():
             server.stop()

@@ -9,9 +9,10 @@ from typing import Iterator
 import pytest
 
 from autoscaler.models import Action
-from autoscaler.store import DedupConfirm, PoolChange, SqlStore
+from autoscaler.store import DedupConfirm, PoolChange, QuickState, Settlement, SqlStore
 from autoscaler.store.base import EventRecord
 from tests import pg
+from tests.support import quick_state, record_settled
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -109,9 +110,9 @@ def _duplicate(t: float) -> EventRecord:
 
 def test_the_quick_read_writes_nothing_and_knows_no_unknown_pool(store: SqlStore) -> None:
     store.ensure_pools(["gpu"])
-    quick = store.quick_state("gpu")
+    quick = quick_state(store, "gpu")
     assert quick is not None and quick.state.name == "gpu" and quick.last_count is None
-    assert store.quick_state("nope") is None  # no such row
+    assert quick_state(store, "nope") is None  # no such row
     assert store.events(None, 10) == []
     assert store.claim_dedup("gpu", ("k1",), 100.0, 30.0, "c2")  # no key was claimed
 
@@ -121,7 +122,7 @@ def test_settle_reads_state_and_last_count_then_claims_records_and_points_the_po
     first = store.update_pool("gpu", EventRecord(time=50.0, pool="gpu", source="manual", action="scale_out",
                                                   outcome="scaled", from_=2, to=3, reason="r"),
                               PoolChange(at=50.0, acted=Action.SCALE_OUT, paused=True, pause_reason="maintenance"))
-    quick = store.quick_state("gpu")
+    quick = quick_state(store, "gpu")
     assert quick is not None
     state, last_count = quick.state, quick.last_count
     assert (state.paused, state.pause_reason, state.last_scale_out_at, state.last_event_id) == (
@@ -130,7 +131,7 @@ def test_settle_reads_state_and_last_count_then_claims_records_and_points_the_po
 
     keys = ("alertmanager|fp|2025-01-01T00:00:00Z|firing", "y" * 300)
     settled = replace(_settled(100.0), from_=last_count, to=last_count)
-    event_id, duplicate = store.record_settled("gpu", keys, "c1", 100.0, 700.0, settled, _duplicate(100.0))
+    event_id, duplicate = record_settled(store, "gpu", keys, "c1", 100.0, 700.0, settled, _duplicate(100.0))
     event = replace(settled, id=event_id)
     assert not duplicate
     assert store.event(event_id) == event and (event.from_, event.to, event.details) == (3, 3, {"cloud": "not read"})
@@ -138,7 +139,7 @@ def test_settle_reads_state_and_last_count_then_claims_records_and_points_the_po
     assert not store.claim_dedup("gpu", keys[:1], 699.0, 30.0, "c2")  # claimed for the full window at once
     assert store.claim_dedup("gpu", keys[1:], 700.0, 30.0, "c3")  # and free after it
 
-    again_id, again_duplicate = store.record_settled("gpu", keys[:1], "c4", 101.0, 701.0, settled, _duplicate(101.0))
+    again_id, again_duplicate = record_settled(store, "gpu", keys[:1], "c4", 101.0, 701.0, settled, _duplicate(101.0))
     again = store.event(again_id)
     assert again_duplicate and again is not None and again.outcome == "skipped_duplicate"
     assert again == replace(_duplicate(101.0), id=again_id)
@@ -146,9 +147,23 @@ def test_settle_reads_state_and_last_count_then_claims_records_and_points_the_po
     assert [e.outcome for e in store.events("gpu", 10)] == ["skipped_duplicate", "skipped_cooldown", "scaled"]
 
 
+def test_a_plan_that_fails_leaves_nothing_written(store: SqlStore) -> None:
+    store.ensure_pools(["gpu"])
+
+    def plan(quick: QuickState | None) -> Settlement | None:
+        assert quick is not None and quick.state.name == "gpu"
+        raise RuntimeError("a bug in the decision")
+
+    with pytest.raises(RuntimeError, match="a bug in the decision"):
+        store.settle("gpu", plan)
+    assert store.events(None, 10) == []  # the read, the decision and the write are one transaction
+    assert store.pool("gpu").last_event_id is None
+    assert store.claim_dedup("gpu", ("k1",), 100.0, 30.0, "c2")  # and the store goes on
+
+
 def test_settle_without_keys_records_the_event(store: SqlStore) -> None:
     store.ensure_pools(["gpu"])
-    event_id, duplicate = store.record_settled("gpu", (), "c1", 100.0, 700.0, _settled(100.0), _duplicate(100.0))
+    event_id, duplicate = record_settled(store, "gpu", (), "c1", 100.0, 700.0, _settled(100.0), _duplicate(100.0))
     assert not duplicate and store.pool("gpu").last_event_id == event_id
 
 
@@ -160,7 +175,7 @@ def test_concurrent_settles_of_one_notification_record_one_event_and_duplicates(
 
     def settle(i: int) -> None:
         start.wait()
-        _, duplicate = store.record_settled("gpu", keys, f"c{i}", 100.0, 700.0, _settled(100.0), _duplicate(100.0))
+        _, duplicate = record_settled(store, "gpu", keys, f"c{i}", 100.0, 700.0, _settled(100.0), _duplicate(100.0))
         results.append(duplicate)
 
     threads = [threading.Thread(target=settle, args=(i,)) for i in range(6)]

@@ -14,6 +14,7 @@ from autoscaler.replay.trace import Trace, load_trace, parse_time
 from autoscaler.store import EventRecord, PoolChange, SqlStore, Store
 from autoscaler.store.base import DedupConfirm
 from autoscaler.store.memory import MemoryStore
+from tests.support import quick_state, record_settled
 from bench.traces.make_traces import generate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,12 +97,12 @@ def test_lease_and_quick_state_alike(store: Store) -> None:
     assert store.renew("gpu", "b", 300.0, 120.0) and not store.renew("gpu", "a", 300.0, 120.0)
     assert store.acquire("gpu", "c", 400.0, 120.0) is None  # renewed to 420
     event_id = store.finish("gpu", "b", _event(271.0), PoolChange(at=271.0, acted=Action.SCALE_OUT, tracked_count=4))
-    quick = store.quick_state("gpu")
+    quick = quick_state(store, "gpu")
     assert quick is not None and quick.last_count == 4 and quick.state.last_scale_out_at == 271.0
     assert quick.state.tracked_count == 4 and quick.state.last_event_id == event_id
-    assert store.quick_state("nope") is None
+    assert quick_state(store, "nope") is None
     assert store.acquire("gpu", "c", 272.0, 120.0) is not None  # finish released it
-    ids = [store.record_settled("gpu", ("k",), "c1", 300.0, 360.0, _event(300.0, "skipped_cooldown", None),
+    ids = [record_settled(store, "gpu", ("k",), "c1", 300.0, 360.0, _event(300.0, "skipped_cooldown", None),
                                 _event(300.0, "skipped_duplicate", None)) for _ in range(2)]
     assert [dup for _, dup in ids] == [False, True]
     assert [e.outcome for e in store.events("gpu", 2)] == ["skipped_duplicate", "skipped_cooldown"]

@@ -19,6 +19,7 @@ from autoscaler.store.migrate import head_revision
 from tests import pg
 from tests.servers import ROOT
 from tests.fakes.tcpproxy import TcpProxy
+from tests.support import quick_state, record_settled
 
 pytestmark = pytest.mark.slow
 FAST = StoreOptions(lock_wait=0.5, statement_timeout=5.0, connect_timeout=2.0)
@@ -171,8 +172,8 @@ def test_connection_loss_raises_store_unavailable_and_recovers(open_stores: Call
         proxy.close()
         for call in (store.ping, lambda: store.claim_dedup("gpu", ("k",), 0.0, 60.0, "c"),
                      lambda: store.acquire("gpu", "me", 0.0, 60.0), lambda: store.record(_event(1.0)),
-                     lambda: store.quick_state("gpu"),
-                     lambda: store.record_settled("gpu", ("k",), "c", 0.0, 60.0, _event(1.0), _event(1.0)),
+                     lambda: quick_state(store, "gpu"),
+                     lambda: record_settled(store, "gpu", ("k",), "c", 0.0, 60.0, _event(1.0), _event(1.0)),
                      lambda: store.events(None, 10), lambda: store.prune(0.0, 0.0)):
             with pytest.raises(StoreUnavailable):
                 call()
@@ -181,6 +182,6 @@ def test_connection_loss_raises_store_unavailable_and_recovers(open_stores: Call
         assert store.claim_dedup("gpu", ("k",), 0.0, 60.0, "c")  # nothing was half-written while down
         assert store.acquire("gpu", "me", 0.0, 60.0)
         assert store.events(None, 10) == []
-        assert store.quick_state("gpu") is not None
-        _, duplicate = store.record_settled("gpu", ("k2",), "c", 0.0, 60.0, _event(1.0), _event(1.0))
+        assert quick_state(store, "gpu") is not None
+        _, duplicate = record_settled(store, "gpu", ("k2",), "c", 0.0, 60.0, _event(1.0), _event(1.0))
         assert not duplicate  # the hot path's raw connections recover too

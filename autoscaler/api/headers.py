@@ -15,8 +15,8 @@ ALWAYS = {
 def browser_headers(resp: Response) -> Response:
     """Flask ``after_request``: the headers above, and ``Cache-Control: no-store`` once a credential was accepted
     (``require_auth`` set ``g.principal``, also when auth is disabled); the open probes keep their own."""
-    for name, value in ALWAYS.items():
-        resp.headers.setdefault(name, value)
+    present = {name.lower() for name in resp.headers.keys()}  # one pass, not one scan of the headers per name
+    resp.headers.extend([(name, value) for name, value in ALWAYS.items() if name.lower() not in present])
     if "principal" in g:
         resp.headers["Cache-Control"] = "no-store"
     return resp

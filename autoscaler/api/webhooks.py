@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, current_app, request
 
-from autoscaler.answers import decision_json
+from autoscaler.answers import WebhookAnswer, decision_body
 from autoscaler.api import fail, read_json, require_auth
 from autoscaler.api.guards import principal, same_origin_only
 from autoscaler.events import acting_as
@@ -31,7 +31,9 @@ _RETRYABLE = (Outcome.FAILED, Outcome.SKIPPED_BACKOFF, Outcome.SKIPPED_BUSY)
 
 
 def _answer(note: Notification, decisions: list[Decision]) -> Response:
-    resp = jsonify({"received": len(note.alerts), "decisions": [decision_json(d) for d in decisions]})
+    answer = WebhookAnswer(received=len(note.alerts), decisions=[decision_body(d) for d in decisions])
+    resp = current_app.response_class(answer.model_dump_json(by_alias=True, exclude_unset=True) + "\n",
+                                      mimetype="application/json")
     # A retry can help: a retryable failure, a backoff, or a pool held by another decision of ours (skipped_busy
     # with a Retry-After; the cloud's own busy state has none and stays 200).
     retry = [d.retry_after for d in decisions if d.retry_after is not None and d.outcome in _RETRYABLE]

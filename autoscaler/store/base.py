@@ -136,3 +136,16 @@ class QuickState:
 
     state: PoolState
     last_count: int | None
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """What a decision the stored state settled writes (``DedupStore.settle``): its dedup keys, claimed under ``claim``
+    from ``now`` until ``expires_at``, and its event, or ``duplicate`` when every key was already claimed."""
+
+    keys: tuple[str, ...]
+    claim: str
+    now: float
+    expires_at: float
+    event: EventRecord
+    duplicate: EventRecord

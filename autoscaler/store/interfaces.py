@@ -3,11 +3,11 @@ views, node removals, repairs; ``Store`` is all of them (``SqlStore``, ``MemoryS
 from __future__ import annotations
 
 import abc
-from typing import Collection
+from typing import Callable, Collection
 
 from autoscaler.models import PoolState
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
-                                   RemovalIntent, RepairRecord)
+                                   RemovalIntent, RepairRecord, Settlement)
 
 
 class PoolStore(abc.ABC):
@@ -24,10 +24,6 @@ class PoolStore(abc.ABC):
     @abc.abstractmethod
     def pools(self) -> dict[str, PoolState]:
         """The stored state of every pool."""
-
-    @abc.abstractmethod
-    def quick_state(self, pool: str) -> QuickState | None:
-        """The pool's state and the node count of its last event, without the lease (None: no such pool)."""
 
     @abc.abstractmethod
     def acquire(self, pool: str, owner: str, now: float, ttl: float) -> PoolState | None:
@@ -64,10 +60,13 @@ class DedupStore(abc.ABC):
         """Forget keys this claim took, so that a retry of the same notification can act."""
 
     @abc.abstractmethod
-    def record_settled(self, pool: str, keys: tuple[str, ...], claim: str, now: float, expires_at: float,
-                       event: EventRecord, duplicate: EventRecord) -> tuple[int, bool]:
-        """In one transaction: claim ``keys`` until ``expires_at`` and append ``event`` as the pool's last, or append
-        ``duplicate`` when every key was already claimed. Returns (the event id, whether it was the duplicate)."""
+    def settle(self, pool: str,
+               plan: Callable[[QuickState | None], Settlement | None]) -> tuple[int, bool] | None:
+        """The short cut, in one transaction: read the pool's state and the node count of its last event, without
+        the lease (None: no such pool), and hand them to ``plan``, which says what they settle. None from it: nothing
+        is written, and None is returned. Else claim its keys until ``expires_at`` and append its ``event`` as the
+        pool's last, or append its ``duplicate`` when every key was already claimed; return (the event id, whether
+        it was the duplicate). ``plan`` runs inside the transaction: it must be quick and must not use the store."""
 
 
 class EventStore(abc.ABC):

@@ -11,12 +11,12 @@ from __future__ import annotations
 import itertools
 import threading
 from dataclasses import replace
-from typing import Collection
+from typing import Callable, Collection
 
 from autoscaler.models import PoolState
 from autoscaler.store import tables
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
-                                   RemovalIntent, RepairRecord)
+                                   RemovalIntent, RepairRecord, Settlement)
 from autoscaler.store.interfaces import Store
 from autoscaler.store.rows import hash_key, pool_state
 
@@ -128,21 +128,22 @@ class MemoryStore(Store):
                         self._dedup[key] = (held[0], confirm.expires_at, held[2])
             return event_id
 
-    def quick_state(self, pool: str) -> QuickState | None:
+    def settle(self, pool: str,
+               plan: Callable[[QuickState | None], Settlement | None]) -> tuple[int, bool] | None:
         with self._lock:
             row = self._pools.get(pool)
-            if row is None:
+            quick = None
+            if row is not None:
+                last = self._events.get(row["last_event_id"]) if isinstance(row["last_event_id"], int) else None
+                quick = QuickState(pool_state(row), last.to if last is not None else None)
+            settled = plan(quick)
+            if settled is None:
                 return None
-            last = self._events.get(row["last_event_id"]) if isinstance(row["last_event_id"], int) else None
-            return QuickState(pool_state(row), last.to if last is not None else None)
-
-    def record_settled(self, pool: str, keys: tuple[str, ...], claim: str, now: float, expires_at: float,
-                       event: EventRecord, duplicate: EventRecord) -> tuple[int, bool]:
-        with self._lock:
-            claimed = self._claim(pool, keys, now, expires_at, claim) if keys else 1
-            event_id = self._append(event if claimed else duplicate)
-            if claimed and pool in self._pools:
-                self._pools[pool]["last_event_id"] = event_id
+            keys = settled.keys
+            claimed = self._claim(pool, keys, settled.now, settled.expires_at, settled.claim) if keys else 1
+            event_id = self._append(settled.event if claimed else settled.duplicate)
+            if claimed and row is not None:
+                row["last_event_id"] = event_id
             return event_id, not claimed
 
     def release(self, pool: str, owner: str) -> None:

@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from contextlib import contextmanager, nullcontext
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from sqlalchemy import Connection, bindparam, case, delete, insert, select, update
 from sqlalchemy.exc import DataError, DBAPIError, DisconnectionError, IntegrityError, ProgrammingError
@@ -27,7 +27,7 @@ from autoscaler.models import PoolState
 from autoscaler.redact import redact_text
 from autoscaler.store import probe, tables
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
-                                   StoreUnavailable)
+                                   Settlement, StoreUnavailable)
 from autoscaler.store.interfaces import Store
 from autoscaler.store.rows import (STATE_COLUMNS, claim_params, claim_sql, event_row, hash_key, nodes_json,
                                    pool_state, storable)
@@ -223,20 +223,18 @@ class SqlStore(SqlRemovals, SqlRepairs, SqlReads, Store):
             # RETURNING, not rowcount: psycopg reports -1 for a multi-row INSERT ... ON CONFLICT.
             return bool(conn.execute(claim_sql(count), params).all())
 
-    def quick_state(self, pool: str) -> QuickState | None:
-        self._guard()
-        # A read: a deferred BEGIN, outside the writer gate (see ``connections.sqlite_engine``).
-        with _unavailable("store unavailable"), self.engine.connect() as conn:
-            row = conn.execution_options(read_only=True).execute(_QUICK, {"p_name": pool}).first()
-        return QuickState(pool_state(row._mapping), row.to_count) if row else None
-
-    def record_settled(self, pool: str, keys: tuple[str, ...], claim: str, now: float, expires_at: float,
-                       event: EventRecord, duplicate: EventRecord) -> tuple[int, bool]:
-        # The claim decides between the event and the duplicate in the same transaction as the event is written.
-        count, params = claim_params(pool, keys, now, expires_at, claim)
+    def settle(self, pool: str,
+               plan: Callable[[QuickState | None], Settlement | None]) -> tuple[int, bool] | None:
+        # One transaction (one connection, one BEGIN): the read, then the claim, which decides between the event and
+        # the duplicate, and the event. The read is inside the writer's lock, so nothing is written in between.
         with self._tx() as conn:
+            row = conn.execute(_QUICK, {"p_name": pool}).first()
+            settled = plan(QuickState(pool_state(row._mapping), row.to_count) if row else None)
+            if settled is None:
+                return None
+            count, params = claim_params(pool, settled.keys, settled.now, settled.expires_at, settled.claim)
             claimed = bool(conn.execute(claim_sql(count), params).all()) if count else True
-            event_id = self._append(conn, event if claimed else duplicate)
+            event_id = self._append(conn, settled.event if claimed else settled.duplicate)
             if claimed:
                 conn.execute(_SET_LAST_EVENT, {"p_name": pool, "p_event": event_id})
         return event_id, not claimed
