@@ -162,14 +162,15 @@ class Space:
         return ordered(self._plain(out))
 
     def _plain(self, candidate: Candidate) -> Candidate:
-        """Without a window, its hours say nothing: one value for them, so that equal configs are equal candidates."""
+        """Without a window its hours say nothing: None, so that equal configs are equal candidates."""
         if self.windows and candidate.get("window.headroom") is None:
-            candidate["window.hours"] = self.windows[0]
+            candidate["window.hours"] = None
         return candidate
 
     def mutate(self, rng: random.Random, candidate: Candidate) -> Candidate:
         """A neighbour: one knob moved one step along its grid (a mode switch redraws that direction)."""
-        key = rng.choice(sorted(k for k in candidate if len(self.grid(k)) > 1 or k.endswith(".mode")))
+        key = rng.choice(sorted(k for k in candidate if (len(self.grid(k)) > 1 or k.endswith(".mode"))
+                                and not (k == "window.hours" and candidate[k] is None)))
         out = dict(candidate)
         if key.endswith(".mode"):
             direction = key.split(".")[0]
@@ -184,6 +185,8 @@ class Space:
         grid = self.grid(key)
         at = grid.index(candidate[key]) if candidate[key] in grid else 0
         out[key] = grid[max(0, min(len(grid) - 1, at + rng.choice((-1, 1))))]
+        if key == "window.headroom" and out[key] is not None and out["window.hours"] is None:
+            out["window.hours"] = rng.choice(self.windows)  # a window opened: where, drawn as a sample draws it
         return self._plain(out)
 
 
@@ -218,7 +221,7 @@ def describe(settings: Settings, pool: str, windows: Sequence[str] = ()) -> Cand
             out[f"rules.{i}.pending_above"] = rule.pending_above
         out[f"rules.{i}.for"] = rule.for_
     if windows and not spec.schedules:
-        out.update({"window.hours": windows[0], "window.headroom": None})  # the base has no busy-hours window
+        out.update({"window.hours": None, "window.headroom": None})  # the base has no busy-hours window
     return ordered(out)
 
 
