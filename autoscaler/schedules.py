@@ -48,8 +48,18 @@ def _zone(name: str) -> ZoneInfo:
     return ZoneInfo(name)
 
 
+#: The last start found for a UTC cron expression and the start after it: any ``now`` between the two has that last
+#: start, without asking croniter again (about 0.1 ms a call: a replay asks at every decision). UTC only: a time zone
+#: with DST can start twice in its repeated hour, which the start after would not say.
+_KNOWN: dict[str, tuple[float, float]] = {}
+
+
 def last_start(window: Schedule, now: float) -> float:
     """Unix time of the window's latest start at or before ``now``; ScheduleError when there is none to find."""
+    utc = window.timezone == "UTC"
+    known = _KNOWN.get(window.cron) if utc else None
+    if known is not None and known[0] <= now < known[1]:
+        return known[0]
     # croniter's get_prev excludes its start instant: ask from just after now, then make sure it is not after now.
     # The offset is added before the conversion: local arithmetic would lose ``fold`` (the repeated autumn hour).
     local = datetime.fromtimestamp(now + 0.001, tz=timezone.utc).astimezone(_zone(window.timezone))
@@ -58,8 +68,13 @@ def last_start(window: Schedule, now: float) -> float:
         start: datetime = it.get_prev(datetime)
         if start.timestamp() > now:
             start = it.get_prev(datetime)
+        after = croniter(window.cron, start).get_next(datetime).timestamp() if utc else None
     except (ValueError, OverflowError) as exc:  # CroniterBadDateError ("failed to find prev date") is a ValueError
         raise ScheduleError(str(exc)[:200]) from None
+    if after is not None:
+        if len(_KNOWN) >= 256:
+            _KNOWN.clear()
+        _KNOWN[window.cron] = (float(start.timestamp()), float(after))
     return float(start.timestamp())
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import tempfile
@@ -93,8 +94,36 @@ def judge_day(settings: Settings, demand: list[float]) -> dict[str, Any]:
     """One day replayed (the replay's engine on the in-memory store: the same figures as ``replay --config``)."""
     trace = Trace(START, tuple(round(d, 2) for d in demand))
     run = simulate(settings, trace, store=MemoryStore())
-    best = foresight_node_hours(trace.demand, settings.pools[replay_pool(settings)].min)
-    return {"run": _cell(figures(run), best), "foresight": best}
+    low = settings.pools[replay_pool(settings)].min
+    best = foresight_node_hours(trace.demand, low)
+    return {"run": _cell(figures(run), best), "foresight": best,
+            "excess": excess(list(trace.demand), [m.ready for m in run.minutes], low)}
+
+
+#: The bands of ``excess``: how long ago the demand last needed a node above foresight (minutes, looking back; the
+#: first band also looks 5 minutes ahead: a node booted for demand about to arrive).
+BANDS = (("boot", 5), ("lag_5_30m", 30), ("lag_30_120m", 120))
+
+
+def excess(demand: list[float], ready: list[int], low: int) -> dict[str, float]:
+    """Node-minutes above foresight (ceil(demand), at least ``low``) split by band, as shares of foresight: ``boot``
+    up to the most demand within 5 minutes either side, ``lag_5_30m`` / ``lag_30_120m`` up to the most within the
+    last 30 / 120 minutes, ``spare`` above all of them (not needed for 2 hours); ``under``: minutes below it."""
+    def nodes(d: float) -> int:
+        return max(low, math.ceil(d - 1e-9))
+
+    out = dict.fromkeys([name for name, _ in BANDS] + ["spare", "under"], 0.0)
+    best = 0
+    for t, (d, have) in enumerate(zip(demand, ready)):
+        level = nodes(d)
+        best += level
+        out["under"] += max(0, level - have)
+        for name, back in BANDS:
+            top = max(level, nodes(max(demand[max(0, t - back):t + 6])))
+            out[name] += max(0, min(have, top) - level)
+            level = top
+        out["spare"] += max(0, have - level)
+    return {k: round(v / max(best, 1), 4) for k, v in out.items()}
 
 
 def peer_day(settings: Settings, demand: list[float]) -> dict[str, Any]:
@@ -203,15 +232,20 @@ def table(res: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Replay one config on a family's unseen days (e.g. another tuner's tuned.yaml); prints JSON."""
+    """Replay one config on a family's unseen days (e.g. another tuner's tuned.yaml); prints JSON: the verdict, the
+    node-hours above foresight by band (``excess``: boot, scale-in lag, spare) and each day's figures."""
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--config", required=True)
     parser.add_argument("--family", required=True, choices=sorted(FAMILIES))
     args = parser.parse_args(argv)
     fam = FAMILIES[args.family]
     settings = load_config(args.config)
-    cells = [judge_day(settings, d)["run"] for _, d in unseen(args.family, fam, False)]
-    print(json.dumps({"verdict": verdict(cells, fam.goal, fam.budget), "days": cells}, indent=1))
+    judged = [judge_day(settings, d) for _, d in unseen(args.family, fam, False)]
+    cells = [j["run"] for j in judged]
+    # where the node-hours above foresight go, over all the days (each day's shares weighted by its foresight)
+    total = sum(j["foresight"] for j in judged)
+    split = {k: round(sum(j["excess"][k] * j["foresight"] for j in judged) / total, 3) for k in judged[0]["excess"]}
+    print(json.dumps({"verdict": verdict(cells, fam.goal, fam.budget), "excess": split, "days": cells}, indent=1))
     return 0
 
 

@@ -170,7 +170,9 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     queue: list[tuple[float, int, int]] = [(trace.start + STEP * i, SAMPLE, i) for i in range(len(trace.demand))]
     queue.append((trace.start, EVALUATE, 0))
     spec = settings.pools[pool]
-    scheduled = any(settings.pools[name].schedules for name in members)
+    # a window that raises the floor needs a tick to enforce it (its floor depends on the time: every tick looks); a
+    # window that only sets the headroom is read by each decision (and topped up below when the cluster is read)
+    scheduled = any(w.min > settings.pools[name].min for name in members for w in settings.pools[name].schedules)
     floors = scheduled or any(sims[name].initial_count < settings.pools[name].min or sims[name].capacity is not None
                               for name in members)  # a floor, or a shortfall to record
 

@@ -11,7 +11,7 @@ import copy
 from dataclasses import asdict
 import random
 import typing
-from typing import Any
+from typing import Any, Sequence
 
 from autoscaler.config import Settings
 from autoscaler.settings import DirectionConfig
@@ -54,6 +54,44 @@ FOR = {Action.SCALE_OUT: (0, 30, 60, 120, 180, 300), Action.SCALE_IN: (60, 120, 
 PENDING_FOR = (0, 30, 60, 90, 120, 180)
 
 
+#: The busy-hours headroom window (``window.*``): a daily schedule window, from the hour of the day (UTC) where the
+#: history's surges start, that keeps its own headroom; outside it the pool's ``scale_out.headroom`` holds. Its hours
+#: are the shortest run of whole hours holding SURGE_SHARES of the surges (5-minute rises of at least SURGE_NODES
+#: nodes' worth, weighted by their size); its headroom (None: no window) is searched over HEADROOM.
+SURGE_NODES = 1.0
+SURGE_MINUTES = 5
+SURGE_SHARES = (0.75, 0.9, 0.97)
+MAX_WINDOW_HOURS = 16  # a window longer than two thirds of the day is no busy-hours window: surges come at any hour
+WINDOW_HEADROOM: tuple[dict[str, Any] | None, ...] = (None, *HEADROOM[1:])
+
+
+def busy_windows(demand: Sequence[float], start: float) -> tuple[str, ...]:
+    """The busy-hours windows of a history (minute ``i`` at ``start + 60 i``), one per SURGE_SHARES, as ``HH-HH``
+    (UTC, start to end; ``08-18``); none when the history has no surge, or for a share that takes a window of over
+    MAX_WINDOW_HOURS."""
+    volume = [0.0] * 24
+    for i in range(len(demand) - SURGE_MINUTES):
+        rise = demand[i + SURGE_MINUTES] - demand[i]
+        if rise >= SURGE_NODES:
+            volume[int((start + 60 * i) // 3600) % 24] += rise
+    total = sum(volume)
+    out: list[str] = []
+    for share in SURGE_SHARES if total > 0 else ():
+        found = next(((hour, hours) for hours in range(1, 24) for hour in range(24)
+                      if sum(volume[(hour + k) % 24] for k in range(hours)) >= share * total - 1e-9), None)
+        if found is not None and found[1] <= MAX_WINDOW_HOURS:
+            text = f"{found[0]:02d}-{(found[0] + found[1]) % 24:02d}"
+            if text not in out:
+                out.append(text)
+    return tuple(out)
+
+
+def window_schedule(hours: str, headroom: dict[str, Any]) -> dict[str, Any]:
+    """The ``schedules`` entry of a busy-hours window ``HH-HH`` keeping ``headroom``: daily, in UTC."""
+    first, last = (int(part) for part in hours.split("-"))
+    return {"cron": f"0 {first} * * *", "duration": f"{(last - first) % 24 or 24}h", "headroom": headroom}
+
+
 def modes() -> tuple[str, ...]:
     """The modes the config schema offers that the tuner knows how to search."""
     offered: set[str] = set()
@@ -65,9 +103,11 @@ def modes() -> tuple[str, ...]:
 class Space:
     """The knobs of one config's replay pool and rules, their grids, and how to sample and mutate candidates."""
 
-    def __init__(self, settings: Settings, pool: str) -> None:
+    def __init__(self, settings: Settings, pool: str, windows: Sequence[str] = ()) -> None:
         assert settings.config.replay is not None
         self.pool = pool
+        # the busy-hours window (busy_windows of the history), for a pool with no schedule of its own
+        self.windows = tuple(windows) if not settings.pools[pool].schedules else ()
         offered = modes()
         self.rules: dict[str, tuple[Any, ...]] = {}
         pending_out = False
@@ -92,6 +132,10 @@ class Space:
         """The values one knob takes."""
         if key in self.rules:
             return self.rules[key]
+        if key == "window.hours":
+            return self.windows
+        if key == "window.headroom":
+            return WINDOW_HEADROOM
         direction, name = key.split(".", 1)
         return self.modes[direction] if name == "mode" else GRID[direction][name]
 
@@ -113,11 +157,20 @@ class Space:
         for direction in ("scale_out", "scale_in"):
             out.update(self._direction(rng, direction, rng.choice(self.modes[direction])))
         out.update({k: rng.choice(grid) for k, grid in self.rules.items()})
-        return ordered(out)
+        if self.windows:
+            out.update({"window.hours": rng.choice(self.windows), "window.headroom": rng.choice(WINDOW_HEADROOM)})
+        return ordered(self._plain(out))
+
+    def _plain(self, candidate: Candidate) -> Candidate:
+        """Without a window its hours say nothing: None, so that equal configs are equal candidates."""
+        if self.windows and candidate.get("window.headroom") is None:
+            candidate["window.hours"] = None
+        return candidate
 
     def mutate(self, rng: random.Random, candidate: Candidate) -> Candidate:
         """A neighbour: one knob moved one step along its grid (a mode switch redraws that direction)."""
-        key = rng.choice(sorted(candidate))
+        key = rng.choice(sorted(k for k in candidate if (len(self.grid(k)) > 1 or k.endswith(".mode"))
+                                and not (k == "window.hours" and candidate[k] is None)))
         out = dict(candidate)
         if key.endswith(".mode"):
             direction = key.split(".")[0]
@@ -132,7 +185,9 @@ class Space:
         grid = self.grid(key)
         at = grid.index(candidate[key]) if candidate[key] in grid else 0
         out[key] = grid[max(0, min(len(grid) - 1, at + rng.choice((-1, 1))))]
-        return out
+        if key == "window.headroom" and out[key] is not None and out["window.hours"] is None:
+            out["window.hours"] = rng.choice(self.windows)  # a window opened: where, drawn as a sample draws it
+        return self._plain(out)
 
 
 def ordered(candidate: Candidate) -> Candidate:
@@ -141,12 +196,15 @@ def ordered(candidate: Candidate) -> Candidate:
         head, rest = name.split(".", 1)
         if head == "rules":
             return 2, int(rest.split(".")[0]), rest
+        if head == "window":
+            return 3, 0, rest
         return (0 if head == "scale_out" else 1), TUNED_KEYS.index(rest), ""
     return {k: candidate[k] for k in sorted(candidate, key=key)}
 
 
-def describe(settings: Settings, pool: str) -> Candidate:
-    """The base config's values of every knob the tuner sets (defaults applied), in the candidates' form."""
+def describe(settings: Settings, pool: str, windows: Sequence[str] = ()) -> Candidate:
+    """The base config's values of every knob the tuner sets (defaults applied), in the candidates' form
+    (``windows``: the Space's busy-hours windows)."""
     spec = settings.pools[pool]
     out: Candidate = {}
     for direction, policy in (("scale_out", spec.scale_out), ("scale_in", spec.scale_in)):
@@ -162,6 +220,8 @@ def describe(settings: Settings, pool: str) -> Candidate:
         elif getattr(rule, "pending_above", None) is not None:
             out[f"rules.{i}.pending_above"] = rule.pending_above
         out[f"rules.{i}.for"] = rule.for_
+    if windows and not spec.schedules:
+        out.update({"window.hours": None, "window.headroom": None})  # the base has no busy-hours window
     return ordered(out)
 
 
@@ -183,6 +243,8 @@ def apply(raw: dict[str, Any], pool: str, candidate: Candidate) -> dict[str, Any
         kept = {k: v for k, v in (spec.get(direction) or {}).items() if k not in TUNED_KEYS}
         spec[direction] = {**kept, **{k: duration_text(v) if _is_duration(k) else v for k, v in chosen.items()
                                       if not (k == "headroom" and v is None)}}
+    if candidate.get("window.headroom") is not None:  # a busy-hours window (None: none, the base's schedules kept)
+        spec["schedules"] = [window_schedule(candidate["window.hours"], candidate["window.headroom"])]
     for key, value in candidate.items():
         if key.startswith("rules."):
             _, index, name = key.split(".")

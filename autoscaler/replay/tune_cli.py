@@ -17,7 +17,7 @@ from typing import Any
 from autoscaler.config import build_settings, load_replay_config, offline
 from autoscaler.replay.report import foresight_node_hours
 from autoscaler.replay.sim import gpus_per_node, replay_pool
-from autoscaler.replay.space import Candidate, Space, apply, describe, show
+from autoscaler.replay.space import Candidate, Space, apply, busy_windows, describe, show
 from autoscaler.replay.peers import peer_figures
 from autoscaler.replay.trace import ReplayError, Trace, load_trace
 from autoscaler.replay.robust import (Judged, as_json, burstiest_days, finalists, judge, pick, stress_note,
@@ -66,8 +66,9 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
         if not quiet:
             print(f"tune: {text} ({time.monotonic() - started:.0f}s)", file=sys.stderr, flush=True)
 
-    space = Space(settings, pool)
-    base = describe(settings, pool)
+    windows = busy_windows(trace.demand[:train], trace.start)
+    space = Space(settings, pool, windows)
+    base = describe(settings, pool, space.windows)
     stressed = stressed_copies(trace, train) if stress else {}
     executor = make_pool(workers, raw, env, pool, trace, stressed)
     try:

@@ -31,6 +31,8 @@ def write_tuned(path: str, base_text: str, raw: dict[str, Any], pool: str, base:
     written, comments lost). Returns whether the comments were kept."""
     changed = {k for k in {*base, *chosen} if base.get(k) != chosen.get(k)}
     directions = [d for d in ("scale_out", "scale_in") if any(k.startswith(d + ".") for k in changed)]
+    if any(k.startswith("window.") for k in changed):
+        directions.append("schedules")  # the busy-hours window (space.window_schedule)
     rules = sorted({int(k.split(".")[1]) for k in changed if k.startswith("rules.")})
     body = edit(base_text, raw, pool, directions, rules)
     kept = body is not None
