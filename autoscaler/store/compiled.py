@@ -83,6 +83,13 @@ def execute(conn: Connection, compiled: Compiled, values: dict[str, Any],
         cursor.close()
         return result
     except BaseException as exc:
+        # Closed first: an invalidated connection is closed without its cursors, and on SQLite an open statement
+        # keeps a closed connection (and its write lock) alive until the cursor is collected.
+        if cursor is not None:
+            try:
+                cursor.close()
+            except Exception:  # the connection may be gone already: SQLAlchemy's handling below says what happened
+                pass
         # SQLAlchemy's own path for a failed statement: handle_error listeners (``is_disconnect`` for a broken
-        # SQLite file), invalidation, the cursor closed, and the driver error wrapped as DBAPIError.
+        # SQLite file), invalidation, rollback, and the driver error wrapped as the DBAPIError conn.execute raises.
         conn._handle_dbapi_exception(exc, compiled.sql, params, cursor, None)
