@@ -30,8 +30,8 @@ from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolCha
                                    Settlement, StoreUnavailable)
 from autoscaler.store.interfaces import Store
 from autoscaler.store.compiled import Compiled, execute
-from autoscaler.store.rows import (EVENT_COLUMNS, STATE_COLUMNS, claim_params, claim_sql, event_row, hash_key, nodes_json,
-                                   pool_state, storable)
+from autoscaler.store.rows import (EVENT_COLUMNS, STATE_COLUMNS, claim_params, claim_sql, event_row, hash_key,
+                                   nodes_json, pool_state, storable)
 from autoscaler.store.gate import WriterGate
 from autoscaler.store.connections import (StoreOptions, after_fork_dispose, make_engine, normalize_url,
                                           postgres_engine, sqlite_file)
