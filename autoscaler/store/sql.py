@@ -249,6 +249,8 @@ class SqlStore(SqlRemovals, SqlRepairs, SqlReads, Store):
         """``statement`` compiled for this engine's dialect, once (the statements are module-level or cached)."""
         found = self._compiled_cache.get(id(statement))
         if found is None or found[0] is not statement:
+            if len(self._compiled_cache) >= 256:  # a claim statement per key count: bounded like ``claim_sql``'s cache
+                self._compiled_cache.clear()
             found = self._compiled_cache[id(statement)] = (statement, Compiled.of(statement, self.engine.dialect,
                                                                                     column_keys))
         return found[1]
