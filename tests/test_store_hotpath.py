@@ -4,9 +4,11 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
+from sqlalchemy import event
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from autoscaler.models import Action
 from autoscaler.store import DedupConfirm, PoolChange, QuickState, Settlement, SqlStore
@@ -185,3 +187,46 @@ def test_concurrent_settles_of_one_notification_record_one_event_and_duplicates(
         t.join(30)
     assert sorted(results) == [False] + [True] * 5
     assert sorted(e.outcome for e in store.events("gpu", 10)) == ["skipped_cooldown"] + ["skipped_duplicate"] * 5
+
+
+def test_a_driver_error_in_settle_is_what_the_execution_layer_makes_of_it(tmp_path: Path) -> None:
+    """Settle runs its statements on the DBAPI cursor (``store/compiled.py``); a driver error there must meet
+    SQLAlchemy's own handling as ``conn.execute`` would: the ``handle_error`` rule that drops a SQLite connection
+    opened read-only (``connections.broken_sqlite_connection``), the same exception, nothing written. A trigger
+    raises that driver error on the event's insert, for ``settle`` and for ``record`` (through ``conn.execute``)."""
+    store = SqlStore(f"sqlite:///{tmp_path / 'state.db'}")
+    fail = ("CREATE TRIGGER fail BEFORE INSERT ON events "
+            "BEGIN SELECT RAISE(ABORT, 'attempt to write a readonly database'); END")
+    try:
+        store.ensure_pools(["gpu"])
+        dropped: list[BaseException | None] = []
+        event.listen(store.engine, "invalidate", lambda _conn, _record, exc: dropped.append(exc))
+
+        def failure(write: Callable[[], object]) -> tuple[type, str, bool]:
+            with pytest.raises(DBAPIError) as info:
+                write()
+            return type(info.value), str(info.value.orig), info.value.connection_invalidated
+
+        def settle() -> tuple[int, bool]:
+            return record_settled(store, "gpu", ("k1",), "me", 1.0, 600.0, _event(1.0), _event(1.0))
+
+        with store.engine.begin() as conn:
+            conn.exec_driver_sql(fail)
+        # Twice: the first failure left no lock behind (its cursor is closed before its connection is dropped), so
+        # the second meets the same error, not "database is locked".
+        seen = [failure(settle), failure(settle)]
+        assert seen == [(IntegrityError, "attempt to write a readonly database", True)] * 2
+        assert len(dropped) == 2
+        with store.engine.begin() as conn:
+            assert conn.exec_driver_sql("SELECT count(*) FROM dedup").scalar() == 0  # the claim rolled back
+            conn.exec_driver_sql("DROP TRIGGER fail")
+        event_id, duplicate = settle()
+        assert not duplicate and store.pool("gpu").last_event_id == event_id
+        with store.engine.begin() as conn:
+            conn.exec_driver_sql(fail)
+        # The reference, last: the execution layer leaves an invalidated connection's cursor (and on SQLite the
+        # closed connection's write lock) to the garbage collector.
+        assert failure(lambda: store.record(_event(2.0))) == seen[0]
+        assert len(dropped) == 3
+    finally:
+        store.close()

@@ -111,6 +111,26 @@ def test_lock_wait_is_bounded_by_lock_timeout(open_stores: Callable[..., SqlStor
     assert store.acquire("gpu", "me", 1000.0, 60)
 
 
+def test_settle_waiting_on_a_claim_is_bounded_by_lock_timeout(open_stores: Callable[..., SqlStore],
+                                                              dbname: str) -> None:
+    """Settle's statements run on the DBAPI cursor (``store/compiled.py``): a lock wait there still ends at
+    lock_timeout as StoreUnavailable, the transaction rolled back, and the pooled connection still usable."""
+    store = open_stores()
+    store.ensure_pools(["gpu"])
+    with psycopg.connect(f"host={pg.HOST} port={pg.PORT} user={pg.USER} dbname={dbname}") as holder:
+        holder.execute("INSERT INTO dedup (key, pool, expires_at, claim) VALUES ('k1', 'gpu', 0, 'other')")  # open
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="LockNotAvailable"):
+            record_settled(store, "gpu", ("k1", "k2"), "me", 1000.0, 1600.0, _event(1000.0), _event(1000.0))
+        waited = time.monotonic() - started
+        holder.rollback()
+    assert 0.4 <= waited < 2.0, waited
+    assert store.pool("gpu").last_event_id is None  # nothing written
+    event_id, duplicate = record_settled(store, "gpu", ("k1", "k2"), "me", 1000.0, 1600.0, _event(1000.0),
+                                         _event(1000.0))
+    assert not duplicate and store.pool("gpu").last_event_id == event_id
+
+
 def test_migrations_run_once_when_replicas_start_together(dbname: str) -> None:
     code = ("import logging, sys; from autoscaler.store import SqlStore; logging.basicConfig(level=logging.INFO); "
             "s = SqlStore(sys.argv[1]); s.ensure_pools(['gpu']); s.close(); print('ok')")
