@@ -12,8 +12,7 @@ from flask import Flask
 from autoscaler.app import create_app
 from autoscaler.cluster.nodes import CORDON_ANNOTATION, cordon_mark
 from autoscaler.scale_in import REMOVAL_GRACE
-from autoscaler.store import RemovalIntent, SqlStore, Store
-from autoscaler.store.memory import MemoryStore
+from autoscaler.store import RemovalIntent, Store
 from tests import pg
 from tests.fakes.ack_hook import Answer, FakeHookServer
 from tests.fakes.kube import FakeKube
@@ -156,16 +155,8 @@ def test_a_refused_removal_clears_its_record_and_the_cordon(tmp_path: Any, kube:
 
 @pytest.fixture(params=["memory", "sqlite", "postgresql"])
 def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Store]:
-    if request.param == "memory":
-        yield MemoryStore()
-    elif request.param == "sqlite":
-        yield SqlStore(f"sqlite:///{tmp_path}/r.db")
-    else:
-        pg.require_postgres()
-        with pg.temp_database() as name:
-            sql = SqlStore(pg.url_for(name))
-            yield sql
-            sql.close()
+    with pg.each_store(request.param, tmp_path) as made:
+        yield made
 
 
 def test_the_store_keeps_records_until_forgotten(store: Store) -> None:

@@ -19,16 +19,9 @@ from tests.support import quick_state, record_settled
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
-    if request.param == "sqlite":
-        opened = SqlStore(f"sqlite:///{tmp_path / 'state.db'}")
-        yield opened
-        opened.close()
-        return
-    pg.require_postgres()
-    with pg.temp_database() as name:
-        opened = SqlStore(pg.url_for(name))
-        yield opened
-        opened.close()
+    with pg.each_store(request.param, tmp_path) as made:
+        assert isinstance(made, SqlStore)
+        yield made
 
 
 def _event(t: float) -> EventRecord:
