@@ -18,6 +18,7 @@ from autoscaler.replay.cluster import ReplayCluster
 from autoscaler.replay.report import figures, summary
 from autoscaler.replay.sim import simulate, static_peak
 from autoscaler.replay.trace import Trace, load_trace, parse_time
+from tests.replay_cases import config as replay_config
 
 T0 = parse_time("2025-01-06T00:00:00Z")
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,19 +81,10 @@ def test_idle_victims_skip_busy_nodes_through_pick_victims() -> None:
     assert [(n.name, why) for n, why in kept] == [("a", "kept a: runs GPU pod replay/work-1 (nvidia.com/gpu 1)")]
 
 
-def config(victims_run: str | None = None) -> dict[str, Any]:
+def config() -> dict[str, Any]:
     """Two nodes, min 1, 8 GPUs each; scale-in on utilisation below 30% for 10 min, step 1."""
-    return {
-        "server": {"auth": {"disabled": True}},
-        "defaults": {"dedup_window": "1m"},
-        "pools": [{"name": "gpu", "provider": "simulated", "min": 1, "max": 4,
-                   "scale_out": {"step": 1, "cooldown": "3m"},
-                   "scale_in": {"step": 1, "cooldown": "10m", "delay_after_scale_out": "10m"},
-                   "simulated": {"nodes": ["gpu-old", "gpu-new"], "provision_seconds": 300}}],
-        "replay": {"evaluation_interval": "30s", "group_wait": "30s", "group_interval": "1m",
-                   "repeat_interval": "5m",
-                   "rules": [{"alert": "GPULow", "below": 30, "for": "10m", "pool": "gpu", "action": "scale_in"}]},
-    }
+    return replay_config({"max": 4, "simulated": {"nodes": ["gpu-old", "gpu-new"], "provision_seconds": 300}},
+                         rules=[{"alert": "GPULow", "below": 30, "for": "10m", "pool": "gpu", "action": "scale_in"}])
 
 
 # 12 pods for 10 min (6 on each node), then 4 (the first 8 finish: pods 9-12 stay, 2 on each node) for 50 min.
