@@ -47,11 +47,13 @@ def child_exit(server, worker):  # noqa: ANN001 - gunicorn hook
 
 
 def post_worker_init(worker):  # noqa: ANN001 - gunicorn hook
-    """Start this worker's reconciler loop (one process at a time acts: it holds the store lease)."""
+    """Start this worker's reconciler loop (one process at a time acts: it holds the store lease), and say the
+    worker serves: its app is built (its store opened and migrated, the schema repaired) by now."""
     extensions = getattr(getattr(worker, "wsgi", None), "extensions", {})
     reconciler = extensions.get("autoscaler_reconciler")
     if reconciler is not None:
         reconciler.start()
+    worker.log.info("worker %s serving: app built, store opened", worker.pid)
 
 
 def worker_exit(server, worker):  # noqa: ANN001 - gunicorn hook

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -86,15 +87,19 @@ class Service:
         if self.graceful_timeout is not None:
             args += ["--graceful-timeout", str(self.graceful_timeout)]
         self.log = open(self.log_path, "ab")
+        self._log_from = self.log.tell()  # this start's lines (a restart appends to the same log)
         self.proc = subprocess.Popen([*self.wrapper, *args, self.app], cwd=self.root, env={**env, **self.extra_env}, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         return self
 
     def wait_ready(self, timeout: float = 30.0) -> "Service":
-        """Wait until /healthz answers 200; stop, and raise with the log's tail, when it does not."""
+        """Wait until /healthz answers 200 and every worker serves; stop, and raise with the log's tail, when not."""
         assert self.proc is not None, "spawn() first"
         try:
+            started = time.monotonic()
             wait_http(f"{self.url}/healthz", timeout, proc=self.proc)
+            if self.root == ROOT:  # an older tree's gunicorn.conf.py (bench/ab.py) does not say when a worker serves
+                self.wait_workers(max(5.0, timeout - (time.monotonic() - started)))
         except (RuntimeError, TimeoutError) as exc:
             self.stop()
             raise RuntimeError(f"gunicorn: {exc}:\n{self.tail()}") from None
@@ -102,6 +107,26 @@ class Service:
             self.stop()
             raise
         return self
+
+    def wait_workers(self, timeout: float = 20.0) -> "Service":
+        """Wait until every worker of this start has built its app (gunicorn.conf.py's post_worker_init says so).
+
+        /healthz answers once the first worker has: a test that changes the store under the service waits for
+        this first, or a worker still booting (migrating, repairing the schema) undoes the change."""
+        deadline = time.monotonic() + timeout
+        while self._serving() < self.workers:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"gunicorn exited ({self.proc.returncode}):\n{self.tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self._serving()} of {self.workers} workers serving after {timeout} s:\n"
+                                   f"{self.tail()}")
+            time.sleep(0.05)
+        return self
+
+    def _serving(self) -> int:
+        with open(self.log_path, "rb") as log:
+            log.seek(self._log_from)
+            return len(re.findall(rb"worker \d+ serving: app built", log.read()))
 
     def restart(self, timeout: float = 30.0) -> "Service":
         """Stop gracefully and start again on the same port with the same config."""

@@ -208,11 +208,6 @@ def _hook_answers(server: Service, fps: list[str]) -> list[requests.Response]:
                           headers=AUTH, timeout=10) for fp in fps]
 
 
-def _booted(server: Service, workers: int = 2) -> None:
-    """Wait until every worker has built its app (gunicorn answers as soon as the first one has)."""
-    wait_for(lambda: server.read_log().count("worker config:") >= workers, 15, "every worker to start")
-
-
 def _store_up(server: Service) -> str:
     text = requests.get(f"{server.url}/metrics", timeout=10).text
     return [line.split()[-1] for line in text.splitlines() if line.startswith("gpu_autoscaler_store_up")][0]
@@ -223,7 +218,7 @@ def test_store_file_deleted_under_gunicorn(tmp_path: Path) -> None:
     db = tmp_path / "data" / "state.db"
     cfg = config(f"sqlite:///{db}")
     with Service(cfg, tmp_path, workers=2, graceful_timeout=2) as server:
-        _booted(server)
+        server.wait_workers()
         assert [r.json()["decisions"][0]["outcome"] for r in _hook_answers(server, ["fp-1"])] == ["scaled"]
         db.unlink()
         answers = _hook_answers(server, [f"fp-gone-{i}" for i in range(6)])  # both workers, several threads
@@ -259,7 +254,7 @@ def test_store_file_read_only_and_back_under_gunicorn(tmp_path: Path) -> None:
     cfg["defaults"] = {**cfg["defaults"], "scale_out": {"step": 1, "cooldown": 0}}
     cfg["pools"][0]["max"] = 20
     with Service(cfg, tmp_path, workers=2, graceful_timeout=2, wrapper=NO_DAC) as server:
-        _booted(server)
+        server.wait_workers()
         assert _hook_answers(server, ["fp-1"])[0].status_code == 200
         os.chmod(db, 0o444)
         # A fixed wait on purpose: each worker's probe looks at most every 2 s, and which worker answers a poll is
