@@ -1,6 +1,7 @@
 """The webhook's hot path in the store: the lease returns the leased state; finish can confirm dedup keys."""
 from __future__ import annotations
 
+import sqlite3
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -217,9 +218,37 @@ def test_a_driver_error_in_settle_is_what_the_execution_layer_makes_of_it(tmp_pa
         assert not duplicate and store.pool("gpu").last_event_id == event_id
         with store.engine.begin() as conn:
             conn.exec_driver_sql(fail)
-        # The reference, last: the execution layer leaves an invalidated connection's cursor (and on SQLite the
-        # closed connection's write lock) to the garbage collector.
+        # The reference, last: the same failure through conn.execute (its lock: the test below).
         assert failure(lambda: store.record(_event(2.0))) == seen[0]
         assert len(dropped) == 3
+    finally:
+        store.close()
+
+
+def test_a_dropped_sqlite_connection_takes_its_write_lock_with_it_on_every_write_path(tmp_path: Path) -> None:
+    """Any write (here ``record``, through ``conn.execute``) that meets a driver error meaning its SQLite connection
+    is broken (``connections.broken_sqlite_connection``: a file opened read-only, a disk I/O error) drops that
+    connection, and its failed statement's cursor is closed first: else the closed connection and its open
+    transaction live on until the garbage collector takes the cursor, and every other writer waits its busy timeout
+    (30 s) and fails with "database is locked". The error is still held here, as a caller logging it holds it."""
+    path = tmp_path / "state.db"
+    store = SqlStore(f"sqlite:///{path}")
+    try:
+        store.ensure_pools(["gpu"])
+        with store.engine.begin() as conn:
+            conn.exec_driver_sql("CREATE TRIGGER fail BEFORE INSERT ON events "
+                                 "BEGIN SELECT RAISE(ABORT, 'attempt to write a readonly database'); END")
+        with pytest.raises(DBAPIError) as info:
+            store.record(_event(2.0))
+        assert info.value.connection_invalidated and "readonly database" in str(info.value.orig)
+        other = sqlite3.connect(path, timeout=0.2, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # the file's write lock, at once
+            other.execute("DROP TRIGGER fail")
+            other.execute("COMMIT")
+        finally:
+            other.close()
+        store.record(_event(3.0))  # and the store writes again, on a new connection
+        assert [e.time for e in store.events("gpu", 10)] == [3.0]
     finally:
         store.close()

@@ -107,6 +107,16 @@ def sqlite_engine(url: URL, options: StoreOptions, **kwargs: Any) -> Engine:
     def _drop_broken(ctx: Any) -> None:
         if ctx.original_exception is not None and broken_sqlite_connection(ctx.original_exception):
             ctx.is_disconnect = True  # invalidate: never handed out again
+            # SQLAlchemy closes an invalidated connection without the failed statement's cursor; on SQLite an open
+            # statement keeps the closed connection, and its transaction's write lock, alive until the cursor is
+            # collected (every other writer meanwhile waits its busy timeout and fails "database is locked").
+            # (ExceptionContext names a ``cursor`` that SQLAlchemy 2.0 never sets: the execution context's is it.)
+            cursor = getattr(ctx, "cursor", None) or getattr(ctx.execution_context, "cursor", None)
+            if cursor is not None:
+                try:
+                    cursor.close()
+                except Exception:  # noqa: BLE001 - the connection may be gone already; the error raised says why
+                    pass
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_conn: Any, _record: Any) -> None:
