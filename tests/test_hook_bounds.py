@@ -164,16 +164,17 @@ def test_a_huge_arm_answer_is_refused_not_retried() -> None:
     assert caught.value.code == "BadAnswer" and "more than 16 MiB" in caught.value.message
 
 
-def gke(url: str) -> GkeProvider:
+def gke(url: str, clock: FakeClock | None = None) -> GkeProvider:
     settings = GkeSettings(project="p", location="us-central1", cluster="c", node_pool="gpu", api_endpoint=url,
                            timeout=1, retry_budget=2)
-    return GkeProvider("gpu", settings, credentials=Credentials(token="gke-token"), clock=FakeClock())
+    return GkeProvider("gpu", settings, credentials=Credentials(token="gke-token"), clock=clock or FakeClock())
 
 
 def test_a_trickling_gke_api_is_cut_at_its_deadline() -> None:
     """google-cloud-container's REST transport hands requests a per-read timeout; bounded, it is the exchange's."""
     with Misbehaving("trickle_body") as api:
-        provider = gke(api.url)  # the SDK's client is built before the clock starts
+        # the SDK's client is built before the clock starts; the budget is counted in real time, as in service
+        provider = gke(api.url, FakeClock(real_waits=True))
         started = time.monotonic()
         with pytest.raises(TemporaryError) as caught:
             provider.status(Tracked(None, None), 0.0)
@@ -190,18 +191,19 @@ def test_a_huge_gke_answer_is_refused_not_retried() -> None:
     assert caught.value.code == "BadAnswer" and "more than 16 MiB" in caught.value.message
 
 
-def eks(url: str, monkeypatch: pytest.MonkeyPatch) -> EksProvider:
+def eks(url: str, monkeypatch: pytest.MonkeyPatch, clock: FakeClock | None = None) -> EksProvider:
     for key, value in AWS_ENV.items():
         monkeypatch.setenv(key, value)
     settings = EksSettings(region="us-east-1", cluster="prod", nodegroup="gpu", endpoint_url=url, timeout=1,
                            retry_budget=2)
-    return EksProvider("gpu", settings, clock=FakeClock())
+    return EksProvider("gpu", settings, clock=clock or FakeClock())
 
 
 def test_a_trickling_aws_api_is_cut_at_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     """botocore's read_timeout bounds each socket read; sent over the bounded session, the exchange."""
     with Misbehaving("trickle_body") as api:
-        provider = eks(api.url, monkeypatch)  # boto3's client is built (models loaded) before the clock starts
+        # boto3's client is built (models loaded) before the clock starts; the budget is counted in real time
+        provider = eks(api.url, monkeypatch, FakeClock(real_waits=True))
         started = time.monotonic()
         with pytest.raises(TemporaryError) as caught:
             provider.status(Tracked(None, None), 0.0)
