@@ -111,8 +111,8 @@ class Service:
     def wait_workers(self, timeout: float = 20.0) -> "Service":
         """Wait until every worker of this start has built its app (gunicorn.conf.py's post_worker_init says so).
 
-        /healthz answers once the first worker has: a test that changes the store under the service waits for
-        this first, or a worker still booting (migrating, repairing the schema) undoes the change."""
+        /healthz answers once the first worker has; ``wait_ready`` waits for this too, so that a test changing the
+        store under the service meets no worker still booting (migrating, repairing the schema: undoing the change)."""
         deadline = time.monotonic() + timeout
         while self._serving() < self.workers:
             if self.proc is not None and self.proc.poll() is not None:

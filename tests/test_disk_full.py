@@ -67,7 +67,6 @@ def test_disk_full_fails_readiness_until_a_write_succeeds(tmp_path: Path, small_
     cfg = config(f"sqlite:///{small_disk}/state.db")
     cfg["defaults"] = {**cfg["defaults"], "scale_out": {"step": 1, "cooldown": 0}}
     with Service(cfg, tmp_path, workers=2) as server:
-        server.wait_workers()  # both workers booted before the disk fills (a booting worker migrates, and writes)
         hook = f"{server.url}/webhook/alertmanager"
         assert set(_readiness(server)) == {(200, 1.0)}
         filler = _fill(small_disk)

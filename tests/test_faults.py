@@ -218,7 +218,6 @@ def test_store_file_deleted_under_gunicorn(tmp_path: Path) -> None:
     db = tmp_path / "data" / "state.db"
     cfg = config(f"sqlite:///{db}")
     with Service(cfg, tmp_path, workers=2, graceful_timeout=2) as server:
-        server.wait_workers()
         assert [r.json()["decisions"][0]["outcome"] for r in _hook_answers(server, ["fp-1"])] == ["scaled"]
         db.unlink()
         answers = _hook_answers(server, [f"fp-gone-{i}" for i in range(6)])  # both workers, several threads
@@ -254,7 +253,6 @@ def test_store_file_read_only_and_back_under_gunicorn(tmp_path: Path) -> None:
     cfg["defaults"] = {**cfg["defaults"], "scale_out": {"step": 1, "cooldown": 0}}
     cfg["pools"][0]["max"] = 20
     with Service(cfg, tmp_path, workers=2, graceful_timeout=2, wrapper=NO_DAC) as server:
-        server.wait_workers()
         assert _hook_answers(server, ["fp-1"])[0].status_code == 200
         os.chmod(db, 0o444)
         # A fixed wait on purpose: each worker's probe looks at most every 2 s, and which worker answers a poll is

@@ -113,7 +113,6 @@ def test_service_on_the_0004_capacity_file_gets_node_views_and_a_lost_table_fail
     db = tmp_path / "old.db"
     build(commit, f"sqlite:///{db}", tmp_path)
     with Service(config(f"sqlite:///{db}"), tmp_path, workers=2) as server:
-        server.wait_workers()  # a worker still booting would repair the schema the test takes away below
         assert _ready(server) == (200, {"status": "ready"})
         pool = requests.get(f"{server.url}/api/v1/pools/gpu", headers=AUTH, timeout=10)
         assert pool.status_code == 200 and pool.json()["paused"] is True
