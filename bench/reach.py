@@ -20,12 +20,8 @@ from typing import Any
 from autoscaler.config import build_settings, offline
 from autoscaler.replay.sim import replay_pool
 from autoscaler.replay.space import Candidate, Space, apply, busy_windows, describe, settings_text
-from autoscaler.replay.tune_cli import _load
+from autoscaler.replay.tune_cli import DEFAULT_HOLDOUT, _load
 from bench.tune import FAMILIES, START, Family, generate, judge_day, unseen, verdict
-
-#: The share of the week the tuner tunes on (its default holdout keeps 2 of 7 days back): the busy-hours windows
-#: offered are those of that part, as in ``replay --tune``.
-TUNED_SHARE = 5 / 7
 
 _WORK: dict[str, Any] = {}
 
@@ -64,7 +60,8 @@ def reach(family: str, base: str | None = None, candidates: int = 150, rounds: i
     _, settings = _load(base)
     pool = replay_pool(settings)
     week = generate(family, days=2 if smoke else 7, seed=fam.week_seed)
-    space = Space(settings, pool, busy_windows(week[:int(len(week) * TUNED_SHARE)], START))
+    # the busy-hours windows offered are those of the part of the week ``replay --tune`` tunes on (its default holdout)
+    space = Space(settings, pool, busy_windows(week[:int(round(len(week) * (1 - DEFAULT_HOLDOUT)))], START))
     rng = random.Random(seed)
     seen: dict[str, tuple[Candidate, dict[str, Any]]] = {}
     with multiprocessing.get_context("fork").Pool(workers, _init, (base, family, smoke)) as executor:
@@ -79,7 +76,7 @@ def reach(family: str, base: str | None = None, candidates: int = 150, rounds: i
             run([space.mutate(rng, cand) for cand, _ in best for _ in range(neighbours)])
     ranked = sorted(seen.values(), key=rank)
     base_text = settings_text(describe(settings, pool, space.windows))
-    return {"family": family, "base_config": base, "goal": fam.goal.__dict__, "days": len(unseen(family, fam, smoke)),
+    return {"family": family, "base_config": base, "goal": fam.goal.__dict__, "days": seen[base_text][1]["days"],
             "tried": len(seen), "base": seen[base_text][1],
             "best": [{"verdict": got, "settings": settings_text(cand), "candidate": cand}
                      for cand, got in ranked[:top]],
