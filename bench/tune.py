@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from autoscaler.config import Settings, load_config
+from autoscaler.config import Settings, load_replay_config
 from autoscaler.replay import peers
 from autoscaler.replay.peers import peer_figures
 from autoscaler.replay.report import figures, foresight_node_hours
@@ -173,7 +173,7 @@ def run(smoke: bool = False, runs: int = 1) -> dict[str, Any]:
             path = os.path.join(tmp, f"{family}-week.csv")
             write_trace(path, week)
             days = unseen(family, fam, smoke)
-            base = load_config(fam.base)
+            base = load_replay_config(fam.base)[1]
             entry: dict[str, Any] = {"base_config": os.path.relpath(fam.base, ROOT), "budget_pct": fam.budget,
                                      "goal": fam.goal.__dict__, "week_seed": fam.week_seed,
                                      "days": [name for name, _ in days], "rules": {}}
@@ -187,7 +187,7 @@ def run(smoke: bool = False, runs: int = 1) -> dict[str, Any]:
                             candidates=27 if smoke else 243, neighbours=6 if smoke else 60, workers=2, quiet=True,
                             **options)
                 cpu = _cpu_seconds() - cpu
-                tuned = load_config(os.path.join(tmp, family, rule, "tuned.yaml"))
+                tuned = load_replay_config(os.path.join(tmp, family, rule, "tuned.yaml"))[1]
                 judged[rule] = [judge_day(tuned, d)["run"] for _, d in days]
                 entry["rules"][rule] = {"tune_cpu_s": round(cpu, 1), "tune_wall_s": data["seconds"],
                                         "replays": data["replays"], "choice": data["choice"],
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--family", required=True, choices=sorted(FAMILIES))
     args = parser.parse_args(argv)
     fam = FAMILIES[args.family]
-    settings = load_config(args.config)
+    settings = load_replay_config(args.config)[1]
     judged = [judge_day(settings, d) for _, d in unseen(args.family, fam, False)]
     cells = [j["run"] for j in judged]
     # where the node-hours above foresight go, over all the days (each day's shares weighted by its foresight)

@@ -38,6 +38,7 @@ class _Node:
     pool: str = ""  # the pool it belongs to, when the replay holds a group's pools
     cordon: tuple[str, float] | None = None  # (owner, time) of our cordon
     pods: dict[int, float] = field(default_factory=dict)  # pod serial -> when it started here
+    view: tuple[tuple[object, ...], NodeView] | None = None  # the last view built and what it was built from
 
 
 class ReplayCluster:
@@ -205,7 +206,17 @@ class ReplayCluster:
         raise NotImplementedError("not declared (capabilities.lists_marked)")
 
     def _view(self, node: _Node) -> NodeView:
+        """The node as the engine reads it; built again only when its readiness, cordon or pods changed (the
+        headroom's check lists the pool every reconcile tick: most nodes are as they were)."""
         ready = node.ready_at <= self.now
+        key = (ready, node.cordon, tuple(node.pods))
+        if node.view is not None and node.view[0] == key:
+            return node.view[1]
+        view = self._build(node, ready)
+        node.view = (key, view)
+        return view
+
+    def _build(self, node: _Node, ready: bool) -> NodeView:
         pods = tuple(GpuPod(NAMESPACE, self._name(serial), RESOURCE, 1) for serial in node.pods)
         one = ((RESOURCE, Decimal(1)),)
         facts = tuple(PodFacts(NAMESPACE, self._name(serial), "ReplicaSet" if self.movable(serial) else "Job", one,
