@@ -205,7 +205,8 @@ class Engine:
                             retry_after=retry, details=error_details(exc)), PoolChange(), None
         attempt = replace(attempt, status=cloud)  # the status this decision is made on, handed to the provider
         window = spec.scale_in.stabilization_window
-        recent = self.store.recommendations(spec.name, now - window) if spec.proportional else []
+        recent = (self.store.recommendations(spec.name, now - window)
+                  if spec.proportional or (keeps_headroom(spec) and signal.action is Action.SCALE_IN) else [])
         named = self.names_nodes(spec) and (spec.victims != "cloud" or (signal.source is Source.MANUAL
                                                                          and bool(signal.nodes)))
         sizing = signal.action is Action.SCALE_OUT or signal.target is not None  # where in flight changes the size

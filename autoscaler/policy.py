@@ -139,8 +139,23 @@ def decide(signal: Signal, spec: PoolSpec, state: PoolState, cloud: CloudStatus,
     if facts.floor is not None and facts.floor > spec.min:
         spec = replace(spec, min=min(facts.floor, spec.max))
     room = headroom_floor(signal, spec, cloud.current, facts) if cloud.current is not None else None
+    if room is not None and signal.action is Action.SCALE_IN:
+        room = _stabilized_floor(room, spec, recent, now)
     return _with_facts(_decide(signal, spec, state, cloud, now, recent, facts.in_flight, named_scale_in, room),
                        facts)
+
+
+def _stabilized_floor(room: Floor, spec: PoolSpec, recent: Sequence[tuple[float, int]], now: float) -> Floor:
+    """A scale-in's headroom floor held at the highest floor (or proportional recommendation) of the last
+    ``scale_in.stabilization_window``: the need that dipped a moment ago is back within minutes more often than not,
+    and the reconciler's top-up would add again what this scale-in removed (a direction change each way)."""
+    window = spec.scale_in.stabilization_window
+    top = min(spec.max, max((nodes for at, nodes in recent if at >= now - window), default=0))
+    if top <= room.nodes:
+        return room
+    return Floor(top, f"{room.how}; held at {top}, the highest in the {window:.0f}s stabilization window",
+                 {**room.details, "headroom": {**room.details.get("headroom", {}), "floor": top,
+                                               "stabilized_from": room.nodes}})
 
 
 def _with_room(room: Floor | None, spec: PoolSpec, action: Action | None, current: int, desired: int,

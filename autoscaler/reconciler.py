@@ -77,6 +77,7 @@ class Reconciler:
         self._thread: threading.Thread | None = None
         self._holding = False
         self._unusable: set[tuple[str, int]] = set()  # schedule windows already logged as unusable
+        self._floors: dict[str, int] = {}  # each pool's headroom floor as last read from the cluster
 
     def tick(self, now: float, pools: bool = True) -> Tick:
         """One round, if this process holds (or can take) the lease: each pool (unless ``pools`` is False), then
@@ -227,7 +228,22 @@ class Reconciler:
         facts = headroom_facts(spec, now, pods)
         room = headroom_floor(Signal(pool=spec.name, action=Action.SCALE_OUT, source=Source.RECONCILE), spec,
                               current, facts)
+        if room is not None:
+            self._remember(spec, room.nodes, now)
         return room if room is not None and room.nodes > current else None
+
+    def _remember(self, spec: PoolSpec, nodes: int, now: float) -> None:
+        """The floor read now, remembered as a recommendation: a scale-in within the stabilization window stops at
+        the highest floor seen in it, so a need that dips for minutes does not give back what its return would make
+        the top-up add again (a direction change each way)."""
+        self._floors[spec.name] = nodes
+        self.store.add_recommendation(spec.name, now, nodes, now - spec.scale_in.stabilization_window)
+
+    def remember_again(self, spec: PoolSpec, now: float) -> None:
+        """The last floor read, remembered again at ``now``: for the replay, which knows the cluster is as it was
+        at the last reading and skips reading it (the service reads it every tick)."""
+        if spec.name in self._floors:
+            self._remember(spec, self._floors[spec.name], now)
 
     def _headroom(self, spec: PoolSpec, view: PoolView, now: float,
                   listed: Sequence[NodeView] | None) -> Decision | None:

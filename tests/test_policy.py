@@ -269,6 +269,38 @@ def test_headroom(signal: Signal, spec: PoolSpec, status: CloudStatus, facts: Po
         assert WINDOW in plan.reason
 
 
+# the scale-in's floor held at the highest floor seen within scale_in.stabilization_window (default 300 s): the
+# reconciler remembers each floor it reads from the cluster; STEP_ROOM scales in by step 1 from 5, need 1 + 2 = 3
+USED1 = PoolFacts(used=1.0, used_how="the cluster: …")
+STABILIZED_CASES = [
+    pytest.param((), Outcome.SCALED, 4, id="no floor remembered: step 1 to 4, above the floor 3"),
+    pytest.param(((NOW - 120, 5),), Outcome.SKIPPED_LIMIT, 5,
+                 id="floor 5 two minutes ago, need since dipped: held at 5"),
+    pytest.param(((NOW - 120, 4), (NOW - 60, 3)), Outcome.SCALED, 4,
+                 id="highest in the window 4: step 1 to 4 goes on"),
+    pytest.param(((NOW - 301, 6), (NOW - 200, 3)), Outcome.SCALED, 4,
+                 id="floor 6 just out of the 300 s window: forgotten"),
+    pytest.param(((NOW - 10, 20),), Outcome.SKIPPED_LIMIT, 5, id="a floor above max is held at max, above current"),
+]
+
+
+@pytest.mark.parametrize("recent,outcome,to", STABILIZED_CASES)
+def test_scale_in_holds_the_highest_headroom_floor_of_its_window(recent: tuple[tuple[float, int], ...],
+                                                                  outcome: Outcome, to: int) -> None:
+    plan = decide(replace(IN, value=60), STEP_ROOM, STATE, cloud(5), NOW, recent, USED1)
+    assert (plan.outcome, plan.to) == (outcome, to), plan.reason
+    held = outcome is Outcome.SKIPPED_LIMIT
+    assert ("stabilization window" in plan.reason) is held, plan.reason
+    if held:
+        assert plan.details["headroom"]["stabilized_from"] == 3  # what the cluster alone would have kept
+
+
+def test_scale_out_is_not_held_by_remembered_floors() -> None:
+    """Only a scale-in is held: a scale-out sizes to the floor of now (the higher floor of minutes ago is gone)."""
+    plan = decide(replace(OUT, value=100), STEP_ROOM, STATE, cloud(2), NOW, ((NOW - 60, 9),), USED1)
+    assert (plan.outcome, plan.to) == (Outcome.SCALED, 3), plan.reason
+
+
 def test_a_manual_target_is_not_raised_by_headroom() -> None:
     plan = decide(replace(OUT, action=None, target=3, value=100), STEP_ROOM, STATE, cloud(6), NOW)
     assert (plan.outcome, plan.to) == (Outcome.SCALED, 3)

@@ -248,5 +248,7 @@ def test_headroom_from_the_cluster_decides_alike_live_and_replayed(tmp_path: Pat
     assert shaped and all("the cluster:" in d.reason for d in shaped)
     topped = [d for _, d in replayed.decisions if d.reason.startswith("spare below the headroom")]
     assert topped and replayed.reconciles  # the reconciler kept the spare without waiting for an alert
-    live, _, _ = _drive_with_cluster(settings, demand, replayed.notifications, tmp_path, replayed.reconciles)
+    # ticked wherever the replay read the headroom (deciding or not: each reading is remembered for the scale-in)
+    assert set(replayed.reconciles) <= set(replayed.headroom_reads)
+    live, _, _ = _drive_with_cluster(settings, demand, replayed.notifications, tmp_path, replayed.headroom_reads)
     assert [(t, _key(d)) for t, d in live] == [(t, _key(decision_json(d))) for t, d in replayed.decisions]

@@ -63,6 +63,9 @@ class Run:
     reconciles: list[float] = field(default_factory=list)  # times of reconciler ticks that decided something
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE  # what one node of demand is in GPUs (unmet demand's unit)
     ticks: int = 0  # reconciler ticks run (a tick is run only when it may decide something)
+    # times the reconciler read the cluster for the headroom (a full tick, or its headroom check alone): each reading
+    # is remembered for the scale-in's stabilization window, so a live run must tick at the same moments to match
+    headroom_reads: list[float] = field(default_factory=list)
 
 
 #: Called with each new minute of a replay; True stops the replay there (the tuner drops a hopeless candidate).
@@ -185,6 +188,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     if floors or topped_up:  # otherwise no tick could decide anything
         queue.append((trace.start, RECONCILE, 0))
     reconciles: list[float] = []
+    headroom_reads: list[float] = []
     ticks = 0
     spare_enough: tuple[int, int, int] | None = None  # the cluster's usage when the headroom was last found kept
     heapq.heapify(queue)
@@ -226,9 +230,13 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
             # full tick, its lease and cloud view, costs more than the minute's replay)
             # Likewise a tick for floors and shortfalls runs only when a pool is below its min or short of nodes.
             due = floors and short()
-            if not due and nodes.usage(now) != spare_enough:  # unchanged since it was last enough: still enough
+            if not due and nodes.usage(now) != spare_enough:
                 due = reconciler.headroom_short(spec, nodes.requested, now) is not None
                 spare_enough = None if due else nodes.usage(now)
+            elif not due and topped_up:  # unchanged since it was last enough: still enough, and the same floor
+                reconciler.remember_again(spec, now)
+            if topped_up:
+                headroom_reads.append(now)
             ticked = reconciler.tick(now).decisions if due else []
             ticks += due
             if ticked:
@@ -255,7 +263,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     if own_store and isinstance(store, SqlStore):
         store.engine.dispose()
     return Run(minutes, decisions, notifications, round(nodes.interrupted_node_minutes, 4), nodes.interrupted_pods,
-               nodes.evictions, stopped, reconciles, gpus, ticks)
+               nodes.evictions, stopped, reconciles, gpus, ticks, headroom_reads)
 
 
 def gpus_per_node(settings: Settings, pool: str) -> int:

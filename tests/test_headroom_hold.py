@@ -1,0 +1,42 @@
+"""The headroom kept from the cluster and a utilisation scale-in do not take turns: a need that dips below a node
+boundary and comes back within the scale-in's stabilization window keeps the pool where it is.
+
+Before, each dip let the scale-in remove a node (the floor of that moment allowed it) and the reconciler's top-up
+added it again when the need came back: two direction changes a dip, all night long (issue 37, round 6).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autoscaler.config import build_settings
+from autoscaler.replay.report import figures
+from autoscaler.replay.sim import simulate
+from autoscaler.replay.trace import Trace, parse_time
+
+ROOT = Path(__file__).resolve().parent.parent
+T0 = parse_time("2025-01-06T00:00:00Z")
+# six hours of a need that wanders across 2 nodes: 25 minutes at 1.75, 25 at 2.25
+WANDER = tuple(([1.75] * 25 + [2.25] * 25) * 7 + [1.75] * 10)
+
+
+def _run(window: str) -> dict[str, Any]:
+    raw = yaml.safe_load((ROOT / "bench" / "replay" / "proportional.yaml").read_text())
+    pool = raw["pools"][0]
+    pool["node_selector"] = "pool=gpu"  # the cluster is read: the reconciler keeps the headroom between alerts
+    pool["scale_out"] = {"mode": "step", "step": 1, "cooldown": "3m", "headroom": {"nodes": 1}}
+    pool["scale_in"] = {"mode": "step", "step": 1, "cooldown": "5m", "stabilization_window": window}
+    raw["replay"]["rules"][1].update({"below": 70, "for": "5m"})
+    return figures(simulate(build_settings(raw, env={}, replay=True), Trace(T0, WANDER)))
+
+
+def test_a_need_wandering_across_a_node_boundary_does_not_flap_within_the_window() -> None:
+    short, held = _run("1m"), _run("30m")
+    # with a one-minute window each dip below 2 nodes is a scale-in and each return a top-up
+    assert short["direction_changes"] >= 10, short
+    # with 30 minutes the dips (25 minutes each) are inside it: the pool stays at need + 1 and never scales in
+    assert held["direction_changes"] <= 1, held
+    assert held["saturated_minutes"] <= short["saturated_minutes"]
+    assert held["node_hours"] >= short["node_hours"]  # what the calm costs: the node the dips no longer give back
