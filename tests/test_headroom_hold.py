@@ -40,3 +40,23 @@ def test_a_need_wandering_across_a_node_boundary_does_not_flap_within_the_window
     assert held["direction_changes"] <= 1, held
     assert held["saturated_minutes"] <= short["saturated_minutes"]
     assert held["node_hours"] >= short["node_hours"]  # what the calm costs: the node the dips no longer give back
+
+
+def test_the_tuner_searches_the_window_of_a_step_scale_in_only_where_the_cluster_is_read() -> None:
+    import random
+
+    from autoscaler.replay.space import GRID, Space, describe
+
+    raw = yaml.safe_load((ROOT / "bench" / "replay" / "proportional.yaml").read_text())
+    raw["pools"][0]["scale_in"] = {"mode": "step", "step": 1, "cooldown": "5m"}
+    plain = build_settings(raw, env={}, replay=True)
+    raw["pools"][0]["node_selector"] = "pool=gpu"
+    read = build_settings(raw, env={}, replay=True)
+    assert "scale_in.stabilization_window" not in describe(plain, "gpu")
+    assert describe(read, "gpu")["scale_in.stabilization_window"] == 300  # the default, as the base has it
+    rng = random.Random(3)
+    steps = [c for c in (Space(read, "gpu").sample(rng) for _ in range(60)) if c["scale_in.mode"] == "step"]
+    assert steps and all(c["scale_in.stabilization_window"] in GRID["scale_in"]["stabilization_window"]
+                         for c in steps)
+    assert not any("scale_in.stabilization_window" in c for c in (Space(plain, "gpu").sample(rng) for _ in range(60))
+                   if c["scale_in.mode"] == "step")

@@ -127,3 +127,12 @@ def judged(hours: float, worst: int, changes: int, headroom: Any = None, stress_
 def test_pick(finals: list[Judged], budget: int, limit: int, want: float, flag: str) -> None:
     best, got = pick(finals, budget, limit)
     assert best.candidate["i"] == want and got == flag
+
+
+def test_pick_keeps_the_span_margin_the_search_kept() -> None:
+    """A steadier variant the search never scored may keep every day's budget and still spend more of the span
+    than the margin the search chose under: with ``total`` it is ruled out, without it it wins."""
+    spender = Judged({"i": 100}, score(100, 60, 2, 12, (2,)), (score(100, 0, 0),))
+    frugal = Judged({"i": 110}, score(110, 40, 3, 10, (3,)), (score(110, 0, 0),))
+    assert pick([spender, frugal], 14, 6)[0].candidate["i"] == 100
+    assert pick([spender, frugal], 14, 6, total=50)[0].candidate["i"] == 110

@@ -62,6 +62,7 @@ class ReplayCluster:
         self._arrived: list[int] = []  # pods in the system (running or waiting), by arrival
         self._where: dict[int, str | None] = {}  # pod -> its node, None while waiting
         self._serial = 0
+        self._pods: dict[int, tuple[GpuPod, PodFacts]] = {}  # each pod's listed form, built once (see _pod)
         self._waiting = 0
         self.interrupted_node_minutes = 0.0
         self.interrupted_pods = 0
@@ -92,6 +93,7 @@ class ReplayCluster:
             self._waiting += 1
         while len(self._arrived) > want:
             pod = self._arrived.pop(0)
+            self._pods.pop(pod, None)
             node = self._where.pop(pod)
             if node is not None:
                 del self._nodes[node].pods[pod]
@@ -216,11 +218,21 @@ class ReplayCluster:
         node.view = (key, view)
         return view
 
+    def _pod(self, serial: int) -> tuple[GpuPod, PodFacts]:
+        """One pod as the node views list it (the same frozen objects each time: a pod does not change)."""
+        found = self._pods.get(serial)
+        if found is None:
+            name = self._name(serial)
+            found = (GpuPod(NAMESPACE, name, RESOURCE, 1),
+                     PodFacts(NAMESPACE, name, "ReplicaSet" if self.movable(serial) else "Job",
+                              ((RESOURCE, Decimal(1)),), gpus=1))
+            self._pods[serial] = found
+        return found
+
     def _build(self, node: _Node, ready: bool) -> NodeView:
-        pods = tuple(GpuPod(NAMESPACE, self._name(serial), RESOURCE, 1) for serial in node.pods)
-        one = ((RESOURCE, Decimal(1)),)
-        facts = tuple(PodFacts(NAMESPACE, self._name(serial), "ReplicaSet" if self.movable(serial) else "Job", one,
-                               gpus=1) for serial in node.pods)
+        built = [self._pod(serial) for serial in node.pods]
+        pods = tuple(pod for pod, _ in built)
+        facts = tuple(fact for _, fact in built)
         allocatable = self.gpus_per_node if ready else 0
         return NodeView(name=node.name, ready=ready, created=node.created, cordoned=node.cordon is not None,
                         gpu_pods=pods, protected=None,

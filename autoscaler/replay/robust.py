@@ -120,11 +120,13 @@ class Judged:
     def worst_changes(self) -> int:
         return max([self.history.worst_changes, *(s.worst_changes for s in self.stressed)])
 
-    def holds(self, day_budget: int, changes: int | None) -> bool:
-        """The history's days within the day's budget (and ``changes``); the stressed days, stand-ins for the
-        worst day never seen, within twice each."""
+    def holds(self, day_budget: int, changes: int | None, total: int | None = None) -> bool:
+        """The history's days within the day's budget (and ``changes``; its whole span within ``total``, the
+        margin the search kept); the stressed days, stand-ins for the worst day never seen, within twice each."""
         stressed_sat = max((s.worst_day for s in self.stressed), default=0)
         stressed_chg = max((s.worst_changes for s in self.stressed), default=0)
+        if total is not None and self.history.saturated_minutes > total:
+            return False
         return (self.history.worst_day <= day_budget and stressed_sat <= STRESSED_FACTOR * day_budget
                 and (changes is None or (self.history.worst_changes <= changes
                                          and stressed_chg <= STRESSED_FACTOR * changes)))
@@ -138,12 +140,14 @@ def steadiness(candidate: Candidate) -> tuple[float, ...]:
     return (-rank, -waits - float(candidate.get("scale_in.cooldown", 0)))
 
 
-def pick(judged: Sequence[Judged], day_budget: int, changes: int | None) -> tuple[Judged, str]:
+def pick(judged: Sequence[Judged], day_budget: int, changes: int | None,
+         total: int | None = None) -> tuple[Judged, str]:
     """The steadiest of the near-equal cheapest whose worst day keeps ``day_budget`` saturated minutes (and, with
-    ``changes``, that many direction changes); none: the least saturated worst day. The flag says which:
-    ``robust``, ``robust_changes_over`` (none calm enough) or ``robust_over``."""
+    ``changes``, that many direction changes; with ``total``, whose whole span keeps that many: a steadier variant
+    the search never scored must keep the margin its choices kept); none: the least saturated worst day. The flag
+    says which: ``robust``, ``robust_changes_over`` (none calm enough) or ``robust_over``."""
     for flag, limit in (("robust", changes), ("robust_changes_over", None)):
-        ok = [j for j in judged if j.holds(day_budget, limit)]
+        ok = [j for j in judged if j.holds(day_budget, limit, total)]
         if ok:
             cheapest = min(j.history.cost for j in ok)
             near = [j for j in ok if j.history.cost <= cheapest * (1 + NEAR) + 1e-9]

@@ -32,7 +32,8 @@ GRID: dict[str, dict[str, tuple[Any, ...]]] = {
                   "headroom": HEADROOM},
     "scale_in": {"step": (1, 2, 3), "target_utilization": (40, 50, 60, 70, 80, 90), "max_step": (1, 2, 4, 8),
                  "tolerance": (0.0, 0.05, 0.1, 0.2), "cooldown": (120, 300, 600, 900, 1800),
-                 "delay_after_scale_out": (0, 300, 600, 1200, 1800), "stabilization_window": (60, 300, 600, 1200)},
+                 "delay_after_scale_out": (0, 300, 600, 1200, 1800),
+                 "stabilization_window": (60, 300, 600, 1200)},
 }
 MODE_KEYS = {
     "step": ("step", "cooldown"),
@@ -122,6 +123,9 @@ class Space:
             pending = getattr(rule, "pending_above", None) is not None and rule.action is Action.SCALE_OUT
             self.rules[f"rules.{i}.for"] = PENDING_FOR if pending else FOR[rule.action]
         self.pending_out = pending_out
+        # a pool whose headroom is kept from the cluster: its scale-in, in any mode, stops at the highest headroom
+        # floor of its stabilization window (docs/demand.md), so the window is searched for the step mode too
+        self.cluster = bool(settings.pools[pool].node_selector) or settings.pools[pool].victims != "cloud"
         out: tuple[str, ...] = PENDING_MODES if pending_out else UTILIZATION_MODES
         if "demand" in out and not getattr(settings.pools[pool], "gpus_per_node", None):
             out = tuple(m for m in out if m != "demand")  # demand mode needs the pool's gpus_per_node
@@ -139,10 +143,8 @@ class Space:
         direction, name = key.split(".", 1)
         return self.modes[direction] if name == "mode" else GRID[direction][name]
 
-    @staticmethod
-    def direction_keys(direction: str, mode: str) -> tuple[str, ...]:
-        extra = SCALE_IN_ONLY[mode] if direction == "scale_in" else ("headroom",)
-        return ("mode", *MODE_KEYS[mode], *extra)
+    def direction_keys(self, direction: str, mode: str) -> tuple[str, ...]:
+        return direction_keys(direction, mode, self.cluster)
 
     def _direction(self, rng: random.Random, direction: str, mode: str) -> Candidate:
         out = {f"{direction}.{k}": mode if k == "mode" else rng.choice(GRID[direction][k])
@@ -190,6 +192,15 @@ class Space:
         return self._plain(out)
 
 
+def direction_keys(direction: str, mode: str, cluster: bool = False) -> tuple[str, ...]:
+    """The knobs of one direction in one mode (``cluster``: the pool's headroom is kept from the cluster, so a
+    step scale-in has a stabilization window too)."""
+    extra = SCALE_IN_ONLY[mode] if direction == "scale_in" else ("headroom",)
+    if cluster and direction == "scale_in" and "stabilization_window" not in extra:
+        extra = (*extra, "stabilization_window")
+    return ("mode", *MODE_KEYS[mode], *extra)
+
+
 def ordered(candidate: Candidate) -> Candidate:
     """The candidate's knobs in one fixed order: scale-out, scale-in (each as TUNED_KEYS), then the rules."""
     def key(name: str) -> tuple[int, int, str]:
@@ -209,7 +220,8 @@ def describe(settings: Settings, pool: str, windows: Sequence[str] = ()) -> Cand
     out: Candidate = {}
     for direction, policy in (("scale_out", spec.scale_out), ("scale_in", spec.scale_in)):
         mode = policy.mode.value
-        keys = Space.direction_keys(direction, mode) if mode in MODE_KEYS else ("mode", "cooldown")
+        cluster = bool(spec.node_selector) or spec.victims != "cloud"
+        keys = direction_keys(direction, mode, cluster) if mode in MODE_KEYS else ("mode", "cooldown")
         out.update({f"{direction}.{k}": _policy_value(policy, k) for k in keys})
     assert settings.config.replay is not None
     for i, rule in enumerate(settings.config.replay.rules):

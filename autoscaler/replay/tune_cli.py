@@ -85,6 +85,8 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
         search = Search(space, train, max_saturated * (1 - margin), day_pct=day_pct, changes_per_day=limit,
                         candidates=candidates, neighbours=neighbours, seed=seed)
         search.run(executor, progress)
+        if all(cand != base for cand, _ in search.results):  # the base config is a candidate too: never passed over
+            search.results.append((base, base_score))  # for a costlier choice it would itself have beaten
         whole_day = int(max_saturated / 100.0 * 1440 + 1e-9)
         chosen, chosen_score, within = choose(search.results, search.budget(train), whole_day if robust else None)
         judged: list[Judged] = []
@@ -99,7 +101,7 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
                      "burstiest days")
             judged = judge(executor, finals, search.results, train, stressed)
             if judged:
-                best, picked = pick(judged, whole_day, math.ceil(limit))
+                best, picked = pick(judged, whole_day, math.ceil(limit), stage.total)
                 chosen, chosen_score = best.candidate, best.history
         jobs = []
         if train < total:
