@@ -416,3 +416,19 @@ def test_no_stress_and_a_change_limit_given_on_the_command_line(tuned: dict[str,
     span = data["spans"]["tune"]
     if data["choice"] != "changes_over":
         assert span["tuned"]["direction_changes"] <= 3 * span["minutes"][1] / 1440
+
+
+def test_the_base_config_is_a_candidate_so_the_choice_never_costs_more(tuned: dict[str, Any],
+                                                                        tmp_path: Path) -> None:
+    """Tuned again from its own tuned.yaml with a handful of draws: the base keeps the budget, so whatever is chosen
+    costs no more than it on the tuning span (before, the base was scored but never a candidate, and the cheapest
+    of a few random draws, costlier than the base, was handed over as "tuned")."""
+    from autoscaler.replay.tune_cli import tune
+
+    history = _write_trace(tmp_path / "history.csv", tuned["demand"])
+    data = tune(str(tuned["out"] / "tuned.yaml"), str(history), str(tmp_path / "again"), 2.0, candidates=9,
+                neighbours=0, workers=1, holdout=0.25, stress=False, quiet=True)
+    span = data["spans"]["tune"]
+    assert span["base"]["saturated_minutes"] <= span["choice_budget"]  # the base is a feasible candidate
+    assert data["choice"] == "every_day"
+    assert span["tuned"]["node_hours"] <= span["base"]["node_hours"] + 1e-6, (span["tuned"], span["base"])
