@@ -32,8 +32,7 @@ GRID: dict[str, dict[str, tuple[Any, ...]]] = {
                   "headroom": HEADROOM},
     "scale_in": {"step": (1, 2, 3), "target_utilization": (40, 50, 60, 70, 80, 90), "max_step": (1, 2, 4, 8),
                  "tolerance": (0.0, 0.05, 0.1, 0.2), "cooldown": (120, 300, 600, 900, 1800),
-                 "delay_after_scale_out": (0, 300, 600, 1200, 1800),
-                 "stabilization_window": (60, 300, 600, 1200)},
+                 "delay_after_scale_out": (0, 300, 600, 1200, 1800), "stabilization_window": (60, 300, 600, 1200)},
 }
 MODE_KEYS = {
     "step": ("step", "cooldown"),
@@ -124,7 +123,7 @@ class Space:
             self.rules[f"rules.{i}.for"] = PENDING_FOR if pending else FOR[rule.action]
         self.pending_out = pending_out
         # a pool whose headroom is kept from the cluster: its scale-in, in any mode, stops at the highest headroom
-        # floor of its stabilization window (docs/demand.md), so the window is searched for the step mode too
+        # floor of its stabilization window (README "Headroom"), so the window is searched for the step mode too
         self.cluster = bool(settings.pools[pool].node_selector) or settings.pools[pool].victims != "cloud"
         out: tuple[str, ...] = PENDING_MODES if pending_out else UTILIZATION_MODES
         if "demand" in out and not getattr(settings.pools[pool], "gpus_per_node", None):
