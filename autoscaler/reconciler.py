@@ -216,16 +216,20 @@ class Reconciler:
         return decision
 
     def headroom_short(self, spec: PoolSpec, current: int, now: float,
-                       listed: Sequence[NodeView] | None = None) -> Floor | None:
+                       listed: Sequence[NodeView] | None = None, used: float | None = None) -> Floor | None:
         """The headroom's floor when the cluster shows the pool below it (``current`` nodes asked for), else None:
         no headroom kept, no cluster to read, or spare enough. ``listed``: the pool's nodes with their pods, already
-        read this tick (else they are read here)."""
+        read this tick (else they are read here); ``used``: instead of a listing, the nodes' worth of GPUs requested
+        on the pool's Ready, schedulable nodes as the caller counted them (the replay, which holds the cluster)."""
         if not keeps_headroom(spec):
             return None
-        pods = listed if listed is not None else self.engine.node_actions.with_pods(spec)
-        if pods is None:
-            return None
-        facts = headroom_facts(spec, now, pods)
+        if used is not None:
+            facts = replace(headroom_facts(spec, now, None), used=used)
+        else:
+            pods = listed if listed is not None else self.engine.node_actions.with_pods(spec)
+            if pods is None:
+                return None
+            facts = headroom_facts(spec, now, pods)
         room = headroom_floor(Signal(pool=spec.name, action=Action.SCALE_OUT, source=Source.RECONCILE), spec,
                               current, facts)
         if room is not None:

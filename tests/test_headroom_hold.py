@@ -60,3 +60,41 @@ def test_the_tuner_searches_the_window_of_a_step_scale_in_only_where_the_cluster
                          for c in steps)
     assert not any("scale_in.stabilization_window" in c for c in (Space(plain, "gpu").sample(rng) for _ in range(60))
                    if c["scale_in.mode"] == "step")
+
+
+def test_the_replays_counted_check_finds_the_floor_the_listing_finds() -> None:
+    """The replay's headroom check counts the requested GPUs itself instead of listing the pods: at every moment of
+    a wandering day, with nodes booting, cordoned and full, both give the same floor (or both none)."""
+    from autoscaler.clock import ManualClock
+    from autoscaler.engine import Engine
+    from autoscaler.events import EventLog
+    from autoscaler.reconciler import Reconciler
+    from autoscaler.replay.cluster import ReplayCluster
+    from autoscaler.store.memory import MemoryStore
+    from providers import build
+
+    settings = build_settings(yaml.safe_load((ROOT / "bench" / "replay" / "proportional_cluster.yaml").read_text()),
+                              env={}, replay=True)
+    spec = settings.pools["gpu"]
+    store = MemoryStore()
+    store.ensure_pools(["gpu"])
+    providers = {name: build(s.provider, name, s.provider_settings) for name, s in settings.pools.items()}
+    names = [f"gpu-node-{i}" for i in range(6)]
+    cluster = ReplayCluster(names, 8, 300.0, T0)
+    clock = ManualClock(T0)
+    reconciler = Reconciler(settings, store, providers,
+                            Engine(settings, store, providers, EventLog(store, clock=clock), clock=clock,
+                                   cluster=cluster), clock=clock)
+    found = 0
+    for minute, demand in enumerate(WANDER[:120]):
+        now = T0 + 60 * minute
+        if minute == 30:
+            cluster.follow(names + ["gpu-node-6"], now)  # one booting: not Ready, so no requested GPUs on it
+        if minute == 40:
+            cluster.cordon("gpu-node-0", "test", now)  # cordoned: its pods do not count
+        cluster.set_demand(demand * 2.5, now)
+        listed = reconciler.headroom_short(spec, cluster.requested, now)
+        counted = reconciler.headroom_short(spec, cluster.requested, now, used=cluster.usage(now)[2] / 8)
+        assert (listed and listed.nodes) == (counted and counted.nodes), (minute, listed, counted)
+        found += listed is not None
+    assert found  # some moments were short of the headroom, so the floors were compared, not only None
