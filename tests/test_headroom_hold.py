@@ -6,15 +6,24 @@ added it again when the need came back: two direction changes a dip, all night l
 """
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from autoscaler.clock import ManualClock
 from autoscaler.config import build_settings
+from autoscaler.engine import Engine
+from autoscaler.events import EventLog
+from autoscaler.reconciler import Reconciler
+from autoscaler.replay.cluster import ReplayCluster
 from autoscaler.replay.report import figures
 from autoscaler.replay.sim import simulate
+from autoscaler.replay.space import GRID, Space, describe
 from autoscaler.replay.trace import Trace, parse_time
+from autoscaler.store.memory import MemoryStore
+from providers import build
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = parse_time("2025-01-06T00:00:00Z")
@@ -43,10 +52,6 @@ def test_a_need_wandering_across_a_node_boundary_does_not_flap_within_the_window
 
 
 def test_the_tuner_searches_the_window_of_a_step_scale_in_only_where_the_cluster_is_read() -> None:
-    import random
-
-    from autoscaler.replay.space import GRID, Space, describe
-
     raw = yaml.safe_load((ROOT / "bench" / "replay" / "proportional.yaml").read_text())
     raw["pools"][0]["scale_in"] = {"mode": "step", "step": 1, "cooldown": "5m"}
     plain = build_settings(raw, env={}, replay=True)
@@ -65,14 +70,6 @@ def test_the_tuner_searches_the_window_of_a_step_scale_in_only_where_the_cluster
 def test_the_replays_counted_check_finds_the_floor_the_listing_finds() -> None:
     """The replay's headroom check counts the requested GPUs itself instead of listing the pods: at every moment of
     a wandering day, with nodes booting, cordoned and full, both give the same floor (or both none)."""
-    from autoscaler.clock import ManualClock
-    from autoscaler.engine import Engine
-    from autoscaler.events import EventLog
-    from autoscaler.reconciler import Reconciler
-    from autoscaler.replay.cluster import ReplayCluster
-    from autoscaler.store.memory import MemoryStore
-    from providers import build
-
     settings = build_settings(yaml.safe_load((ROOT / "bench" / "replay" / "proportional_cluster.yaml").read_text()),
                               env={}, replay=True)
     spec = settings.pools["gpu"]

@@ -230,12 +230,12 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
             # full tick, its lease and cloud view, costs more than the minute's replay)
             # Likewise a tick for floors and shortfalls runs only when a pool is below its min or short of nodes.
             due = floors and short()
-            if not due and nodes.usage(now) != spare_enough:
+            if not due and (usage := nodes.usage(now)) != spare_enough:
                 # the check counts the requested GPUs itself (the listing's sum, without building the listing); a
                 # tick that acts lists the pods as the service does
-                used = nodes.usage(now)[2] / (spec.gpus_per_node or DEFAULT_GPUS_PER_NODE)
+                used = usage[2] / (spec.gpus_per_node or DEFAULT_GPUS_PER_NODE)
                 due = reconciler.headroom_short(spec, nodes.requested, now, used=used) is not None
-                spare_enough = None if due else nodes.usage(now)
+                spare_enough = None if due else usage
             elif not due and topped_up:  # unchanged since it was last enough: still enough, and the same floor
                 reconciler.remember_again(spec, now)
             if topped_up:

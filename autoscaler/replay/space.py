@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from autoscaler.config import Settings
 from autoscaler.settings import DirectionConfig
-from autoscaler.models import Action, DirectionPolicy
+from autoscaler.models import Action, DirectionPolicy, PoolSpec
 
 Candidate = dict[str, Any]
 
@@ -122,9 +122,7 @@ class Space:
             pending = getattr(rule, "pending_above", None) is not None and rule.action is Action.SCALE_OUT
             self.rules[f"rules.{i}.for"] = PENDING_FOR if pending else FOR[rule.action]
         self.pending_out = pending_out
-        # a pool whose headroom is kept from the cluster: its scale-in, in any mode, stops at the highest headroom
-        # floor of its stabilization window (README "Headroom"), so the window is searched for the step mode too
-        self.cluster = bool(settings.pools[pool].node_selector) or settings.pools[pool].victims != "cloud"
+        self.cluster = reads_cluster(settings.pools[pool])
         out: tuple[str, ...] = PENDING_MODES if pending_out else UTILIZATION_MODES
         if "demand" in out and not getattr(settings.pools[pool], "gpus_per_node", None):
             out = tuple(m for m in out if m != "demand")  # demand mode needs the pool's gpus_per_node
@@ -191,6 +189,14 @@ class Space:
         return self._plain(out)
 
 
+def reads_cluster(spec: PoolSpec) -> bool:
+    """Whether the replay reads the pool's nodes (a ``node_selector``, or victims other than ``cloud``, which the
+    replay gives one): its headroom is then kept from the cluster, and its scale-in, in any mode, stops at the
+    highest headroom floor of its stabilization window (README "Headroom"), so the window is searched for the step
+    mode too."""
+    return bool(spec.node_selector) or spec.victims != "cloud"
+
+
 def direction_keys(direction: str, mode: str, cluster: bool = False) -> tuple[str, ...]:
     """The knobs of one direction in one mode (``cluster``: the pool's headroom is kept from the cluster, so a
     step scale-in has a stabilization window too)."""
@@ -219,8 +225,7 @@ def describe(settings: Settings, pool: str, windows: Sequence[str] = ()) -> Cand
     out: Candidate = {}
     for direction, policy in (("scale_out", spec.scale_out), ("scale_in", spec.scale_in)):
         mode = policy.mode.value
-        cluster = bool(spec.node_selector) or spec.victims != "cloud"
-        keys = direction_keys(direction, mode, cluster) if mode in MODE_KEYS else ("mode", "cooldown")
+        keys = direction_keys(direction, mode, reads_cluster(spec)) if mode in MODE_KEYS else ("mode", "cooldown")
         out.update({f"{direction}.{k}": _policy_value(policy, k) for k in keys})
     assert settings.config.replay is not None
     for i, rule in enumerate(settings.config.replay.rules):
