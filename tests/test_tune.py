@@ -83,6 +83,9 @@ def test_choice_is_the_cheapest_within_budget_and_the_frontier_is_pareto(tuned: 
     tune = data["spans"]["tune"]
     assert data["choice"] == "every_day"
     assert tune["tuned"]["saturated_minutes"] <= tune["choice_budget"] < tune["budget"]
+    # each day of the history may reach 1.5 times the day's budget (the span keeps the margin; tuning.json says so)
+    assert data["day_limit"] == tune["choice_budget_per_day"] == int(1.5 * data["max_saturated_pct"] / 100 * 1440)
+    assert max(sat for _, sat in tune["tuned"]["days"]) <= data["day_limit"]
     assert tune["tuned"]["node_hours"] < tune["base"]["node_hours"]
     with (out / "frontier.csv").open() as fh:
         rows = list(csv.DictReader(fh))

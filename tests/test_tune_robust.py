@@ -129,6 +129,17 @@ def test_pick(finals: list[Judged], budget: int, limit: int, want: float, flag: 
     assert best.candidate["i"] == want and got == flag
 
 
+def test_pick_holds_the_history_and_the_stressed_days_to_their_own_limits() -> None:
+    """The tuner lets a day of the history reach 1.5 times the day's budget (14 -> 21) while a stressed day keeps
+    twice the budget itself (28), not twice the history's limit."""
+    bold, calm = judged(100, 20, 3, stress_worst=28), judged(120, 5, 1)
+    assert pick([bold, calm], 14, 6)[0].candidate["i"] == 120  # a history day over the budget rules it out
+    assert pick([bold, calm], 21, 6, stressed_budget=28)[0].candidate["i"] == 100
+    hot = judged(100, 20, 3, stress_worst=29)
+    assert pick([hot, calm], 21, 6)[0].candidate["i"] == 100  # default: twice the history's limit (42)
+    assert pick([hot, calm], 21, 6, stressed_budget=28)[0].candidate["i"] == 120
+
+
 def test_pick_keeps_the_span_margin_the_search_kept() -> None:
     """A steadier variant the search never scored may keep every day's budget and still spend more of the span
     than the margin the search chose under: with ``total`` it is ruled out, without it it wins."""

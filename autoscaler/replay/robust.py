@@ -120,14 +120,18 @@ class Judged:
     def worst_changes(self) -> int:
         return max([self.history.worst_changes, *(s.worst_changes for s in self.stressed)])
 
-    def holds(self, day_budget: int, changes: int | None, total: int | None = None) -> bool:
-        """The history's days within the day's budget (and ``changes``; its whole span within ``total``, the
-        margin the search kept); the stressed days, stand-ins for the worst day never seen, within twice each."""
+    def holds(self, day_budget: int, changes: int | None, total: int | None = None,
+              stressed_budget: int | None = None) -> bool:
+        """The history's days within ``day_budget`` saturated minutes (and ``changes``; its whole span within
+        ``total``, the margin the search kept); the stressed days, stand-ins for the worst day never seen, within
+        ``stressed_budget`` (default twice ``day_budget``) and twice ``changes``."""
         stressed_sat = max((s.worst_day for s in self.stressed), default=0)
         stressed_chg = max((s.worst_changes for s in self.stressed), default=0)
         if total is not None and self.history.saturated_minutes > total:
             return False
-        return (self.history.worst_day <= day_budget and stressed_sat <= STRESSED_FACTOR * day_budget
+        if stressed_budget is None:
+            stressed_budget = STRESSED_FACTOR * day_budget
+        return (self.history.worst_day <= day_budget and stressed_sat <= stressed_budget
                 and (changes is None or (self.history.worst_changes <= changes
                                          and stressed_chg <= STRESSED_FACTOR * changes)))
 
@@ -141,13 +145,14 @@ def steadiness(candidate: Candidate) -> tuple[float, ...]:
 
 
 def pick(judged: Sequence[Judged], day_budget: int, changes: int | None,
-         total: int | None = None) -> tuple[Judged, str]:
-    """The steadiest of the near-equal cheapest whose worst day keeps ``day_budget`` saturated minutes (and, with
-    ``changes``, that many direction changes; with ``total``, whose whole span keeps that many: a steadier variant
-    the search never scored must keep the margin its choices kept); none: the least saturated worst day. The flag
-    says which: ``robust``, ``robust_changes_over`` (none calm enough) or ``robust_over``."""
+         total: int | None = None, stressed_budget: int | None = None) -> tuple[Judged, str]:
+    """The steadiest of the near-equal cheapest whose worst day of the history keeps ``day_budget`` saturated
+    minutes and whose stressed days keep ``stressed_budget`` (default twice ``day_budget``; and, with ``changes``,
+    that many direction changes; with ``total``, whose whole span keeps that many: a steadier variant the search
+    never scored must keep the margin its choices kept); none: the least saturated worst day. The flag says which:
+    ``robust``, ``robust_changes_over`` (none calm enough) or ``robust_over``."""
     for flag, limit in (("robust", changes), ("robust_changes_over", None)):
-        ok = [j for j in judged if j.holds(day_budget, limit, total)]
+        ok = [j for j in judged if j.holds(day_budget, limit, total, stressed_budget)]
         if ok:
             cheapest = min(j.history.cost for j in ok)
             near = [j for j in ok if j.history.cost <= cheapest * (1 + NEAR) + 1e-9]
@@ -223,10 +228,11 @@ def stress_note(data: dict[str, Any]) -> str:
     stressed = data["stressed"]
     if not data["stress_choice"]:
         return f"choice: the cheapest within the budget; {limit}; no stressed copies judged"
-    how = {"robust": "the steadiest of the near-equal cheapest that kept the day's budget on the history's days "
-                     "and twice it on the stressed days",
+    day = data.get("day_limit") or data["day_budget"]
+    how = {"robust": f"the steadiest of the near-equal cheapest that kept {day} saturated min a day on the "
+                     "history's days and twice the day's budget on the stressed days",
            "robust_changes_over": "none kept the change limit on its worst day: the steadiest of the near-equal "
-                                  "cheapest within the day's budget",
+                                  f"cheapest within {day} saturated min a day",
            "robust_over": "WARNING: no finalist kept the day's budget on every day: the least saturated worst day"}
     chosen = next((j for j in stressed["finalists"] if j["settings"] == settings_text(data["tuned"])), None)
     worst = (f" (worst day {chosen['worst_day_saturated']} saturated min, {chosen['worst_day_direction_changes']} "

@@ -20,8 +20,8 @@ from autoscaler.replay.sim import gpus_per_node, replay_pool
 from autoscaler.replay.space import Candidate, Space, apply, busy_windows, describe, show
 from autoscaler.replay.peers import peer_figures
 from autoscaler.replay.trace import ReplayError, Trace, load_trace
-from autoscaler.replay.robust import (Judged, as_json, burstiest_days, finalists, judge, pick, stress_note,
-                                      stressed_copies)
+from autoscaler.replay.robust import (STRESSED_FACTOR, Judged, as_json, burstiest_days, finalists, judge, pick,
+                                      stress_note, stressed_copies)
 from autoscaler.replay.tune import Budget, Score, Search, choose, make_pool, pareto, evaluate_task
 from autoscaler.replay import command, peers, tune_files
 
@@ -29,6 +29,10 @@ DEFAULT_HOLDOUT = 2 / 7
 DEFAULT_MARGIN = 0.25
 MIN_CHANGES = 2  # the default limit of direction changes a day is never under this
 CHANGES_FACTOR = 2  # ... and is this many times the base config's direction changes a day
+#: A day of the history may be saturated this many times the budget (the span as a whole keeps the budget less the
+#: margin; a stressed copy, standing in for the worst day never seen, twice the budget): days differ, and a cap at
+#: the budget itself on each of the history's days pushed the choice far under the budget on the average day.
+DAY_FACTOR = 1.5
 
 
 def parse_percent(text: str) -> float:
@@ -78,16 +82,17 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
         days = max(train / 1440, 1.0)
         limit = max_changes if max_changes is not None else max(MIN_CHANGES, math.ceil(
             CHANGES_FACTOR * base_score.direction_changes / days - 1e-9))
-        # The choice keeps a margin under the budget over the span, and the budget itself on each whole day of it:
-        # days differ, and the days the search never saw must hold the budget too.
+        # The choice keeps a margin under the budget over the span, and DAY_FACTOR times the budget on each whole
+        # day of it: days differ, and the days the search never saw must hold the budget too.
         # Robust: the worst day decides, with the margin on each day (the span's total is then within it too).
-        day_pct = max_saturated * (1 - margin) if robust else max_saturated
+        day_pct = max_saturated * (1 - margin) if robust else max_saturated * DAY_FACTOR
         search = Search(space, train, max_saturated * (1 - margin), day_pct=day_pct, changes_per_day=limit,
                         candidates=candidates, neighbours=neighbours, seed=seed)
         search.run(executor, progress)
         if all(cand != base for cand, _ in search.results):  # the base config is a candidate too: never passed over
             search.results.append((base, base_score))  # for a costlier choice it would itself have beaten
         whole_day = int(max_saturated / 100.0 * 1440 + 1e-9)
+        history_day = whole_day if robust else search.budget(train).per_day or whole_day
         chosen, chosen_score, within = choose(search.results, search.budget(train), whole_day if robust else None)
         judged: list[Judged] = []
         stage = {"every_day": search.budget(train),
@@ -101,7 +106,8 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
                      "burstiest days")
             judged = judge(executor, finals, search.results, train, stressed)
             if judged:
-                best, picked = pick(judged, whole_day, math.ceil(limit), stage.total)
+                best, picked = pick(judged, history_day, math.ceil(limit), stage.total,
+                                    stressed_budget=STRESSED_FACTOR * whole_day)
                 chosen, chosen_score = best.candidate, best.history
         jobs = []
         if train < total:
@@ -136,6 +142,7 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
                                   for d in range(first, last - 1439, 1440)]
     data = {"config": config_path, "trace": trace_path, "pool": pool, "max_saturated_pct": max_saturated,
             "margin": margin, "robust": robust, "max_direction_changes": max_changes, "day_budget": int(max_saturated / 100.0 * 1440 + 1e-9),
+            "day_limit": search.budget(train).per_day,
             "within_budget": within != "over", "choice": within, "candidates": len(search.results),
             "direction_change_limit": limit, "base_direction_changes_per_day": round(
                 base_score.direction_changes / days, 2), "stress_choice": picked,
