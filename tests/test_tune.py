@@ -22,7 +22,7 @@ from autoscaler.replay.space import (FOR, PENDING_FOR, Space, apply, describe, d
 from autoscaler.replay.tune_cli import report
 from autoscaler.replay.tune_files import prometheus_rules
 from autoscaler.replay.trace import Trace, parse_time
-from autoscaler.replay.tune import Budget, Score, _init, choose, evaluate, pareto
+from autoscaler.replay.tune import Budget, Score, Search, _init, choose, evaluate, pareto
 from bench.traces.make_traces import generate
 from tests.pipeline import PROMTOOL, require_binary
 from tests.replay_cases import BASE
@@ -217,6 +217,27 @@ def test_early_stop_ends_a_candidate_over_budget_or_over_the_best() -> None:
     assert over.stopped == "saturated" and over.saturated_minutes == 4 and over.minutes < 1440
     costly = evaluate(base, 0, 1440, 10_000, full.node_hours / 2)
     assert costly.stopped == "node_hours" and costly.node_hours > full.node_hours / 2 and costly.minutes < 1440
+
+
+def test_neighbour_rounds_stop_early_and_keep_only_whole_replays() -> None:
+    """The hill-climb's neighbours (one knob moved, or two) stop once over the budget or 3% costlier than the best
+    within it; only those replayed to the end are kept (the frontier and the finalists are drawn from them), and
+    the best only gets better from round to round."""
+    settings = _settings()
+    demand = tuple(generate("training_queue", days=2, seed=4))
+    _init(yaml.safe_load(BASE), {}, "gpu", Trace(T0, demand))
+    messages: list[str] = []
+    search = Search(Space(settings, "gpu"), 2880, 5.0, day_pct=7.5, candidates=27, neighbours=24, rounds=3, seed=3)
+    search.run(None, messages.append)
+    assert [m.split(":")[0] for m in messages if m.startswith("neighbours")] == [
+        "neighbours 1/3", "neighbours 2/3", "neighbours 3/3"]
+    assert all(s.minutes == 2880 and not s.stopped for _, s in search.results)
+    assert search.rungs() == [1440, 2880]  # 27 draws on the first day, the best third on both
+    neighbours = search.evaluated - 27 - 9
+    assert neighbours == 24  # eight a round, each a candidate never scored before
+    kept = len(search.results) - 9
+    assert kept < neighbours  # some neighbours stopped early and were left out
+    assert search.minutes_replayed < 27 * 1440 + (9 + 24) * 2880  # early stops replayed less than all
 
 
 def _score(hours: float, saturated: int, changes: int = 0, stopped: str = "", worst: int = 0) -> Score:

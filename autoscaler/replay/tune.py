@@ -24,6 +24,8 @@ from autoscaler.store.memory import MemoryStore
 
 Progress = Callable[[str], None]
 WAVE = 12  # candidates scored between two updates of the early-stop bound
+PAIR_MOVES = 1 / 3  # the share of neighbours that move two knobs instead of one
+NEAR_SLACK = 0.03  # a neighbour replays to the end while within this share of the best feasible cost (robust.NEAR)
 
 
 @dataclass(frozen=True)
@@ -158,8 +160,8 @@ class Search:
     changes_per_day: float | None = None  # direction changes allowed a day (None: any)
     candidates: int = 243
     eta: int = 3
-    neighbours: int = 60
-    rounds: int = 2
+    neighbours: int = 120
+    rounds: int = 4
     seed: int = 0
     results: list[tuple[Candidate, Score]] = field(default_factory=list)
     evaluated: int = 0
@@ -199,31 +201,40 @@ class Search:
                 self.results += ranked
             else:
                 alive = [c for c, _ in ranked[:max(1, len(ranked) // self.eta)]]
+        budget = self.budget(self.train_minutes)
         for round_ in range(self.rounds):  # hill-climb: neighbours of the best so far, a few rounds
-            budget = self.budget(self.train_minutes)
             best = [c for c, _ in sorted(self.results, key=lambda cs: cs[1].rank(budget))[:6]]
             near: list[Candidate] = []
             for i in range(self.neighbours * 20):
                 if len(near) >= self.neighbours // self.rounds:
                     break
                 cand = self.space.mutate(rng, best[i % len(best)])
+                if rng.random() < PAIR_MOVES:  # two knobs at once: a narrow good point is often two moves away
+                    cand = self.space.mutate(rng, cand)
                 if _key(cand) not in seen:
                     seen.add(_key(cand))
                     near.append(cand)
             if near:
                 progress(f"neighbours {round_ + 1}/{self.rounds}: {len(near)} candidates near the best on "
                          f"{self.train_minutes / 1440:.1f} days")
-                self.results += list(zip(near, self._score(pool, near, self.train_minutes, early=False)))
+                # A neighbour stops once it is over the budget or NEAR_SLACK costlier than the best within it:
+                # it could be neither the choice nor a finalist. Only those replayed to the end are kept.
+                feasible = [s.cost for _, s in self.results if s.feasible(budget)]
+                bound = min(feasible) * (1 + NEAR_SLACK) if feasible else None
+                scores = self._score(pool, near, self.train_minutes, early=True, bound=bound)
+                self.results += [(c, s) for c, s in zip(near, scores) if not s.stopped]
 
     def _score(self, pool: ProcessPoolExecutor | None, cands: list[Candidate], minutes: int,
-               early: bool) -> list[Score]:
-        """Score every candidate on the first ``minutes``; with ``early``, each stops once it cannot be the best.
+               early: bool, bound: float | None = None) -> list[Score]:
+        """Score every candidate on the first ``minutes``; with ``early``, each stops once it cannot be the best
+        (``bound``: a fixed node-hours bound instead of the best feasible of these candidates).
 
         Candidates go in waves of WAVE; the bound (best feasible node-hours) tightens between waves only, so the
         results do not depend on the number of processes or on which finished first."""
         budget = self.budget(minutes)
         scores: list[Score] = []
-        best: float | None = None
+        best: float | None = bound
+        fixed = bound is not None
         for first in range(0, len(cands), WAVE):
             tasks = [(i, cands[i], 0, minutes, budget.total if early else None, best if early else None)
                      for i in range(first, min(first + WAVE, len(cands)))]
@@ -232,7 +243,7 @@ class Search:
                 scores.append(score)
                 self.evaluated += 1
                 self.minutes_replayed += score.minutes
-                if score.feasible(budget):
+                if score.feasible(budget) and not fixed:
                     best = score.cost if best is None else min(best, score.cost)
         return scores
 

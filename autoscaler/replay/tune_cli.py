@@ -50,7 +50,7 @@ def _load(config_path: str) -> tuple[dict[str, Any], Any]:
 
 def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, *, candidates: int = 243,
          workers: int = 2, seed: int = 0, holdout: float = DEFAULT_HOLDOUT, margin: float = DEFAULT_MARGIN,
-         neighbours: int = 60, robust: bool = False, max_changes: float | None = None, stress: bool = True,
+         neighbours: int = 120, robust: bool = False, max_changes: float | None = None, stress: bool = True,
          utilization_expr: str = tune_files.UTILIZATION_EXPR, pending_expr: str = tune_files.PENDING_EXPR,
          quiet: bool = False) -> dict[str, Any]:
     """Search, confirm and write DIR's files; returns what tuning.json holds. ConfigError / ReplayError on bad
