@@ -219,10 +219,25 @@ def test_early_stop_ends_a_candidate_over_budget_or_over_the_best() -> None:
     assert costly.stopped == "node_hours" and costly.node_hours > full.node_hours / 2 and costly.minutes < 1440
 
 
+def test_a_bound_by_day_stops_at_the_end_of_the_first_day_over_it() -> None:
+    """The neighbours' bound: cumulative node-hours at the end of each whole day, checked there only."""
+    settings = _settings()
+    demand = tuple(generate("training_queue", days=3, seed=4))
+    _init(yaml.safe_load(BASE), {}, "gpu", Trace(T0, demand))
+    base = describe(settings, "gpu")
+    full = evaluate(base, 0, 4320, None, None)
+    first, second, third = (hours for hours, _ in full.days)
+    roomy = (first + 1, first + second + 1, first + second + third + 1)
+    assert not evaluate(base, 0, 4320, 10_000, roomy).stopped
+    tight = (first + 1, first + second - 1, first + second + third + 1)
+    cut = evaluate(base, 0, 4320, 10_000, tight)
+    assert cut.stopped == "node_hours" and cut.minutes == 2880  # at the end of day 2, not before
+
+
 def test_neighbour_rounds_stop_early_and_keep_only_whole_replays() -> None:
-    """The hill-climb's neighbours (one knob moved, or two) stop once over the budget or 3% costlier than the best
-    within it; only those replayed to the end are kept (the frontier and the finalists are drawn from them), and
-    the best only gets better from round to round."""
+    """The hill-climb's neighbours (one knob moved, or two) stop once over the budget, or at the end of a day once
+    their node-hours so far exceed the best feasible candidate's by then plus 3% of its whole span; only those
+    replayed to the end are kept (the frontier and the finalists are drawn from them)."""
     settings = _settings()
     demand = tuple(generate("training_queue", days=2, seed=4))
     _init(yaml.safe_load(BASE), {}, "gpu", Trace(T0, demand))

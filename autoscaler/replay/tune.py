@@ -7,6 +7,7 @@ budget or its node-hours exceed the best feasible candidate's; candidates run in
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import random
@@ -25,7 +26,7 @@ from autoscaler.store.memory import MemoryStore
 Progress = Callable[[str], None]
 WAVE = 12  # candidates scored between two updates of the early-stop bound
 PAIR_MOVES = 1 / 3  # the share of neighbours that move two knobs instead of one
-NEAR_SLACK = 0.03  # a neighbour replays to the end while within this share of the best feasible cost (robust.NEAR)
+NEAR_SLACK = 0.03  # a neighbour stops once costlier than the best feasible by this share of its cost (robust.NEAR)
 
 
 @dataclass(frozen=True)
@@ -75,24 +76,37 @@ class Score:
         return (2, -self.minutes, self.saturated_minutes)
 
 
+#: A node-hours bound: one figure for the whole replay, or one for the end of each whole day (cumulative).
+Bound = float | tuple[float, ...]
+
+
 @dataclass
 class _Stop:
-    """The early-stop hook: saturated minutes over the budget, or node-hours over the best feasible so far."""
+    """The early-stop hook: saturated minutes over the budget, or node-hours over the bound (the best feasible so
+    far; by day: checked at the end of each whole day against that day's cumulative bound)."""
 
     budget: int
-    bound: float | None
+    bound: Bound | None
     saturated: int = 0
     ready_minutes: int = 0
+    minutes: int = 0
     why: str = ""
 
     def __call__(self, minute: Minute) -> bool:
         self.saturated += minute.demand > minute.ready + 1e-9
         self.ready_minutes += minute.ready
+        self.minutes += 1
         if self.saturated > self.budget:
             self.why = "saturated"
-        elif self.bound is not None and self.ready_minutes / 60.0 > self.bound + 1e-9:
+        elif self.bound is not None and self.ready_minutes / 60.0 > self._limit(self.bound) + 1e-9:
             self.why = "node_hours"
         return bool(self.why)
+
+    def _limit(self, bound: Bound) -> float:
+        if not isinstance(bound, tuple):
+            return bound
+        day, into = divmod(self.minutes, 1440)
+        return bound[day - 1] if not into and 0 < day <= len(bound) else math.inf
 
 
 # -- one evaluation (in a worker process) ---------------------------------------------------------------
@@ -104,7 +118,7 @@ def _init(raw: dict[str, Any], env: dict[str, str], pool: str, trace: Trace,
     _WORK.update(raw=raw, env=env, pool=pool, trace=trace, stressed=stressed or {})
 
 
-def evaluate(candidate: Candidate, begin: int, end: int, budget: int | None, bound: float | None,
+def evaluate(candidate: Candidate, begin: int, end: int, budget: int | None, bound: Bound | None,
              stress: str = "") -> Score:
     """Replay minutes [begin, end) of the trace (``stress``: of that stressed copy, see robust.py) with the
     candidate (``budget``/``bound``: stop early; None: never)."""
@@ -138,7 +152,7 @@ def changes_by_day(run: Run, days: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-Task = tuple[int, Candidate, int, int, int | None, float | None] | tuple[int, Candidate, int, int, None, None, str]
+Task = tuple[int, Candidate, int, int, int | None, Bound | None] | tuple[int, Candidate, int, int, None, None, str]
 
 
 def evaluate_task(task: Task) -> tuple[int, Score]:
@@ -217,15 +231,25 @@ class Search:
             if near:
                 progress(f"neighbours {round_ + 1}/{self.rounds}: {len(near)} candidates near the best on "
                          f"{self.train_minutes / 1440:.1f} days")
-                # A neighbour stops once it is over the budget or NEAR_SLACK costlier than the best within it:
-                # it could be neither the choice nor a finalist. Only those replayed to the end are kept.
-                feasible = [s.cost for _, s in self.results if s.feasible(budget)]
-                bound = min(feasible) * (1 + NEAR_SLACK) if feasible else None
-                scores = self._score(pool, near, self.train_minutes, early=True, bound=bound)
+                scores = self._score(pool, near, self.train_minutes, early=True, bound=self._near_bound(budget))
                 self.results += [(c, s) for c, s in zip(near, scores) if not s.stopped]
 
+    def _near_bound(self, budget: Budget) -> Bound | None:
+        """Where a neighbour stops for cost: once its node-hours by the end of a day of the span exceed the best
+        feasible candidate's by then, plus NEAR_SLACK of the best's whole span (a costlier neighbour could be
+        neither the choice nor a finalist; most show it within a day or two). Only those replayed to the end are
+        kept."""
+        feasible = [s for _, s in self.results if s.feasible(budget)]
+        if not feasible:
+            return None
+        best = min(feasible, key=lambda s: s.cost)
+        slack = NEAR_SLACK * best.cost
+        if not best.days:
+            return best.cost + slack
+        return tuple(hours + slack for hours in itertools.accumulate(h for h, _ in best.days))
+
     def _score(self, pool: ProcessPoolExecutor | None, cands: list[Candidate], minutes: int,
-               early: bool, bound: float | None = None) -> list[Score]:
+               early: bool, bound: Bound | None = None) -> list[Score]:
         """Score every candidate on the first ``minutes``; with ``early``, each stops once it cannot be the best
         (``bound``: a fixed node-hours bound instead of the best feasible of these candidates).
 
@@ -233,17 +257,17 @@ class Search:
         results do not depend on the number of processes or on which finished first."""
         budget = self.budget(minutes)
         scores: list[Score] = []
-        best: float | None = bound
-        fixed = bound is not None
+        best: float | None = None
         for first in range(0, len(cands), WAVE):
-            tasks = [(i, cands[i], 0, minutes, budget.total if early else None, best if early else None)
+            limit = bound if bound is not None else best
+            tasks = [(i, cands[i], 0, minutes, budget.total if early else None, limit if early else None)
                      for i in range(first, min(first + WAVE, len(cands)))]
             done = pool.map(evaluate_task, tasks) if pool is not None else map(evaluate_task, tasks)
             for _, score in done:
                 scores.append(score)
                 self.evaluated += 1
                 self.minutes_replayed += score.minutes
-                if score.feasible(budget) and not fixed:
+                if score.feasible(budget):
                     best = score.cost if best is None else min(best, score.cost)
         return scores
 
