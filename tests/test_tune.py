@@ -19,7 +19,7 @@ from autoscaler.settings import ReplayRule
 from autoscaler.models import Action
 from autoscaler.replay.space import (FOR, PENDING_FOR, Space, apply, describe, duration_text, modes,
                                      settings_text)
-from autoscaler.replay.tune_cli import report
+from autoscaler.replay.tune_cli import default_neighbours, report
 from autoscaler.replay.tune_files import prometheus_rules
 from autoscaler.replay.trace import Trace, parse_time
 from autoscaler.replay.tune import Budget, Score, Search, _init, choose, evaluate, pareto
@@ -234,6 +234,10 @@ def test_a_bound_by_day_stops_at_the_end_of_the_first_day_over_it() -> None:
     assert cut.stopped == "node_hours" and cut.minutes == 2880  # at the end of day 2, not before
 
 
+def test_the_hill_climb_gets_about_half_as_many_candidates_as_the_draws() -> None:
+    assert default_neighbours(243) == 120 and default_neighbours(36) == 17 and default_neighbours(9) == 4
+
+
 def test_neighbour_rounds_stop_early_and_keep_only_whole_replays() -> None:
     """The hill-climb's neighbours (one knob moved, or two) stop once over the budget, or at the end of a day once
     their node-hours so far exceed the best feasible candidate's by then plus 3% of its whole span; only those
@@ -242,17 +246,16 @@ def test_neighbour_rounds_stop_early_and_keep_only_whole_replays() -> None:
     demand = tuple(generate("training_queue", days=2, seed=4))
     _init(yaml.safe_load(BASE), {}, "gpu", Trace(T0, demand))
     messages: list[str] = []
-    search = Search(Space(settings, "gpu"), 2880, 5.0, day_pct=7.5, candidates=27, neighbours=24, rounds=3, seed=3)
+    search = Search(Space(settings, "gpu"), 2880, 5.0, day_pct=7.5, candidates=9, neighbours=12, rounds=2, seed=3)
     search.run(None, messages.append)
-    assert [m.split(":")[0] for m in messages if m.startswith("neighbours")] == [
-        "neighbours 1/3", "neighbours 2/3", "neighbours 3/3"]
+    assert [m.split(":")[0] for m in messages if m.startswith("neighbours")] == ["neighbours 1/2", "neighbours 2/2"]
     assert all(s.minutes == 2880 and not s.stopped for _, s in search.results)
-    assert search.rungs() == [1440, 2880]  # 27 draws on the first day, the best third on both
-    neighbours = search.evaluated - 27 - 9
-    assert neighbours == 24  # eight a round, each a candidate never scored before
+    assert search.rungs() == [2880]  # nine draws: one rung, the whole span
+    neighbours = search.evaluated - 9
+    assert neighbours == 12  # six a round, each a candidate never scored before
     kept = len(search.results) - 9
     assert kept < neighbours  # some neighbours stopped early and were left out
-    assert search.minutes_replayed < 27 * 1440 + (9 + 24) * 2880  # early stops replayed less than all
+    assert search.minutes_replayed < (9 + 12) * 2880  # early stops replayed less than all
 
 
 def _score(hours: float, saturated: int, changes: int = 0, stopped: str = "", worst: int = 0) -> Score:

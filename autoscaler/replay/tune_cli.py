@@ -35,6 +35,11 @@ CHANGES_FACTOR = 2  # ... and is this many times the base config's direction cha
 DAY_FACTOR = 1.5
 
 
+def default_neighbours(candidates: int) -> int:
+    """The hill-climb's candidates: about half as many as the draws (120, four rounds of 30, for the default 243)."""
+    return candidates * 120 // 243
+
+
 def parse_percent(text: str) -> float:
     """``1%``, ``1`` or ``0.5%`` -> percent of minutes; ValueError otherwise."""
     value = float(text.strip().rstrip("%"))
@@ -50,7 +55,7 @@ def _load(config_path: str) -> tuple[dict[str, Any], Any]:
 
 def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, *, candidates: int = 243,
          workers: int = 2, seed: int = 0, holdout: float = DEFAULT_HOLDOUT, margin: float = DEFAULT_MARGIN,
-         neighbours: int = 120, robust: bool = False, max_changes: float | None = None, stress: bool = True,
+         neighbours: int | None = None, robust: bool = False, max_changes: float | None = None, stress: bool = True,
          utilization_expr: str = tune_files.UTILIZATION_EXPR, pending_expr: str = tune_files.PENDING_EXPR,
          quiet: bool = False) -> dict[str, Any]:
     """Search, confirm and write DIR's files; returns what tuning.json holds. ConfigError / ReplayError on bad
@@ -87,7 +92,8 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
         # Robust: the worst day decides, with the margin on each day (the span's total is then within it too).
         day_pct = max_saturated * (1 - margin) if robust else max_saturated * DAY_FACTOR
         search = Search(space, train, max_saturated * (1 - margin), day_pct=day_pct, changes_per_day=limit,
-                        candidates=candidates, neighbours=neighbours, seed=seed)
+                        candidates=candidates, neighbours=default_neighbours(candidates) if neighbours is None
+                        else neighbours, seed=seed)
         search.run(executor, progress)
         if all(cand != base for cand, _ in search.results):  # the base config is a candidate too: never passed over
             search.results.append((base, base_score))  # for a costlier choice it would itself have beaten
