@@ -17,7 +17,7 @@ from autoscaler.__main__ import main
 from autoscaler.config import build_settings
 from autoscaler.settings import ReplayRule
 from autoscaler.models import Action
-from autoscaler.replay.space import (FOR, PENDING_FOR, Space, apply, describe, duration_text, modes,
+from autoscaler.replay.space import (FOR, PENDING_FOR, Candidate, Space, apply, describe, duration_text, modes,
                                      settings_text)
 from autoscaler.replay.tune_cli import default_neighbours, report
 from autoscaler.replay.tune_files import prometheus_rules
@@ -205,11 +205,14 @@ def test_every_sampled_or_mutated_candidate_is_a_valid_config() -> None:
             assert built.pools["gpu"].scale_out.mode.value == c["scale_out.mode"]
 
 
+def _base_on_training_days(days: int) -> Candidate:
+    """The base config's candidate, with the worker state set to ``days`` days of the training family."""
+    _init(yaml.safe_load(BASE), {}, "gpu", Trace(T0, tuple(generate("training_queue", days=days, seed=4))))
+    return describe(_settings(), "gpu")
+
+
 def test_early_stop_ends_a_candidate_over_budget_or_over_the_best() -> None:
-    settings = _settings()
-    demand = tuple(generate("training_queue", days=1, seed=4))
-    _init(yaml.safe_load(BASE), {}, "gpu", Trace(T0, demand))
-    base = describe(settings, "gpu")
+    base = _base_on_training_days(1)
     full = evaluate(base, 0, 1440, None, None)
     assert not full.stopped and full.minutes == 1440 and full.saturated_minutes > 3
     assert full.worst_day == full.saturated_minutes  # one whole day
@@ -221,10 +224,7 @@ def test_early_stop_ends_a_candidate_over_budget_or_over_the_best() -> None:
 
 def test_a_bound_by_day_stops_at_the_end_of_the_first_day_over_it() -> None:
     """The neighbours' bound: cumulative node-hours at the end of each whole day, checked there only."""
-    settings = _settings()
-    demand = tuple(generate("training_queue", days=3, seed=4))
-    _init(yaml.safe_load(BASE), {}, "gpu", Trace(T0, demand))
-    base = describe(settings, "gpu")
+    base = _base_on_training_days(3)
     full = evaluate(base, 0, 4320, None, None)
     first, second, third = (hours for hours, _ in full.days)
     roomy = (first + 1, first + second + 1, first + second + third + 1)

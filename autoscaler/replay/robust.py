@@ -26,13 +26,12 @@ from typing import Any, Sequence
 
 from autoscaler.replay.space import HEADROOM, Candidate, Space, settings_text
 from autoscaler.replay.trace import Trace
-from autoscaler.replay.tune import Budget, Score, Task, evaluate_task
+from autoscaler.replay.tune import NEAR, Budget, Score, Task, evaluate_task
 
 BUSIER = 1.15
 LEAD_MINUTES = 5
 NOISE_GAIN = 1.5
 MEAN_MINUTES = 15
-NEAR = 0.03  # candidates within 3% of the cheapest cost are near-equal
 STRESS_DAYS = 2
 STRESSED_FACTOR = 2  # a stressed day may be saturated (and change direction) twice as much as a day of the history
 FINALISTS = 6  # distinct candidates within the budget taken to the stressed days (and their variants)

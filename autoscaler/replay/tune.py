@@ -26,7 +26,10 @@ from autoscaler.store.memory import MemoryStore
 Progress = Callable[[str], None]
 WAVE = 12  # candidates scored between two updates of the early-stop bound
 PAIR_MOVES = 1 / 3  # the share of neighbours that move two knobs instead of one
-NEAR_SLACK = 0.03  # a neighbour stops once costlier than the best feasible by this share of its cost (robust.NEAR)
+#: Candidates within this share of the cheapest cost are near-equal: the robust pick (robust.py) takes the steadiest
+#: of them, and a hill-climb neighbour stops once costlier than the best feasible by this share of its cost (it
+#: could be neither the choice nor a finalist).
+NEAR = 0.03
 
 
 @dataclass(frozen=True)
@@ -236,14 +239,14 @@ class Search:
 
     def _near_bound(self, budget: Budget) -> Bound | None:
         """Where a neighbour stops for cost: once its node-hours by the end of a day of the span exceed the best
-        feasible candidate's by then, plus NEAR_SLACK of the best's whole span (a costlier neighbour could be
+        feasible candidate's by then, plus NEAR of the best's whole span (a costlier neighbour could be
         neither the choice nor a finalist; most show it within a day or two). Only those replayed to the end are
         kept."""
         feasible = [s for _, s in self.results if s.feasible(budget)]
         if not feasible:
             return None
         best = min(feasible, key=lambda s: s.cost)
-        slack = NEAR_SLACK * best.cost
+        slack = NEAR * best.cost
         if not best.days:
             return best.cost + slack
         return tuple(hours + slack for hours in itertools.accumulate(h for h, _ in best.days))

@@ -147,7 +147,7 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
         span["foresight_days"] = [foresight_node_hours(trace.demand[d:d + 1440], low)
                                   for d in range(first, last - 1439, 1440)]
     data = {"config": config_path, "trace": trace_path, "pool": pool, "max_saturated_pct": max_saturated,
-            "margin": margin, "robust": robust, "max_direction_changes": max_changes, "day_budget": int(max_saturated / 100.0 * 1440 + 1e-9),
+            "margin": margin, "robust": robust, "max_direction_changes": max_changes, "day_budget": whole_day,
             "day_limit": search.budget(train).per_day,
             "within_budget": within != "over", "choice": within, "candidates": len(search.results),
             "direction_change_limit": limit, "base_direction_changes_per_day": round(
