@@ -184,7 +184,7 @@ def run(smoke: bool = False, runs: int = 1) -> dict[str, Any]:
             for rule, options in RULES.items():
                 cpu = _cpu_seconds()
                 data = tune(fam.base, path, os.path.join(tmp, family, rule), fam.budget,
-                            candidates=27 if smoke else 243, neighbours=6 if smoke else 120, workers=2, quiet=True,
+                            candidates=27 if smoke else 243, neighbours=6 if smoke else None, workers=2, quiet=True,
                             **options)
                 cpu = _cpu_seconds() - cpu
                 tuned = load_replay_config(os.path.join(tmp, family, rule, "tuned.yaml"))[1]
