@@ -62,6 +62,39 @@ def test_first_arrived_finish_first_and_cordoned_nodes_take_nothing() -> None:
     assert cluster.node("a") is not None and cluster.node("a").cordoned  # type: ignore[union-attr]
 
 
+def test_waiting_pods_start_in_arrival_order_when_a_boot_ends_a_gpu_frees_or_a_node_is_uncordoned() -> None:
+    """The moments that let a waiting pod run (the cluster skips placing between them, so it must see each one); a
+    pod cut earlier goes before the pods that arrived after it."""
+    cluster = ReplayCluster(["a"], gpus_per_node=2, provision_seconds=300, start=T0, owners={"a": "p1"})
+
+    def where() -> dict[str, list[str]]:
+        return {n.name: [p.name for p in n.gpu_pods] for n in cluster.nodes({})}
+
+    cluster.set_demand(1.0, T0)  # pods 1, 2 on a
+    cluster.follow(["a", "b"], T0 + 10, owners={"a": "p1", "b": "p2"})  # b boots until T0 + 310
+    cluster.set_demand(2.0, T0 + 60)  # pods 3, 4 wait
+    cluster.place(T0 + 309.9)
+    assert where() == {"a": ["work-1", "work-2"], "b": []}
+    assert (cluster.ready(T0 + 309.9), cluster.ready(T0 + 310)) == (1, 2)
+    assert (cluster.ready_by_pool(T0 + 309.9), cluster.ready_by_pool(T0 + 310)) == ({"p1": 1}, {"p1": 1, "p2": 1})
+    cluster.place(T0 + 310)  # b's boot ended
+    assert where() == {"a": ["work-1", "work-2"], "b": ["work-3", "work-4"]}
+    cluster.cordon("b", "replay", T0 + 320)
+    cluster.evict("replay", "work-3")  # it waits: b is cordoned, a is full
+    cluster.set_demand(2.5, T0 + 360)  # pod 5 arrives and waits behind pod 3
+    cluster.place(T0 + 400)
+    assert where() == {"a": ["work-1", "work-2"], "b": ["work-4"]}
+    cluster.set_demand(2.0, T0 + 420)  # pod 1 (the first arrived) finishes: its GPU goes to pod 3, not pod 5
+    assert where() == {"a": ["work-2", "work-3"], "b": ["work-4"]}
+    cluster.uncordon("b")
+    assert where() == {"a": ["work-2", "work-3"], "b": ["work-4", "work-5"]}
+    cluster.follow(["b"], T0 + 480, owners={"b": "p2"})  # a goes: its pods wait, b is full
+    assert (cluster.ready(T0 + 480), cluster.ready_by_pool(T0 + 480)) == (1, {"p2": 1})
+    cluster.set_demand(0.5, T0 + 540)  # pods 2 and 3 (waiting) and 4 finish: pod 5 runs alone
+    cluster.set_demand(1.5, T0 + 600)  # pods 6 and 7 arrive: one GPU is free on b
+    assert where() == {"b": ["work-5", "work-6"]}
+
+
 def test_a_removed_node_cuts_its_work_which_runs_again_elsewhere() -> None:
     cluster = ReplayCluster(["a", "b"], gpus_per_node=8, provision_seconds=0, start=T0)
     cluster.set_demand(0.5, T0)  # 4 pods, 2 on each node, started at T0

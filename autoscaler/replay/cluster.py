@@ -16,7 +16,10 @@ spreading; it loses no work (it serves requests, it computes nothing that is los
 """
 from __future__ import annotations
 
+import heapq
 import math
+from bisect import bisect_right, insort
+from collections import deque
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import ContextManager, Mapping, Sequence
@@ -59,14 +62,24 @@ class ReplayCluster:
         self._nodes: dict[str, _Node] = {
             name: _Node(name, start - len(names) + i, start, (owners or {}).get(name, ""))
             for i, name in enumerate(names)}
-        self._arrived: list[int] = []  # pods in the system (running or waiting), by arrival
+        self._arrived: deque[int] = deque()  # pods in the system (running or waiting), by arrival
         self._where: dict[int, str | None] = {}  # pod -> its node, None while waiting
         self._serial = 0
         self._pods: dict[int, tuple[GpuPod, PodFacts]] = {}  # each pod's listed form, built once (see _pod)
         self._waiting = 0
+        self._queue: list[int] = []  # the waiting pods' serials, a heap (arrival order); finished ones skipped lazily
         self.interrupted_node_minutes = 0.0
         self.interrupted_pods = 0
         self.evictions = 0  # replicas that had to start again elsewhere (a drain evicted them, or their node went)
+        # What makes a replay minute cheap (the tuner replays hundreds of weeks): the nodes' boot ends, sorted, all
+        # and by pool, kept as nodes come and go, so counting the ready nodes is a search; and ``place`` skipped while
+        # nothing it reads has changed (``_changes``) and no node has finished booting since it last left pods waiting.
+        self._ready_times: list[float] = sorted(n.ready_at for n in self._nodes.values())
+        self._pool_times: dict[str, list[float]] = {}
+        for node in self._nodes.values():
+            insort(self._pool_times.setdefault(node.pool, []), node.ready_at)
+        self._changes = 0  # bumped by whatever may let a waiting pod run: pods or nodes going, an uncordon
+        self._stuck: tuple[int, float] | None = None  # (_changes, the next boot's end) when place last left pods waiting
 
     # -- what the replay drives -----------------------------------------------------------------------------------
     def follow(self, names: Sequence[str], now: float, owners: Mapping[str, str] | None = None) -> None:
@@ -79,20 +92,23 @@ class ReplayCluster:
         for i, name in enumerate(n for n in names if n not in self._nodes):
             pool = (owners or {}).get(name, "")
             boot = self.provision_by_pool.get(pool, self.provision_seconds)
-            self._nodes[name] = _Node(name, now + i * 1e-3, now + boot, pool)
+            self._add(_Node(name, now + i * 1e-3, now + boot, pool))
         self.place(now)
 
     def set_demand(self, demand: float, now: float) -> None:
         """The minute's demand in nodes of work: pods arrive, or the first arrived finish."""
         self.now = now
         want = max(round(demand * self.gpus_per_node), 0)
+        if want != len(self._arrived):
+            self._changes += 1
         while len(self._arrived) < want:
             self._serial += 1
             self._arrived.append(self._serial)
             self._where[self._serial] = None
             self._waiting += 1
+            self._queue.append(self._serial)  # the newest serial: still a heap
         while len(self._arrived) > want:
-            pod = self._arrived.pop(0)
+            pod = self._arrived.popleft()
             self._pods.pop(pod, None)
             node = self._where.pop(pod)
             if node is not None:
@@ -106,15 +122,24 @@ class ReplayCluster:
         the fewest that still fit it)."""
         self.now = now
         if not self._waiting:
+            self._queue.clear()  # only pods that finished while they waited are left in it
+            return
+        if self._stuck is not None and self._stuck[0] == self._changes and now < self._stuck[1]:
             return
         free = {n.name: self.gpus_per_node - len(n.pods) for n in self._nodes.values()
                 if n.ready_at <= now and n.cordon is None}
-        for pod in self._arrived:
-            if self._where[pod] is not None:
+        queue = self._queue
+        while queue:
+            pod = queue[0]
+            if self._where.get(pod, "") is not None:  # finished while it waited (its arrival is gone): skip it
+                heapq.heappop(queue)
                 continue
             fits = [name for name in free if free[name] > 0]
             if not fits:
+                booting = [n.ready_at for n in self._nodes.values() if n.ready_at > now]
+                self._stuck = (self._changes, min(booting, default=math.inf))
                 return
+            heapq.heappop(queue)
             # the first of equals is the oldest node
             best = min(fits, key=free.__getitem__) if self.pack else max(fits, key=free.__getitem__)
             free[best] -= 1
@@ -123,14 +148,14 @@ class ReplayCluster:
             self._nodes[best].pods[pod] = now
 
     def ready(self, now: float) -> int:
-        return sum(1 for n in self._nodes.values() if n.ready_at <= now)
+        return bisect_right(self._ready_times, now)
 
     def ready_by_pool(self, now: float) -> dict[str, int]:
-        """Ready nodes of each pool (a group's replay)."""
+        """Ready nodes of each pool (a group's replay); a pool without one is left out."""
         out: dict[str, int] = {}
-        for node in self._nodes.values():
-            if node.ready_at <= now:
-                out[node.pool] = out.get(node.pool, 0) + 1
+        for pool, times in self._pool_times.items():
+            if count := bisect_right(times, now):
+                out[pool] = count
         return out
 
     @property
@@ -162,9 +187,23 @@ class ReplayCluster:
             self.interrupted_pods += 1
         self._where[pod] = None
         self._waiting += 1
+        heapq.heappush(self._queue, pod)
+        self._changes += 1
+
+    def _add(self, node: _Node) -> None:
+        self._nodes[node.name] = node
+        insort(self._ready_times, node.ready_at)
+        insort(self._pool_times.setdefault(node.pool, []), node.ready_at)
+        self._changes += 1
 
     def _remove(self, name: str, now: float) -> None:
         node = self._nodes.pop(name)
+        self._ready_times.remove(node.ready_at)
+        times = self._pool_times[node.pool]
+        times.remove(node.ready_at)
+        if not times:
+            del self._pool_times[node.pool]
+        self._changes += 1
         for pod in list(node.pods):
             self._cut(pod, node, now)
 
@@ -185,6 +224,7 @@ class ReplayCluster:
     def uncordon(self, name: str) -> None:
         if name in self._nodes:
             self._nodes[name].cordon = None
+            self._changes += 1
             self.place(self.now)
 
     def evict(self, namespace: str, pod: str) -> str | None:
