@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,9 +51,11 @@ def collector_cpu() -> Iterator[list[float]]:
     A full collection walks every object the *test process* holds (hundreds of tests' worth in a pytest worker: 0.4-0.5 s
     each, measured), and falls on whichever allocation crosses the threshold: a cost of the process, not of the answer
     that happened to allocate then."""
-    spent, started = [0.0], [0.0]
+    spent, started, thread = [0.0], [0.0], threading.get_ident()
 
     def callback(phase: str, info: dict[str, int]) -> None:
+        if threading.get_ident() != thread:  # a collection on another thread costs this one nothing
+            return
         if phase == "start":
             started[0] = time.thread_time()
         else:
