@@ -454,7 +454,8 @@ def test_no_stress_and_a_change_limit_given_on_the_command_line(tuned: dict[str,
                  "--holdout", "0.25", "--workers", "1", "--max-direction-changes", "3", "--no-stress"]) == 0
     data = json.loads((out / "tuning.json").read_text())
     assert data["max_direction_changes"] == 3 and data["direction_change_limit"] == 3
-    assert data["stress_choice"] is None and data["stressed"] == {"days": [], "copies": [], "finalists": []}
+    assert data["stress_choice"] is None and data["stressed"] == {"days": [], "copies": [], "finalists": [],
+                                                                  "not_judged": 0}
     span = data["spans"]["tune"]
     if data["choice"] != "changes_over":
         assert span["tuned"]["direction_changes"] <= 3 * span["minutes"][1] / 1440

@@ -8,11 +8,11 @@ import pytest
 import yaml
 
 from autoscaler.config import build_settings
-from autoscaler.replay.robust import (Judged, burstiest_days, busier, finalists, noisier, pick, sharper, steadier,
-                                      stressed_copies)
+from autoscaler.replay.robust import (JUDGE_WAVE, Judged, Rule, burstiest_days, busier, finalists, judge, noisier,
+                                      pick, sharper, steadier, stressed_copies)
 from autoscaler.replay.space import Space
 from autoscaler.replay.trace import Trace, parse_time
-from autoscaler.replay.tune import Budget, Score, choose
+from autoscaler.replay.tune import NEAR, Budget, Score, choose, make_pool
 from tests.replay_cases import BASE
 
 T0 = parse_time("2025-01-06T00:00:00Z")
@@ -147,3 +147,31 @@ def test_pick_keeps_the_span_margin_the_search_kept() -> None:
     frugal = Judged({"i": 110}, score(110, 40, 3, 10, (3,)), (score(110, 0, 0),))
     assert pick([spender, frugal], 14, 6)[0].candidate["i"] == 100
     assert pick([spender, frugal], 14, 6, total=50)[0].candidate["i"] == 110
+
+
+def _judging() -> tuple[int, dict[str, Trace]]:
+    """Two days of a bursty history set up for the tuner's replays (in this process), and their stressed copies."""
+    day = ([2.0] * 90 + [6.0] * 60 + [3.0] * 90) * 6
+    trace = Trace(T0, tuple(day + day))
+    stressed = stressed_copies(trace, len(trace.demand))
+    make_pool(1, yaml.safe_load(BASE), {}, "gpu", trace, stressed)  # one worker: evaluated here, no pool
+    return len(trace.demand), stressed
+
+
+def test_judging_stops_once_the_rest_could_not_be_picked_and_picks_the_same() -> None:
+    """Finalists go to the stressed copies cheapest first, a wave at a time; once the cheapest that holds is known,
+    those costing more than NEAR above it are not judged (the pick could not take them): the same choice, fewer
+    replays. Without one that holds, every finalist is judged."""
+    space, cand = _space()
+    cands = [{**cand, "scale_out.headroom": room} for room in
+             (None, {"nodes": 1}, {"nodes": 2}, {"nodes": 3}, {"nodes": 4}, {"nodes": 6})][::-1]  # dearest first
+    train, stressed = _judging()
+    full = judge(None, cands, [], train, stressed)
+    costs = sorted(j.history.cost for j in full)
+    assert len(full) == 6 and costs[JUDGE_WAVE] > costs[0] * (1 + NEAR)  # the wave after the first could not win
+    lenient = Rule(day_budget=1440, changes=None, stressed_budget=2880)  # every finalist holds
+    lazy = judge(None, cands, [], train, stressed, holds=lenient.holds)
+    assert len(lazy) == JUDGE_WAVE and lazy == [j for j in full if j in lazy]  # the cheapest wave, in cands' order
+    assert pick(lazy, 1440, None, stressed_budget=2880) == pick(full, 1440, None, stressed_budget=2880)
+    none_holds = Rule(day_budget=-1, changes=None)
+    assert judge(None, cands, [], train, stressed, holds=none_holds.holds) == full

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from autoscaler.replay.space import HEADROOM, Candidate, Space, settings_text
 from autoscaler.replay.trace import Trace
@@ -35,6 +35,7 @@ MEAN_MINUTES = 15
 STRESS_DAYS = 2
 STRESSED_FACTOR = 2  # a stressed day may be saturated (and change direction) twice as much as a day of the history
 FINALISTS = 6  # distinct candidates within the budget taken to the stressed days (and their variants)
+JUDGE_WAVE = 4  # finalists judged on the stressed copies at a time, the cheapest first (see ``judge``)
 
 
 def burstiest_days(demand: Sequence[float], minutes: int, count: int = STRESS_DAYS) -> list[int]:
@@ -135,6 +136,19 @@ class Judged:
                                          and stressed_chg <= STRESSED_FACTOR * changes)))
 
 
+@dataclass(frozen=True)
+class Rule:
+    """What a finalist keeps to be picked without giving anything up (``Judged.holds``; ``pick``'s first test)."""
+
+    day_budget: int
+    changes: int | None
+    total: int | None = None
+    stressed_budget: int | None = None
+
+    def holds(self, judged: Judged) -> bool:
+        return judged.holds(self.day_budget, self.changes, self.total, self.stressed_budget)
+
+
 def steadiness(candidate: Candidate) -> tuple[float, ...]:
     """Smaller is steadier: more headroom, then a longer scale-in ``for`` and cooldown."""
     room = candidate.get("scale_out.headroom")
@@ -192,24 +206,43 @@ def finalists(space: Space, results: Sequence[tuple[Candidate, Score]], budget: 
 
 
 def judge(pool: ProcessPoolExecutor | None, cands: list[Candidate], known: Sequence[tuple[Candidate, Score]],
-          train: int, stressed: dict[str, Trace]) -> list[Judged]:
+          train: int, stressed: dict[str, Trace], holds: Callable[[Judged], bool] | None = None) -> list[Judged]:
     """Each candidate's score on the tuning span (taken from ``known`` where the search has it) and on every
-    stressed copy, all in one batch of replays."""
-    history = {repr(sorted(c.items())): s for c, s in known}
-    tasks: list[Task] = []
-    for i, cand in enumerate(cands):
-        if repr(sorted(cand.items())) not in history:
-            tasks.append((i, cand, 0, train, None, None, ""))
-        tasks += [(i, cand, 0, len(trace.demand), None, None, name) for name, trace in stressed.items()]
-    done = list(pool.map(evaluate_task, tasks) if pool is not None else map(evaluate_task, tasks))
-    out = []
-    for i, cand in enumerate(cands):
-        scores = [score for index, score in done if index == i]
-        own = history.get(repr(sorted(cand.items())))
-        if own is None:
-            own, scores = scores[0], scores[1:]
-        out.append(Judged(cand, own, tuple(scores)))
-    return out
+    stressed copy; returned in the order of ``cands``.
+
+    With ``holds`` (the pick's first test, ``Judged.holds`` with the pick's arguments), the candidates go to the
+    stressed copies cheapest first, JUDGE_WAVE at a time, and no further once the cheapest that holds is known and
+    the next costs more than NEAR above it: the pick takes the steadiest within NEAR of the cheapest that holds, so
+    those could not be chosen (they are left out of the answer). Without one that holds, every candidate is judged."""
+    def key(cand: Candidate) -> str:
+        return repr(sorted(cand.items()))
+
+    history = {key(c): s for c, s in known}
+    unscored = [(i, cand, 0, train, None, None, "") for i, cand in enumerate(cands) if key(cand) not in history]
+    for i, score in _replays(pool, unscored):
+        history[key(cands[i])] = score
+    order = sorted(range(len(cands)), key=lambda i: history[key(cands[i])].cost)
+    judged: dict[int, Judged] = {}
+    cheapest: float | None = None  # the cost of the cheapest that holds, once known
+    wave = JUDGE_WAVE if holds is not None else len(order)
+    for first in range(0, len(order), max(1, wave)):
+        batch = [i for i in order[first:first + wave]
+                 if cheapest is None or history[key(cands[i])].cost <= cheapest * (1 + NEAR) + 1e-9]
+        if not batch:
+            break
+        done = _replays(pool, [(i, cands[i], 0, len(trace.demand), None, None, name) for i in batch
+                               for name, trace in stressed.items()])
+        for i in batch:
+            judged[i] = Judged(cands[i], history[key(cands[i])], tuple(s for index, s in done if index == i))
+            if holds is not None and holds(judged[i]):
+                cost = judged[i].history.cost
+                cheapest = cost if cheapest is None else min(cheapest, cost)
+    return [judged[i] for i in sorted(judged)]
+
+
+def _replays(pool: ProcessPoolExecutor | None, tasks: Iterable[Task]) -> list[tuple[int, Score]]:
+    tasks = list(tasks)
+    return list(pool.map(evaluate_task, tasks) if pool is not None else map(evaluate_task, tasks))
 
 
 def as_json(j: Judged) -> dict[str, Any]:
@@ -236,10 +269,12 @@ def stress_note(data: dict[str, Any]) -> str:
     chosen = next((j for j in stressed["finalists"] if j["settings"] == settings_text(data["tuned"])), None)
     worst = (f" (worst day {chosen['worst_day_saturated']} saturated min, {chosen['worst_day_direction_changes']} "
              "direction changes)") if chosen else ""
-    return (f"choice: {how[data['stress_choice']]}{worst}, of {len(stressed['finalists'])} finalists on the tuning "
+    skipped = stressed.get("not_judged", 0)
+    more = f" ({skipped} costlier ones not judged: they could not be picked)" if skipped else ""
+    return (f"choice: {how[data['stress_choice']]}{worst}, of {len(stressed['finalists'])} finalists{more} on the tuning "
             f"span and {', '.join(stressed['copies'])} copies of days {', '.join(str(d + 1) for d in stressed['days'])}"
             f"; {limit}")
 
 
-__all__ = ["FINALISTS", "Judged", "STRESSES", "as_json", "burstiest_days", "finalists", "judge", "pick", "steadier",
+__all__ = ["FINALISTS", "JUDGE_WAVE", "Judged", "Rule", "STRESSES", "as_json", "burstiest_days", "finalists", "judge", "pick", "steadier",
            "steadiness", "stress_note", "stressed_copies"]

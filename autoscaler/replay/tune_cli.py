@@ -20,8 +20,8 @@ from autoscaler.replay.sim import gpus_per_node, replay_pool
 from autoscaler.replay.space import Candidate, Space, apply, busy_windows, describe, show
 from autoscaler.replay.peers import peer_figures
 from autoscaler.replay.trace import ReplayError, Trace, load_trace
-from autoscaler.replay.robust import (STRESSED_FACTOR, Judged, as_json, burstiest_days, finalists, judge, pick,
-                                      stress_note, stressed_copies)
+from autoscaler.replay.robust import (STRESSED_FACTOR, Judged, Rule, as_json, burstiest_days, finalists, judge,
+                                      pick, stress_note, stressed_copies)
 from autoscaler.replay.tune import Budget, Score, Search, choose, make_pool, pareto, evaluate_task
 from autoscaler.replay import command, peers, tune_files
 
@@ -101,6 +101,7 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
         history_day = whole_day if robust else search.budget(train).per_day or whole_day
         chosen, chosen_score, within = choose(search.results, search.budget(train), whole_day if robust else None)
         judged: list[Judged] = []
+        not_judged = 0
         stage = {"every_day": search.budget(train),
                  "every_day_no_margin": Budget(10 ** 9, whole_day, search.budget(train).changes),
                  "changes_over": replace(search.budget(train), changes=None)}.get(within)
@@ -110,10 +111,12 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
             progress(f"judging {len(finals)} finalists on the worst of the history's days and "
                      f"{len(stressed)} stressed copies of its {len(next(iter(stressed.values())).demand) // 1440} "
                      "burstiest days")
-            judged = judge(executor, finals, search.results, train, stressed)
+            rule = Rule(history_day, math.ceil(limit), stage.total, STRESSED_FACTOR * whole_day)
+            judged = judge(executor, finals, search.results, train, stressed, holds=rule.holds)
+            not_judged = len(finals) - len(judged)
             if judged:
-                best, picked = pick(judged, history_day, math.ceil(limit), stage.total,
-                                    stressed_budget=STRESSED_FACTOR * whole_day)
+                best, picked = pick(judged, rule.day_budget, rule.changes, rule.total,
+                                    stressed_budget=rule.stressed_budget)
                 chosen, chosen_score = best.candidate, best.history
         jobs = []
         if train < total:
@@ -153,7 +156,8 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
             "direction_change_limit": limit, "base_direction_changes_per_day": round(
                 base_score.direction_changes / days, 2), "stress_choice": picked,
             "stressed": {"days": sorted(burstiest_days(trace.demand, train)) if stressed else [],
-                         "copies": list(stressed), "finalists": [as_json(j) for j in judged]},
+                         "copies": list(stressed), "finalists": [as_json(j) for j in judged],
+                         "not_judged": not_judged},
             "sampled": candidates, "replays": search.evaluated + len(jobs),
             "search_minutes_replayed": search.minutes_replayed,
             "seconds": round(time.monotonic() - started, 1), "workers": workers, "base": base, "tuned": chosen,
