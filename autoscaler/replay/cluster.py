@@ -66,7 +66,7 @@ class ReplayCluster:
         self._where: dict[int, str | None] = {}  # pod -> its node, None while waiting
         self._serial = 0
         self._pods: dict[int, tuple[GpuPod, PodFacts]] = {}  # each pod's listed form, built once (see _pod)
-        self._waiting = 0
+        self.waiting = 0  # pods waiting for a GPU (the replay calls ``place`` only while there are some)
         self._queue: list[int] = []  # the waiting pods' serials, a heap (arrival order); finished ones skipped lazily
         self.interrupted_node_minutes = 0.0
         self.interrupted_pods = 0
@@ -105,7 +105,7 @@ class ReplayCluster:
             self._serial += 1
             self._arrived.append(self._serial)
             self._where[self._serial] = None
-            self._waiting += 1
+            self.waiting += 1
             self._queue.append(self._serial)  # the newest serial: still a heap
         while len(self._arrived) > want:
             pod = self._arrived.popleft()
@@ -114,14 +114,14 @@ class ReplayCluster:
             if node is not None:
                 del self._nodes[node].pods[pod]
             else:
-                self._waiting -= 1
+                self.waiting -= 1
         self.place(now)
 
     def place(self, now: float) -> None:
         """Bind waiting pods, first arrived first, each to the schedulable node with the most free GPUs (``pack``:
         the fewest that still fit it)."""
         self.now = now
-        if not self._waiting:
+        if not self.waiting:
             self._queue.clear()  # only pods that finished while they waited are left in it
             return
         if self._stuck is not None and self._stuck[0] == self._changes and now < self._stuck[1]:
@@ -143,7 +143,7 @@ class ReplayCluster:
             # the first of equals is the oldest node
             best = min(fits, key=free.__getitem__) if self.pack else max(fits, key=free.__getitem__)
             free[best] -= 1
-            self._waiting -= 1
+            self.waiting -= 1
             self._where[pod] = best
             self._nodes[best].pods[pod] = now
 
@@ -186,7 +186,7 @@ class ReplayCluster:
             self.interrupted_node_minutes += (now - started) / 60.0 / self.gpus_per_node
             self.interrupted_pods += 1
         self._where[pod] = None
-        self._waiting += 1
+        self.waiting += 1
         heapq.heappush(self._queue, pod)
         self._changes += 1
 

@@ -208,8 +208,9 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
         if not queue:
             break
         now, kind, index = heapq.heappop(queue)
-        clock.now = now
-        nodes.place(now)
+        clock.now = nodes.now = now
+        if nodes.waiting:
+            nodes.place(now)
         if kind == SAMPLE:
             if minutes and outcomes:
                 minutes[-1] = minutes[-1].with_outcomes(outcomes)
