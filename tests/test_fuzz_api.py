@@ -48,9 +48,9 @@ CHECKS = [schemathesis.checks.not_a_server_error, schemathesis.checks.status_cod
 def collector_cpu() -> Iterator[list[float]]:
     """CPU seconds this thread spent in Python's cyclic garbage collector inside the block (a one-item list).
 
-    A full collection walks every object the *test process* holds (hundreds of tests' worth in a pytest worker: 0.4-0.5 s
-    each, measured), and falls on whichever allocation crosses the threshold: a cost of the process, not of the answer
-    that happened to allocate then."""
+    A full collection walks every object the *test process* holds (hundreds of tests' worth in a pytest worker:
+    0.4-0.5 s each, measured), and falls on whichever allocation crosses the threshold: a cost of the process, not of
+    the answer that happened to allocate then."""
     spent, started, thread = [0.0], [0.0], threading.get_ident()
 
     def callback(phase: str, info: dict[str, int]) -> None:

@@ -79,7 +79,7 @@ class ReplayCluster:
         for node in self._nodes.values():
             insort(self._pool_times.setdefault(node.pool, []), node.ready_at)
         self._changes = 0  # bumped by whatever may let a waiting pod run: pods or nodes going, an uncordon
-        self._stuck: tuple[int, float] | None = None  # (_changes, the next boot's end) when place last left pods waiting
+        self._stuck: tuple[int, float] | None = None  # (_changes, next boot's end) when place last left pods waiting
 
     # -- what the replay drives -----------------------------------------------------------------------------------
     def follow(self, names: Sequence[str], now: float, owners: Mapping[str, str] | None = None) -> None:

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 from autoscaler.replay.space import HEADROOM, Candidate, Space, settings_text
 from autoscaler.replay.trace import Trace
-from autoscaler.replay.tune import NEAR, Budget, Score, Task, evaluate_task
+from autoscaler.replay.tune import NEAR, Budget, Score, candidate_key, replays
 
 BUSIER = 1.15
 LEAD_MINUTES = 5
@@ -214,35 +214,27 @@ def judge(pool: ProcessPoolExecutor | None, cands: list[Candidate], known: Seque
     stressed copies cheapest first, JUDGE_WAVE at a time, and no further once the cheapest that holds is known and
     the next costs more than NEAR above it: the pick takes the steadiest within NEAR of the cheapest that holds, so
     those could not be chosen (they are left out of the answer). Without one that holds, every candidate is judged."""
-    def key(cand: Candidate) -> str:
-        return repr(sorted(cand.items()))
-
-    history = {key(c): s for c, s in known}
-    unscored = [(i, cand, 0, train, None, None, "") for i, cand in enumerate(cands) if key(cand) not in history]
-    for i, score in _replays(pool, unscored):
-        history[key(cands[i])] = score
-    order = sorted(range(len(cands)), key=lambda i: history[key(cands[i])].cost)
+    history = {candidate_key(c): s for c, s in known}
+    unscored = [(i, cand, 0, train, None, None, "") for i, cand in enumerate(cands)
+                if candidate_key(cand) not in history]
+    for i, score in replays(pool, unscored):
+        history[candidate_key(cands[i])] = score
+    cost = [history[candidate_key(cand)].cost for cand in cands]
+    order = sorted(range(len(cands)), key=cost.__getitem__)
     judged: dict[int, Judged] = {}
     cheapest: float | None = None  # the cost of the cheapest that holds, once known
     wave = JUDGE_WAVE if holds is not None else len(order)
     for first in range(0, len(order), max(1, wave)):
-        batch = [i for i in order[first:first + wave]
-                 if cheapest is None or history[key(cands[i])].cost <= cheapest * (1 + NEAR) + 1e-9]
+        batch = [i for i in order[first:first + wave] if cheapest is None or cost[i] <= cheapest * (1 + NEAR) + 1e-9]
         if not batch:
             break
-        done = _replays(pool, [(i, cands[i], 0, len(trace.demand), None, None, name) for i in batch
-                               for name, trace in stressed.items()])
+        done = replays(pool, [(i, cands[i], 0, len(trace.demand), None, None, name) for i in batch
+                              for name, trace in stressed.items()])
         for i in batch:
-            judged[i] = Judged(cands[i], history[key(cands[i])], tuple(s for index, s in done if index == i))
+            judged[i] = Judged(cands[i], history[candidate_key(cands[i])], tuple(s for index, s in done if index == i))
             if holds is not None and holds(judged[i]):
-                cost = judged[i].history.cost
-                cheapest = cost if cheapest is None else min(cheapest, cost)
+                cheapest = cost[i] if cheapest is None else min(cheapest, cost[i])
     return [judged[i] for i in sorted(judged)]
-
-
-def _replays(pool: ProcessPoolExecutor | None, tasks: Iterable[Task]) -> list[tuple[int, Score]]:
-    tasks = list(tasks)
-    return list(pool.map(evaluate_task, tasks) if pool is not None else map(evaluate_task, tasks))
 
 
 def as_json(j: Judged) -> dict[str, Any]:
@@ -271,10 +263,10 @@ def stress_note(data: dict[str, Any]) -> str:
              "direction changes)") if chosen else ""
     skipped = stressed.get("not_judged", 0)
     more = f" ({skipped} costlier ones not judged: they could not be picked)" if skipped else ""
-    return (f"choice: {how[data['stress_choice']]}{worst}, of {len(stressed['finalists'])} finalists{more} on the tuning "
-            f"span and {', '.join(stressed['copies'])} copies of days {', '.join(str(d + 1) for d in stressed['days'])}"
-            f"; {limit}")
+    days = ", ".join(str(d + 1) for d in stressed["days"])
+    return (f"choice: {how[data['stress_choice']]}{worst}, of {len(stressed['finalists'])} finalists{more} on the "
+            f"tuning span and {', '.join(stressed['copies'])} copies of days {days}; {limit}")
 
 
-__all__ = ["FINALISTS", "JUDGE_WAVE", "Judged", "Rule", "STRESSES", "as_json", "burstiest_days", "finalists", "judge", "pick", "steadier",
-           "steadiness", "stress_note", "stressed_copies"]
+__all__ = ["FINALISTS", "JUDGE_WAVE", "Judged", "Rule", "STRESSES", "as_json", "burstiest_days", "finalists", "judge",
+           "pick", "steadier", "steadiness", "stress_note", "stressed_copies"]

@@ -13,7 +13,7 @@ import os
 import random
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from autoscaler.config import build_settings, offline
 from autoscaler.replay.report import figures, foresight_node_hours
@@ -205,8 +205,8 @@ class Search:
         alive: list[Candidate] = []
         while len(alive) < self.candidates and len(seen) < self.candidates * 20:
             cand = self.space.sample(rng)
-            if _key(cand) not in seen:
-                seen.add(_key(cand))
+            if candidate_key(cand) not in seen:
+                seen.add(candidate_key(cand))
                 alive.append(cand)
         rungs = self.rungs()
         for depth, minutes in enumerate(rungs):
@@ -228,8 +228,8 @@ class Search:
                 cand = self.space.mutate(rng, best[i % len(best)])
                 if rng.random() < PAIR_MOVES:  # two knobs at once: a narrow good point is often two moves away
                     cand = self.space.mutate(rng, cand)
-                if _key(cand) not in seen:
-                    seen.add(_key(cand))
+                if candidate_key(cand) not in seen:
+                    seen.add(candidate_key(cand))
                     near.append(cand)
             if near:
                 progress(f"neighbours {round_ + 1}/{self.rounds}: {len(near)} candidates near the best on "
@@ -265,8 +265,7 @@ class Search:
             limit = bound if bound is not None else best
             tasks = [(i, cands[i], 0, minutes, budget.total if early else None, limit if early else None)
                      for i in range(first, min(first + WAVE, len(cands)))]
-            done = pool.map(evaluate_task, tasks) if pool is not None else map(evaluate_task, tasks)
-            for _, score in done:
+            for _, score in replays(pool, tasks):
                 scores.append(score)
                 self.evaluated += 1
                 self.minutes_replayed += score.minutes
@@ -275,8 +274,14 @@ class Search:
         return scores
 
 
-def _key(candidate: Candidate) -> str:
+def candidate_key(candidate: Candidate) -> str:
+    """One string per distinct candidate (its knobs in order), to tell whether it was scored already."""
     return repr(sorted(candidate.items()))
+
+
+def replays(pool: ProcessPoolExecutor | None, tasks: Sequence[Task]) -> list[tuple[int, Score]]:
+    """Each task evaluated, in the worker processes or (no pool) in this one; in the order of ``tasks``."""
+    return list(pool.map(evaluate_task, tasks) if pool is not None else map(evaluate_task, tasks))
 
 
 def pareto(results: list[tuple[Candidate, Score]]) -> list[tuple[Candidate, Score]]:
@@ -332,5 +337,5 @@ def default_workers() -> int:
     return max(1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
-__all__ = ["Budget", "Score", "Search", "choose", "default_workers", "evaluate", "evaluate_task", "make_pool",
-           "pareto"]
+__all__ = ["Budget", "Score", "Search", "candidate_key", "choose", "default_workers", "evaluate", "evaluate_task",
+           "make_pool", "pareto", "replays"]

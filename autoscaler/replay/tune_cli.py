@@ -22,7 +22,7 @@ from autoscaler.replay.peers import peer_figures
 from autoscaler.replay.trace import ReplayError, Trace, load_trace
 from autoscaler.replay.robust import (STRESSED_FACTOR, Judged, Rule, as_json, burstiest_days, finalists, judge,
                                       pick, stress_note, stressed_copies)
-from autoscaler.replay.tune import Budget, Score, Search, choose, make_pool, pareto, evaluate_task
+from autoscaler.replay.tune import Budget, Score, Search, choose, evaluate_task, make_pool, pareto, replays
 from autoscaler.replay import command, peers, tune_files
 
 DEFAULT_HOLDOUT = 2 / 7
@@ -122,10 +122,7 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
         if train < total:
             jobs += [(1, chosen, train, total, None, None), (2, base, train, total, None, None)]
         progress("scoring the base config and confirming on the rest of the history")
-        if executor is not None:
-            scored = dict(executor.map(evaluate_task, jobs))
-        else:
-            scored = dict(evaluate_task(job) for job in jobs)
+        scored = dict(replays(executor, jobs))
         scored[0] = base_score
     finally:
         if executor is not None:
