@@ -24,7 +24,7 @@ from autoscaler.replay.tune_files import prometheus_rules
 from autoscaler.replay.trace import Trace, parse_time
 from autoscaler.replay.tune import Budget, Score, Search, _init, choose, evaluate, pareto
 from bench.traces.make_traces import generate
-from tests.pipeline import PROMTOOL, require_binary
+from tests.pipeline import AMTOOL, PROMTOOL, require_binary
 from tests.replay_cases import BASE
 
 T0 = parse_time("2025-01-06T00:00:00Z")
@@ -149,6 +149,49 @@ def test_prometheus_rules_carry_the_chosen_thresholds_and_pass_promtool(tuned: d
     checked = subprocess.run([promtool, "check", "rules", str(out / "prometheus-rules.yml")], capture_output=True,
                              text=True, timeout=60)
     assert checked.returncode == 0 and "SUCCESS: 2 rules found" in checked.stdout, checked.stdout + checked.stderr
+
+
+def test_the_alertmanager_route_and_rule_interval_carry_the_timing_the_replay_measured(
+        tuned: dict[str, Any], tmp_path: Path) -> None:
+    out = tuned["out"]
+    replay = yaml.safe_load((out / "tuned.yaml").read_text())["replay"]
+    group = yaml.safe_load((out / "prometheus-rules.yml").read_text())["groups"][0]
+    assert group["interval"] == replay["evaluation_interval"] == "30s"  # not Prometheus's own default of 1m
+    text = (out / "alertmanager-route.yml").read_text()
+    assert text.startswith("# The Alertmanager route the tuned settings were measured with")
+    (route,) = yaml.safe_load(text)
+    assert route == {"receiver": "gpu-autoscaler",
+                     "matchers": ['autoscaler_pool=~"gpu"', 'autoscaler_action=~"scale_in|scale_out"'],
+                     "group_by": ["alertname", "autoscaler_pool"], "group_wait": replay["group_wait"],
+                     "group_interval": replay["group_interval"], "repeat_interval": replay["repeat_interval"]}
+    assert tuned["data"]["alertmanager_route"] == route
+    # Put under a route tree as the file says, real amtool accepts it and sends the pool's scaling alerts to the
+    # service with that timing, and other pools' alerts elsewhere.
+    config = tmp_path / "alertmanager.yml"
+    config.write_text(yaml.safe_dump({
+        "route": {"receiver": "oncall", "group_by": ["alertname"], "group_interval": "5m", "repeat_interval": "1h",
+                  "routes": [route]},
+        "receivers": [{"name": "oncall"}, {"name": "gpu-autoscaler", "webhook_configs": [
+            {"url": "http://autoscaler:8080/webhook/alertmanager"}]}]}))
+    amtool = require_binary(*AMTOOL)
+    checked = subprocess.run([amtool, "check-config", str(config)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0 and "SUCCESS" in checked.stdout, checked.stdout + checked.stderr
+
+    def receivers(*labels: str) -> list[str]:
+        got = subprocess.run([amtool, "config", "routes", "test", f"--config.file={config}", *labels],
+                             capture_output=True, text=True, timeout=60)
+        assert got.returncode == 0, got.stdout + got.stderr
+        return got.stdout.split()
+
+    assert receivers("alertname=GPUUtilizationHigh", "autoscaler_pool=gpu", "autoscaler_action=scale_out") == [
+        "gpu-autoscaler"]
+    assert receivers("alertname=GPUUtilizationLow", "autoscaler_pool=gpu", "autoscaler_action=scale_in") == [
+        "gpu-autoscaler"]
+    assert receivers("alertname=GPUUtilizationHigh", "autoscaler_pool=other", "autoscaler_action=scale_out") == [
+        "oncall"]
+    text = report(tuned["data"], str(out))
+    assert ("Alertmanager: route the pool's alerts as alertmanager-route.yml does (group_wait 30s, group_interval "
+            "1m, repeat_interval 5m)") in text
 
 
 def test_report_prints_base_and_tuned_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -199,6 +199,9 @@ def _write(out_dir: str, raw: dict[str, Any], pool: str, data: dict[str, Any], s
     rules = tune_files.prometheus_rules(tuned_settings.config.replay, tuned_settings.config.routing, utilization_expr,
                                         pending_expr)
     tune_files.write_rules(os.path.join(out_dir, "prometheus-rules.yml"), rules, about)
+    data["alertmanager_route"] = tune_files.alertmanager_route(tuned_settings.config.replay,
+                                                                tuned_settings.config.routing)
+    tune_files.write_route(os.path.join(out_dir, "alertmanager-route.yml"), data["alertmanager_route"], about)
     data["frontier_points"] = len(frontier)
     with open(os.path.join(out_dir, "tuning.json"), "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=2, default=str)
@@ -232,7 +235,12 @@ def report(data: dict[str, Any], out_dir: str) -> str:
     head = (f"tuned pool {data['pool']} on {data['trace']}: {data['candidates']} candidates scored in full, "
             f"{data['replays']} replays, {data['seconds']:.0f}s on {data['workers']} worker(s)")
     tail = [f"-> {out_dir}: tuned.yaml, frontier.csv ({data['frontier_points']} points), frontier.png, "
-            "prometheus-rules.yml, tuning.json"]
+            "prometheus-rules.yml, alertmanager-route.yml, tuning.json"]
+    route = data.get("alertmanager_route")
+    if route:
+        tail.insert(0, f"Alertmanager: route the pool's alerts as alertmanager-route.yml does (group_wait "
+                       f"{route['group_wait']}, group_interval {route['group_interval']}, repeat_interval "
+                       f"{route['repeat_interval']}): the tuned settings were measured with that timing")
     if data["choice"] == "changes_over":
         tail.insert(0, f"note: no candidate within the budget kept to {data['direction_change_limit']:g} direction "
                        "changes a day; the choice ignores that limit")

@@ -1,4 +1,5 @@
-"""What ``replay --tune`` writes: tuned.yaml, frontier.csv, frontier.png and prometheus-rules.yml."""
+"""What ``replay --tune`` writes: tuned.yaml, frontier.csv, frontier.png, prometheus-rules.yml and
+alertmanager-route.yml."""
 from __future__ import annotations
 
 import csv
@@ -20,6 +21,9 @@ from autoscaler.replay.yaml_edit import edit
 UTILIZATION_EXPR = 'autoscaler_pool:gpu_utilization:avg{autoscaler_pool="{pool}"}'
 PENDING_EXPR = 'autoscaler_pool:gpus_pending:sum{autoscaler_pool="{pool}"}'
 FRONTIER_HEADER = ["node_hours", "saturated_minutes", "direction_changes", "settings"]
+#: The receiver alertmanager-route.yml names: the one that posts to the service (README "Pointing Alertmanager at it",
+#: deploy/alertmanager/alertmanager.yml).
+RECEIVER = "gpu-autoscaler"
 
 
 def write_tuned(path: str, base_text: str, raw: dict[str, Any], pool: str, base: Candidate, chosen: Candidate,
@@ -122,7 +126,37 @@ def prometheus_rules(replay: ReplayConfig, routing: RoutingConfig, utilization_e
             "labels": labels,
             "annotations": {"summary": summary, "value": "{{ $value }}"},
         })
-    return {"groups": [{"name": "gpu-autoscaler-tuned", "rules": rules}]}
+    # evaluated as often as the replay evaluated them (Prometheus's own default is every minute)
+    return {"groups": [{"name": "gpu-autoscaler-tuned", "interval": duration_text(replay.evaluation_interval),
+                        "rules": rules}]}
+
+
+def alertmanager_route(replay: ReplayConfig, routing: RoutingConfig) -> dict[str, Any]:
+    """The Alertmanager route the replay emulated for the tuned rules: their pool's scaling alerts to the service,
+    one group per rule and pool, with the replay's ``group_wait``, ``group_interval`` and ``repeat_interval``."""
+    pools = sorted({rule.pool for rule in replay.rules})
+    actions = sorted({rule.action.value for rule in replay.rules})
+    return {"receiver": RECEIVER,
+            "matchers": [f'{routing.pool_label}=~"{"|".join(pools)}"',
+                         f'{routing.action_label}=~"{"|".join(actions)}"'],
+            "group_by": ["alertname", routing.pool_label],
+            "group_wait": duration_text(replay.group_wait),
+            "group_interval": duration_text(replay.group_interval),
+            "repeat_interval": duration_text(replay.repeat_interval)}
+
+
+def write_route(path: str, route: dict[str, Any], about: list[str]) -> None:
+    """alertmanager-route.yml: one entry for a route's ``routes:`` list, with a header saying why its timing matters."""
+    header = "".join(f"# {line}\n" for line in [
+        "The Alertmanager route the tuned settings were measured with by `python -m autoscaler replay --tune`.", *about,
+        "Alertmanager's timing is part of what was tuned: a firing alert is re-sent every repeat_interval, and a",
+        "repeat is what lets a pool that is still short (or still idle) scale again; slower timing is slower scaling",
+        "than the replay measured. Put this entry under your route's `routes:`, above any route that would take these",
+        "alerts first, with `receiver` naming the receiver that posts to the service (README \"Pointing Alertmanager",
+        "at it\"). Run the service with tuned.yaml as it is: its `dedup_window` decides which repeats act (one inside",
+        "it is skipped as a duplicate), in the replay as in the service."])
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(header + yaml.safe_dump([route], sort_keys=False, width=200))
 
 
 def write_rules(path: str, rules: dict[str, Any], about: list[str]) -> None:
