@@ -132,12 +132,12 @@ def prometheus_rules(replay: ReplayConfig, routing: RoutingConfig, utilization_e
 
 
 def alertmanager_route(replay: ReplayConfig, routing: RoutingConfig) -> dict[str, Any]:
-    """The Alertmanager route the replay emulated for the tuned rules: their pool's scaling alerts to the service,
-    one group per rule and pool, with the replay's ``group_wait``, ``group_interval`` and ``repeat_interval``."""
-    pools = sorted({rule.pool for rule in replay.rules})
+    """The Alertmanager route the replay emulated for the tuned rules: their pool's (or group's: the replay's rules
+    all name one) scaling alerts to the service, one group per rule and pool, with the replay's ``group_wait``,
+    ``group_interval`` and ``repeat_interval``."""
     actions = sorted({rule.action.value for rule in replay.rules})
     return {"receiver": RECEIVER,
-            "matchers": [f'{routing.pool_label}=~"{"|".join(pools)}"',
+            "matchers": [f'{routing.pool_label}="{replay.rules[0].pool}"',
                          f'{routing.action_label}=~"{"|".join(actions)}"'],
             "group_by": ["alertname", routing.pool_label],
             "group_wait": duration_text(replay.group_wait),
