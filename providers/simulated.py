@@ -32,6 +32,18 @@ class CapacityWindow(BaseModel):
         return self
 
 
+class StoppedNodes(BaseModel):
+    """A pool that stops the nodes a scale-in removes instead of deleting them, and starts those again first on a
+    scale-out (AKS ``scaleDownMode: Deallocate``, EC2 Auto Scaling warm pools). Read by the replay only: a stopped
+    node is no ready node (no node-hours), and it is ready ``restart_seconds`` after it is asked for again."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    keep: int = Field(ge=1, description="The most removed nodes kept stopped; one removed beyond them is deleted.")
+    restart_seconds: Duration = Field(description="How long a stopped node takes to be ready again (measure it on "
+                                                  "your cloud: the replay only takes it as given).")
+
+
 #: The code the simulated cloud reports when it could not deliver (its own, as each cloud has its own).
 STOCKOUT = "SimulatedStockout"
 
@@ -49,6 +61,9 @@ class SimulatedSettings(BaseModel):
     nodes: tuple[str, ...] | None = Field(
         default=None, description="Names of the nodes the pool starts with, oldest first; default: generated "
                                   "names <pool>-node-0001, -0002, … (the highest is the newest).")
+    stopped: StoppedNodes | None = Field(
+        default=None, description="Removed nodes kept stopped and started again first (the replay's model of AKS "
+                                  "scaleDownMode: Deallocate or a warm pool); default: removed nodes are deleted.")
     capacity: int | list[CapacityWindow] | None = Field(
         default=None, description="The most nodes the cloud delivers: a number (always), or windows of "
                                   "{start, end, nodes} (unlimited outside them). It accepts any size and reports "

@@ -52,12 +52,17 @@ class ReplayCluster:
 
     def __init__(self, names: Sequence[str], gpus_per_node: int, provision_seconds: float, start: float,
                  pack: bool = False, movable_share: float = 0.0, owners: Mapping[str, str] | None = None,
-                 provision_by_pool: Mapping[str, float] | None = None) -> None:
+                 provision_by_pool: Mapping[str, float] | None = None,
+                 stopped_by_pool: Mapping[str, tuple[int, float]] | None = None) -> None:
         self.gpus_per_node = gpus_per_node
         self.pack = pack
         self.movable_share = movable_share
         self.provision_seconds = provision_seconds
         self.provision_by_pool = dict(provision_by_pool or {})  # a group's pools may boot at different speeds
+        # pools that keep removed nodes stopped: (how many at most, a stopped node's restart); how many each has now
+        self.stopped_by_pool = dict(stopped_by_pool or {})
+        self.stopped: dict[str, int] = dict.fromkeys(self.stopped_by_pool, 0)
+        self.restarts = 0  # nodes that came back from stopped (their boot was the restart)
         self.now = start
         self._nodes: dict[str, _Node] = {
             name: _Node(name, start - len(names) + i, start, (owners or {}).get(name, ""))
@@ -88,10 +93,17 @@ class ReplayCluster:
         self.now = now
         current = set(names)
         for name in [n for n in self._nodes if n not in current]:
+            pool = self._nodes[name].pool
+            if pool in self.stopped_by_pool:  # stopped, not deleted, up to the pool's keep
+                self.stopped[pool] = min(self.stopped[pool] + 1, self.stopped_by_pool[pool][0])
             self._remove(name, now)
         for i, name in enumerate(n for n in names if n not in self._nodes):
             pool = (owners or {}).get(name, "")
             boot = self.provision_by_pool.get(pool, self.provision_seconds)
+            if self.stopped.get(pool):  # a stopped node starts again before a new one is made
+                self.stopped[pool] -= 1
+                self.restarts += 1
+                boot = self.stopped_by_pool[pool][1]
             self._add(_Node(name, now + i * 1e-3, now + boot, pool))
         self.place(now)
 

@@ -43,6 +43,7 @@ def figures(run: Run) -> dict[str, Any]:
         "interrupted_node_minutes": run.interrupted_node_minutes,
         "interrupted_pods": run.interrupted_pods,
         "evictions": run.evictions,
+        "restarted_nodes": run.restarts,
         "fallbacks": fallbacks(run),
     }
 

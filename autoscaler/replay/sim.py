@@ -72,6 +72,7 @@ class Run:
     # times the reconciler read the cluster for the headroom (a full tick, or its headroom check alone): each reading
     # is remembered for the scale-in's stabilization window, so a live run must tick at the same moments to match
     headroom_reads: list[float] = field(default_factory=list)
+    restarts: int = 0  # nodes started again from stopped (``simulated.stopped``) rather than made new
 
 
 #: Called with each new minute of a replay; True stops the replay there (the tuner drops a hopeless candidate).
@@ -167,7 +168,9 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     start_names, start_owners = names()
     nodes = ReplayCluster(start_names, gpus, sim.provision_seconds, now,
                           pack=cfg.placement == "pack", movable_share=cfg.movable_share, owners=start_owners,
-                          provision_by_pool={name: s.provision_seconds for name, s in sims.items()})
+                          provision_by_pool={name: s.provision_seconds for name, s in sims.items()},
+                          stopped_by_pool={name: (s.stopped.keep, s.stopped.restart_seconds)
+                                           for name, s in sims.items() if s.stopped is not None})
     # The engine's own node-aware scale-in (pick, cordon, re-check, remove by name) runs against the replay's
     # cluster; a forced drain's retries would sleep, the replay never forces one.
     clock = ManualClock(now)
@@ -273,7 +276,7 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     if own_store and isinstance(store, SqlStore):
         store.engine.dispose()
     return Run(minutes, decisions, notifications, round(nodes.interrupted_node_minutes, 4), nodes.interrupted_pods,
-               nodes.evictions, stopped, reconciles, gpus, ticks, headroom_reads)
+               nodes.evictions, stopped, reconciles, gpus, ticks, headroom_reads, nodes.restarts)
 
 
 def gpus_per_node(settings: Settings, pool: str) -> int:
