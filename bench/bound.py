@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from bench.reach import held
+from bench.reach import held, rank
 from bench.tune import FAMILIES, Family, unseen, verdict
 
 BUSY_HOURS = (8, 20)  # UTC hours where ``spare_day`` holds (the families' working hours)
@@ -124,11 +124,6 @@ def mutate(rng: random.Random, rule: Rule) -> Rule:
         i = values.index(changed[key]) + rng.choice((-1, 1))
         changed[key] = values[min(len(values) - 1, max(0, i))]
     return Rule(**changed)
-
-
-def rank(result: tuple[Rule, dict[str, Any]]) -> tuple[float, float]:
-    """Better first: more days meeting the goal, then fewer node-hours over foresight."""
-    return -result[1]["meet_goal_pct"], result[1]["mean_x"]
 
 
 def bound(family: str, boot: int = 5, lag: int = 0, candidates: int = 400, rounds: int = 4, top: int = 8,

@@ -45,8 +45,9 @@ def held(got: dict[str, Any], budget: float) -> bool:
     return got["worst_saturated_pct"] <= 2 * budget
 
 
-def rank(result: tuple[Candidate, dict[str, Any]]) -> tuple[float, float]:
-    """Better first: more days meeting the goal, then fewer node-hours over foresight."""
+def rank(result: tuple[Any, dict[str, Any]]) -> tuple[float, float]:
+    """(A point, its verdict), better first: more days meeting the goal, then fewer node-hours over foresight (the
+    tuner's points here, bench.bound's rules there)."""
     return -result[1]["meet_goal_pct"], result[1]["mean_x"]
 
 

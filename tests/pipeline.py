@@ -49,6 +49,15 @@ def require_binary(*names: str) -> str:
 
 
 
+def routed(config: Path, labels: dict[str, str]) -> list[str]:
+    """The receivers ``amtool config routes test`` resolves for one alert's labels in an Alertmanager config."""
+    out = subprocess.run([require_binary(*AMTOOL), "config", "routes", "test", f"--config.file={config}",
+                          *(f"{k}={v}" for k, v in sorted(labels.items()))],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout.split()
+
+
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
     """GET a URL; (status, body), status 0 when nothing answers."""
     try:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.pipeline import AMTOOL, PROMTOOL, require_binary
+from tests.pipeline import AMTOOL, PROMTOOL, require_binary, routed
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -31,15 +31,6 @@ def fired(test_file: Path) -> list[dict[str, str]]:
     return [{"alertname": case["alertname"], **{k: str(v) for k, v in exp["exp_labels"].items()}}
             for test in _load(test_file)["tests"] for case in test.get("alert_rule_test", [])
             for exp in case.get("exp_alerts", [])]
-
-
-def routed(config: Path, labels: dict[str, str]) -> list[str]:
-    """The receivers ``amtool config routes test`` resolves for one alert's labels."""
-    out = subprocess.run([require_binary(*AMTOOL), "config", "routes", "test", f"--config.file={config}",
-                          *(f"{k}={v}" for k, v in sorted(labels.items()))],
-                         capture_output=True, text=True, timeout=60, check=False)
-    assert out.returncode == 0, out.stdout + out.stderr
-    return out.stdout.split()
 
 
 def test_the_self_rules_unit_tests_cover_every_self_alert_and_pass() -> None:

@@ -24,7 +24,7 @@ from autoscaler.replay.tune_files import prometheus_rules
 from autoscaler.replay.trace import Trace, parse_time
 from autoscaler.replay.tune import Budget, Score, Search, _init, choose, evaluate, pareto
 from bench.traces.make_traces import generate
-from tests.pipeline import AMTOOL, PROMTOOL, require_binary
+from tests.pipeline import AMTOOL, PROMTOOL, require_binary, routed
 from tests.replay_cases import BASE
 
 T0 = parse_time("2025-01-06T00:00:00Z")
@@ -173,22 +173,14 @@ def test_the_alertmanager_route_and_rule_interval_carry_the_timing_the_replay_me
                   "routes": [route]},
         "receivers": [{"name": "oncall"}, {"name": "gpu-autoscaler", "webhook_configs": [
             {"url": "http://autoscaler:8080/webhook/alertmanager"}]}]}))
-    amtool = require_binary(*AMTOOL)
-    checked = subprocess.run([amtool, "check-config", str(config)], capture_output=True, text=True, timeout=60)
+    checked = subprocess.run([require_binary(*AMTOOL), "check-config", str(config)], capture_output=True, text=True,
+                             timeout=60)
     assert checked.returncode == 0 and "SUCCESS" in checked.stdout, checked.stdout + checked.stderr
-
-    def receivers(*labels: str) -> list[str]:
-        got = subprocess.run([amtool, "config", "routes", "test", f"--config.file={config}", *labels],
-                             capture_output=True, text=True, timeout=60)
-        assert got.returncode == 0, got.stdout + got.stderr
-        return got.stdout.split()
-
-    assert receivers("alertname=GPUUtilizationHigh", "autoscaler_pool=gpu", "autoscaler_action=scale_out") == [
+    high = {"alertname": "GPUUtilizationHigh", "autoscaler_pool": "gpu", "autoscaler_action": "scale_out"}
+    assert routed(config, high) == ["gpu-autoscaler"]
+    assert routed(config, {**high, "alertname": "GPUUtilizationLow", "autoscaler_action": "scale_in"}) == [
         "gpu-autoscaler"]
-    assert receivers("alertname=GPUUtilizationLow", "autoscaler_pool=gpu", "autoscaler_action=scale_in") == [
-        "gpu-autoscaler"]
-    assert receivers("alertname=GPUUtilizationHigh", "autoscaler_pool=other", "autoscaler_action=scale_out") == [
-        "oncall"]
+    assert routed(config, {**high, "autoscaler_pool": "other"}) == ["oncall"]
     text = report(tuned["data"], str(out))
     assert ("Alertmanager: route the pool's alerts as alertmanager-route.yml does (group_wait 30s, group_interval "
             "1m, repeat_interval 5m)") in text
