@@ -37,7 +37,7 @@ def on_starting(server):  # noqa: ANN001 - gunicorn hook
     check_at_start()
     from autoscaler.store.boot import log_config_once
 
-    log_config_once()  # the effective config, once for every worker to come (autoscaler/effective.py)
+    log_config_once()  # the effective config, once for every worker to come (autoscaler/config/effective.py)
 
 
 def child_exit(server, worker):  # noqa: ANN001 - gunicorn hook

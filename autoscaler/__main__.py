@@ -6,7 +6,7 @@ import os
 import sys
 
 from autoscaler import cli
-from autoscaler.config import ConfigError, load_config, warnings
+from autoscaler.config.load import ConfigError, load_config, warnings
 
 
 def check_config(path: str) -> int:

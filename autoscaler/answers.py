@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autoscaler.durations import rfc3339
+from autoscaler.config.durations import rfc3339
 from autoscaler.models import Action, Decision, OperatorOutcome, Outcome, Source
 from autoscaler.cluster.nodes import NodeView
 from autoscaler.store import EventRecord

@@ -9,18 +9,18 @@ from typing import Any, Callable
 from flask import Flask
 
 from autoscaler.api.body import UnauthenticatedReads, close_after
-from autoscaler.auth import Authenticator
+from autoscaler.auth.credentials import Authenticator
 from autoscaler.clock import SYSTEM, Clock
-from autoscaler.config import Settings, build_settings, load_config, warnings
-from autoscaler.engine import Engine
-from autoscaler.events import EventLog, EventSink
+from autoscaler.config.load import Settings, build_settings, load_config, warnings
+from autoscaler.engine.core import Engine
+from autoscaler.pool.events import EventLog, EventSink
 from autoscaler.metrics import Metrics, PoolStateCollector
 from autoscaler.logjson import JsonFormatter, TextFormatter, json_logs
-from autoscaler.reconciler import Reconciler
-from autoscaler.effective import log_effective
+from autoscaler.reconcile.loop import Reconciler
+from autoscaler.config.effective import log_effective
 from autoscaler.redact import Redactor, active, install
 from autoscaler.service import Service
-from autoscaler.retention import Pruner
+from autoscaler.reconcile.retention import Pruner
 from autoscaler.store import Store, StoreOptions, open_store
 from autoscaler.cluster.kube import build_cluster
 from autoscaler.cluster.nodes import Cluster

@@ -35,7 +35,7 @@ class Action(str, enum.Enum):
 
     SCALE_OUT = "scale_out"
     SCALE_IN = "scale_in"
-    REPAIR = "repair"  # replace the node the alert names (``routing.node_label``); see ``autoscaler/repair.py``
+    REPAIR = "repair"  # replace the node the alert names (``routing.node_label``); see ``autoscaler/repair/start.py``
 
 
 class AlertStatus(str, enum.Enum):

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from autoscaler.settings import MAX_MATCHED_LABEL, MAX_NODES, RoutingConfig, RuleConfig
+from autoscaler.config import MAX_MATCHED_LABEL, MAX_NODES, RoutingConfig, RuleConfig
 from autoscaler.models import (Action, Alert, AlertStatus, Decision, Notification, Outcome, PoolSpec, Signal,
                                usable_value)
 

@@ -5,17 +5,17 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from autoscaler.auth import Authenticator
-from autoscaler.config import Settings
-from autoscaler.engine import Engine
+from autoscaler.auth.credentials import Authenticator
+from autoscaler.config.load import Settings
+from autoscaler.engine.core import Engine
 from autoscaler.answers import Cooldown, PoolBody, RepairBody, dump, event_body
-from autoscaler.durations import rfc3339
-from autoscaler.events import EventLog
+from autoscaler.config.durations import rfc3339
+from autoscaler.pool.events import EventLog
 from autoscaler.metrics import Metrics
 from autoscaler.models import PoolSpec, PoolState
-from autoscaler.policy import cooldown_remaining
+from autoscaler.decide.policy import cooldown_remaining
 from autoscaler.redact import redact_text
-from autoscaler.schedules import effective_min
+from autoscaler.decide.schedules import effective_min
 from autoscaler.store import EventRecord, NodesView, PoolView, RepairRecord, Store
 from providers import NodePoolProvider, ProviderError, Tracked
 

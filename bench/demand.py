@@ -17,7 +17,7 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from autoscaler.config import build_settings  # noqa: E402
+from autoscaler.config.load import build_settings  # noqa: E402
 from autoscaler.replay.report import figures  # noqa: E402
 from autoscaler.replay.sim import simulate  # noqa: E402
 from autoscaler.replay.trace import Trace, load_trace, parse_time  # noqa: E402

@@ -75,7 +75,7 @@ def joined(status: int = 200) -> dict[str, Any]:
     shortfalls one tick later and past provision_time (5 minutes), on an injected clock."""
     from datetime import datetime, timezone
 
-    from autoscaler.config import build_settings
+    from autoscaler.config.load import build_settings
     from tests.support import FakeClock
 
     clock = FakeClock()

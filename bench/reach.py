@@ -17,7 +17,7 @@ import multiprocessing
 import random
 from typing import Any
 
-from autoscaler.config import build_settings, offline
+from autoscaler.config.load import build_settings, offline
 from autoscaler.replay.sim import replay_pool
 from autoscaler.replay.space import Candidate, Space, apply, busy_windows, describe, settings_text
 from autoscaler.replay.tune_cli import DEFAULT_HOLDOUT, _load

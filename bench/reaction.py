@@ -16,7 +16,7 @@ from typing import Any, Callable
 import yaml
 
 from autoscaler.app import create_app
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from bench.common import TOKEN, summary
 from providers import build
 from tests.app_server import AppServer, RecordingProvider

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import event
 
 from autoscaler.app import create_app
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from tests.support import AUTH, FakeClock, am_alert, am_payload, config
 
 

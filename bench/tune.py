@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from autoscaler.config import Settings, load_replay_config
+from autoscaler.config.load import Settings, load_replay_config
 from autoscaler.replay import peers
 from autoscaler.replay.peers import peer_figures
 from autoscaler.replay.report import figures, foresight_node_hours

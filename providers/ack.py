@@ -9,7 +9,7 @@ from typing import Any, Callable, Literal, Sequence, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaler.clock import SYSTEM, Clock
-from autoscaler.durations import Duration
+from autoscaler.config.durations import Duration
 from autoscaler.models import CloudStatus, ProviderRead, Shortfall
 from providers import shortfalls
 from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked, read_of

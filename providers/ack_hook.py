@@ -9,7 +9,7 @@ import requests
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from autoscaler.clock import SYSTEM, Clock
-from autoscaler.durations import Duration
+from autoscaler.config.durations import Duration
 from autoscaler.models import CloudStatus
 from autoscaler.redact import redact_text, redact_url
 from providers._http import HttpCaller, check_http_url, http_failure, with_query

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from autoscaler.clock import SYSTEM, Clock
-from autoscaler.durations import Duration
+from autoscaler.config.durations import Duration
 from autoscaler.models import CloudLimits, CloudStatus, ProviderRead, Shortfall
 from providers.arm_calls import classify
 from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked, read_of

@@ -1,6 +1,6 @@
 """The seam between the core and the clouds: what a pool can do, how it is read and changed, and the one guard.
 
-The core (``autoscaler.engine``) talks to a cloud only through :class:`NodePoolProvider`. It always asks for an
+The core (``autoscaler.engine.core``) talks to a cloud only through :class:`NodePoolProvider`. It always asks for an
 *absolute* target size; a provider that can only add or remove nodes in steps (a trigger hook) turns the difference
 into steps itself. What a pool can do is declared by its factory from the pool's settings alone
 (:class:`Capabilities`, like cluster-autoscaler's ``NodeGroup``): check-config, the engine and the API read that

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from autoscaler.clock import SYSTEM, Clock
-from autoscaler.durations import Duration
+from autoscaler.config.durations import Duration
 from autoscaler.models import CloudLimits, CloudStatus, ProviderRead, Shortfall
 from providers import shortfalls
 from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked, read_of

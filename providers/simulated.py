@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from autoscaler.durations import Duration
+from autoscaler.config.durations import Duration
 from autoscaler.models import CloudStatus, Shortfall
 from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked
 from providers.named import machines

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from autoscaler.app import create_app
-from autoscaler.config import load_config
+from autoscaler.config.load import load_config
 from providers.aks import AksProvider
 from providers.base import NodePoolProvider
 from tests.cloud_stack import AllowHttp, StaticCredential

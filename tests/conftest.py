@@ -10,7 +10,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from autoscaler.app import create_app
-from autoscaler.config import Settings, build_settings
+from autoscaler.config.load import Settings, build_settings
 from tests.fakes.moto_eks import MotoServer
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tests.pipeline_stack import Stack, start_stack

@@ -15,7 +15,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from autoscaler.app import create_app
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from autoscaler.store import EventRecord, QuickState, Settlement, Store
 from providers import NodePoolProvider
 

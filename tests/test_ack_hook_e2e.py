@@ -11,7 +11,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from autoscaler.app import create_app
-from autoscaler.config import load_config
+from autoscaler.config.load import load_config
 from providers.ack_hook import AckHookProvider
 from tests.fakes.ack_hook import Answer, FakeHookServer
 from tests.support import FakeClock

@@ -14,7 +14,7 @@ from azure.core.pipeline.policies import SansIOHTTPPolicy
 from flask.testing import FlaskClient
 
 from autoscaler.app import create_app
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from providers.aks import AksProvider
 from tests.fakes.arm import FakeArm
 from tests.support import FakeClock

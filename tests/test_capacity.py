@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from autoscaler.config import ConfigError, build_settings
+from autoscaler.config.load import ConfigError, build_settings
 from autoscaler.models import Alert, AlertStatus, Notification, Signal, Source
 from autoscaler.routing import Router
-from autoscaler.settings import RoutingConfig, RuleConfig
+from autoscaler.config import RoutingConfig, RuleConfig
 from autoscaler.store import PoolChange, SqlStore
 from autoscaler.store.memory import MemoryStore
 from tests.support import AUTH, FakeClock, config, make_app

@@ -9,7 +9,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from autoscaler.cli import _pool_rows
-from autoscaler.reconciler import Reconciler
+from autoscaler.reconcile.loop import Reconciler
 from tests.support import AUTH, FakeClock, am_alert, am_payload, events, make_app, post
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from autoscaler.config import load_replay_config
+from autoscaler.config.load import load_replay_config
 from autoscaler.replay import peers
 from autoscaler.replay.report import figures, plot
 from autoscaler.replay.sim import simulate

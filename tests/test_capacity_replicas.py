@@ -9,7 +9,7 @@ from typing import Any, Iterator
 import pytest
 from flask import Flask
 
-from autoscaler.reconciler import Reconciler
+from autoscaler.reconcile.loop import Reconciler
 from autoscaler.store import PoolChange
 from tests import pg
 from tests.support import FakeClock, am_alert, am_payload, events, make_app, post

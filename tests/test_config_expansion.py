@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from autoscaler.config import ConfigError, build_settings
+from autoscaler.config.load import ConfigError, build_settings
 from tests.support import BASE_CONFIG
 
 ROOT = Path(__file__).resolve().parent.parent

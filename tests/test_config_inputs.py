@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from autoscaler.__main__ import main
-from autoscaler.config import ConfigError, load_replay_config, read_yaml
-from autoscaler.settings import reference_problems
+from autoscaler.config.load import ConfigError, load_replay_config, read_yaml
+from autoscaler.config import reference_problems
 
 VALID = """\
 server: {auth: {bearer_tokens: [abcdefghijkl]}}

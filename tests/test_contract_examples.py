@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from autoscaler.__main__ import main
-from autoscaler.config import load_config
+from autoscaler.config.load import load_config
 from autoscaler.models import Mode
 
 CONFIGS = Path(__file__).parent / "configs"

@@ -1,4 +1,4 @@
-"""README's config reference names every key the config schema accepts (autoscaler/settings/), and each
+"""README's config reference names every key the config schema accepts (autoscaler/config/), and each
 provider's section keys (in its README row or the page that row links to); config.example.yaml passes check-config."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, Iterator
 from pydantic import BaseModel
 
 import providers
-from autoscaler.settings import Config
+from autoscaler.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

@@ -8,7 +8,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from autoscaler.app import create_app
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from providers import Code, PermanentError, TemporaryError
 from tests.fakes.scripted_cloud import ScriptedCloud
 from tests.support import AUTH, OUTCOMES, FakeClock, am_alert, am_payload, events, post

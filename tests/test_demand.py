@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from autoscaler.config import ConfigError, build_settings
+from autoscaler.config.load import ConfigError, build_settings
 from autoscaler.models import (Action, CloudStatus, DirectionPolicy, Mode, Outcome, PoolFacts, PoolSpec, PoolState,
                                Signal, Source)
-from autoscaler.policy import decide
+from autoscaler.decide.policy import decide
 
 NOW = 50_000.0
 SPEC = PoolSpec(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from autoscaler.replay.report import figures
 from autoscaler.replay.sim import simulate
 from autoscaler.replay.trace import Trace, parse_time

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from tests.pipeline import ALERTMANAGER, AMTOOL, PROMTOOL, require_binary
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ import pytest
 from autoscaler.cluster.dra import NOT_READ, READ, class_driver, dra_state, not_read
 from autoscaler.cluster.gpus import pending_gpus, waits_for
 from autoscaler.cluster.nodes import node_view
-from autoscaler.facts import used_on_nodes
+from autoscaler.engine.facts import used_on_nodes
 from tests.fakes.kube import FakeKube
 from tests.fakes.kube_dra import DraObjects, claim_pod, device_class, gpu_device
 

@@ -10,7 +10,7 @@ import pytest
 from autoscaler.cluster.dra import not_read
 from autoscaler.cluster.movable import pick_movable
 from autoscaler.cluster.nodes import node_view, parse_time, pick_victims
-from autoscaler.inflight import from_nodes, unregistered
+from autoscaler.decide.inflight import from_nodes, unregistered
 from tests.fakes.kube import FakeKube
 
 POOL = {"pool": "h100"}

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from autoscaler.app import create_app
-from autoscaler.config import build_settings
-from autoscaler.reconciler import Reconciler
+from autoscaler.config.load import build_settings
+from autoscaler.reconcile.loop import Reconciler
 from providers.aks import AksProvider
 from tests.fakes.arm import FakeArm
 from tests.fakes.clients import AKS_CLUSTER, RG, SUB, AllowHttp, StaticCredential

@@ -7,8 +7,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from autoscaler.config import build_settings
-from autoscaler.effective import sections
+from autoscaler.config.load import build_settings
+from autoscaler.config.effective import sections
 from autoscaler.redact import Redactor, active, install, redact_text
 from tests.servers import Service
 from tests.support import config

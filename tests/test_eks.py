@@ -9,9 +9,9 @@ from typing import Any
 import boto3
 import pytest
 
-from autoscaler.config import ConfigError, build_settings
+from autoscaler.config.load import ConfigError, build_settings
 from autoscaler.models import Action, Outcome, PoolState, Signal, Source
-from autoscaler.policy import decide
+from autoscaler.decide.policy import decide
 from providers import ProviderError, RemovesNamedNodes, Tracked, factory
 from providers.base import NodeRef
 from providers.eks import EksProvider, EksSettings

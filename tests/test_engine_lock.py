@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import event
 
 from autoscaler.app import create_app
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from autoscaler.models import CloudStatus
 from providers import Tracked
 from tests.fakes.scripted_cloud import ScriptedCloud

@@ -12,8 +12,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from flask import Flask
 from pytest_httpserver import HTTPServer
 
-from autoscaler.config import ConfigError, build_settings
-from autoscaler.settings import AZURE_ACTION_GROUPS_APP
+from autoscaler.config.load import ConfigError, build_settings
+from autoscaler.config import AZURE_ACTION_GROUPS_APP
 from tests.support import AUTH, BASE_CONFIG, FakeClock
 
 TENANT = "72f988bf-86f1-41af-91ab-2d7cd011db47"

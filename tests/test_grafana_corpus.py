@@ -12,7 +12,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from autoscaler.app import create_app
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from tests.support import FakeClock
 
 PAYLOADS = Path(__file__).parent / "payloads"

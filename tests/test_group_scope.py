@@ -12,7 +12,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from autoscaler.app import create_app
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from providers.aks import AksProvider
 from tests.fakes.arm import FakeArm
 from tests.fakes.clients import AKS_CLUSTER, RG, SUB, AllowHttp, StaticCredential

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler.groups import Member, choose
+from autoscaler.decide.groups import Member, choose
 from autoscaler.models import Action
-from autoscaler.settings.groups import group_problems
+from autoscaler.config.groups import group_problems
 
 NOW = 1_000_000.0
 SPOT = Member("a100-spot", current=2, min=0, max=8)

@@ -13,10 +13,10 @@ from typing import Any
 import yaml
 
 from autoscaler.clock import ManualClock
-from autoscaler.config import build_settings
-from autoscaler.engine import Engine
-from autoscaler.events import EventLog
-from autoscaler.reconciler import Reconciler
+from autoscaler.config.load import build_settings
+from autoscaler.engine.core import Engine
+from autoscaler.pool.events import EventLog
+from autoscaler.reconcile.loop import Reconciler
 from autoscaler.replay.cluster import ReplayCluster
 from autoscaler.replay.report import figures
 from autoscaler.replay.sim import simulate

@@ -14,7 +14,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler import __version__
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from tests.chart import (CHART, ENV, ROOT, config_of, helm, one, render, run_tool,  # noqa: F401 - helm
                          value_set)
 from tests.pipeline import PROMTOOL, require_binary

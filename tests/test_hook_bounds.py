@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from google.oauth2.credentials import Credentials
 
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from autoscaler.app import create_app
 from providers import PermanentError, ProviderError, TemporaryError, Tracked
 from providers.ack_hook import AckHookProvider, AckHookSettings

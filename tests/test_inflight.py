@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.inflight import from_nodes, from_scale_outs, unregistered
+from autoscaler.decide.inflight import from_nodes, from_scale_outs, unregistered
 from tests.support import FakeClock, am_alert, am_payload, events, make_app, post
 
 NOW = 100_000.0
@@ -136,7 +136,7 @@ def test_unregistered(nodes: list[Node], asked: int, last: float | None, noticed
 
 
 def test_sizes_given_back_after_a_shortfall_are_not_in_flight() -> None:
-    from autoscaler.inflight import from_scale_outs
+    from autoscaler.decide.inflight import from_scale_outs
 
     count, how = from_scale_outs([(100.0, 1, 4), (130.0, 4, 2)], current=2, now=160.0, provision_time=600.0)
     assert count == 1 and "2 given back undelivered" in how

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
-from autoscaler.settings import InfluxConfig
+from autoscaler.config import InfluxConfig
 from autoscaler.sinks import EventSink
 from autoscaler.sinks.influx import InfluxSink
 from tests.pipeline import Process, free_port, http_get, http_post, start_victoria_metrics

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from autoscaler.settings import KubernetesConfig
+from autoscaler.config import KubernetesConfig
 from autoscaler.cluster.nodes import CORDON_ANNOTATION, ClusterError, GpuPod
 from autoscaler.cluster.kube import KubeCluster
 from tests.fakes.kube import FakeKube

@@ -10,7 +10,7 @@ from flask import Flask
 
 from autoscaler.cluster.kube import KubeCluster
 from autoscaler.cluster.nodes import ClusterError
-from autoscaler.settings import KubernetesConfig
+from autoscaler.config import KubernetesConfig
 from autoscaler.store import NodesView, open_store
 from tests.fakes.kube import FakeKube
 from tests.support import AUTH, FakeClock, make_app
@@ -202,7 +202,7 @@ def test_check_config_takes_gpu_device_classes(tmp_path: Path, capsys: pytest.Ca
 ])
 def test_the_pool_answer_says_whether_dra_was_read(kube: FakeKube, tmp_path: Path, status: int, dra: str,
                                                    reason: str | None) -> None:
-    from autoscaler.reconciler import Reconciler
+    from autoscaler.reconcile.loop import Reconciler
 
     kube.dra.status = status
     clock = FakeClock()
@@ -225,7 +225,7 @@ def test_the_stored_in_flight_reads_the_nodes_gpus(kube: FakeKube, tmp_path: Pat
     and past provision_time was a NodesNotReadyInTime shortfall)."""
     from datetime import datetime, timezone
 
-    from autoscaler.reconciler import Reconciler
+    from autoscaler.reconcile.loop import Reconciler
 
     clock = FakeClock()
     app = h100_app(kube, tmp_path, clock, provision_time="5m")
@@ -278,7 +278,7 @@ def test_without_the_rbac_claim_holding_nodes_are_no_shortfall(kube: FakeKube, t
     NodesNotReadyInTime shortfall (asked 6, delivered 0) although they ran the claim-holding pods."""
     from datetime import datetime, timezone
 
-    from autoscaler.reconciler import Reconciler
+    from autoscaler.reconcile.loop import Reconciler
 
     kube.dra.status = 403
     clock = FakeClock()

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from autoscaler.app import create_app
-from autoscaler.config import build_settings
-from autoscaler.engine import LEASE_TTL
-from autoscaler.lease import Lease
+from autoscaler.config.load import build_settings
+from autoscaler.engine.core import LEASE_TTL
+from autoscaler.pool.hold import Lease
 from autoscaler.models import Action, CloudStatus
 from autoscaler.store import EventRecord, PoolChange, SqlStore, Store
 from autoscaler.store.memory import MemoryStore

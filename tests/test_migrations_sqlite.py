@@ -9,7 +9,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine
 
-from autoscaler.retention import Pruner
+from autoscaler.reconcile.retention import Pruner
 from autoscaler.store import SqlStore, tables
 from autoscaler.store.base import EventRecord
 from autoscaler.store.migrate import head_revision

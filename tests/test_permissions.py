@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from autoscaler.config import ConfigError, build_settings
+from autoscaler.config.load import ConfigError, build_settings
 from tests.support import HMAC_SECRET, TOKEN, FakeClock, am_alert, am_payload, config, make_app
 
 OPS, READER, HOOK, GPU_OPS = "ops-token-1", "reader-token-2", "hook-token-3", "gpu-ops-token-4"

@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from autoscaler.app import create_app
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from providers import build
 from tests.app_server import AppServer, RecordingProvider
 from tests.pipeline import wait_for

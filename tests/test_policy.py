@@ -7,7 +7,7 @@ import pytest
 
 from autoscaler.models import (Action, CloudLimits, CloudStatus, DirectionPolicy, Headroom, Mode, Outcome, PoolFacts,
                                PoolSpec, PoolState, Schedule, Signal, Source)
-from autoscaler.policy import backoff_seconds, cooldown_remaining, decide, settled
+from autoscaler.decide.policy import backoff_seconds, cooldown_remaining, decide, settled
 
 NOW = 10_000.0
 SPEC = PoolSpec(name="gpu", provider="simulated", min=1, max=6, dry_run=False,
@@ -307,7 +307,7 @@ def test_a_manual_target_is_not_raised_by_headroom() -> None:
 
 
 def test_window_headroom_in_force_only_inside_the_window() -> None:
-    from autoscaler.schedules import effective_headroom
+    from autoscaler.decide.schedules import effective_headroom
 
     window = Schedule(cron="0 8 * * *", duration=3600, min=0, headroom=Headroom(nodes=5))
     spec = replace(STEP_ROOM, schedules=(window,))

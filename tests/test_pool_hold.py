@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.attempt import Attempt, DedupClaim
-from autoscaler.config import build_settings
-from autoscaler.events import EventLog
-from autoscaler.lease import PoolHeld, PoolHold
+from autoscaler.pool.attempt import Attempt, DedupClaim
+from autoscaler.config.load import build_settings
+from autoscaler.pool.events import EventLog
+from autoscaler.pool.hold import PoolHeld, PoolHold
 from autoscaler.models import Action, Decision, Outcome, Signal, Source
 from autoscaler.store import PoolChange
 from autoscaler.store.memory import MemoryStore

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autoscaler.models import Action, CloudStatus, DirectionPolicy, Outcome, PoolSpec, PoolState, Signal, Source
-from autoscaler.policy import decide, settled
+from autoscaler.decide.policy import decide, settled
 from autoscaler.sources import PayloadError, alertmanager, grafana
 from tests.support import AUTH, FakeClock, am_alert, am_payload, make_app
 

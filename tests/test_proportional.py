@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from autoscaler.config import build_settings
-from autoscaler.engine import Engine
-from autoscaler.events import EventLog
+from autoscaler.config.load import build_settings
+from autoscaler.engine.core import Engine
+from autoscaler.pool.events import EventLog
 from autoscaler.models import Action, CloudStatus, DirectionPolicy, Outcome, PoolSpec, PoolState, Signal, Source
-from autoscaler.policy import decide
+from autoscaler.decide.policy import decide
 from autoscaler.sources import grafana
 from autoscaler.store import SqlStore
 from providers import build

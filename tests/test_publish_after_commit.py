@@ -9,7 +9,7 @@ from typing import Any, Iterator
 import pytest
 
 from autoscaler.app import create_app
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from tests.support import AUTH, FakeClock, am_payload, config, events, post
 
 

@@ -13,7 +13,7 @@ import pytest
 from flask import Flask
 from gunicorn.config import Config
 
-from autoscaler.config import ConfigError, build_settings
+from autoscaler.config.load import ConfigError, build_settings
 from autoscaler.gunicorn_log import GunicornLogger
 from autoscaler.logjson import TextFormatter, gunicorn_logconfig
 from tests.support import AUTH, BASE_CONFIG, logging_kept

@@ -18,7 +18,7 @@ from flask.testing import FlaskClient
 
 from autoscaler.app import create_app
 from autoscaler.api.status import chart
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from tests.pipeline import wait_for
 from tests.servers import free_port
 from tests.support import FakeClock, am_alert, am_payload

@@ -12,7 +12,7 @@ import yaml
 
 import providers
 from autoscaler.app import create_app
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from tests.chart import CHART, ENV, config_of, helm, render  # noqa: F401  (helm: the fixture)
 from tests.fakes.kube import FakeKube
 from tests.fakes.webhook_receiver import WebhookReceiver

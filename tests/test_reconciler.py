@@ -9,9 +9,9 @@ from zoneinfo import ZoneInfo
 
 from flask import Flask
 
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from autoscaler.app import create_app
-from autoscaler.reconciler import Reconciler
+from autoscaler.reconcile.loop import Reconciler
 from providers.aks import AksProvider
 from tests.fakes.arm import FakeArm
 from tests.fakes.clients import AKS_CLUSTER, RG, SUB, AllowHttp, StaticCredential

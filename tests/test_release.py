@@ -16,7 +16,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-import autoscaler.settings
+import autoscaler.config
 from autoscaler import __version__
 from tests.support import make_app
 
@@ -100,8 +100,8 @@ def test_the_changelog_keeps_a_changelog() -> None:
 def _aliases() -> set[str]:
     """Every config key the settings accept under another name (a renamed key keeps its old name as an alias)."""
     found: set[str] = set()
-    for info in pkgutil.iter_modules(autoscaler.settings.__path__):
-        module = importlib.import_module(f"autoscaler.settings.{info.name}")
+    for info in pkgutil.iter_modules(autoscaler.config.__path__):
+        module = importlib.import_module(f"autoscaler.config.{info.name}")
         for _, cls in inspect.getmembers(module, inspect.isclass):
             if issubclass(cls, BaseModel) and cls.__module__ == module.__name__:
                 for name, field in cls.model_fields.items():

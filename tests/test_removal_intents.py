@@ -11,7 +11,7 @@ from flask import Flask
 
 from autoscaler.app import create_app
 from autoscaler.cluster.nodes import CORDON_ANNOTATION, cordon_mark
-from autoscaler.scale_in import REMOVAL_GRACE
+from autoscaler.nodes.scale_in import REMOVAL_GRACE
 from autoscaler.store import RemovalIntent, Store
 from tests import pg
 from tests.fakes.ack_hook import Answer, FakeHookServer

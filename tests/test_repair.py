@@ -12,7 +12,7 @@ from flask.testing import FlaskClient
 
 from autoscaler.app import create_app
 from autoscaler.cluster.nodes import CORDON_ANNOTATION
-from autoscaler.reconciler import Reconciler
+from autoscaler.reconcile.loop import Reconciler
 from tests.fakes.kube import FakeKube
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tests.support import AUTH, FakeClock, am_alert, am_payload, config, post

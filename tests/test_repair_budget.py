@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autoscaler.models import RepairPolicy
-from autoscaler.repair_budget import admit, budget
+from autoscaler.decide.repair_budget import admit, budget
 
 
 @pytest.mark.parametrize("policy, nodes, expected", [

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from autoscaler.config import ConfigError, build_settings
+from autoscaler.config.load import ConfigError, build_settings
 from autoscaler.models import RepairPolicy
 
 KUBE = {"host": "https://kube.example:6443", "token": "kube-token-123456"}

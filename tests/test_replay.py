@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from autoscaler.__main__ import main
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from autoscaler.models import Outcome
 from autoscaler.replay.report import figures
 from autoscaler.replay.sim import simulate, static_peak

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from autoscaler.__main__ import main
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from autoscaler.models import Outcome
 from autoscaler.replay.cluster import ReplayCluster
 from autoscaler.replay.report import figures

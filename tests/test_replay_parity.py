@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 from autoscaler.app import create_app
 from autoscaler.answers import decision_json
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from autoscaler.replay.cluster import ReplayCluster
 from autoscaler.replay.sim import simulate
 from autoscaler.replay.trace import Trace, parse_time

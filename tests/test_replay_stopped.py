@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from autoscaler.replay.cluster import ReplayCluster
 from autoscaler.replay.report import figures
 from autoscaler.replay.sim import simulate

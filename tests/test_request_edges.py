@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from autoscaler.auth import Authenticator
-from autoscaler.settings import AuthConfig
+from autoscaler.auth.credentials import Authenticator
+from autoscaler.config import AuthConfig
 from tests.support import AUTH, HMAC_SECRET, am_alert, am_payload, events, make_app
 
 LIMIT = 2048
@@ -135,7 +135,7 @@ def test_dedup_pruner_keeps_up_with_a_large_notification(tmp_path: Any) -> None:
     """45,000 expired dedup keys (what one large notification inserts) all go in one run, in small batches."""
     from sqlalchemy import insert
 
-    from autoscaler.retention import Pruner
+    from autoscaler.reconcile.retention import Pruner
     from autoscaler.store import tables
     from autoscaler.store.sql import SqlStore
 
@@ -153,7 +153,7 @@ def test_dedup_pruner_keeps_up_with_a_large_notification(tmp_path: Any) -> None:
 
 @pytest.mark.parametrize("pattern", [r"(a+)+$", r"(a|ab)*c", r"(\w+\s?)*$", r"(a?)+b", r".*a.*a.*a.*b"])
 def test_match_re_patterns_that_can_backtrack_without_bound_are_refused(tmp_path: Any, pattern: str) -> None:
-    from autoscaler.config import ConfigError
+    from autoscaler.config.load import ConfigError
 
     rules = [{"match_re": {"alertname": pattern}, "pool": "gpu", "action": "scale_out"}]
     with pytest.raises(ConfigError, match=r"rules\[0\]\.match_re\.alertname: "):

@@ -5,7 +5,7 @@ import pytest
 
 from autoscaler.models import Action, Alert
 from autoscaler.routing import Router
-from autoscaler.settings import RoutingConfig, RuleConfig
+from autoscaler.config import RoutingConfig, RuleConfig
 
 RULES = [
     RuleConfig(match={"alertname": "GPUUtilizationHigh"}, pool="a100", action=Action.SCALE_OUT),

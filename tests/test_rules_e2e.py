@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from autoscaler.app import create_app
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from providers import build
 from tests.app_server import AppServer, RecordingProvider
 from tests.fakes.kube_state_metrics import Pod

@@ -8,10 +8,10 @@ import pytest
 from flask.testing import FlaskClient
 
 from autoscaler.app import create_app
-from autoscaler.config import ConfigError, build_settings
+from autoscaler.config.load import ConfigError, build_settings
 from autoscaler.models import Outcome
 from autoscaler.cluster.nodes import CORDON_ANNOTATION, cordon_mark
-from autoscaler.scale_in import Removal
+from autoscaler.nodes.scale_in import Removal
 from tests.fakes.kube import FakeKube
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tests.support import AUTH, FakeClock, am_alert, am_payload, config, post

@@ -173,7 +173,7 @@ def test_a_replica_whose_only_room_is_beside_another_replica_stays(tmp_path: Any
 
 def check(scale_in: dict[str, Any], kubernetes: bool = True) -> tuple[list[str], list[str], Any]:
     """(problems, warnings, the pool's spec) of a webhook pool with these ``scale_in`` settings."""
-    from autoscaler.config import ConfigError, build_settings, warnings
+    from autoscaler.config.load import ConfigError, build_settings, warnings
 
     pool = {"name": "gpu", "provider": "webhook", "min": 1, "max": 6, "node_selector": "agentpool=gpunp",
             "webhook": {"url": "http://127.0.0.1:9/hook"}, "scale_in": scale_in}

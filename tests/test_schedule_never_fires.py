@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from autoscaler.app import create_app
-from autoscaler.config import ConfigError, Settings, build_settings
+from autoscaler.config.load import ConfigError, Settings, build_settings
 from autoscaler.models import Schedule
 from tests.support import AUTH, BASE_CONFIG, FakeClock, am_alert, am_payload
 

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from autoscaler.models import DirectionPolicy, PoolSpec, Schedule
-from autoscaler.schedules import effective_min
+from autoscaler.decide.schedules import effective_min
 
 WAW = "Europe/Warsaw"
 OFFICE = Schedule("0 8 * * 1-5", 11 * 3600, 4, WAW)

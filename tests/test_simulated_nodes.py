@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import providers
-from autoscaler.config import ConfigError, build_settings
+from autoscaler.config.load import ConfigError, build_settings
 from providers.base import NodeRef, ProviderError, RemovesNamedNodes, Tracked
 from providers.simulated import SimulatedProvider, SimulatedSettings
 from tests.support import BASE_CONFIG

@@ -7,7 +7,7 @@ from typing import Iterator
 
 import pytest
 
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from autoscaler.models import Action
 from autoscaler.replay.sim import simulate
 from autoscaler.replay.trace import Trace, load_trace, parse_time

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import pytest
 import requests
 
-from autoscaler.final_write import FinalWrites, Pending
+from autoscaler.pool.final_write import FinalWrites, Pending
 from autoscaler.store import SqlStore
 from autoscaler.store.base import EventRecord, PoolChange
 from tests import pg

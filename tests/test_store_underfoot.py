@@ -15,7 +15,7 @@ import pytest
 from flask import Flask
 
 from autoscaler.app import create_app
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from autoscaler.store import SqlStore, StoreOptions
 from tests.support import AUTH, FakeClock, am_alert, am_payload, config
 

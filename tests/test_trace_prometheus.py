@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from autoscaler.__main__ import main
-from autoscaler.durations import rfc3339
+from autoscaler.config.durations import rfc3339
 from autoscaler.replay.history import MAX_POINTS, Progress, chunks
 from autoscaler.replay.trace import load_trace, parse_time
 from tests.pipeline import PROMETHEUS, PROMTOOL, Process, require_binary

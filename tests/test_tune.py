@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from autoscaler.__main__ import main
-from autoscaler.config import build_settings
-from autoscaler.settings import ReplayRule
+from autoscaler.config.load import build_settings
+from autoscaler.config import ReplayRule
 from autoscaler.models import Action
 from autoscaler.replay.space import (FOR, PENDING_FOR, Candidate, Space, apply, describe, duration_text, modes,
                                      settings_text)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from autoscaler.replay.robust import (JUDGE_WAVE, Judged, Rule, burstiest_days, busier, finalists, judge, noisier,
                                       pick, sharper, steadier, stressed_copies)
 from autoscaler.replay.space import Space

@@ -8,14 +8,14 @@ from typing import Any
 import pytest
 import yaml
 
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from autoscaler.models import Headroom, Schedule
 from autoscaler.replay.report import figures
 from autoscaler.replay.sim import simulate
 from autoscaler.replay.space import Space, apply, busy_windows, describe, window_schedule
 from autoscaler.replay.trace import Trace, parse_time
 from autoscaler.replay.yaml_edit import edit
-from autoscaler.schedules import _KNOWN, effective_headroom, last_start
+from autoscaler.decide.schedules import _KNOWN, effective_headroom, last_start
 from autoscaler.store.memory import MemoryStore
 from tests.replay_cases import BASE
 

@@ -11,9 +11,9 @@ import pytest
 from flask import Flask
 
 from autoscaler.app import create_app
-from autoscaler.config import build_settings
+from autoscaler.config.load import build_settings
 from autoscaler.models import Action, CloudStatus, DirectionPolicy, Mode, Outcome, PoolSpec, PoolState, Signal, Source
-from autoscaler.policy import decide
+from autoscaler.decide.policy import decide
 from tests.fakes.scripted_cloud import ScriptedCloud
 from tests.support import AUTH, FakeClock, am_alert, am_payload, config, events
 

@@ -12,8 +12,8 @@ from flask import Flask, Response, abort, current_app, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from autoscaler.api.body import BodyError, UnauthenticatedReads, read_body
-from autoscaler.auth import AuthError, AuthUnavailable, Principal
-from autoscaler.lease import PoolHeld
+from autoscaler.auth.credentials import AuthError, AuthUnavailable, Principal
+from autoscaler.pool.hold import PoolHeld
 from autoscaler.store import StoreUnavailable
 
 log = logging.getLogger(__name__)

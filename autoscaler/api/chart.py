@@ -12,7 +12,7 @@ import functools
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
-from autoscaler.inflight import from_scale_outs
+from autoscaler.decide.inflight import from_scale_outs
 
 PLOT_W, PLOT_H = 720, 160  # the plot area; axes' labels, the legend and the markers' labels sit outside it
 LEFT, RIGHT, TOP, BOTTOM = 40, 70, 24, 36

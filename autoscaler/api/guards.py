@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 from flask import current_app, g, request
 
 from autoscaler.api import fail
-from autoscaler.auth import Principal
+from autoscaler.auth.credentials import Principal
 from autoscaler.store import EventRecord, Store
 
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})

@@ -14,7 +14,7 @@ from autoscaler.api.event_query import MAX_PAGE, OUTCOMES, SOURCES
 from autoscaler.api.pools import CountRequest, PauseRequest, ScaleRequest
 from autoscaler.api.repairs import RepairRequest
 from autoscaler.models import Action
-from autoscaler.settings import MAX_NODES
+from autoscaler.config import MAX_NODES
 from autoscaler.sources.alertmanager import AlertmanagerPayload
 from autoscaler.sources.azure_monitor import AzureMonitorPayload
 from autoscaler.sources.grafana import GrafanaPayload, LegacyPayload

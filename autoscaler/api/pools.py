@@ -10,10 +10,10 @@ from autoscaler.api import fail, read_json, request_body, require_auth
 from autoscaler.answers import EventList, decision_json, dump, event_body
 from autoscaler.api.event_query import MAX_PAGE, page as event_page, parse as parse_events
 from autoscaler.api.guards import WRITES, json_only, may_see, principal, same_origin_only
-from autoscaler.events import OperatorAct, acting_as
+from autoscaler.pool.events import OperatorAct, acting_as
 from autoscaler.models import Action, OperatorOutcome, Signal, Source, usable_value
 from autoscaler.service import Service
-from autoscaler.settings import MAX_NODES
+from autoscaler.config import MAX_NODES
 from autoscaler.store import PoolChange
 from autoscaler.sources import validation_message
 

@@ -9,14 +9,14 @@ from typing import Annotated
 from flask import Response, jsonify
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from autoscaler import repair_carry
+from autoscaler.repair import carry as repair_carry
 from autoscaler.answers import decision_json
 from autoscaler.api import fail
 from autoscaler.api.guards import principal
 from autoscaler.api.pools import NODE_NAME, _body, _on_behalf_of, _spec, _svc, bp
-from autoscaler.events import acting_as
+from autoscaler.pool.events import acting_as
 from autoscaler.models import Action, Signal, Source
-from autoscaler.settings import MAX_NODES
+from autoscaler.config import MAX_NODES
 
 
 class RepairRequest(BaseModel):

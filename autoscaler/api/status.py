@@ -20,7 +20,7 @@ from autoscaler.api.chart import ago, chart, minutes, span
 from autoscaler.api.chart_svg import svg
 from autoscaler.api.event_query import OUTCOMES, SOURCES, EventQuery, page, parse
 from autoscaler.api.guards import principal
-from autoscaler.groups import Member, choose
+from autoscaler.decide.groups import Member, choose
 from autoscaler.models import Action, Mode, PoolSpec
 from autoscaler.service import Service, Stored
 from autoscaler.store import EventRecord
@@ -80,7 +80,7 @@ def _legend(drawn: dict[str, Any]) -> SimpleNamespace:
 
 def _groups(svc: Service, pools: dict[str, dict[str, Any]], stored: Stored, now: float) -> list[dict[str, Any]]:
     """Each fallback group the caller may see: its pools in order of preference, where the next scale-out and
-    scale-in would go (``autoscaler/groups.py``'s choice, on the stored views) and the group's capacity."""
+    scale-in would go (``autoscaler/decide/groups.py``'s choice, on the stored views) and the group's capacity."""
     out = []
     for name, members in svc.settings.groups.items():
         seen = [pools[p] for p in members if p in pools]

@@ -8,7 +8,7 @@ from flask import Blueprint, Response, current_app, request
 from autoscaler.answers import WebhookAnswer, decision_body
 from autoscaler.api import fail, read_json, require_auth
 from autoscaler.api.guards import principal, same_origin_only
-from autoscaler.events import acting_as
+from autoscaler.pool.events import acting_as
 from autoscaler.models import Decision, Notification, Outcome
 from autoscaler.routing import ACTIONS, parse_step
 from autoscaler.sources import PayloadError, alertmanager, azure_monitor, grafana

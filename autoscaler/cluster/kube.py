@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 from typing import Any, ContextManager, Mapping
 
-from autoscaler.settings import KubernetesConfig
+from autoscaler.config import KubernetesConfig
 from autoscaler.cluster.dra import UNUSED, Dra, asks_through_claims
 from autoscaler.cluster.gpus import not_extended, pending_gpus, waits_for
 from autoscaler.cluster.kube_dra import DraReads, Refused

@@ -9,7 +9,7 @@ device-plugin GPU or one of its pods asks through ``spec.resourceClaims``: a clu
 makes no DRA call at all. A server without the API (404) or RBAC without it (403) is no error: it is logged once
 (a 403 with the ClusterRole rule to add) and the pool answer says ``dra: not_read`` with the reason. With 404 no pod
 can hold a claim; with 403 the facts say ``unseen`` (:attr:`autoscaler.cluster.dra.Dra.blind`), and a pod with
-claims keeps its node and makes it GPU-ready (:mod:`autoscaler.cluster.nodes`, :mod:`autoscaler.inflight`).
+claims keeps its node and makes it GPU-ready (:mod:`autoscaler.cluster.nodes`, :mod:`autoscaler.decide.inflight`).
 """
 from __future__ import annotations
 

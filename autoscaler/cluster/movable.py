@@ -14,7 +14,7 @@ from typing import Callable, Collection, Sequence
 from autoscaler.cluster.fit import place_all
 from autoscaler.cluster.nodes import NodeView, kept_reason, pick_victims
 from autoscaler.cluster.pods import Budget, move_blocker
-from autoscaler.settings.common import DEFAULT_MOVABLE_OWNERS
+from autoscaler.config.common import DEFAULT_MOVABLE_OWNERS
 
 ONE_PER_DECISION = "its pods could move, but one node with work goes per decision"
 #: Busy nodes whose pods a decision tries to place elsewhere (each try is pods x nodes checks; a big pool whose

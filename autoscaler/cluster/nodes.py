@@ -16,7 +16,7 @@ from autoscaler.cluster.dra import Dra
 from autoscaler.cluster.gpus import GpuPod, count_gpus, extended_pod, matches
 from autoscaler.cluster.fit import Room, Taint
 from autoscaler.cluster.pods import Budget, PodFacts, quantity, requests_of
-from autoscaler.settings.common import DEFAULT_GPU_RESOURCES
+from autoscaler.config.common import DEFAULT_GPU_RESOURCES
 
 #: The annotation the service puts on a node it cordons: ``<owner>@<rfc3339 time>``.
 CORDON_ANNOTATION = "gpu-autoscaler/cordoned"

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 from autoscaler.cluster.labels import Requirement, Selector, requirements
 from autoscaler.cluster.topology import PodTerm, Spread, pod_rules
-from autoscaler.settings.common import DEFAULT_MOVABLE_OWNERS
+from autoscaler.config.common import DEFAULT_MOVABLE_OWNERS
 SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 KUBE_SYSTEM = "kube-system"

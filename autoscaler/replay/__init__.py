@@ -5,8 +5,8 @@ import sys
 import time
 from typing import Any, Callable, TypeVar
 
-from autoscaler.config import ConfigError, load_replay_config
-from autoscaler.config import Settings
+from autoscaler.config.load import ConfigError, load_replay_config
+from autoscaler.config.load import Settings
 from autoscaler.replay.peers import PeerRun, PeerSettings, cluster_autoscaler, peer_figures
 from autoscaler.replay.report import summary, write_all
 from autoscaler.replay.sim import fixed_step, replay_pool, replay_route, simulate, static_peak, victims_of

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoscaler.durations import rfc3339
-from autoscaler.settings import ReplayConfig, ReplayRule, RoutingConfig
+from autoscaler.config.durations import rfc3339
+from autoscaler.config import ReplayConfig, ReplayRule, RoutingConfig
 from autoscaler.sources import fingerprint_of
 
 ZERO_TIME = "0001-01-01T00:00:00Z"

@@ -16,7 +16,7 @@ from typing import IO, Any
 
 import requests
 
-from autoscaler.durations import parse_duration, rfc3339
+from autoscaler.config.durations import parse_duration, rfc3339
 from autoscaler.redact import redact_url
 from autoscaler.replay.trace import MAX_DEMAND, STEP, parse_time
 

@@ -9,9 +9,9 @@ import textwrap
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
-from autoscaler.durations import rfc3339
+from autoscaler.config.durations import rfc3339
 from autoscaler.models import Action, Outcome
-from autoscaler.config import Settings
+from autoscaler.config.load import Settings
 from autoscaler.replay.peers import PeerRun
 from autoscaler.replay.sim import Run
 

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from autoscaler.clock import ManualClock
-from autoscaler.config import Settings
-from autoscaler.engine import Engine
-from autoscaler.events import EventLog
-from autoscaler.facts import keeps_headroom
+from autoscaler.config.load import Settings
+from autoscaler.engine.core import Engine
+from autoscaler.pool.events import EventLog
+from autoscaler.engine.facts import keeps_headroom
 from autoscaler.models import Decision, Mode
-from autoscaler.reconciler import Reconciler
+from autoscaler.reconcile.loop import Reconciler
 from autoscaler.replay.alerts import AlertEmulator
 from autoscaler.replay.cluster import DEFAULT_GPUS_PER_NODE, POOL_LABEL, ReplayCluster
 from autoscaler.replay.trace import STEP, ReplayError, Trace

@@ -13,8 +13,8 @@ import random
 import typing
 from typing import Any, Sequence
 
-from autoscaler.config import Settings
-from autoscaler.settings import DirectionConfig
+from autoscaler.config.load import Settings
+from autoscaler.config import DirectionConfig
 from autoscaler.models import Action, DirectionPolicy, PoolSpec
 
 Candidate = dict[str, Any]

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from autoscaler.settings.common import MAX_NODES
+from autoscaler.config.common import MAX_NODES
 
 HEADER = ["timestamp", "demand"]
 STEP = 60.0

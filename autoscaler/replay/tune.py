@@ -15,7 +15,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from autoscaler.config import build_settings, offline
+from autoscaler.config.load import build_settings, offline
 from autoscaler.replay.report import figures, foresight_node_hours
 from autoscaler.models import Outcome
 from autoscaler.replay.sim import Minute, Run, simulate

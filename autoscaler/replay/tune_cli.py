@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, replace
 from typing import Any
 
-from autoscaler.config import build_settings, load_replay_config, offline
+from autoscaler.config.load import build_settings, load_replay_config, offline
 from autoscaler.replay.report import foresight_node_hours
 from autoscaler.replay.sim import gpus_per_node, replay_pool
 from autoscaler.replay.space import Candidate, Space, apply, busy_windows, describe, show

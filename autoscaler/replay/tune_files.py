@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from autoscaler.settings import ReplayConfig, RoutingConfig
+from autoscaler.config import ReplayConfig, RoutingConfig
 from autoscaler.replay.space import Candidate, duration_text, settings_text, show
 from autoscaler.replay.tune import Score
 from autoscaler.replay.yaml_edit import edit

@@ -12,7 +12,7 @@ from typing import Any
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
 from autoscaler.redact import redact_text, redact_url
-from autoscaler.settings import InfluxConfig
+from autoscaler.config import InfluxConfig
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator
 
 from autoscaler.storable import MAX_LABEL, clean
-from autoscaler.validation import one_line
+from autoscaler.config.validation import one_line
 
 
 class PayloadError(Exception):

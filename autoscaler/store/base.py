@@ -121,7 +121,7 @@ class RepairRecord:
 @dataclass(frozen=True)
 class RemovalIntent:
     """A node whose removal a decision was about to send (recorded before the cloud call): until the cloud's view
-    settles it, the node may be on its way out and stays cordoned (see ``autoscaler/scale_in.py``)."""
+    settles it, the node may be on its way out and stays cordoned (see ``autoscaler/nodes/scale_in.py``)."""
 
     pool: str
     node: str

@@ -26,7 +26,7 @@ def supervised() -> bool:
 def check_at_start(config_path: str | None = None) -> None:
     """In the gunicorn master, before it forks: pin a SQLite store's file, and make sure a PostgreSQL store answers
     (SystemExit with the reason when it does not). A config that does not load is left for the workers to report."""
-    from autoscaler.config import load_config
+    from autoscaler.config.load import load_config
     from autoscaler.store.connections import StoreOptions, normalize_url, postgres_engine, sqlite_file
     from autoscaler.store.sqlite_file import pin
 
@@ -68,8 +68,8 @@ def check_at_start(config_path: str | None = None) -> None:
 def log_config_once(config_path: str | None = None) -> None:
     """In the gunicorn master: log the effective config once, redacted, for the workers it forks to refer to (a
     config that does not load is left for the workers to report)."""
-    from autoscaler.config import load_config
-    from autoscaler.effective import log_effective
+    from autoscaler.config.load import load_config
+    from autoscaler.config.effective import log_effective
     from autoscaler.redact import Redactor, install
 
     try:

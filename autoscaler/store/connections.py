@@ -12,7 +12,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 
-from autoscaler.settings import ServerConfig, StoreConfig
+from autoscaler.config import ServerConfig, StoreConfig
 from autoscaler.store.sqlite_file import pinned
 
 

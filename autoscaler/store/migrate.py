@@ -10,7 +10,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect, text
 
-from autoscaler.store.repair import repair
+from autoscaler.store.schema_gaps import fill as fill_schema_gaps
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def _upgrade_locked(conn: Connection) -> str | None:
     if before != head_revision():
         log.info("store: migrating schema from %s to %s", before or "empty", head_revision())
         command.upgrade(cfg, "head")
-    repair(conn)  # the schema as it is, whatever revision the file claimed (see store/repair.py)
+    fill_schema_gaps(conn)  # the schema as it is, whatever revision the file claimed (see store/schema_gaps.py)
     return before
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, delete, false, insert, select
 
 from autoscaler.store import tables
-from autoscaler.store.repair import missing
+from autoscaler.store.schema_gaps import missing
 
 #: One SELECT per table naming every column the service uses, returning no row: each fails unless the table and
 #: all its columns exist (a few microseconds each).

@@ -1,0 +1,98 @@
+"""A pool whose cloud accepted a size and could not deliver it: record ``no_capacity``, give the undelivered size
+back, mark the pool short, and ask the pool's group for what it did not deliver.
+
+The reconciler calls :func:`check` when a pool's status carries a :class:`~autoscaler.models.Shortfall` (each
+provider reports it from its cloud's own shapes; the pure classification of the clouds' codes decides capacity and
+quota from other failures). The work holds the pool like any decision (``lease.PoolHold``), after a fresh read: two
+replicas, or a decision racing the reconciler, never record one shortfall twice.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from autoscaler.pool.attempt import Attempt, DedupClaim
+from autoscaler.engine.fallback import signal_for_rest
+from autoscaler.pool.hold import PoolHold
+from autoscaler.models import Action, CloudStatus, Decision, Outcome, PoolSpec, PoolState, Shortfall, Signal, Source
+from autoscaler.redact import redact_text
+from autoscaler.store import PoolChange
+from providers import NodePoolProvider, ProviderError, Tracked
+
+log = logging.getLogger(__name__)
+
+
+# 6 parameters: the hold, the pool (spec and provider) and the tick's time, what the cluster saw, the metrics;
+# each a different owner's (the engine's hold, the reconciler's tick), none reached for through the engine.
+def check(hold: PoolHold, provider: NodePoolProvider, spec: PoolSpec, now: float, seen: Shortfall | None = None,
+          metrics: Any = None) -> Decision | None:
+    """Record the pool's shortfall while holding it, if the cloud still reports one (or ``seen``: one the cluster
+    showed, which the cloud does not report); None when there is none (or the pool is held by another decision: the
+    next tick looks again). ``metrics``: the service's, counting the ``no_capacity``."""
+    signal = Signal(pool=spec.name, action=Action.SCALE_OUT, source=Source.RECONCILE)
+    claim = DedupClaim(hold.store, spec.name, ())
+    attempt = Attempt(signal, spec, provider, claim, hold.owner(claim.id), now, hold.deadline())
+    held = hold.take(spec.name, attempt.owner, attempt.deadline)
+    if held is None:
+        return None
+    with held:
+        state = held.state
+        try:
+            cloud = provider.status(Tracked(state.tracked_count, state.count_changed_at), now)
+        except ProviderError:
+            cloud = CloudStatus(current=None)
+        short = cloud.shortfall or (seen if seen is not None and cloud.current == seen.asked else None)
+        if short is None or short.undelivered <= 0 or _already_told(state, short, now):
+            return None
+        decision, change = _give_back(provider, spec, state, cloud, short, now)
+        recorded = held.finish(attempt, decision, change)
+    if metrics is not None:
+        metrics.no_capacity(spec.name, short.code)
+    log.info("no_capacity pool=%s code=%s asked=%d delivered=%d", spec.name, short.code, short.asked,
+             short.delivered)
+    return recorded
+
+
+def _already_told(state: PoolState, short: Shortfall, now: float) -> bool:
+    """A shortfall the cloud keeps reporting (one it does not let us give back) is recorded once per short mark."""
+    return not short.give_back and state.short_until is not None and state.short_until > now
+
+
+def _give_back(provider: NodePoolProvider, spec: PoolSpec, state: PoolState, cloud: CloudStatus,  # 6: the held
+               short: Shortfall, now: float) -> tuple[Decision, PoolChange]:  # pool's whole context, read once
+
+    """Ask the cloud for what it delivered (cluster-autoscaler's ``DecreaseTargetSize``) where it allows it and the
+    pool may change (not paused, not dry-run); the decision and the pool's change (the short mark) to record."""
+    kind = "quota" if short.quota else "capacity"
+    details = {"code": short.code, "message": redact_text(short.message), "asked": short.asked,
+               "delivered": short.delivered, "kind": kind}
+    to, note = short.asked, ""
+    if not short.give_back:
+        note = "the cloud keeps the asked size (it cannot be given back)"
+    elif state.paused:
+        note = "paused: the asked size is left as it is"
+    elif spec.dry_run:
+        note = "dry run: would give the undelivered size back"
+    else:
+        try:
+            to = provider.scale(short.asked, short.delivered, now, status=cloud)
+            note = f"asked size given back: {short.asked} -> {to}"
+        except ProviderError as exc:
+            note = f"giving the undelivered size back failed: {redact_text(exc.message)}"
+            details["give_back_error"] = exc.shown_code
+    until = now + spec.short_for
+    reason = (f"the cloud accepted {short.asked} node(s) and delivered {short.delivered} ({kind}: {short.code}: "
+              f"{redact_text(short.message)}); {note}; passed over by its group for {spec.short_for:.0f}s")
+    change = PoolChange(at=now, short_until=until, short_reason=f"{short.code}: {redact_text(short.message)}"[:500],
+                        tracked_count=to if not provider.capabilities.reports_count and to != short.asked else None)
+    return Decision(spec.name, Action.SCALE_OUT, Outcome.NO_CAPACITY, short.asked, to, reason,
+                    details=details), change
+
+
+def fall_back(handle: Callable[[Signal], Decision], spec: PoolSpec, short: Decision) -> Decision | None:
+    """Ask the pool's group for what the pool did not deliver (the group's choice passes the short pool over)."""
+    asked, delivered = short.details.get("asked"), short.details.get("delivered")
+    if not spec.group or not isinstance(asked, int) or not isinstance(delivered, int) or asked <= delivered:
+        return None
+    return handle(signal_for_rest(spec, short, Source.RECONCILE))
+
