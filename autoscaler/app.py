@@ -13,6 +13,7 @@ from autoscaler.auth.credentials import Authenticator
 from autoscaler.clock import SYSTEM, Clock
 from autoscaler.config.load import Settings, build_settings, load_config, warnings
 from autoscaler.engine.core import Engine
+from autoscaler.engine.parts import Parts
 from autoscaler.pool.events import EventLog, EventSink
 from autoscaler.metrics import Metrics, PoolStateCollector
 from autoscaler.logjson import JsonFormatter, TextFormatter, json_logs
@@ -105,8 +106,9 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
     events = EventLog(store, sinks, metrics, time_source)
     if cluster is None and settings.config.kubernetes is not None:
         cluster = build_cluster(settings.config.kubernetes)
-    engine = Engine(settings, store, built, events, clock=time_source, metrics=metrics, cluster=cluster)
-    service = Service(settings=settings, store=store, providers=built, engine=engine, events=events,
+    parts = Parts.build(settings, store, built, events, time_source, metrics, cluster)  # each part once
+    engine = Engine(parts)
+    service = Service(settings=settings, store=store, providers=built, engine=engine, parts=parts, events=events,
                       auth=Authenticator(settings.config.server.auth, wall, _hmac_nonce_cache(store, wall)),
                       metrics=metrics, clock=wall,
                       sinks=sinks)
@@ -120,7 +122,7 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
         settings.config.server.max_unauthenticated_reads)
     # Started by gunicorn's post_worker_init (gunicorn.conf.py), not here: an app built by a test runs no thread;
     # tests call tick(now) themselves.
-    app.extensions["autoscaler_reconciler"] = Reconciler(settings, store, built, engine, time_source,
+    app.extensions["autoscaler_reconciler"] = Reconciler(parts, engine,
                                                          pruner=Pruner(store, settings.config.store.retain_events,
                                                                        monotonic=time_source.monotonic))
     from autoscaler.api import health, openapi, pools, register_errors, repairs, status, webhooks  # noqa: F401

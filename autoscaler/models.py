@@ -273,6 +273,18 @@ class PoolFacts:
 
 
 @dataclass(frozen=True)
+class Tracked:
+    """The count the store keeps for a provider that cannot read it, and when it last changed."""
+
+    count: int | None
+    changed_at: float | None
+
+    def count_or(self, initial: int) -> int:
+        """The tracked count, or the pool's configured initial count before the service ever changed it."""
+        return initial if self.count is None else self.count
+
+
+@dataclass(frozen=True)
 class PoolState:
     """What the store remembers of a pool between decisions (times are Unix seconds)."""
 
@@ -288,6 +300,10 @@ class PoolState:
     last_event_id: int | None = None
     short_until: float | None = None  # the cloud could not deliver: passed over by its group until then
     short_reason: str = ""
+
+    def tracked(self) -> Tracked:
+        """The count kept for a provider that cannot read it, as the provider's ``status`` takes it."""
+        return Tracked(self.tracked_count, self.count_changed_at)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from typing import Any, Callable
 from autoscaler.auth.credentials import Authenticator
 from autoscaler.config.load import Settings
 from autoscaler.engine.core import Engine
+from autoscaler.engine.parts import Parts
 from autoscaler.answers import Cooldown, PoolBody, RepairBody, dump, event_body
 from autoscaler.config.durations import rfc3339
 from autoscaler.pool.events import EventLog
@@ -17,7 +18,7 @@ from autoscaler.decide.policy import cooldown_remaining
 from autoscaler.redact import redact_text
 from autoscaler.decide.schedules import effective_min
 from autoscaler.store import EventRecord, NodesView, PoolView, RepairRecord, Store
-from providers import NodePoolProvider, ProviderError, Tracked
+from providers import NodePoolProvider, ProviderError
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ class Service:
     store: Store
     providers: dict[str, NodePoolProvider]
     engine: Engine
+    parts: Parts
     events: EventLog
     auth: Authenticator
     metrics: Metrics
@@ -81,7 +83,7 @@ class Service:
         tracks = not provider.capabilities.reports_count
         if tracks:
             try:
-                cloud = provider.status(Tracked(state.tracked_count, state.count_changed_at), now)
+                cloud = provider.status(state.tracked(), now)
                 current, busy, detail = cloud.current, cloud.busy, cloud.detail
             except ProviderError as exc:
                 error = redact_text(exc.message)
@@ -145,7 +147,7 @@ class Service:
 
     def _nodes(self, spec: PoolSpec, stored: Stored | None = None) -> dict[str, Any]:
         """The pool's stored node view (the reconciler lists the nodes; a request never waits on the API server)."""
-        if self.engine.nodes is None or not spec.node_selector:
+        if self.parts.cluster is None or not spec.node_selector:
             return {}
         view = stored.nodes.get(spec.name) if stored is not None and stored.nodes is not None \
             else self.store.nodes_view(spec.name)
@@ -177,7 +179,7 @@ class Service:
         """Every pool, for /metrics (no last event, no cloud call), with its GPUs from the stored node view."""
         specs = list(self.settings.pools.values())
         rows = self.pools_json(specs, with_last_event=False)
-        views = self.store.nodes_views() if self.engine.nodes is not None and any(s.node_selector for s in specs) \
+        views = self.store.nodes_views() if self.parts.cluster is not None and any(s.node_selector for s in specs) \
             else {}
         for row in rows:
             view = views.get(row["name"]) if self.settings.pools[row["name"]].node_selector else None

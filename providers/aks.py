@@ -11,7 +11,6 @@ import logging
 from dataclasses import dataclass
 import re
 import threading
-import time
 from typing import Any, Callable, Literal, Sequence
 from urllib.parse import urlsplit
 

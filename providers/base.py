@@ -14,7 +14,7 @@ from typing import Any, Callable, Protocol, Sequence, TypeVar, runtime_checkable
 from pydantic import BaseModel
 
 from autoscaler.clock import Clock
-from autoscaler.models import CloudLimits, CloudStatus, ProviderRead
+from autoscaler.models import CloudLimits, CloudStatus, ProviderRead, Tracked
 from providers.errors import BusyError, Code, LimitError, PermanentError, ProviderError
 
 __all__ = ["Capabilities", "NodePoolProvider", "NodeRef", "Provider", "ProviderError", "ProviderFactory",
@@ -34,18 +34,6 @@ class Capabilities:
     #: the cloud's own bounds known from the settings (an AKS System pool: 1..1000); the live ones come in
     #: ``CloudStatus.limits``
     limits: CloudLimits | None = None
-
-
-@dataclass(frozen=True)
-class Tracked:
-    """The count the store keeps for a provider that cannot read it, and when it last changed."""
-
-    count: int | None
-    changed_at: float | None
-
-    def count_or(self, initial: int) -> int:
-        """The tracked count, or the pool's configured initial count before the service ever changed it."""
-        return initial if self.count is None else self.count
 
 
 @dataclass(frozen=True)

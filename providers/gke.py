@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import re
 import threading
-import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence, TypeVar
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 from typing import Any, Sequence
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import time
 from typing import Any, Literal, Sequence
 from urllib.parse import quote
 

@@ -16,7 +16,7 @@ from flask.testing import FlaskClient
 
 from autoscaler.app import create_app
 from autoscaler.config.load import build_settings
-from autoscaler.store import EventRecord, QuickState, Settlement, Store
+from autoscaler.store import EventRecord, QuickState, Shortcut, Store
 from providers import NodePoolProvider
 
 TOKEN = "hardening-token-7"
@@ -140,17 +140,17 @@ def logging_kept() -> Iterator[None]:
 
 
 def quick_state(store: Store, pool: str) -> QuickState | None:
-    """What ``Store.settle`` hands its plan (the short cut's read), with a plan that settles nothing (nothing is
+    """What ``Store.shortcut`` hands its plan (the short cut's read), with a plan that settles nothing (nothing is
     written)."""
     seen: list[QuickState | None] = []
-    assert store.settle(pool, lambda quick: seen.append(quick)) is None
+    assert store.shortcut(pool, lambda quick: seen.append(quick)) is None
     return seen[0]
 
 
-# 8 parameters: the fields of the Settlement a plan returns, as the store tests name them.
+# 8 parameters: the fields of the Shortcut a plan returns, as the store tests name them.
 def record_settled(store: Store, pool: str, keys: tuple[str, ...], claim: str, now: float, expires_at: float,
                    event: EventRecord, duplicate: EventRecord) -> tuple[int, bool]:
-    """``Store.settle`` with a plan that settles whatever it reads: (the event id, whether it was the duplicate)."""
-    written = store.settle(pool, lambda _quick: Settlement(keys, claim, now, expires_at, event, duplicate))
+    """``Store.shortcut`` with a plan that settles whatever it reads: (the event id, whether it was the duplicate)."""
+    written = store.shortcut(pool, lambda _quick: Shortcut(keys, claim, now, expires_at, event, duplicate))
     assert written is not None
     return written

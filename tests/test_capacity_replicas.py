@@ -3,7 +3,6 @@ for a group falls back once, never twice, and one shortfall is recorded and aske
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest

@@ -15,6 +15,7 @@ import yaml
 from autoscaler.clock import ManualClock
 from autoscaler.config.load import build_settings
 from autoscaler.engine.core import Engine
+from autoscaler.engine.parts import Parts
 from autoscaler.pool.events import EventLog
 from autoscaler.reconcile.loop import Reconciler
 from autoscaler.replay.cluster import ReplayCluster
@@ -79,9 +80,8 @@ def test_the_replays_counted_check_finds_the_floor_the_listing_finds() -> None:
     names = [f"gpu-node-{i}" for i in range(6)]
     cluster = ReplayCluster(names, 8, 300.0, T0)
     clock = ManualClock(T0)
-    reconciler = Reconciler(settings, store, providers,
-                            Engine(settings, store, providers, EventLog(store, clock=clock), clock=clock,
-                                   cluster=cluster), clock=clock)
+    parts = Parts.build(settings, store, providers, EventLog(store, clock=clock), clock, cluster=cluster)
+    reconciler = Reconciler(parts, Engine(parts))
     found = 0
     for minute, demand in enumerate(WANDER[:120]):
         now = T0 + 60 * minute

@@ -131,7 +131,7 @@ def test_a_hung_decision_is_let_go_after_max_decision(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path}/state.db"
     slow = SlowCloud()
     first = _replica(db, slow, lease_ttl="300ms", lock_wait="100ms")
-    first.extensions["autoscaler"].engine.hold.max_decision = 0.5  # a cloud call that never returns, in short
+    first.extensions["autoscaler"].parts.hold.max_decision = 0.5  # a cloud call that never returns, in short
     other = _replica(db, ScriptedCloud(count=2), lease_ttl="300ms", lock_wait="100ms")
     holder = threading.Thread(target=lambda: _send(first, "fp-hung"))
     holder.start()

@@ -7,7 +7,7 @@ import pytest
 
 from autoscaler.models import (Action, CloudLimits, CloudStatus, DirectionPolicy, Headroom, Mode, Outcome, PoolFacts,
                                PoolSpec, PoolState, Schedule, Signal, Source)
-from autoscaler.decide.policy import backoff_seconds, cooldown_remaining, decide, settled
+from autoscaler.decide.policy import backoff_seconds, cooldown_remaining, decide, shortcut
 
 NOW = 10_000.0
 SPEC = PoolSpec(name="gpu", provider="simulated", min=1, max=6, dry_run=False,
@@ -136,7 +136,7 @@ def test_scale_in_names_what_holds_it() -> None:
     after_in = decide(IN, SPEC, replace(STATE, last_scale_in_at=NOW - 100, last_scale_out_at=NOW - 500), cloud(3),
                       NOW)
     assert after_in.reason == "scale in cooldown: 800s left"
-    settled_one = settled(IN, SPEC, replace(STATE, last_scale_out_at=NOW - 100), NOW, 3)
+    settled_one = shortcut(IN, SPEC, replace(STATE, last_scale_out_at=NOW - 100), NOW, 3)
     assert settled_one is not None and "delay_after_scale_out" in settled_one.reason
 
 
@@ -175,7 +175,7 @@ SETTLED = [
 
 @pytest.mark.parametrize("signal,spec,state,outcome", SETTLED)
 def test_settled_short_cut(signal: Signal, spec: PoolSpec, state: PoolState, outcome: Outcome | None) -> None:
-    plan = settled(signal, spec, state, NOW, 4)
+    plan = shortcut(signal, spec, state, NOW, 4)
     assert (plan.outcome if plan else None) == outcome
     if plan is not None:
         assert (plan.from_, plan.to) == (4, 4)

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autoscaler.models import Action, CloudStatus, DirectionPolicy, Outcome, PoolSpec, PoolState, Signal, Source
-from autoscaler.decide.policy import decide, settled
+from autoscaler.decide.policy import decide, shortcut
 from autoscaler.sources import PayloadError, alertmanager, grafana
 from tests.support import AUTH, FakeClock, am_alert, am_payload, make_app
 
@@ -57,7 +57,7 @@ def test_what_the_stored_state_settles_no_cloud_status_could_turn_into_a_change(
         spec: PoolSpec, state: PoolState, signal: Signal, current: int, busy: bool, now: float,
         known: int | None) -> None:
     """The cooldown/pause short cut (no lease, no cloud read) never hides a change the full decision would make."""
-    quick = settled(signal, spec, state, now, known)
+    quick = shortcut(signal, spec, state, now, known)
     if quick is None:
         return
     full = decide(signal, spec, state, CloudStatus(current=current, busy=busy), now)

@@ -8,6 +8,7 @@ import pytest
 
 from autoscaler.config.load import build_settings
 from autoscaler.engine.core import Engine
+from autoscaler.engine.parts import Parts
 from autoscaler.pool.events import EventLog
 from autoscaler.models import Action, CloudStatus, DirectionPolicy, Outcome, PoolSpec, PoolState, Signal, Source
 from autoscaler.decide.policy import decide
@@ -83,7 +84,7 @@ def _engine(tmp_path: Path, clock: FakeClock, pool: dict[str, Any]) -> tuple[Eng
     store = SqlStore(f"sqlite:///{tmp_path}/state.db")
     store.ensure_pools(["gpu"])
     providers = {"gpu": build("simulated", "gpu", settings.pools["gpu"].provider_settings)}
-    return Engine(settings, store, providers, EventLog(store, clock=clock), clock=clock), store
+    return Engine(Parts.build(settings, store, providers, EventLog(store, clock=clock), clock)), store
 
 
 def test_stabilization_window_uses_stored_recommendations(tmp_path: Path) -> None:

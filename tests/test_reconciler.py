@@ -144,7 +144,7 @@ def test_the_tick_prunes_expired_dedup_keys_at_most_once_a_minute(tmp_path: Path
     assert post(app.test_client(), "/webhook/alertmanager", am_payload(am_alert())).status_code == 200
     assert store.claim_dedup("gpu", ("old",), clock() - 700, 60.0, "a")  # expired long ago
     mine = _reconciler(app)
-    other = Reconciler(mine.settings, store, mine.providers, mine.engine, clock, pruner=mine.pruner)
+    other = Reconciler(mine.parts, mine.engine, pruner=mine.pruner)
     other.owner = "another-replica:1:reconciler"
     assert _reconciler(app).tick(clock()).pruned == 1  # the expired key; the notification's keys still hold
     assert other.tick(clock()).held is False  # another process's reconciler neither ticks nor prunes

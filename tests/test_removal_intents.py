@@ -16,7 +16,7 @@ from autoscaler.store import RemovalIntent, Store
 from tests import pg
 from tests.fakes.ack_hook import Answer, FakeHookServer
 from tests.fakes.kube import FakeKube
-from tests.support import AUTH, FakeClock, am_alert, am_payload, config, post
+from tests.support import FakeClock, am_alert, am_payload, config, post
 
 LABELS = {"agentpool": "gpunp"}
 NOW = 1_800_000_000.0

@@ -33,7 +33,7 @@ def _config(tmp_path: Path) -> dict[str, Any]:
 def _stall(port: int, headers: dict[str, str]) -> socket.socket:
     """Send a request's headers and 10 bytes of a 3,000-byte body (within the limit), then nothing."""
     sock = socket.create_connection(("127.0.0.1", port))
-    lines = [f"POST /webhook/grafana HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json",
+    lines = ["POST /webhook/grafana HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json",
              "Content-Length: 3000", *(f"{k}: {v}" for k, v in headers.items())]
     sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + b'{"alerts":')
     sock.settimeout(READ_TIMEOUT + 5)

@@ -8,14 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
-import requests
 import yaml
 
 from autoscaler.api.status import chart
 from tests.pipeline import require_binary
 from tests.servers import ROOT, Service
 from tests.status_scenario import scenario_config, write_night
-from tests.support import AUTH, FakeClock, am_alert, am_payload, config, make_app
+from tests.support import AUTH, FakeClock, am_alert, am_payload, make_app
 
 ARTIFACTS = ROOT / "test-artifacts"
 BASIC = {"Authorization": "Basic " + base64.b64encode(b"grafana:pw-7").decode()}

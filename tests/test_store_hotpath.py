@@ -12,7 +12,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from autoscaler.models import Action
-from autoscaler.store import DedupConfirm, PoolChange, QuickState, Settlement, SqlStore
+from autoscaler.store import DedupConfirm, PoolChange, QuickState, Shortcut, SqlStore
 from autoscaler.store.base import EventRecord
 from tests import pg
 from tests.support import quick_state, record_settled
@@ -93,7 +93,7 @@ def test_an_expired_key_is_taken_over_by_exactly_one_of_concurrent_claims(store:
         assert sorted(results) == [False, False, False, True]
 
 
-def _settled(t: float, outcome: str = "skipped_cooldown") -> EventRecord:
+def _shortcut_event(t: float, outcome: str = "skipped_cooldown") -> EventRecord:
     return EventRecord(time=t, pool="gpu", source="alertmanager", action="scale_out", outcome=outcome,
                        from_=None, to=None, reason="settled", alerts=[{"alertname": "A", "fingerprint": "f"}],
                        details={"cloud": "not read"})
@@ -126,7 +126,7 @@ def test_settle_reads_state_and_last_count_then_claims_records_and_points_the_po
     assert last_count == 3
 
     keys = ("alertmanager|fp|2025-01-01T00:00:00Z|firing", "y" * 300)
-    settled = replace(_settled(100.0), from_=last_count, to=last_count)
+    settled = replace(_shortcut_event(100.0), from_=last_count, to=last_count)
     event_id, duplicate = record_settled(store, "gpu", keys, "c1", 100.0, 700.0, settled, _duplicate(100.0))
     event = replace(settled, id=event_id)
     assert not duplicate
@@ -146,12 +146,12 @@ def test_settle_reads_state_and_last_count_then_claims_records_and_points_the_po
 def test_a_plan_that_fails_leaves_nothing_written(store: SqlStore) -> None:
     store.ensure_pools(["gpu"])
 
-    def plan(quick: QuickState | None) -> Settlement | None:
+    def plan(quick: QuickState | None) -> Shortcut | None:
         assert quick is not None and quick.state.name == "gpu"
         raise RuntimeError("a bug in the decision")
 
     with pytest.raises(RuntimeError, match="a bug in the decision"):
-        store.settle("gpu", plan)
+        store.shortcut("gpu", plan)
     assert store.events(None, 10) == []  # the read, the decision and the write are one transaction
     assert store.pool("gpu").last_event_id is None
     assert store.claim_dedup("gpu", ("k1",), 100.0, 30.0, "c2")  # and the store goes on
@@ -159,7 +159,7 @@ def test_a_plan_that_fails_leaves_nothing_written(store: SqlStore) -> None:
 
 def test_settle_without_keys_records_the_event(store: SqlStore) -> None:
     store.ensure_pools(["gpu"])
-    event_id, duplicate = record_settled(store, "gpu", (), "c1", 100.0, 700.0, _settled(100.0), _duplicate(100.0))
+    event_id, duplicate = record_settled(store, "gpu", (), "c1", 100.0, 700.0, _shortcut_event(100.0), _duplicate(100.0))
     assert not duplicate and store.pool("gpu").last_event_id == event_id
 
 
@@ -169,12 +169,12 @@ def test_concurrent_settles_of_one_notification_record_one_event_and_duplicates(
     start = threading.Barrier(6)
     results: list[bool] = []
 
-    def settle(i: int) -> None:
+    def shortcut(i: int) -> None:
         start.wait()
-        _, duplicate = record_settled(store, "gpu", keys, f"c{i}", 100.0, 700.0, _settled(100.0), _duplicate(100.0))
+        _, duplicate = record_settled(store, "gpu", keys, f"c{i}", 100.0, 700.0, _shortcut_event(100.0), _duplicate(100.0))
         results.append(duplicate)
 
-    threads = [threading.Thread(target=settle, args=(i,)) for i in range(6)]
+    threads = [threading.Thread(target=shortcut, args=(i,)) for i in range(6)]
     for t in threads:
         t.start()
     for t in threads:
@@ -201,20 +201,20 @@ def test_a_driver_error_in_settle_is_what_the_execution_layer_makes_of_it(tmp_pa
                 write()
             return type(info.value), str(info.value.orig), info.value.connection_invalidated
 
-        def settle() -> tuple[int, bool]:
+        def shortcut() -> tuple[int, bool]:
             return record_settled(store, "gpu", ("k1",), "me", 1.0, 600.0, _event(1.0), _event(1.0))
 
         with store.engine.begin() as conn:
             conn.exec_driver_sql(fail)
         # Twice: the first failure left no lock behind (its cursor is closed before its connection is dropped), so
         # the second meets the same error, not "database is locked".
-        seen = [failure(settle), failure(settle)]
+        seen = [failure(shortcut), failure(shortcut)]
         assert seen == [(IntegrityError, "attempt to write a readonly database", True)] * 2
         assert len(dropped) == 2
         with store.engine.begin() as conn:
             assert conn.exec_driver_sql("SELECT count(*) FROM dedup").scalar() == 0  # the claim rolled back
             conn.exec_driver_sql("DROP TRIGGER fail")
-        event_id, duplicate = settle()
+        event_id, duplicate = shortcut()
         assert not duplicate and store.pool("gpu").last_event_id == event_id
         with store.engine.begin() as conn:
             conn.exec_driver_sql(fail)

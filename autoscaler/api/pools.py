@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 
 from autoscaler.api import fail, read_json, request_body, require_auth
 from autoscaler.answers import EventList, decision_json, dump, event_body
-from autoscaler.api.event_query import MAX_PAGE, page as event_page, parse as parse_events
+from autoscaler.api.event_query import page as event_page, parse as parse_events
 from autoscaler.api.guards import WRITES, json_only, may_see, principal, same_origin_only
 from autoscaler.pool.events import OperatorAct, acting_as
 from autoscaler.models import Action, OperatorOutcome, Signal, Source, usable_value
@@ -138,7 +138,7 @@ def scale(pool: str) -> Response:
     reason = (f"manual request by {principal().name}" + (f" (on behalf of {who})" if who else "")
               + (f": {req.reason}" if req.reason else ""))
     nodes = tuple(dict.fromkeys(req.nodes or ()))
-    if nodes and not _svc().engine.names_nodes(spec):
+    if nodes and not _svc().parts.nodes.names_nodes(spec, _svc().providers[spec.name]):
         fail(422, f"nodes: pool {spec.name} cannot remove named nodes: that needs the `kubernetes:` section, the "
                   f"pool's node_selector and a provider that removes named nodes (not {spec.provider})")
     value, problem = usable_value([] if req.value is None else [req.value])
@@ -157,7 +157,7 @@ def _set_pause(pool: str, paused: bool) -> Response:
     reason = f"{verb} by {principal().name}" + (f": {req.reason}" if req.reason else "")
     change = PoolChange(paused=paused, pause_reason=req.reason if paused else "")
     outcome = OperatorOutcome.PAUSED if paused else OperatorOutcome.RESUMED
-    with _svc().engine.hold.holding(spec.name):  # "paused" holds from the answer on: no decision is still running
+    with _svc().parts.hold.holding(spec.name):  # "paused" holds from the answer on: no decision is still running
         _operator(spec, change, "pause" if paused else "resume", outcome, reason)
     return jsonify(_svc().pool_json(spec))
 
@@ -179,7 +179,7 @@ def set_count(pool: str) -> Response:
     if svc.providers[spec.name].capabilities.reports_count:
         fail(409, f"provider {spec.provider} reports the pool's real size; the count cannot be set by hand")
     req: CountRequest = _body(CountRequest)
-    with svc.engine.hold.holding(spec.name):  # a decision in flight records its count first, never after this one
+    with svc.parts.hold.holding(spec.name):  # a decision in flight records its count first, never after this one
         before = svc.pool_json(spec, with_last_event=False)["current"]  # tracked, or the provider's initial one
         was = before if before is not None else "unknown"
         reason = f"tracked count corrected from {was} to {req.count} by {principal().name}"

@@ -38,13 +38,13 @@ def repair_nodes(pool: str) -> Response:
     svc = _svc()
     if spec.repair is None and not req.cancel:  # a cancel still ends repairs stored before `repair:` was removed
         fail(422, f"pool {spec.name} has no `repair:` section: its nodes are not repaired")
-    if svc.engine.nodes is None:
+    if svc.parts.cluster is None:
         fail(422, "a repair needs the `kubernetes:` section")
     who = _on_behalf_of()
     nodes = tuple(dict.fromkeys(req.nodes))
     if req.cancel:
         try:
-            repair_carry.cancel(svc.engine, spec, nodes, principal().name + (f" (on behalf of {who})" if who else ""),
+            repair_carry.cancel(svc.parts.repairs, spec, nodes, principal().name + (f" (on behalf of {who})" if who else ""),
                           req.reason)
         except ValueError as exc:
             fail(409, str(exc))

@@ -8,6 +8,7 @@ from flask import Blueprint, Response, current_app, request
 from autoscaler.answers import WebhookAnswer, decision_body
 from autoscaler.api import fail, read_json, require_auth
 from autoscaler.api.guards import principal, same_origin_only
+from autoscaler.engine.parts import Parts
 from autoscaler.pool.events import acting_as
 from autoscaler.models import Decision, Notification, Outcome
 from autoscaler.routing import ACTIONS, parse_step
@@ -52,27 +53,28 @@ def _handle(parse: Callable[[Any, dict[str, str]], Notification]) -> Response:
         note = parse(body, query)
     except PayloadError as exc:
         fail(422 if isinstance(body, dict) else 400, str(exc))
-    engine = current_app.extensions["autoscaler"].engine
-    _within_pools(note, engine)
+    svc = current_app.extensions["autoscaler"]
+    engine = svc.engine
+    _within_pools(note, svc.parts)
     with acting_as(principal().name):
         return _answer(note, engine.handle_notification(note, principal().pools))
 
 
-def _within_pools(note: Notification, engine: Any) -> None:
+def _within_pools(note: Notification, parts: Parts) -> None:
     """403 for the whole notification when a credential limited to some pools sends an alert for another configured
     pool, or for a group none of whose pools it may act on (nothing of it acts): firing, resolved or ignored, each
     writes that pool's event log. A group with one of its pools goes on: the engine chooses among those only."""
     who = principal()
     if who.pools is None:
         return
-    groups = engine.settings.groups
+    groups = parts.settings.groups
     for alert in note.alerts:
         if alert.is_test:
             continue
-        route = engine.router.route(alert, note.query)
+        route = parts.router.route(alert, note.query)
         if route.problem or route.pool is None:
             continue
-        if route.pool in engine.settings.pools and not who.sees(route.pool):
+        if route.pool in parts.settings.pools and not who.sees(route.pool):
             fail(403, f"credential {who.name!r} may not send alerts for pool {route.pool[:80]!r} (not in its pools)")
         if route.pool in groups and not any(who.sees(p) for p in groups[route.pool]):
             fail(403, f"credential {who.name!r} may not send alerts for group {route.pool[:80]!r} (none of its "

@@ -94,7 +94,7 @@ def _paused(spec: PoolSpec, state: PoolState, action: Action | None, current: in
                     f"pool is paused{why}; resume it to scale")
 
 
-def settled(signal: Signal, spec: PoolSpec, state: PoolState, now: float, current: int | None) -> Decision | None:
+def shortcut(signal: Signal, spec: PoolSpec, state: PoolState, now: float, current: int | None) -> Decision | None:
     """The plan when the stored state alone settles it, whatever the cloud would say: a paused pool, or a step-mode
     alert inside its direction's cooldown (which only ever grows). None: ``decide`` needs the cloud's status.
 

@@ -3,28 +3,22 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Sequence
 
 from autoscaler.engine import fallback
 from autoscaler.repair import start as repair
 from autoscaler.pool.attempt import Attempt, DedupClaim
-from autoscaler.clock import SYSTEM, Clock
-from autoscaler.config.load import Settings
-from autoscaler.pool.events import EventLog
 from autoscaler.engine.facts import keeps_headroom, pool_facts, view_after
-from autoscaler.pool.hold import Held, PoolHold
-from autoscaler.models import (Action, CloudStatus, Decision, Notification, Outcome, PoolFacts, PoolSpec, PoolState,
-                               Signal, Source)
-from autoscaler.nodes.actions import NodeActions
-from autoscaler.cluster.nodes import Cluster, NodeView
-from autoscaler.pool.outcomes import error_details, failed, refused_for_capacity, result_label, said_by
-from autoscaler.decide.policy import decide, settled
+from autoscaler.pool.hold import Held
+from autoscaler.engine.parts import Parts
+from autoscaler.models import (Action, Decision, Notification, Outcome, PoolFacts, PoolSpec, Signal, Source)
+from autoscaler.cluster.nodes import NodeView
+from autoscaler.pool.door import error_details, said_by
+from autoscaler.decide.policy import decide, shortcut
 from autoscaler.redact import redact_text
 from autoscaler.nodes.removals import Seen
-from autoscaler.routing import Router
-from autoscaler.nodes.scale_in import NodeScaleIn
-from autoscaler.store import PoolChange, PoolView, QuickState, Store, StoreUnavailable
-from providers import Code, LimitError, NoCapacityError, NodePoolProvider, ProviderError, TemporaryError, Tracked
+from autoscaler.store import PoolChange, PoolView, QuickState, StoreUnavailable
+from providers import ProviderError
 
 log = logging.getLogger(__name__)
 
@@ -35,23 +29,19 @@ UNEXPECTED_RETRY = 30.0  # Retry-After for a decision that failed on an unexpect
 class Engine:
     """Turns notifications and manual requests into decisions, one pool at a time."""
 
-    # 7 parameters: the parts the app factory (or a replay) builds once and hands in; the last three optional.
-    def __init__(self, settings: Settings, store: Store, providers: dict[str, NodePoolProvider],
-                 events: EventLog, clock: Clock = SYSTEM, metrics: Any = None, cluster: Cluster | None = None) -> None:
-        self.settings = settings
-        self.store = store
-        self.providers = providers
-        self.events = events
-        self.time = clock
-        self.clock = clock.wall
-        self.metrics = metrics
-        self.router = Router(settings.config.routing, settings.config.rules, settings.groups)
-        self.lock_wait = settings.config.server.lock_wait
-        self.lease_ttl = settings.config.server.lease_ttl
-        #: the one way anything changes a pool (decisions here, operator acts, the reconciler's shortage handling)
-        self.hold = PoolHold(store, events, self.lock_wait, self.lease_ttl, clock)
-        self.nodes = NodeScaleIn(cluster, clock.wall, clock.sleep, store) if cluster is not None else None
-        self.node_actions = NodeActions(self.nodes)
+    def __init__(self, parts: Parts) -> None:
+        self.parts = parts
+        self.settings = parts.settings
+        self.store = parts.store
+        self.providers = parts.providers
+        self.events = parts.events
+        self.wall = parts.clock.wall
+        self.router = parts.router
+        self.lock_wait = parts.settings.config.server.lock_wait
+        self.lease_ttl = parts.settings.config.server.lease_ttl
+        self.hold = parts.hold  # the one way anything changes a pool
+        self.door = parts.door  # the one way a cloud is asked for a change
+        self.node_actions = parts.nodes
 
     # -- notifications --------------------------------------------------------------------------------
     def handle_notification(self, note: Notification, within: frozenset[str] | None = None) -> list[Decision]:
@@ -63,7 +53,7 @@ class Engine:
             if isinstance(item, Signal):
                 out.append(self.handle(item if within is None else replace(item, within=within)))
             else:
-                out.append(self.events.record(item.decision, note.source.value, list(item.alerts), self.clock()))
+                out.append(self.events.record(item.decision, note.source.value, list(item.alerts), self.wall()))
         return out
 
     # -- one signal ----------------------------------------------------------------------------------
@@ -71,21 +61,21 @@ class Engine:
         """Decide and act on one signal for one pool; records one event (and, when the cloud refused a group's pool
         for capacity, the next pool's decision for the same nodes as its own event)."""
         if signal.action is Action.REPAIR:  # a node to replace, not a size: its own way (docs/repair.md)
-            return repair.start(self, signal)
+            return repair.start(self.parts.repairs, signal, self.handle)
         spec = self.settings.pools.get(signal.pool)
         if spec is None and signal.pool in self.settings.groups:
-            routed = fallback.route(self.settings, self.store, self.providers, signal, self.clock())
+            routed = fallback.route(self.settings, self.store, self.providers, signal, self.wall())
             if isinstance(routed, Decision):
-                return self.events.record(routed, signal.source.value, list(signal.alerts), self.clock())
+                return self.events.record(routed, signal.source.value, list(signal.alerts), self.wall())
             signal, spec = routed, self.settings.pools[routed.pool]
         if spec is None:
             decision = Decision(signal.pool, signal.action, Outcome.UNKNOWN_POOL, None, None,
                                 f"pool {signal.pool!r} is not configured")
-            return self.events.record(decision, signal.source.value, list(signal.alerts), self.clock())
+            return self.events.record(decision, signal.source.value, list(signal.alerts), self.wall())
         claim = DedupClaim(self.store, spec.name, signal.dedup_keys)
         self.events.write_kept()  # a record lost while the store was away goes first (a resend finds it here)
         try:
-            attempt, settled_decision = self._settle(signal, spec, claim)
+            attempt, settled_decision = self._shortcut(signal, spec, claim)
             decision = self._handle(attempt) if settled_decision is None else settled_decision
         except StoreUnavailable:
             raise  # the request is answered 503; a claim left behind lapses after its short pending window
@@ -95,21 +85,21 @@ class Engine:
             self.handle(fallback.signal_for_rest(spec, decision, signal.source, signal.within))
         return decision
 
-    def _settle(self, signal: Signal, spec: PoolSpec, claim: DedupClaim) -> tuple[Attempt, Decision | None]:
+    def _shortcut(self, signal: Signal, spec: PoolSpec, claim: DedupClaim) -> tuple[Attempt, Decision | None]:
         """The signal's attempt, and its decision when the pool's stored state settles it: the common case under an
         alert storm (a pool in cooldown, or paused), read, decided and recorded in one transaction (see
-        ``EventLog.settle``). The clock is read once, after the state: a scale-out another worker recorded since
+        ``EventLog.shortcut``). The clock is read once, after the state: a scale-out another worker recorded since
         must not look like a cooldown still to run (with a zero cooldown it is not)."""
         made: list[Attempt] = []
 
         def settles(quick: QuickState | None) -> tuple[Attempt, Decision] | None:
             attempt = Attempt(signal, spec, self.providers[spec.name], claim, self.hold.owner(claim.id),
-                              self.clock(), self.hold.deadline())
+                              self.wall(), self.hold.deadline())
             made.append(attempt)
-            decision = self._settled(attempt, quick) if quick else None
+            decision = self._shortcut_plan(attempt, quick) if quick else None
             return None if decision is None else (attempt, _in_group(signal, decision))
 
-        decision = self.events.settle(spec.name, settles)
+        decision = self.events.shortcut(spec.name, settles)
         return made[-1], decision
 
     def _handle(self, attempt: Attempt) -> Decision:
@@ -137,7 +127,7 @@ class Engine:
         """Decide, act and record on the held pool (the lease released and the dedup keys confirmed with the
         record; a failure before it lets the hold give the lease back)."""
         # The decision's time: read once, now that the pool's state is ours (see ``handle`` for why after).
-        decided = replace(attempt, now=self.clock())
+        decided = replace(attempt, now=self.wall())
         decision, change, view = self._decide_and_act(decided, held)
         decision = _in_group(attempt.signal, decision)
         if decision.retry_after is not None:
@@ -159,7 +149,7 @@ class Engine:
                             f"{signal.reason + ': ' if signal.reason else ''}unexpected error ({type(exc).__name__}) "
                             "while deciding; see the service log. A retry can act", retry_after=UNEXPECTED_RETRY,
                             details={"code": "internal"})
-        return self.events.record(decision, signal.source.value, list(signal.alerts), self.clock())
+        return self.events.record(decision, signal.source.value, list(signal.alerts), self.wall())
 
     def _remember_view(self, view: PoolView | None) -> None:
         """Keep what this decision learned of the cloud as the pool's stored view (best effort)."""
@@ -170,12 +160,12 @@ class Engine:
         except StoreUnavailable:
             log.warning("pool %s: cloud view not stored: store unavailable", view.pool)
 
-    def _settled(self, attempt: Attempt, quick: QuickState) -> Decision | None:
-        """The decision when the stored state settles it (see ``policy.settled``), else None."""
+    def _shortcut_plan(self, attempt: Attempt, quick: QuickState) -> Decision | None:
+        """The decision when the stored state settles it (see ``policy.shortcut``), else None."""
         state, current = quick.state, quick.last_count
         if not attempt.provider.capabilities.reports_count and state.tracked_count is not None:
             current = state.tracked_count
-        plan = settled(attempt.signal, attempt.spec, state, attempt.now, current)
+        plan = shortcut(attempt.signal, attempt.spec, state, attempt.now, current)
         return None if plan is None else said_by(attempt.signal, plan)
 
     def _busy(self, attempt: Attempt) -> Decision:
@@ -188,7 +178,7 @@ class Engine:
                                   f"{self.lock_wait:g}s (its lease lapses within {self.lease_ttl:g}s if its worker "
                                   f"died); try again", retry_after=self.hold.retry_after,
                             details={"busy": "lease"})
-        return self.events.record(decision, attempt.source, attempt.alerts, self.clock())
+        return self.events.record(decision, attempt.source, attempt.alerts, self.wall())
 
     def names_nodes(self, spec: PoolSpec) -> bool:
         """Whether this pool's nodes can be removed by name (see ``NodeActions.names_nodes``)."""
@@ -198,7 +188,7 @@ class Engine:
         signal, spec, provider, now = attempt.signal, attempt.spec, attempt.provider, attempt.now
         state = held.state
         try:
-            cloud = provider.status(Tracked(state.tracked_count, state.count_changed_at), now)
+            cloud = provider.status(state.tracked(), now)
         except ProviderError as exc:
             retry = (exc.retry_after or 30.0) if exc.retryable else None
             return Decision(spec.name, signal.action, Outcome.FAILED, None, None,
@@ -222,10 +212,7 @@ class Engine:
         plan = said_by(signal, plan)
         by_name = named and plan.action is Action.SCALE_IN
         if plan.outcome is Outcome.SCALED and by_name:
-            started = self.time.monotonic()
-            decision, change, result = self.node_actions.remove(attempt, plan, state.failures, held.lease)
-            if result is not None:
-                self._observe(spec, result, self.time.monotonic() - started)
+            decision, change = self.node_actions.remove(attempt, plan, state.failures, held.lease)
             return decision, change, view_after(spec, cloud, facts, decision, now)
         if self.names_nodes(spec):
             self.node_actions.sweep(spec, now, views, Seen(cloud, provider.capabilities.reports_count))
@@ -235,7 +222,7 @@ class Engine:
         if plan.outcome is not Outcome.SCALED:
             decision, change = plan, PoolChange()
         else:
-            decision, change = self._act(attempt, state.failures, plan)
+            decision, change = self.door.resize(spec, provider, plan, now, attempt.status, state.failures)
         return decision, change, view_after(spec, cloud, facts, decision, now)
 
     def pool_facts(self, spec: PoolSpec, current: int | None, now: float,
@@ -243,42 +230,6 @@ class Engine:
                    undelivered: int = 0) -> PoolFacts:
         """Nodes in flight, the floor and the headroom in force now (see ``facts.pool_facts``)."""
         return pool_facts(self.store, spec, current, now, nodes, pods, undelivered)
-
-    def _act(self, attempt: Attempt, failures: int, plan: Decision) -> tuple[Decision, PoolChange]:
-        """Hand the plan and the status it was decided on to the provider (see ``NodePoolProvider.scale``); what it
-        reached (or its failure, with the backoff) to record."""
-        assert plan.action is not None and plan.from_ is not None and plan.to is not None
-        spec, provider, now = attempt.spec, attempt.provider, attempt.now
-        started = self.time.monotonic()
-        try:
-            reached = provider.scale(plan.from_, plan.to, now, status=attempt.status)
-        except NoCapacityError as exc:  # refused at once for capacity or quota: short, not failing
-            self._observe(spec, result_label(exc), self.time.monotonic() - started)
-            if self.metrics is not None:
-                self.metrics.no_capacity(spec.name, exc.shown_code)
-            return refused_for_capacity(spec, plan, now, exc)
-        except LimitError as exc:  # the cloud's own limit (an AKS System pool below 1 node): nothing failed
-            return replace(plan, outcome=Outcome.SKIPPED_LIMIT, to=plan.from_,
-                           reason=f"{plan.reason}: {redact_text(exc.message)}", retry_after=None,
-                           details=error_details(exc)), PoolChange()
-        except ProviderError as exc:
-            error: ProviderError = exc
-        except Exception as exc:  # a bug or an SDK surprise: fail this decision, keep serving
-            log.exception("provider %s raised unexpectedly for pool %s", spec.provider, spec.name)
-            error = TemporaryError(f"unexpected {type(exc).__name__}: {redact_text(str(exc))[:300]}",
-                                   code=Code.INTERNAL)
-        else:
-            self._observe(spec, "ok", self.time.monotonic() - started)
-            tracks = not provider.capabilities.reports_count
-            change = PoolChange(at=now, acted=plan.action, failures=0, backoff_until=None,
-                                tracked_count=reached if tracks else None)
-            return replace(plan, to=reached), change
-        self._observe(spec, result_label(error), self.time.monotonic() - started)
-        return failed(spec, not provider.capabilities.reports_count, failures, plan, now, error)
-
-    def _observe(self, spec: PoolSpec, result: str, seconds: float) -> None:
-        if self.metrics is not None:
-            self.metrics.provider_call(spec.provider, spec.name, result, seconds)
 
 
 def _in_group(signal: Signal, decision: Decision) -> Decision:

@@ -15,7 +15,7 @@ from autoscaler.decide.groups import OUT_OF_SCOPE, Member, choose
 from autoscaler.models import Action, Decision, Mode, Outcome, PoolSpec, Signal, Source
 from autoscaler.decide.proportional import propose
 from autoscaler.store import Store
-from providers import NodePoolProvider, ProviderError, Tracked
+from providers import NodePoolProvider, ProviderError
 
 
 def member(store: Store, provider: NodePoolProvider, spec: PoolSpec, now: float) -> Member:
@@ -23,7 +23,7 @@ def member(store: Store, provider: NodePoolProvider, spec: PoolSpec, now: float)
     state = store.pool(spec.name)
     short_until, short_reason = state.short_until, state.short_reason
     try:
-        cloud = provider.status(Tracked(state.tracked_count, state.count_changed_at), now)
+        cloud = provider.status(state.tracked(), now)
         current = cloud.current
         if cloud.shortfall is not None and cloud.shortfall.undelivered > 0:
             short_until, short_reason = max(short_until or 0.0, now + 1), cloud.shortfall.code

@@ -16,7 +16,7 @@ from autoscaler.pool.attempt import Attempt
 from autoscaler.pool.hold import Lease
 from autoscaler.models import Decision, Outcome, PoolSpec, Source
 from autoscaler.cluster.nodes import Cluster, ClusterError, NodeView
-from autoscaler.pool.outcomes import failed, result_label
+from autoscaler.pool.door import changed, failed
 from autoscaler.redact import redact_text
 from autoscaler.nodes.removals import Seen
 from autoscaler.nodes.scale_in import Leased, NodeScaleIn, summary
@@ -64,7 +64,7 @@ class NodeActions:
     def sweep(self, spec: PoolSpec, since: float, views: Sequence[NodeView] | None = None,
               seen: Seen | None = None) -> None:
         """Best effort: uncordon what a stopped decision left cordoned (the next one retries on failure), except
-        nodes whose removal may have been sent, until ``seen`` (the cloud's view) settles them."""
+        nodes whose removal may have been sent, until ``seen`` (the cloud's view) resolves them."""
         assert self.scale_in is not None
         try:
             self.scale_in.sweep(spec, since, views, seen)
@@ -81,11 +81,9 @@ class NodeActions:
         return replace(plan, reason=f"{plan.reason}; {done.reason}", details={**plan.details, **done.details()})
 
     def remove(self, attempt: Attempt, plan: Decision, failures: int,
-               lease: Lease) -> tuple[Decision, PoolChange, str | None]:
+               lease: Lease) -> tuple[Decision, PoolChange]:
         """A scale-in that names its nodes: pick (or take the operator's), cordon, re-check, remove exactly those
-        (the provider gets ``attempt.status``, the status the plan was decided on).
-
-        Also the provider-call metric's result (``outcomes.result_label``), None when the cloud was not asked."""
+        through the door (the provider gets ``attempt.status``, the status the plan was decided on)."""
         spec, provider, signal, now = attempt.spec, attempt.provider, attempt.signal, attempt.now
         assert self.scale_in is not None and isinstance(provider, RemovesNamedNodes)
         assert plan.from_ is not None and plan.to is not None
@@ -104,20 +102,17 @@ class NodeActions:
             return (Decision(spec.name, plan.action, Outcome.FAILED, plan.from_, plan.from_, reason,
                              retry_after=CLUSTER_RETRY, details={**plan.details, "code": "KubernetesApi",
                                                                  "retryable": True}),
-                    PoolChange(), "KubernetesApi")
+                    PoolChange())
         details = {**plan.details, **done.details()}
-        tracks = not provider.capabilities.reports_count
         if done.error is not None:
-            decision, change = failed(spec, tracks, failures, plan, now, done.error)
-            return replace(decision, details={**decision.details, **details}), change, result_label(done.error)
+            decision, change = failed(spec, not provider.capabilities.reports_count, failures, plan, now, done.error)
+            return replace(decision, details={**decision.details, **details}), change
         if done.outcome is not Outcome.SCALED:  # nothing asked of the cloud: no cooldown, no backoff
             return Decision(spec.name, plan.action, done.outcome, plan.from_, plan.from_,
-                            f"{plan.reason}; {done.reason}", details=details), PoolChange(), None
-        change = PoolChange(at=now, acted=plan.action, failures=0, backoff_until=None,
-                            tracked_count=done.reached if tracks else None)
+                            f"{plan.reason}; {done.reason}", details=details), PoolChange()
         return Decision(spec.name, plan.action, Outcome.SCALED, plan.from_, done.reached,
                         f"{plan.reason}; {done.reason}" + (f"; kept {summary(done.kept)}" if done.kept else ""),
-                        details=details), change, "ok"
+                        details=details), changed(provider, now, done.reached, plan.action)
 
 
 def _read(spec: PoolSpec, read: Callable[[], list[NodeView]], instead: str) -> list[NodeView] | None:

@@ -7,17 +7,18 @@ uncordons it, and :meth:`NodeScaleIn.sweep` uncordons what a dead decision left 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
+from autoscaler.clock import SYSTEM, Clock
 from autoscaler.models import CloudStatus, Outcome, PoolSpec
 from autoscaler.cluster.movable import Pick, pick_movable
 from autoscaler.cluster.nodes import (REMOVING, Cluster, ClusterError, NodeGone, NodeView,
                                       pick_victims)
 from autoscaler.cluster.pods import Budget
 from autoscaler.nodes.drain import drain
-from autoscaler.nodes.removals import Seen, forget, settle
+from autoscaler.pool.door import Door
+from autoscaler.nodes.removals import Seen, forget, resolve
 from autoscaler.store import RemovalIntent, Store, StoreUnavailable
 from providers import NodeRef, ProviderError, RemovesNamedNodes
 
@@ -86,11 +87,11 @@ class Leased:
 class NodeScaleIn:
     """The orchestration between a :class:`Cluster` and a provider that removes named nodes."""
 
-    def __init__(self, cluster: Cluster, clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep, removals: Store | None = None) -> None:
+    def __init__(self, cluster: Cluster, door: Door, clock: Clock = SYSTEM, removals: Store | None = None) -> None:
         self.cluster = cluster
-        self.clock = clock
-        self.sleep = sleep
+        self.door = door  # the removal is asked through it (autoscaler/pool/door.py)
+        self.wall = clock.wall
+        self.sleep = clock.sleep
         self.removals = removals  # where removals about to be sent are recorded (autoscaler/nodes/removals.py)
 
     # ---- leftovers -----------------------------------------------------------------------------------------------
@@ -103,13 +104,13 @@ class NodeScaleIn:
         decision that no longer holds the lease (its worker died, or it lost the lease and will not remove: it
         renews the lease right before the removal). A node whose removal was asked (owner ends in ``/removing``)
         is the cloud's for ``REMOVAL_GRACE``; one still there after that is uncordoned too. A node whose removal
-        was recorded as about to be sent stays cordoned until ``seen``, the cloud's view, settles it
-        (:func:`autoscaler.nodes.removals.settle`)."""
+        was recorded as about to be sent stays cordoned until ``seen``, the cloud's view, resolves it
+        (:func:`autoscaler.nodes.removals.resolve`)."""
         if views is None:
             selector = dict(spec.node_selector)
             views = (self.cluster.marked(selector) if self.cluster.capabilities.lists_marked
                      else self.cluster.nodes(selector))
-        held = settle(self.cluster, self.removals, spec.name, views, seen, now, REMOVAL_GRACE)
+        held = resolve(self.cluster, self.removals, spec.name, views, seen, now, REMOVAL_GRACE)
         done = []
         for view in views:
             if view.cordoned_by_us is None or view.cordon_owner == REPAIR_OWNER or view.name in held:
@@ -208,7 +209,7 @@ class NodeScaleIn:
         drained: list[NodeView] = []
         for view in views:
             try:
-                problem = drain(self.cluster, spec, view, job.owner, job.renew, self.clock, self.sleep)
+                problem = drain(self.cluster, spec, view, job.owner, job.renew, self.wall, self.sleep)
             except ClusterError as exc:
                 raise self._unwind(exc, [view.name] + [v.name for v in drained]) from None
             if problem:
@@ -231,7 +232,7 @@ class NodeScaleIn:
                 if view.cordoned and view.cordoned_by_us is None:
                     continue  # someone else's cordon: theirs to lift
                 try:
-                    self.cluster.cordon(view.name, owner, self.clock())
+                    self.cluster.cordon(view.name, owner, self.wall())
                 except NodeGone:
                     gone.add(view.name)  # deleted since the pick: kept below, as the re-read would
                     continue
@@ -260,17 +261,14 @@ class NodeScaleIn:
         names = tuple(r.name for r in refs)
         self._intend(job, names, mine)  # before the call: a worker killed in it leaves the record behind
         try:
-            reached = job.provider.remove_nodes(refs, current, self.clock(), status=job.status)
+            reached = self.door.remove(spec, job.provider, refs, current, self.wall(), job.status)
         except ProviderError as exc:
-            if exc.applied is None:  # nothing went: the nodes are open again; else the next sweep settles them
+            if exc.applied is None:  # nothing went: the nodes are open again; else the next sweep resolves them
                 forget(self.removals, spec.name, self._uncordon(mine), names)
             return Removal(Outcome.FAILED, exc.applied if exc.applied is not None else current,
                            f"removing {', '.join(names)}", names, tuple(kept), error=exc)
-        except Exception:
-            forget(self.removals, spec.name, self._uncordon(mine), names)
-            raise
         unmarked = [name for name in mine  # the cloud has them now: the sweep leaves them for REMOVAL_GRACE
-                    if not self._best_effort(self.cluster.cordon, name, owner + REMOVING, self.clock())]
+                    if not self._best_effort(self.cluster.cordon, name, owner + REMOVING, self.wall())]
         forget(self.removals, spec.name, unmarked, names)
         return Removal(Outcome.SCALED, reached, f"removed {', '.join(names)}", names, tuple(kept))
 
@@ -279,7 +277,7 @@ class NodeScaleIn:
         refuses it stops the removal before the call, the cordons lifted."""
         try:
             if self.removals is not None:
-                at = self.clock()
+                at = self.wall()
                 self.removals.intend_removals([RemovalIntent(job.spec.name, n, job.owner, at, job.current)
                                                for n in names])
         except StoreUnavailable:

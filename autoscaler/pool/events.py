@@ -12,13 +12,13 @@ from typing import Any, Callable
 from autoscaler.answers import event_json
 from autoscaler.pool.attempt import Attempt
 from autoscaler.clock import SYSTEM, Clock
-from autoscaler.pool.final_write import FinalWrites, Pending
+from autoscaler.pool.final_write import Final, FinalWrites, Pending
 from autoscaler.logjson import json_logs
 from autoscaler.models import Alert, Decision, OperatorOutcome, Source
 from autoscaler.redact import active, redact_text
 from autoscaler.sinks import EventSink
 from autoscaler.storable import MAX_ALERTS_LISTED, clean
-from autoscaler.store import DedupConfirm, EventRecord, PoolChange, QuickState, Settlement, Store, tables
+from autoscaler.store import EventRecord, PoolChange, QuickState, Shortcut, Store, tables
 
 log = logging.getLogger("autoscaler.decision")
 _ACTOR: ContextVar[str | None] = ContextVar("actor", default=None)
@@ -93,30 +93,32 @@ class EventLog:
         event_id = self.store.record(ev)
         return self._published(d, replace(ev, id=event_id))
 
-    def finish(self, attempt: Attempt, d: Decision, change: PoolChange,
-               confirm: DedupConfirm | None = None, until: float | None = None) -> Decision:
-        """Record a leased decision at ``attempt.now``, apply its change to the pool's state, release the pool's lease
-        (and confirm its dedup keys), in one transaction; retried until ``until`` (monotonic: the lease's end) while
-        the store is away, then kept and written once it is back (see ``final_write``)."""
-        ev = self._record_for(d, attempt.source, attempt.alerts, attempt.now)
-        pending = Pending(attempt.spec.name, attempt.owner, ev, change, confirm,
-                          lambda event_id: self._published(d, replace(ev, id=event_id)))
-        event_id = self.final.write(pending, until)
+    def finish(self, held: Final, d: Decision, source: str, alerts: list[Alert], now: float,
+               change: PoolChange) -> Decision:
+        """The final write of a held pool's record (``Held.record``): the event at ``now``, its change to the pool's
+        state, the lease released (``held.release``), the dedup keys confirmed and a repair ended as ``held`` says,
+        in one transaction; retried until ``held.until`` (monotonic: the lease's end) while the store is away, then
+        kept and written once it is back (see ``final_write``)."""
+        ev = self._record_for(d, source, alerts, now)
+        pending = Pending(held.pool, held.owner, ev, change, held.confirm,
+                          lambda event_id: self._published(d, replace(ev, id=event_id)), held.release,
+                          held.ends_repair)
+        event_id = self.final.write(pending, held.until)
         return self._published(d, replace(ev, id=event_id))
 
     def write_kept(self) -> None:
         """Write the final writes kept while the store was away (best effort; they are retried in the background)."""
         self.final.flush()
 
-    def settle(self, pool: str,
+    def shortcut(self, pool: str,
                settles: Callable[[QuickState | None], tuple[Attempt, Decision] | None]) -> Decision | None:
-        """The short cut (``Store.settle``): ``settles`` says, from the pool's stored state, which decision that state
+        """The short cut (``Store.shortcut``): ``settles`` says, from the pool's stored state, which decision that state
         settles (None: none; nothing is recorded and None is returned). In the same transaction as the read, that
         decision is recorded with the attempt's dedup keys claimed for the full window, or the attempt's duplicate
         when every key was already claimed."""
         made: list[tuple[Decision, EventRecord]] = []
 
-        def plan(quick: QuickState | None) -> Settlement | None:
+        def plan(quick: QuickState | None) -> Shortcut | None:
             settled = settles(quick)
             if settled is None:
                 return None
@@ -125,9 +127,9 @@ class EventLog:
             ev = self._record_for(d, attempt.source, attempt.alerts, attempt.now)
             dup = self._record_for(duplicate, attempt.source, attempt.alerts, attempt.now)
             made[:] = [(d, ev), (duplicate, dup)]
-            return Settlement(attempt.claim.keys, attempt.claim.id, attempt.now, attempt.expires_at, ev, dup)
+            return Shortcut(attempt.claim.keys, attempt.claim.id, attempt.now, attempt.expires_at, ev, dup)
 
-        written = self.store.settle(pool, plan)
+        written = self.store.shortcut(pool, plan)
         if written is None:
             return None
         event_id, was_duplicate = written
@@ -143,21 +145,6 @@ class EventLog:
         event_id = self.store.update_pool(act.pool, ev, change)
         self._publish(replace(ev, id=event_id), count=False)  # not a decision: no decisions_total sample
         return event_id or 0
-
-    def applied(self, d: Decision, source: str, alerts: list[Alert], now: float, change: PoolChange) -> Decision:
-        """Record a decision made under ``Engine.holding`` (a repair's start) with its change to the pool's state,
-        in one transaction."""
-        assert d.pool is not None
-        ev = self._record_for(d, source, alerts, now)
-        event_id = self.store.update_pool(d.pool, ev, change)
-        return self._published(d, replace(ev, id=event_id))
-
-    def repair_ended(self, d: Decision, node: str, now: float, change: PoolChange | None = None) -> Decision:
-        """Record the end of ``node``'s repair (source ``reconcile``) and forget the repair, in one transaction."""
-        assert d.pool is not None
-        ev = self._record_for(d, Source.RECONCILE.value, [], now)
-        event_id = self.store.end_repair(d.pool, node, ev, change)
-        return self._published(d, replace(ev, id=event_id))
 
     def repair_cancelled(self, act: OperatorAct, node: str, now: float) -> int:
         """An operator's cancel: forget ``node``'s repair and record who cancelled it, in one transaction."""

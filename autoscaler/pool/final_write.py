@@ -34,6 +34,19 @@ KEEP_FOR = 3600.0  # a kept write is given up (logged as an error) after this lo
 LOOK_BACK = 50  # how many of the pool's newest events are searched for a write whose answer was lost
 
 
+@dataclass(frozen=True)
+class Final:
+    """How a held pool's record is written (``EventLog.finish``): whose lease, until when it is retried
+    (monotonic), whether the lease is released with it, the dedup keys it confirms and the repair it ends."""
+
+    pool: str
+    owner: str
+    until: float | None
+    release: bool = True
+    confirm: DedupConfirm | None = None
+    ends_repair: str | None = None
+
+
 @dataclass
 class Pending:
     """One decision's final write; ``publish`` logs, counts and sends its event once written (kept writes only)."""
@@ -44,6 +57,8 @@ class Pending:
     change: PoolChange
     confirm: DedupConfirm | None
     publish: Callable[[int], object]
+    release: bool = True  # False: a record in the middle of a hold, which keeps the lease
+    ends_repair: str | None = None  # the node whose repair this record ends (forgotten in the same transaction)
     since: float = 0.0  # monotonic: when it was kept
     in_doubt: bool = field(default=False)  # a try failed: its commit may have landed
 
@@ -86,7 +101,8 @@ class FinalWrites:
                 log.warning("pool %s: the decision's record (event %d) had been committed although the database's "
                             "answer was lost", pending.pool, found)
                 return found
-        return self.store.finish(pending.pool, pending.owner, pending.event, pending.change, pending.confirm)
+        return self.store.finish(pending.pool, pending.owner, pending.event, pending.change, pending.confirm,
+                                 release=pending.release, ends_repair=pending.ends_repair)
 
     def _recorded(self, pending: Pending) -> int | None:
         """The id of ``pending``'s event if its commit landed, else None."""

@@ -20,7 +20,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Iterator
 
 from autoscaler.clock import SYSTEM, Clock
-from autoscaler.models import Decision, PoolState
+from autoscaler.models import Alert, Decision, PoolState
+from autoscaler.pool.final_write import Final
 from autoscaler.store import DedupConfirm, PoolChange, PoolStore, Store, StoreUnavailable
 
 if TYPE_CHECKING:
@@ -128,12 +129,24 @@ class Held:
 
     def finish(self, attempt: Attempt, decision: Decision, change: PoolChange,
                confirm: DedupConfirm | None = None) -> Decision:
-        """Record the outcome, apply its change to the pool and give the lease back, in one transaction (see
-        ``EventLog.finish``: retried while the lease holds, since the cloud may have acted and its record must not
-        be lost, then kept); ``attempt.owner`` must be this hold's owner."""
-        self._stop.set()  # a renewal racing the release is harmless: it only touches a lease this owner still holds
-        recorded = self.events.finish(attempt, decision, change, confirm, self.lease.lapses_at() - FINAL_MARGIN)
-        self._finished = True
+        """Record a decision's outcome, apply its change to the pool and give the lease back, in one transaction
+        (see :meth:`record`); ``attempt.owner`` must be this hold's owner."""
+        return self.record(decision, attempt.source, attempt.alerts, attempt.now, change, confirm=confirm)
+
+    # Over 5 parameters: the event's own four (decision, source, alerts, time), the change, and how it is written.
+    def record(self, decision: Decision, source: str, alerts: list[Alert], now: float, change: PoolChange, *,
+               confirm: DedupConfirm | None = None, release: bool = True, ends_repair: str | None = None) -> Decision:
+        """Record an event of this hold with its change to the pool, through the final write (``EventLog.finish``:
+        retried while the lease holds, since the cloud may have acted and its record must not be lost, then kept).
+        ``release`` (the default) gives the lease back in the same transaction and ends the hold's renewal; False
+        records in the middle of a hold (a repair step), which keeps the pool. ``ends_repair``: the node whose
+        repair ends with this record."""
+        if release:
+            self._stop.set()  # a renewal racing the release is harmless: it only touches a lease this owner holds
+        final = Final(self.lease.pool, self.lease.owner, self.lease.lapses_at() - FINAL_MARGIN, release, confirm,
+                      ends_repair)
+        recorded = self.events.finish(final, decision, source, alerts, now, change)
+        self._finished = self._finished or release
         return recorded
 
     def __enter__(self) -> Held:
@@ -200,7 +213,7 @@ class PoolHold:
         return Held(state, lease, self.events, lock, self.max_decision, self.renew)
 
     @contextmanager
-    def holding(self, pool: str, who: str = "operator") -> Iterator[PoolState]:
+    def holding(self, pool: str, who: str = "operator") -> Iterator[Held]:
         """Hold ``pool`` for a change recorded on its own (an operator's pause, resume or count correction, a
         repair's step; ``who`` names the holder in the lease's owner): a decision in flight finishes first and none
         starts meanwhile; PoolHeld when it stays held past ``lock_wait``."""
@@ -209,4 +222,4 @@ class PoolHold:
             raise PoolHeld(f"another decision on pool {pool} is still running after {self.lock_wait:g}s; try again",
                            self.retry_after)
         with held:
-            yield held.state
+            yield held

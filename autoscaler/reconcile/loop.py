@@ -24,12 +24,11 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import ContextManager, Sequence
 
-from autoscaler.clock import SYSTEM, Clock
-from autoscaler.config.load import Settings
 from autoscaler.engine.core import Engine
 from autoscaler.reconcile import shortage
 from autoscaler.repair import carry as repair_carry
-from autoscaler.engine.facts import headroom_facts, keeps_headroom
+from autoscaler.engine.facts import headroom_facts, keeps_headroom, pool_facts
+from autoscaler.engine.parts import Parts
 from autoscaler.decide.headroom import Floor, floor as headroom_floor
 from autoscaler.decide.inflight import NOT_REGISTERED, unregistered
 from autoscaler.models import Action, CloudStatus, Decision, PoolFacts, PoolSpec, Shortfall, Signal, Source
@@ -39,8 +38,8 @@ from autoscaler.answers import dump, node_body
 from autoscaler.reconcile.retention import Pruner
 from autoscaler.decide.schedules import unusable
 from autoscaler.cluster.nodes import ClusterError, NodeView, PoolRead
-from autoscaler.store import NodesView, PoolView, Store, StoreUnavailable
-from providers import NodePoolProvider, ProviderError, Tracked
+from autoscaler.store import NodesView, PoolView, StoreUnavailable
+from providers import ProviderError
 
 log = logging.getLogger(__name__)
 
@@ -61,15 +60,15 @@ class Reconciler:
     """``tick(now)`` does one round; ``start()`` runs it every ``interval`` on a daemon thread. ``pruner``: the
     store's retention, run from the tick (the service's; a replay prunes nothing)."""
 
-    # 7 parameters: the parts the app factory (or a replay) hands in; the last three optional.
-    def __init__(self, settings: Settings, store: Store, providers: dict[str, NodePoolProvider], engine: Engine,
-                 clock: Clock = SYSTEM, interval: float | None = None,
+    def __init__(self, parts: Parts, engine: Engine, interval: float | None = None,
                  pruner: Pruner | None = None) -> None:
+        settings = parts.settings
+        self.parts = parts
         self.settings = settings
-        self.store = store
-        self.providers = providers
-        self.engine = engine
-        self.clock = clock
+        self.store = parts.store
+        self.providers = parts.providers
+        self.engine = engine  # the floors and top-ups are decisions: asked of it (``handle``)
+        self.clock = parts.clock
         self.interval = settings.config.server.reconcile_interval if interval is None else interval
         self.pruner = pruner
         self.ttl = max(3 * self.interval, 60.0)  # a dead holder is replaced within a few ticks
@@ -102,7 +101,7 @@ class Reconciler:
         view, facts, short = self.refresh(spec, now)
         out.views.append(view)
         listed = self.refresh_nodes(spec, now)
-        out.decisions += repair_carry.carry_on(self.engine, spec, now, listed)  # docs/repair.md
+        out.decisions += repair_carry.carry_on(self.parts.repairs, spec, now, listed)  # docs/repair.md
         if short is not None:  # the cloud accepted a size it could not deliver: say so, give back, ask the group
             out.decisions += self._short(spec, now, short)
             return
@@ -111,7 +110,7 @@ class Reconciler:
             out.decisions.append(decision)
 
     def _one_read(self) -> ContextManager[None]:
-        cluster = self.engine.nodes.cluster if self.engine.nodes is not None else None
+        cluster = self.parts.cluster
         return cluster.once() if cluster is not None and cluster.capabilities.reads_pools else contextlib.nullcontext()
 
     def _log_unusable(self, spec: PoolSpec, now: float) -> None:
@@ -124,8 +123,7 @@ class Reconciler:
 
     def _short(self, spec: PoolSpec, now: float, short: Shortfall) -> list[Decision]:
         """``no_capacity`` for the pool, then what it did not deliver asked of its group's next pool."""
-        recorded = shortage.check(self.engine.hold, self.providers[spec.name], spec, now,
-                                  short if short.code == NOT_REGISTERED else None, self.engine.metrics)
+        recorded = shortage.check(self.parts, spec, now, short if short.code == NOT_REGISTERED else None)
         if recorded is None:
             return []
         fallback = shortage.fall_back(self.engine.handle, spec, recorded)
@@ -136,17 +134,17 @@ class Reconciler:
         reports nodes it accepted and could not deliver."""
         state = self.store.pool(spec.name)
         try:
-            cloud = self.providers[spec.name].status(Tracked(state.tracked_count, state.count_changed_at), now)
+            cloud = self.providers[spec.name].status(state.tracked(), now)
             error = None
         except ProviderError as exc:
             cloud, error = CloudStatus(current=None), redact_text(exc.message)
         if cloud.shortfall is None and cloud.current:
-            nodes = self.engine.node_actions.marked(spec)  # GPU-ready or not: in flight and the shortfall read it
+            nodes = self.parts.nodes.marked(spec)  # GPU-ready or not: in flight and the shortfall read it
             cloud = replace(cloud, shortfall=self._unregistered(spec, cloud.current, now, nodes))
         else:
             nodes = None
         undelivered = cloud.shortfall.undelivered if cloud.shortfall is not None else 0
-        facts = self.engine.pool_facts(spec, cloud.current, now, nodes=nodes, undelivered=undelivered)
+        facts = pool_facts(self.store, spec, cloud.current, now, nodes=nodes, undelivered=undelivered)
         view = PoolView(spec.name, cloud.current, cloud.busy, cloud.detail, facts.in_flight, error, now)
         last = self.store.views().get(spec.name) if error else None
         if last is not None:  # keep the last good read and its time: the view's age (and its alert) shows the outage
@@ -175,7 +173,7 @@ class Reconciler:
         list them per request: a hung API server then costs this loop a read, not every page a thread. A failed
         list keeps the last good nodes, with the error and their time. The fresh listing (the headroom's top-up
         reads it too), or None: not node-aware, or the list failed."""
-        cluster = self.engine.nodes.cluster if self.engine.nodes is not None else None
+        cluster = self.parts.cluster
         if cluster is None or not spec.node_selector:
             return None
         try:
@@ -227,7 +225,7 @@ class Reconciler:
         if used is not None:
             facts = replace(headroom_facts(spec, now, None), used=used)
         else:
-            pods = listed if listed is not None else self.engine.node_actions.with_pods(spec)
+            pods = listed if listed is not None else self.parts.nodes.with_pods(spec)
             if pods is None:
                 return None
             facts = headroom_facts(spec, now, pods)

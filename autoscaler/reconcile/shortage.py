@@ -9,45 +9,42 @@ replicas, or a decision racing the reconciler, never record one shortfall twice.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+import uuid
+from typing import Callable
 
-from autoscaler.pool.attempt import Attempt, DedupClaim
+from autoscaler.engine.parts import Parts
+from autoscaler.pool.door import Door, changed
 from autoscaler.engine.fallback import signal_for_rest
-from autoscaler.pool.hold import PoolHold
 from autoscaler.models import Action, CloudStatus, Decision, Outcome, PoolSpec, PoolState, Shortfall, Signal, Source
 from autoscaler.redact import redact_text
 from autoscaler.store import PoolChange
-from providers import NodePoolProvider, ProviderError, Tracked
+from providers import NodePoolProvider, ProviderError
 
 log = logging.getLogger(__name__)
 
 
-# 6 parameters: the hold, the pool (spec and provider) and the tick's time, what the cluster saw, the metrics;
-# each a different owner's (the engine's hold, the reconciler's tick), none reached for through the engine.
-def check(hold: PoolHold, provider: NodePoolProvider, spec: PoolSpec, now: float, seen: Shortfall | None = None,
-          metrics: Any = None) -> Decision | None:
+def check(parts: Parts, spec: PoolSpec, now: float, seen: Shortfall | None = None) -> Decision | None:
     """Record the pool's shortfall while holding it, if the cloud still reports one (or ``seen``: one the cluster
     showed, which the cloud does not report); None when there is none (or the pool is held by another decision: the
-    next tick looks again). ``metrics``: the service's, counting the ``no_capacity``."""
-    signal = Signal(pool=spec.name, action=Action.SCALE_OUT, source=Source.RECONCILE)
-    claim = DedupClaim(hold.store, spec.name, ())
-    attempt = Attempt(signal, spec, provider, claim, hold.owner(claim.id), now, hold.deadline())
-    held = hold.take(spec.name, attempt.owner, attempt.deadline)
+    next tick looks again). The give-back is asked through the door, which counts the ``no_capacity`` of a refusal;
+    the shortfall's own is counted here."""
+    hold, provider = parts.hold, parts.providers[spec.name]
+    held = hold.take(spec.name, hold.owner(f"shortage:{uuid.uuid4().hex}"), hold.deadline())
     if held is None:
         return None
     with held:
         state = held.state
         try:
-            cloud = provider.status(Tracked(state.tracked_count, state.count_changed_at), now)
+            cloud = provider.status(state.tracked(), now)
         except ProviderError:
             cloud = CloudStatus(current=None)
         short = cloud.shortfall or (seen if seen is not None and cloud.current == seen.asked else None)
         if short is None or short.undelivered <= 0 or _already_told(state, short, now):
             return None
-        decision, change = _give_back(provider, spec, state, cloud, short, now)
-        recorded = held.finish(attempt, decision, change)
-    if metrics is not None:
-        metrics.no_capacity(spec.name, short.code)
+        decision, change = _give_back(parts.door, provider, spec, state, cloud, short, now)
+        recorded = held.record(decision, Source.RECONCILE.value, [], now, change)
+    if parts.metrics is not None:
+        parts.metrics.no_capacity(spec.name, short.code)
     log.info("no_capacity pool=%s code=%s asked=%d delivered=%d", spec.name, short.code, short.asked,
              short.delivered)
     return recorded
@@ -58,9 +55,9 @@ def _already_told(state: PoolState, short: Shortfall, now: float) -> bool:
     return not short.give_back and state.short_until is not None and state.short_until > now
 
 
-def _give_back(provider: NodePoolProvider, spec: PoolSpec, state: PoolState, cloud: CloudStatus,  # 6: the held
-               short: Shortfall, now: float) -> tuple[Decision, PoolChange]:  # pool's whole context, read once
-
+# 7 parameters: the door, and the held pool's whole context, read once.
+def _give_back(door: Door, provider: NodePoolProvider, spec: PoolSpec, state: PoolState, cloud: CloudStatus,
+               short: Shortfall, now: float) -> tuple[Decision, PoolChange]:
     """Ask the cloud for what it delivered (cluster-autoscaler's ``DecreaseTargetSize``) where it allows it and the
     pool may change (not paused, not dry-run); the decision and the pool's change (the short mark) to record."""
     kind = "quota" if short.quota else "capacity"
@@ -75,7 +72,7 @@ def _give_back(provider: NodePoolProvider, spec: PoolSpec, state: PoolState, clo
         note = "dry run: would give the undelivered size back"
     else:
         try:
-            to = provider.scale(short.asked, short.delivered, now, status=cloud)
+            to = door.scale(spec, provider, short.asked, short.delivered, now, cloud)
             note = f"asked size given back: {short.asked} -> {to}"
         except ProviderError as exc:
             note = f"giving the undelivered size back failed: {redact_text(exc.message)}"
@@ -84,7 +81,7 @@ def _give_back(provider: NodePoolProvider, spec: PoolSpec, state: PoolState, clo
     reason = (f"the cloud accepted {short.asked} node(s) and delivered {short.delivered} ({kind}: {short.code}: "
               f"{redact_text(short.message)}); {note}; passed over by its group for {spec.short_for:.0f}s")
     change = PoolChange(at=now, short_until=until, short_reason=f"{short.code}: {redact_text(short.message)}"[:500],
-                        tracked_count=to if not provider.capabilities.reports_count and to != short.asked else None)
+                        tracked_count=changed(provider, now, to).tracked_count if to != short.asked else None)
     return Decision(spec.name, Action.SCALE_OUT, Outcome.NO_CAPACITY, short.asked, to, reason,
                     details=details), change
 

@@ -11,33 +11,32 @@ An operator's cancel (:func:`cancel`) ends a repair the other way: forgotten, th
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from autoscaler.cluster.nodes import REMOVING, ClusterError, NodeView
 from autoscaler.cluster.pods import move_blocker
 from autoscaler.config.durations import rfc3339
 from autoscaler.pool.events import OperatorAct
-from autoscaler.pool.hold import PoolHeld
-from autoscaler.models import Action, Decision, OperatorOutcome, Outcome, PoolSpec, PoolState
+from autoscaler.pool.door import changed
+from autoscaler.pool.hold import Held, PoolHeld
+from autoscaler.repair.parts import RepairParts
+from autoscaler.models import Action, Decision, OperatorOutcome, Outcome, PoolSpec, Source
 from autoscaler.redact import redact_text
 from autoscaler.nodes.scale_in import REPAIR_OWNER
 from autoscaler.store import PoolChange, RepairRecord, StoreUnavailable
-from providers import NodeRef, ProviderError, RemovesNamedNodes, Tracked
-
-if TYPE_CHECKING:
-    from autoscaler.engine.core import Engine
+from providers import NodeRef, ProviderError, RemovesNamedNodes
 
 log = logging.getLogger(__name__)
 
 
-def carry_on(engine: Engine, spec: PoolSpec, now: float, listed: Sequence[NodeView] | None) -> list[Decision]:
+def carry_on(parts: RepairParts, spec: PoolSpec, now: float, listed: Sequence[NodeView] | None) -> list[Decision]:
     """One step of each of the pool's repairs (none while the pool is paused, held elsewhere, or in dry run); first
     the pool's nodes cordoned by a repair the store no longer knows are uncordoned (``listed``: this tick's)."""
-    if engine.nodes is None:
+    if parts.cluster is None:
         return []
-    stored = engine.store.repairs(spec.name)
+    stored = parts.store.repairs(spec.name)
     if listed is not None:
-        _sweep(engine, spec, {r.node for r in stored}, listed)
+        _sweep(parts, spec, {r.node for r in stored}, listed)
     if not stored:
         return []
     if spec.repair is None:  # the config lost `repair:` while repairs were stored: they wait for an operator
@@ -50,11 +49,11 @@ def carry_on(engine: Engine, spec: PoolSpec, now: float, listed: Sequence[NodeVi
         return []
     out: list[Decision] = []
     try:
-        with engine.hold.holding(spec.name, "repair") as state:
-            if state.paused:
+        with parts.hold.holding(spec.name, "repair") as held:
+            if held.state.paused:
                 return []
-            for repair in engine.store.repairs(spec.name):  # again, under the hold
-                decision = _guarded_step(engine, spec, state, repair, engine.clock())
+            for repair in parts.store.repairs(spec.name):  # again, under the hold
+                decision = _guarded_step(parts, held, spec, repair, parts.wall())
                 if decision is not None:
                     out.append(decision)
     except PoolHeld:
@@ -62,44 +61,44 @@ def carry_on(engine: Engine, spec: PoolSpec, now: float, listed: Sequence[NodeVi
     return out
 
 
-def _sweep(engine: Engine, spec: PoolSpec, known: set[str], listed: Sequence[NodeView]) -> None:
+def _sweep(parts: RepairParts, spec: PoolSpec, known: set[str], listed: Sequence[NodeView]) -> None:
     """Uncordon nodes a repair cordoned whose repair is gone (a cancel whose uncordon failed)."""
-    assert engine.nodes is not None
+    assert parts.cluster is not None
     for view in listed:
         if view.cordon_owner == REPAIR_OWNER and view.name not in known:
             try:
-                engine.nodes.cluster.uncordon(view.name)
+                parts.cluster.uncordon(view.name)
                 log.warning("pool=%s uncordoned %s: cordoned for a repair that has ended", spec.name, view.name)
             except ClusterError as exc:
                 log.warning("pool=%s uncordon of %s failed: %s", spec.name, view.name, redact_text(str(exc)))
 
 
-def _guarded_step(engine: Engine, spec: PoolSpec, state: PoolState, repair: RepairRecord,
+def _guarded_step(parts: RepairParts, held: Held, spec: PoolSpec, repair: RepairRecord,
                   now: float) -> Decision | None:
     """``_step``; an error no path expects is logged and kept on the repair, and the pool's other repairs go on."""
     try:
-        return _step(engine, spec, state, repair, now)
+        return _step(parts, held, spec, repair, now)
     except StoreUnavailable:
         raise  # the tick is skipped; the next one tries again
     except Exception as exc:  # a bug or a library's surprise must not stop the other repairs or pools
         log.exception("pool=%s repair of %s: unexpected error", spec.name, repair.node)
-        _keep(engine, spec, repair, now, f"unexpected error ({type(exc).__name__}); see the service log")
+        _keep(parts, spec, repair, now, f"unexpected error ({type(exc).__name__}); see the service log")
         return None
 
 
-def _step(engine: Engine, spec: PoolSpec, state: PoolState, repair: RepairRecord, now: float) -> Decision | None:
+def _step(parts: RepairParts, held: Held, spec: PoolSpec, repair: RepairRecord, now: float) -> Decision | None:
     """One step of one repair: the decision it recorded (``repaired``), or None (it goes on next tick)."""
-    assert engine.nodes is not None and spec.repair is not None
-    cluster = engine.nodes.cluster
+    assert parts.cluster is not None and spec.repair is not None
+    cluster = parts.cluster
     try:
         view = cluster.node(repair.node)
         if view is None:
-            return _ended(engine, spec, repair, now, None, f"node {repair.node} left the cluster by itself; its "
+            return _ended(held, spec, repair, now, None, f"node {repair.node} left the cluster by itself; its "
                                                             "repair ended")
         if not view.cordoned or view.cordon_owner != REPAIR_OWNER:  # a start that died before, or someone's uncordon
             cluster.cordon(repair.node, REPAIR_OWNER, now)
         if repair.replacement is None and spec.repair.replace:
-            _replacement(engine, spec, state, repair, now)
+            _replacement(parts, held, spec, repair, now)
         waiting = [w for w in (move_blocker(p, spec.movable_owners) for p in view.pods) if w]
         if view.protected and view.protected.startswith("node "):  # pods' protections: move_blocker says them
             waiting.insert(0, view.protected)
@@ -107,96 +106,102 @@ def _step(engine: Engine, spec: PoolSpec, state: PoolState, repair: RepairRecord
         evict = list(view.pods) if late else [p for p in view.pods if not move_blocker(p, spec.movable_owners)]
         refused = [f"{p.key}: {why}" for p in evict if (why := cluster.evict(p.namespace, p.name))]
     except ClusterError as exc:
-        _keep(engine, spec, repair, now, f"kubernetes: {redact_text(str(exc))}")
+        _keep(parts, spec, repair, now, f"kubernetes: {redact_text(str(exc))}")
         return None
     if evict:  # the next tick sees them gone (or asks again)
         state_now = "draining" if late or not waiting else "waiting"
-        _keep(engine, spec, repair, now, "; ".join(refused)[:500], state_now)
+        _keep(parts, spec, repair, now, "; ".join(refused)[:500], state_now)
         return None
     if waiting and not late:
-        _keep(engine, spec, repair, now, "", "waiting")
+        _keep(parts, spec, repair, now, "", "waiting")
         return None
-    return _remove(engine, spec, repair, view, now, late)
+    return _remove(parts, held, spec, repair, view, now, late)
 
 
-def _keep(engine: Engine, spec: PoolSpec, repair: RepairRecord, now: float, error: str,
+def _keep(parts: RepairParts, spec: PoolSpec, repair: RepairRecord, now: float, error: str,
           state: str | None = None) -> None:
     if error and error != repair.error:
         log.warning("pool=%s repair of %s goes on next tick: %s", spec.name, repair.node, error)
-    engine.store.update_repair(spec.name, repair.node, now, state=state, error=error)
+    parts.store.update_repair(spec.name, repair.node, now, state=state, error=error)
 
 
-def _replacement(engine: Engine, spec: PoolSpec, state: PoolState, repair: RepairRecord, now: float) -> None:
-    """Ask again for the replacement a start could not get (the cloud was busy or failing), within max."""
-    provider = engine.providers[spec.name]
+def _replacement(parts: RepairParts, held: Held, spec: PoolSpec, repair: RepairRecord, now: float) -> None:
+    """Ask again for the replacement a start could not get (the cloud was busy or failing), within max; a size the
+    cloud took is recorded as its own event (``scaled``, source ``reconcile``) through the hold's final write."""
+    provider = parts.providers[spec.name]
     try:
-        cloud = provider.status(Tracked(state.tracked_count, state.count_changed_at), now)
+        cloud = provider.status(held.state.tracked(), now)
         if cloud.current is None:
             return
         target = min(spec.max, cloud.current + 1)
-        reached = provider.scale(cloud.current, target, now, status=cloud) if target > cloud.current else target
+        reached = parts.door.scale(spec, provider, cloud.current, target, now, cloud) if target > cloud.current \
+            else target
     except ProviderError as exc:
-        _keep(engine, spec, repair, now, f"replacement: {redact_text(exc.message)}")
+        _keep(parts, spec, repair, now, f"replacement: {redact_text(exc.message)}")
         return
-    engine.store.update_repair(spec.name, repair.node, now, replacement=reached)
+    parts.store.update_repair(spec.name, repair.node, now, replacement=reached)
     if reached > cloud.current:
-        tracked = reached if not provider.capabilities.reports_count else None
-        engine.store.update_pool(spec.name, None, PoolChange(at=now, acted=Action.SCALE_OUT, tracked_count=tracked))
-        log.info("pool=%s replacement for %s asked: %d -> %d", spec.name, repair.node, cloud.current, reached)
+        decision = Decision(spec.name, Action.SCALE_OUT, Outcome.SCALED, cloud.current, reached,
+                            f"replacement for node {repair.node} in repair asked again: {cloud.current} -> {reached}",
+                            details={"node": repair.node, "replacement": reached})
+        held.record(decision, Source.RECONCILE.value, [], now, changed(provider, now, reached, Action.SCALE_OUT),
+                    release=False)
 
 
-def _remove(engine: Engine, spec: PoolSpec, repair: RepairRecord, view: NodeView, now: float,  # 6: the step's
-            late: bool) -> Decision | None:  # reads (the node, the time) are handed on, never read twice
+# 7 parameters: the step's parts and hold, and its reads (the node, the time) handed on, never read twice.
+def _remove(parts: RepairParts, held: Held, spec: PoolSpec, repair: RepairRecord, view: NodeView, now: float,
+            late: bool) -> Decision | None:
     """Remove exactly the node through the provider's named removal; ``repaired``, or the failure kept."""
-    provider = engine.providers[spec.name]
-    assert isinstance(provider, RemovesNamedNodes) and engine.nodes is not None
-    state = engine.store.pool(spec.name)
+    provider = parts.providers[spec.name]
+    assert isinstance(provider, RemovesNamedNodes) and parts.cluster is not None
+    state = parts.store.pool(spec.name)
     try:
-        cloud = provider.status(Tracked(state.tracked_count, state.count_changed_at), now)
+        cloud = provider.status(state.tracked(), now)
         current = cloud.current if cloud.current is not None else 1
-        engine.store.update_repair(spec.name, repair.node, now, state="removing")
-        reached = provider.remove_nodes([NodeRef(view.name, view.provider_id)], current, now, status=cloud)
+        parts.store.update_repair(spec.name, repair.node, now, state="removing")
+        reached = parts.door.remove(spec, provider, [NodeRef(view.name, view.provider_id)], current, now, cloud)
     except ProviderError as exc:
-        _keep(engine, spec, repair, now, f"removal: {redact_text(exc.message)}", "draining")
+        _keep(parts, spec, repair, now, f"removal: {redact_text(exc.message)}", "draining")
         return None
     try:  # the cloud has it now: a sweep leaves a node whose removal was asked alone (scale_in.REMOVAL_GRACE)
-        engine.nodes.cluster.cordon(view.name, REPAIR_OWNER + REMOVING, now)
+        parts.cluster.cordon(view.name, REPAIR_OWNER + REMOVING, now)
     except ClusterError as exc:
         log.warning("pool=%s %s: removal asked, mark not updated: %s", spec.name, view.name, redact_text(str(exc)))
     how = "drained after repair.grace" if late else "drained"
-    tracked = reached if not provider.capabilities.reports_count else None
-    return _ended(engine, spec, repair, now, (cloud.current, reached),
-                  f"node {view.name} {how} and removed ({cloud.current} -> {reached})",
-                  PoolChange(at=now, tracked_count=tracked))
+    return _ended(held, spec, repair, now, (cloud.current, reached),
+                  f"node {view.name} {how} and removed ({cloud.current} -> {reached})", changed(provider, now, reached))
 
 
-def _ended(engine: Engine, spec: PoolSpec, repair: RepairRecord, now: float,  # 7: the two ends (removed, gone)
-           sizes: tuple[int | None, int] | None, reason: str,  # share one record; each says its own sizes and why
-           change: PoolChange | None = None) -> Decision:
+# 6 parameters: the two ends (removed, gone) share one record; each says its own sizes and why.
+def _ended(held: Held, spec: PoolSpec, repair: RepairRecord, now: float, sizes: tuple[int | None, int] | None,
+           reason: str, change: PoolChange | None = None) -> Decision:
+    """The repair's end (``repaired``, source ``reconcile``): the event, its change and the repair forgotten in one
+    transaction, through the hold's final write (the pool stays held for its other repairs)."""
     details = {"node": repair.node, "started": rfc3339(repair.since), "replacement": repair.replacement,
                "removed_by": "service" if sizes is not None else "gone", "why": repair.reason}
     decision = Decision(spec.name, Action.REPAIR, Outcome.REPAIRED, sizes[0] if sizes else None,
                         sizes[1] if sizes else None, reason, details=details)
-    return engine.events.repair_ended(decision, repair.node, now, change)
+    return held.record(decision, Source.RECONCILE.value, [], now, change or PoolChange(), release=False,
+                       ends_repair=repair.node)
 
 
-def cancel(engine: Engine, spec: PoolSpec, nodes: Sequence[str], actor: str, reason: str) -> list[str]:
+def cancel(parts: RepairParts, spec: PoolSpec, nodes: Sequence[str], actor: str, reason: str) -> list[str]:
     """End the named nodes' repairs (an operator's ``"cancel": true``): each forgotten with its event, then
     uncordoned; the replacement stays. ValueError naming the nodes that are not in repair (nothing is changed)."""
-    assert engine.nodes is not None
-    with engine.hold.holding(spec.name, "repair"):
-        stored = {r.node: r for r in engine.store.repairs(spec.name)}
+    assert parts.cluster is not None
+    with parts.hold.holding(spec.name, "repair"):
+        stored = {r.node: r for r in parts.store.repairs(spec.name)}
         missing = [n for n in nodes if n not in stored]
         if missing:
             raise ValueError(f"not in repair in pool {spec.name}: {', '.join(missing)}")
-        now = engine.clock()
+        now = parts.wall()
         for name in nodes:
             act = OperatorAct(spec.name, Action.REPAIR.value, OperatorOutcome.REPAIR_CANCELLED,
                               f"repair of {name} cancelled by {actor}" + (f": {reason}" if reason else ""), actor,
                               details={"node": name, "started": stored[name].since})
-            engine.events.repair_cancelled(act, name, now)
+            parts.events.repair_cancelled(act, name, now)
             try:  # forgotten first: a failed uncordon is lifted by the reconciler's sweep, never left unowned
-                engine.nodes.cluster.uncordon(name)
+                parts.cluster.uncordon(name)
             except ClusterError as exc:
                 log.warning("pool=%s repair of %s cancelled; uncordon failed (the reconciler retries): %s",
                             spec.name, name, redact_text(str(exc)))

@@ -11,37 +11,23 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Sequence
 
 from autoscaler.cluster.nodes import Cluster, ClusterError, NodeView
-from autoscaler.config.load import Settings
-from autoscaler.pool.events import EventLog
-from autoscaler.pool.hold import PoolHeld, PoolHold
+from autoscaler.pool.door import changed
+from autoscaler.pool.hold import PoolHeld
+from autoscaler.repair.parts import RepairParts
 from autoscaler.models import Action, CloudStatus, Decision, Outcome, PoolSpec, PoolState, Signal
 from autoscaler.redact import redact_text
 from autoscaler.decide.repair_budget import Admission, admit
-from autoscaler.nodes.scale_in import REPAIR_OWNER, NodeScaleIn, summary
-from autoscaler.store import PoolChange, RepairRecord, Store, StoreUnavailable
-from providers import NodePoolProvider, NoCapacityError, ProviderError, Tracked
+from autoscaler.nodes.scale_in import REPAIR_OWNER, summary
+from autoscaler.store import PoolChange, RepairRecord, StoreUnavailable
+from providers import NoCapacityError, ProviderError
 
 log = logging.getLogger(__name__)
 
 CLUSTER_RETRY = 30.0  # Retry-After when the Kubernetes API failed before anything was touched
 UNEXPECTED_RETRY = 30.0  # Retry-After for a start that failed on an unexpected error
-
-
-class Engine(Protocol):
-    """What a repair uses of ``autoscaler.engine.core.Engine`` (which calls :func:`start`: named here, not imported)."""
-
-    settings: Settings
-    store: Store
-    providers: dict[str, NodePoolProvider]
-    events: EventLog
-    clock: Callable[[], float]
-    nodes: NodeScaleIn | None
-    hold: PoolHold
-
-    def handle(self, signal: Signal) -> Decision: ...
 
 
 @dataclass
@@ -58,11 +44,12 @@ class Started:
     cordon_failed: bool = False  # the API server refused a cordon: a retry of the sender can act
 
 
-def start(engine: Engine, signal: Signal) -> Decision:
+def start(parts: RepairParts, signal: Signal, pass_on: Callable[[Signal], Decision]) -> Decision:
     """Start the repair of the nodes ``signal`` names (``repair_started``), or say why not; one event. An error no
-    path expects fails this decision with a retry (the sender's retry finds the repair stored, if it was)."""
+    path expects fails this decision with a retry (the sender's retry finds the repair stored, if it was).
+    ``pass_on``: how a replacement the pool cannot take is asked of its group (the engine's ``handle``)."""
     try:
-        return _start(engine, signal)
+        return _start(parts, signal, pass_on)
     except StoreUnavailable:
         raise  # the request is answered 503
     except Exception as exc:  # a bug or a library's surprise: this decision fails, the others go on
@@ -71,26 +58,26 @@ def start(engine: Engine, signal: Signal) -> Decision:
                             _said(signal, f"unexpected error ({type(exc).__name__}) while starting the repair; see "
                                           "the service log. A retry can act"),
                             retry_after=UNEXPECTED_RETRY, details={"code": "internal"})
-        return engine.events.record(decision, signal.source.value, list(signal.alerts), engine.clock())
+        return parts.events.record(decision, signal.source.value, list(signal.alerts), parts.wall())
 
 
-def _start(engine: Engine, signal: Signal) -> Decision:
-    spec, why = _pool_of(engine, signal)
+def _start(parts: RepairParts, signal: Signal, pass_on: Callable[[Signal], Decision]) -> Decision:
+    spec, why = _pool_of(parts, signal)
     if spec is None:
         decision = Decision(signal.pool, Action.REPAIR, why[0], None, None, _said(signal, why[1]))
-        return engine.events.record(decision, signal.source.value, list(signal.alerts), engine.clock())
+        return parts.events.record(decision, signal.source.value, list(signal.alerts), parts.wall())
     try:
-        with engine.hold.holding(spec.name, "repair") as state:
-            now = engine.clock()  # the decision's time: read once the pool is held
-            decision, change, pass_on = _start_held(engine, spec, signal, state, now)
-            recorded = engine.events.applied(decision, signal.source.value, list(signal.alerts), now, change)
+        with parts.hold.holding(spec.name, "repair") as held:
+            now = parts.wall()  # the decision's time: read once the pool is held
+            decision, change, passed = _start_held(parts, spec, signal, held.state, now)
+            recorded = held.record(decision, signal.source.value, list(signal.alerts), now, change)
     except PoolHeld as exc:
         decision = Decision(spec.name, Action.REPAIR, Outcome.SKIPPED_BUSY, None, None, _said(signal, str(exc)),
                             retry_after=exc.retry_after, details={"busy": "lease"})
-        return engine.events.record(decision, signal.source.value, list(signal.alerts), engine.clock())
-    if pass_on and spec.group:  # like any scale-out of a group's pool that cannot take it: the group's next pool
-        engine.handle(Signal(pool=spec.group, action=Action.SCALE_OUT, source=signal.source, step=pass_on,
-                             force=True, fallback=True, reason=f"replacement for {pass_on} node(s) in repair in "
+        return parts.events.record(decision, signal.source.value, list(signal.alerts), parts.wall())
+    if passed and spec.group:  # like any scale-out of a group's pool that cannot take it: the group's next pool
+        pass_on(Signal(pool=spec.group, action=Action.SCALE_OUT, source=signal.source, step=passed,
+                       force=True, fallback=True, reason=f"replacement for {passed} node(s) in repair in "
                              f"pool {spec.name}, which is short or at max; asked of group {spec.group}"))
     return recorded
 
@@ -99,31 +86,31 @@ def _said(signal: Signal, reason: str) -> str:
     return f"{signal.reason}: {reason}" if signal.reason else reason
 
 
-def _pool_of(engine: Engine, signal: Signal) -> tuple[PoolSpec | None, tuple[Outcome, str]]:
+def _pool_of(parts: RepairParts, signal: Signal) -> tuple[PoolSpec | None, tuple[Outcome, str]]:
     """The pool the repair is for (a group's member with ``repair:``), else the outcome and reason of why none."""
-    spec = engine.settings.pools.get(signal.pool)
-    if spec is None and signal.pool in engine.settings.groups:  # the member whose nodes the named node is of
-        members = [engine.settings.pools[m] for m in engine.settings.groups[signal.pool]]
-        spec = _member_of(engine, [m for m in members if m.repair is not None], signal.nodes)
+    spec = parts.settings.pools.get(signal.pool)
+    if spec is None and signal.pool in parts.settings.groups:  # the member whose nodes the named node is of
+        members = [parts.settings.pools[m] for m in parts.settings.groups[signal.pool]]
+        spec = _member_of(parts, [m for m in members if m.repair is not None], signal.nodes)
     if spec is None:
         return None, (Outcome.UNKNOWN_POOL, f"pool {signal.pool!r} is not configured")
     if spec.repair is None:
         return None, (Outcome.UNROUTED, f"pool {spec.name} has no `repair:` section: its nodes are not repaired")
-    if engine.nodes is None:
+    if parts.cluster is None:
         return None, (Outcome.UNROUTED, "a repair needs the `kubernetes:` section")
     if not signal.nodes:
         return None, (Outcome.UNROUTED, "a repair names its node (label routing.node_label "
-                                        f"{engine.settings.config.routing.node_label!r}); none was named")
+                                        f"{parts.settings.config.routing.node_label!r}); none was named")
     return spec, (Outcome.SCALED, "")
 
 
-def _member_of(engine: Engine, members: list[PoolSpec], nodes: Sequence[str]) -> PoolSpec | None:
+def _member_of(parts: RepairParts, members: list[PoolSpec], nodes: Sequence[str]) -> PoolSpec | None:
     """The group's member (with ``repair:``) the first named node belongs to; else its first such member (the
     repair then says the node is not the pool's), None when no member repairs nodes."""
     view = None
-    if engine.nodes is not None and nodes and len(members) > 1:
+    if parts.cluster is not None and nodes and len(members) > 1:
         try:
-            view = engine.nodes.cluster.node(nodes[0])
+            view = parts.cluster.node(nodes[0])
         except ClusterError as exc:
             log.warning("group repair: node %s unreadable: %s", nodes[0], redact_text(str(exc)))
     found = next((m for m in members if view is not None and _in_pool(view, m)), None)
@@ -135,21 +122,21 @@ def _in_pool(view: NodeView, spec: PoolSpec) -> bool:
     return all(labels.get(k) == v if v else k in labels for k, v in spec.node_selector)
 
 
-def _start_held(engine: Engine, spec: PoolSpec, signal: Signal, state: PoolState,
+def _start_held(parts: RepairParts, spec: PoolSpec, signal: Signal, state: PoolState,
                 now: float) -> tuple[Decision, PoolChange, int]:
     """The start under the pool's hold: the decision, the pool's change and how many nodes to ask of its group."""
-    assert spec.repair is not None and engine.nodes is not None
+    assert spec.repair is not None and parts.cluster is not None
     plan = Decision(spec.name, Action.REPAIR, Outcome.SKIPPED_PAUSED, None, None, "")
     if state.paused:
         return _with(plan, signal, f"pool {spec.name} is paused: repairs wait until it is resumed"), PoolChange(), 0
-    provider = engine.providers[spec.name]
+    provider = parts.providers[spec.name]
     try:
-        cloud = provider.status(Tracked(state.tracked_count, state.count_changed_at), now)
+        cloud = provider.status(state.tracked(), now)
     except ProviderError as exc:
         return _failed(plan, signal, f"pool status: {redact_text(exc.message)}; nothing was touched",
                        (exc.retry_after or 30.0) if exc.retryable else None), PoolChange(), 0
-    cluster: Cluster = engine.nodes.cluster
-    in_repair = {r.node for r in engine.store.repairs(spec.name)}
+    cluster: Cluster = parts.cluster
+    in_repair = {r.node for r in parts.store.repairs(spec.name)}
     done = Started()
     named: list[str] = []
     for name in signal.nodes:
@@ -174,10 +161,10 @@ def _start_held(engine: Engine, spec: PoolSpec, signal: Signal, state: PoolState
         return _dry_run(plan, signal, spec, admission, done), PoolChange(), 0
     reason = f"{signal.reason or 'repair'}"[:300]
     for name in admission.start:
-        _cordon(engine, spec, name, now, reason, done)
+        _cordon(parts, spec, name, now, reason, done)
     if not done.nodes:
         return _nothing(plan, signal, admission, done), PoolChange(), 0
-    change = _replace(engine, spec, state, cloud, now, done)
+    change = _replace(parts, spec, state, cloud, now, done)
     bits = [f"repair of {', '.join(done.nodes)} started: cordoned", done.replacement]
     if done.kept:
         bits.append(f"left alone: {summary(done.kept)}")
@@ -232,23 +219,23 @@ def _dry_run(plan: Decision, signal: Signal, spec: PoolSpec, admission: Admissio
                     details={**_details(admission, done), "would_repair": list(admission.start)})
 
 
-def _cordon(engine: Engine, spec: PoolSpec, name: str, now: float, reason: str, done: Started) -> None:
+def _cordon(parts: RepairParts, spec: PoolSpec, name: str, now: float, reason: str, done: Started) -> None:
     """Store the repair, then cordon the node; a cordon that fails forgets the repair again."""
-    assert engine.nodes is not None
-    if not engine.store.add_repair(RepairRecord(spec.name, name, now, "cordoned", reason, None, "", now)):
+    assert parts.cluster is not None
+    if not parts.store.add_repair(RepairRecord(spec.name, name, now, "cordoned", reason, None, "", now)):
         done.duplicate.append(name)  # another replica's start stored it a moment ago
         return
     try:
-        engine.nodes.cluster.cordon(name, REPAIR_OWNER, now)
+        parts.cluster.cordon(name, REPAIR_OWNER, now)
     except ClusterError as exc:
-        engine.store.end_repair(spec.name, name, None)
+        parts.store.end_repair(spec.name, name, None)
         done.kept.append((name, f"cordon failed: {redact_text(str(exc))[:200]}"))
         done.cordon_failed = True
         return
     done.nodes.append(name)
 
 
-def _replace(engine: Engine, spec: PoolSpec, state: PoolState, cloud: CloudStatus, now: float,  # 6: the start's
+def _replace(parts: RepairParts, spec: PoolSpec, state: PoolState, cloud: CloudStatus, now: float,  # 6: the start's
              done: Started) -> PoolChange:  # held state, read once in _start_held, is handed on rather than re-read
     """Ask for one more node per repair started, within max (no scale-out cooldown holds it back); the change to
     record. A pool short of capacity or at max leaves it to its group (``done.pass_on``)."""
@@ -267,26 +254,25 @@ def _replace(engine: Engine, spec: PoolSpec, state: PoolState, cloud: CloudStatu
         done.pass_on = count if spec.group else 0
         done.replacement = (f"{why}: replacement asked of group {spec.group}" if spec.group
                             else f"no replacement: {why}")
-        _mark_replacement(engine, spec, done, current, now)
+        _mark_replacement(parts, spec, done, current, now)
         return PoolChange()
-    provider = engine.providers[spec.name]
+    provider = parts.providers[spec.name]
     try:
-        reached = provider.scale(current, target, now, status=cloud)
+        reached = parts.door.scale(spec, provider, current, target, now, cloud)
     except NoCapacityError as exc:
         done.pass_on = count if spec.group else 0
         done.replacement = f"replacement refused for capacity: {redact_text(exc.message)}"
-        _mark_replacement(engine, spec, done, current, now)
+        _mark_replacement(parts, spec, done, current, now)
         return PoolChange()
     except ProviderError as exc:  # the reconciler asks again on its next tick
         done.replacement = f"replacement not asked yet ({redact_text(exc.message)}); the reconciler retries"
         return PoolChange()
     done.reached = reached
     done.replacement = f"replacement asked: {current} -> {reached}"
-    _mark_replacement(engine, spec, done, reached, now)
-    tracked = reached if not provider.capabilities.reports_count else None
-    return PoolChange(at=now, acted=Action.SCALE_OUT, failures=0, backoff_until=None, tracked_count=tracked)
+    _mark_replacement(parts, spec, done, reached, now)
+    return changed(provider, now, reached, Action.SCALE_OUT)
 
 
-def _mark_replacement(engine: Engine, spec: PoolSpec, done: Started, size: int, now: float) -> None:
+def _mark_replacement(parts: RepairParts, spec: PoolSpec, done: Started, size: int, now: float) -> None:
     for name in done.nodes:
-        engine.store.update_repair(spec.name, name, now, replacement=size)
+        parts.store.update_repair(spec.name, name, now, replacement=size)

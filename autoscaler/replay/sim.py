@@ -9,6 +9,7 @@ from typing import Any, Callable
 from autoscaler.clock import ManualClock
 from autoscaler.config.load import Settings
 from autoscaler.engine.core import Engine
+from autoscaler.engine.parts import Parts
 from autoscaler.pool.events import EventLog
 from autoscaler.engine.facts import keeps_headroom
 from autoscaler.models import Decision, Mode
@@ -174,9 +175,10 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     # The engine's own node-aware scale-in (pick, cordon, re-check, remove by name) runs against the replay's
     # cluster; a forced drain's retries would sleep, the replay never forces one.
     clock = ManualClock(now)
-    engine = Engine(settings, store, providers, EventLog(store, clock=clock), clock=clock, cluster=nodes)
-    engine.hold.renew = False  # the virtual clock stands still during a decision: no lease can lapse
-    reconciler = Reconciler(settings, store, providers, engine, clock=clock)
+    parts = Parts.build(settings, store, providers, EventLog(store, clock=clock), clock=clock, cluster=nodes)
+    parts.hold.renew = False  # the virtual clock stands still during a decision: no lease can lapse
+    engine = Engine(parts)
+    reconciler = Reconciler(parts, engine)
     reconcile_every = settings.config.server.reconcile_interval or 30.0
     emulator = AlertEmulator(cfg, settings.config.routing, use_steps=use_steps)
     queue: list[tuple[float, int, int]] = [(trace.start + STEP * i, SAMPLE, i) for i in range(len(trace.demand))]

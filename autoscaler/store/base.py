@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Collection
+from typing import Any
 
 from autoscaler.models import Action, PoolState
 
@@ -139,8 +139,8 @@ class QuickState:
 
 
 @dataclass(frozen=True)
-class Settlement:
-    """What a decision the stored state settled writes (``DedupStore.settle``): its dedup keys, claimed under ``claim``
+class Shortcut:
+    """What a decision the stored state settled writes (``DedupStore.shortcut``): its dedup keys, claimed under ``claim``
     from ``now`` until ``expires_at``, and its event, or ``duplicate`` when every key was already claimed."""
 
     keys: tuple[str, ...]

@@ -1,4 +1,4 @@
-"""Core statements run on the DBAPI cursor of a SQLAlchemy connection, for the settled short cut (``Store.settle``).
+"""Core statements run on the DBAPI cursor of a SQLAlchemy connection, for the settled short cut (``Store.shortcut``).
 
 SQLAlchemy's execution layer (execution context, compiled-cache lookup, result set-up, events) cost about three
 times what the database's own calls do on the settled path (BENCHMARKS.md, issue 35). Here a Core statement is

@@ -7,7 +7,7 @@ from typing import Callable, Collection
 
 from autoscaler.models import PoolState
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
-                                   RemovalIntent, RepairRecord, Settlement)
+                                   RemovalIntent, RepairRecord, Shortcut)
 
 
 class PoolStore(abc.ABC):
@@ -39,9 +39,11 @@ class PoolStore(abc.ABC):
 
     @abc.abstractmethod
     def finish(self, pool: str, owner: str, event: EventRecord, change: PoolChange,
-               confirm: DedupConfirm | None = None) -> int:
-        """In one transaction: apply the change, append the event, release the lease and (with ``confirm``)
-        extend the decision's dedup keys to their full window; return the event id."""
+               confirm: DedupConfirm | None = None, *, release: bool = True, ends_repair: str | None = None) -> int:
+        """In one transaction: apply the change, append the event, release the lease (unless ``release`` is False:
+        a record in the middle of a hold) and (with ``confirm``) extend the decision's dedup keys to their full
+        window; ``ends_repair``: the node whose repair the event ends, forgotten in the same transaction. Return the
+        event id."""
 
     @abc.abstractmethod
     def update_pool(self, pool: str, event: EventRecord | None, change: PoolChange) -> int | None:
@@ -60,8 +62,8 @@ class DedupStore(abc.ABC):
         """Forget keys this claim took, so that a retry of the same notification can act."""
 
     @abc.abstractmethod
-    def settle(self, pool: str,
-               plan: Callable[[QuickState | None], Settlement | None]) -> tuple[int, bool] | None:
+    def shortcut(self, pool: str,
+               plan: Callable[[QuickState | None], Shortcut | None]) -> tuple[int, bool] | None:
         """The short cut, in one transaction: read the pool's state and the node count of its last event, without
         the lease (None: no such pool), and hand them to ``plan``, which says what they settle. None from it: nothing
         is written, and None is returned. Else claim its keys until ``expires_at`` and append its ``event`` as the

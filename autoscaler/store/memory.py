@@ -16,7 +16,7 @@ from typing import Callable, Collection
 from autoscaler.models import PoolState
 from autoscaler.store import tables
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
-                                   RemovalIntent, RepairRecord, Settlement)
+                                   RemovalIntent, RepairRecord, Shortcut)
 from autoscaler.store.interfaces import Store
 from autoscaler.store.rows import hash_key, pool_state
 
@@ -113,13 +113,15 @@ class MemoryStore(Store):
             return True
 
     def finish(self, pool: str, owner: str, event: EventRecord, change: PoolChange,
-               confirm: DedupConfirm | None = None) -> int:
+               confirm: DedupConfirm | None = None, *, release: bool = True, ends_repair: str | None = None) -> int:
         with self._lock:
+            if ends_repair is not None:
+                self._repairs.pop((pool, ends_repair), None)
             event_id = self._append(event)
             row = self._pools.get(pool)
             if row is not None:
                 row.update(change.columns(), last_event_id=event_id)
-                if row["lease_owner"] == owner:  # a lapsed lease another decision took stays theirs
+                if release and row["lease_owner"] == owner:  # a lapsed lease another decision took stays theirs
                     row.update(lease_owner=None, lease_until=None)
             if confirm is not None:
                 for key in {hash_key(k) for k in confirm.keys}:
@@ -128,8 +130,8 @@ class MemoryStore(Store):
                         self._dedup[key] = (held[0], confirm.expires_at, held[2])
             return event_id
 
-    def settle(self, pool: str,
-               plan: Callable[[QuickState | None], Settlement | None]) -> tuple[int, bool] | None:
+    def shortcut(self, pool: str,
+               plan: Callable[[QuickState | None], Shortcut | None]) -> tuple[int, bool] | None:
         with self._lock:
             row = self._pools.get(pool)
             quick = None

@@ -11,7 +11,6 @@ StoreUnavailable after the transaction rolled back, so nothing is half-written.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import threading
@@ -27,7 +26,7 @@ from autoscaler.models import PoolState
 from autoscaler.redact import redact_text
 from autoscaler.store import probe, tables
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
-                                   Settlement, StoreUnavailable)
+                                   Shortcut, StoreUnavailable)
 from autoscaler.store.interfaces import Store
 from autoscaler.store.compiled import Compiled, execute
 from autoscaler.store.rows import (EVENT_COLUMNS, STATE_COLUMNS, claim_params, claim_sql, event_row, hash_key,
@@ -59,23 +58,24 @@ _ACQUIRE = (update(tables.pools)
             .values(lease_owner=bindparam("p_owner"), lease_until=bindparam("p_until")))
 _ACQUIRE_RETURNING = _ACQUIRE.returning(*tables.pools.c)
 _INSERT_EVENT = insert(tables.events)
-_INSERT_EVENT_ID = _INSERT_EVENT.returning(tables.events.c.id)  # the short cut's (``settle``): its id by RETURNING
+_INSERT_EVENT_ID = _INSERT_EVENT.returning(tables.events.c.id)  # the short cut's (``shortcut``): its id by RETURNING
 _CONFIRM_KEYS = (update(tables.dedup).where(tables.dedup.c.key.in_(bindparam("p_keys", expanding=True)),
                                             tables.dedup.c.claim == bindparam("p_claim"))
                  .values(expires_at=bindparam("p_expires")))
 
 
 @functools.lru_cache(maxsize=64)
-def _finish_sql(fields: tuple[str, ...]) -> Any:
-    """UPDATE of a pool's ``fields`` that also records its last event and releases its lease, if still the owner's
-    (a decision whose lease lapsed records what it did, but leaves the lease another decision took since)."""
+def _finish_sql(fields: tuple[str, ...], release: bool = True) -> Any:
+    """UPDATE of a pool's ``fields`` that also records its last event and (``release``) releases its lease, if still
+    the owner's (a decision whose lease lapsed records what it did, but leaves the lease another decision took
+    since)."""
     values: dict[str, Any] = {f: bindparam(f"p_{f}") for f in fields}
     p = tables.pools.c
     ours = p.lease_owner == bindparam("p_owner")
-    return (update(tables.pools).where(p.name == bindparam("p_name"))
-            .values(**values, last_event_id=bindparam("p_event"),
-                    lease_owner=case((ours, None), else_=p.lease_owner),
-                    lease_until=case((ours, None), else_=p.lease_until)))
+    if release:
+        values.update(lease_owner=case((ours, None), else_=p.lease_owner),
+                      lease_until=case((ours, None), else_=p.lease_until))
+    return update(tables.pools).where(p.name == bindparam("p_name")).values(**values, last_event_id=bindparam("p_event"))
 
 
 class SqlStore(SqlRemovals, SqlRepairs, SqlReads, Store):
@@ -226,8 +226,8 @@ class SqlStore(SqlRemovals, SqlRepairs, SqlReads, Store):
             # RETURNING, not rowcount: psycopg reports -1 for a multi-row INSERT ... ON CONFLICT.
             return bool(conn.execute(claim_sql(count), params).all())
 
-    def settle(self, pool: str,
-               plan: Callable[[QuickState | None], Settlement | None]) -> tuple[int, bool] | None:
+    def shortcut(self, pool: str,
+               plan: Callable[[QuickState | None], Shortcut | None]) -> tuple[int, bool] | None:
         # One transaction (one connection, one BEGIN): the read, then the claim, which decides between the event and
         # the duplicate, and the event. The read is inside the writer's lock, so nothing is written in between.
         # Its statements run on the transaction's DBAPI cursor, compiled once by SQLAlchemy (``store/compiled.py``):
@@ -291,11 +291,14 @@ class SqlStore(SqlRemovals, SqlRepairs, SqlReads, Store):
         return int(result.inserted_primary_key[0])  # type: ignore[index]
 
     def finish(self, pool: str, owner: str, event: EventRecord, change: PoolChange,
-               confirm: DedupConfirm | None = None) -> int:
+               confirm: DedupConfirm | None = None, *, release: bool = True, ends_repair: str | None = None) -> int:
         columns = storable(tables.pools, change.columns())
         with self._tx() as conn:
+            if ends_repair is not None:
+                conn.execute(delete(tables.repairs).where(tables.repairs.c.pool == pool,
+                                                          tables.repairs.c.node == ends_repair))
             event_id = self._append(conn, event)
-            conn.execute(_finish_sql(tuple(sorted(columns))),
+            conn.execute(_finish_sql(tuple(sorted(columns)), release),
                          {"p_name": pool, "p_owner": owner, "p_event": event_id,
                           **{f"p_{k}": v for k, v in columns.items()}})
             if confirm is not None and confirm.keys:

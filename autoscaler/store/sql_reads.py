@@ -5,7 +5,6 @@ page costs the same few statements for 10 pools or 10,000 (issue 34, item 9: one
 """
 from __future__ import annotations
 
-import json
 from contextlib import AbstractContextManager
 from typing import Any, Collection
 

@@ -1,0 +1,28 @@
+"""What a repair works with: the few parts of the service it uses, handed in (never the engine)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from autoscaler.cluster.nodes import Cluster
+from autoscaler.config.load import Settings
+from autoscaler.pool.door import Door
+from autoscaler.pool.events import EventLog
+from autoscaler.pool.hold import PoolHold
+from autoscaler.store import Store
+from providers import NodePoolProvider
+
+
+@dataclass(frozen=True)
+class RepairParts:
+    """``hold``: every repair step holds its pool; ``door``: the replacement and the removal are asked through it;
+    ``cluster``: None without ``kubernetes:`` (no pool repairs then); ``wall``: the decision's time."""
+
+    settings: Settings
+    store: Store
+    providers: dict[str, NodePoolProvider]
+    events: EventLog
+    hold: PoolHold
+    door: Door
+    cluster: Cluster | None
+    wall: Callable[[], float]
