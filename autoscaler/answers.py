@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaler.config.durations import rfc3339
 from autoscaler.models import Action, Decision, OperatorOutcome, Outcome, Source
-from autoscaler.cluster.nodes import NodeView
+from autoscaler.cluster.nodes import NodeView, why_kept
 from autoscaler.store import EventRecord
 
 
@@ -83,7 +83,10 @@ class NodeBody(BaseModel):
     protected: str | None = Field(description="Why it must not go (an annotation); null when not protected.")
     cordoned: bool
     cordoned_by_us: bool = Field(description="Carries our gpu-autoscaler/cordoned annotation.")
-    removable: bool = Field(description="A scale-in could take it now (no GPU work, not protected).")
+    removable: bool = Field(description="A scale-in could take it now (no GPU work, not protected, not going).")
+    why: str | None = Field(default=None, description="Why a scale-in keeps it (GPU work, protection, a GPU claim "
+                            "not read, its removal or repair under way); null when removable. The decision's own "
+                            "answer, as the status page and the CLI show it.")
 
 
 class PoolGpus(BaseModel):
@@ -190,8 +193,9 @@ class WebhookAnswer(BaseModel):
 
 
 def node_body(view: NodeView) -> NodeBody:
+    why = why_kept(view)
     return NodeBody(name=view.name, ready=view.ready, protected=view.protected, cordoned=view.cordoned,
-                    cordoned_by_us=view.cordoned_by_us is not None, removable=view.busy_reason() is None,
+                    cordoned_by_us=view.cordoned_by_us is not None, removable=why is None, why=why,
                     gpu_pods=[GpuPodBody(namespace=p.namespace, name=p.name, resource=p.resource, count=p.count)
                               for p in view.gpu_pods])
 

@@ -56,7 +56,7 @@ def register(sub: Any) -> None:
     scale.add_argument("--force", action="store_true", help="skip cooldown and backoff (never min/max or pause); "
                        "with --node: evict the node's GPU pods (PodDisruptionBudgets respected)")
     scale.add_argument("--node", action="append", default=None, help="scale in: remove this node (repeatable)")
-    nodes = sub.add_parser("nodes", help="a pool's Kubernetes nodes: ready, GPU pods, protected, cordoned")
+    nodes = sub.add_parser("nodes", help="a pool's Kubernetes nodes: ready, removable or why not, GPU pods, protected, cordoned")
     _common(nodes)
     nodes.add_argument("pool")
     for name in ("pause", "resume"):
@@ -161,11 +161,11 @@ def _nodes(args: argparse.Namespace) -> tuple[Any, str]:
         raise CliError(f"pool {args.pool}: {data['nodes_error']}")
     if data.get("nodes") is None:
         raise CliError(f"pool {args.pool}: no node view (needs the `kubernetes:` section and a node_selector)")
-    rows = [[n["name"], "yes" if n["ready"] else "no",
+    rows = [[n["name"], "yes" if n["ready"] else "no", "yes" if n["removable"] else f"no: {n.get('why') or '-'}",
              ", ".join(f"{g['namespace']}/{g['name']} ({g['resource']} {g['count']})" for g in n["gpu_pods"]) or "-",
              n["protected"] or "-", ("yes (us)" if n["cordoned_by_us"] else "yes") if n["cordoned"] else "no"]
             for n in data["nodes"]]
-    return data, table(["NODE", "READY", "GPU PODS", "PROTECTED", "CORDONED"], rows)
+    return data, table(["NODE", "READY", "REMOVABLE / WHY", "GPU PODS", "PROTECTED", "CORDONED"], rows)
 
 
 HANDLERS: dict[str, Callable[[argparse.Namespace], tuple[Any, str]]] = {

@@ -1,7 +1,9 @@
 """autoscaler/cluster/kube.py + kube_dra.py: the DRA lists through the real client against the fake API server."""
 from __future__ import annotations
 
+import html
 import logging
+import re
 from pathlib import Path
 from typing import Iterator
 
@@ -298,3 +300,26 @@ def test_without_the_rbac_claim_holding_nodes_are_no_shortfall(kube: FakeKube, t
     reconciler.tick(clock())
     events = client.get("/api/v1/events?pool=h100", headers=AUTH).get_json()["events"]
     assert [e["outcome"] for e in events if e["outcome"] == "no_capacity"] == []
+
+
+@pytest.mark.parametrize("status", [200, 403, 404], ids=["dra-read", "dra-refused", "dra-not-served"])
+def test_the_status_page_shows_the_decisions_own_removability(kube: FakeKube, tmp_path: Path, status: int) -> None:
+    """The page's "removable / why" is the API's ``removable``/``why`` for every node, DRA read or not. Before: the
+    page decided "none: may go" from the GPU pods it could see, so with the DRA read refused it said "may go" for a
+    node whose GPUs a training Job holds through a claim, while the API said ``removable: false``."""
+    from autoscaler.reconcile.loop import Reconciler
+
+    kube.dra.status = status
+    clock = FakeClock()
+    app = h100_app(kube, tmp_path, clock)
+    reconciler: Reconciler = app.extensions["autoscaler_reconciler"]
+    reconciler.tick(clock())
+    client = app.test_client()
+    nodes = client.get("/api/v1/pools/h100", headers=AUTH).get_json()["nodes"]
+    page = client.get("/", headers=AUTH).get_data(as_text=True)
+    cells = re.findall(r'<tr class="node" data-node="([^"]+)">.*?<td class="removable">(.*?)</td>', page, re.S)
+    shown = {name: html.unescape(re.sub(r"<[^>]+>", "", cell)).strip() for name, cell in cells}
+    assert shown == {n["name"]: "yes" if n["removable"] else f"no: {n['why']}" for n in nodes}
+    kept = {n["name"] for n in nodes if not n["removable"]}
+    assert kept == (set() if status == 404 else {"h100-0", "h100-1"})
+    assert all(n["why"] is None for n in nodes if n["removable"])

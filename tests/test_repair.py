@@ -313,3 +313,23 @@ def test_repairs_stored_before_repair_was_removed_from_the_config_wait_and_can_b
     resp = post(later.client, "/api/v1/pools/gpu/repair", {"nodes": ["gpunp-2"], "cancel": True})
     assert resp.status_code == 200 and not cordoned(kube, "gpunp-2")
     assert later.app.extensions["autoscaler"].store.repairs() == []
+
+
+def test_a_replacement_the_cloud_first_refused_is_an_event_when_the_reconciler_asks_again(
+        tmp_path: Any, kube: FakeKube, receiver: WebhookReceiver) -> None:
+    """Before: the start's replacement refused (409, another operation in progress) and asked again by the
+    reconciler grew the pool 4 -> 5 with no event at all (one INFO log line); now it goes through the door and the
+    hold's final write as its own ``scaled`` event."""
+    receiver.refuse.append(409)
+    r = rig(tmp_path, kube, receiver.url)
+    started = repair(r.client, "gpunp-0")  # its Job keeps it (within grace) while the pool grows
+    assert started["outcome"] == "repair_started" and "replacement not asked yet" in started["reason"], started
+    assert scale_calls(receiver)[-1]["to"] == 5  # asked, and refused
+    r.tick()
+    events = r.client.get("/api/v1/events?pool=gpu&outcome=scaled", headers=AUTH).get_json()["events"]
+    assert [(e["source"], e["action"], e["from"], e["to"]) for e in events] == [("reconcile", "scale_out", 4, 5)]
+    assert "replacement for node gpunp-0 in repair asked again: 4 -> 5" in events[0]["reason"]
+    r.tick()  # the next tick's view reads the tracked count the event's change stored
+    pool = r.client.get("/api/v1/pools/gpu", headers=AUTH).get_json()
+    assert pool["current"] == 5 and r.repairs()[0]["node"] == "gpunp-0"
+    assert [b["to"] for b in scale_calls(receiver)] == [5, 5]  # refused once, asked once more, nothing else

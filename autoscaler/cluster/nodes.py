@@ -22,6 +22,8 @@ from autoscaler.config.common import DEFAULT_GPU_RESOURCES
 CORDON_ANNOTATION = "gpu-autoscaler/cordoned"
 #: Appended to the owner once the cloud was asked to remove the node (the sweep then leaves it to the cloud).
 REMOVING = "/removing"
+#: The cordon owner of a node in repair (docs/repair.md): the repair's to lift, never a scale-in's sweep's.
+REPAIR_OWNER = "gpu-autoscaler/repair"
 
 #: Node annotations that keep a node, with the value that means "keep".
 NODE_PROTECTION = {
@@ -258,6 +260,23 @@ def node_view(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
 
 
 # ---- victims ----------------------------------------------------------------------------------------------------
+
+def going(view: NodeView) -> str | None:
+    """Why the node is already on its way out (its removal asked of the cloud, or in repair: the repair removes
+    it), None when it is not."""
+    if view.cordon_owner.endswith(REMOVING):
+        return "its removal was already asked of the cloud"
+    if view.cordon_owner == REPAIR_OWNER:
+        return "in repair: its repair removes it"
+    return None
+
+
+def why_kept(view: NodeView) -> str | None:
+    """The one answer to "may this node go now, and why not": None when a scale-in could take it. What the
+    decision reads (the scale-in leaves going nodes out, ``pick_victims`` keeps busy ones), and what the API, the
+    status page and ``python -m autoscaler nodes`` show."""
+    return going(view) or view.busy_reason()
+
 
 def kept_reason(node: NodeView, why: str) -> str:
     return f"kept {node.name}: {why}"

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 from autoscaler.clock import SYSTEM, Clock
 from autoscaler.models import CloudStatus, Outcome, PoolSpec
 from autoscaler.cluster.movable import Pick, pick_movable
-from autoscaler.cluster.nodes import (REMOVING, Cluster, ClusterError, NodeGone, NodeView,
+from autoscaler.cluster.nodes import (REMOVING, REPAIR_OWNER, Cluster, ClusterError, NodeGone, NodeView, going,
                                       pick_victims)
 from autoscaler.cluster.pods import Budget
 from autoscaler.nodes.drain import drain
@@ -24,8 +24,6 @@ from providers import NodeRef, ProviderError, RemovesNamedNodes
 
 log = logging.getLogger(__name__)
 
-#: The cordon owner of a node in repair (docs/repair.md): the repair's to lift, never this module's sweep's.
-REPAIR_OWNER = "gpu-autoscaler/repair"
 REMOVAL_GRACE = 1800.0  # a node the cloud was asked to remove and still has after this is uncordoned again
 SHOWN = 4  # kept nodes named in a reason (the details list more)
 KEPT_LISTED = 100  # kept nodes listed in an event's details (a big pool's event stays small)
@@ -135,7 +133,7 @@ class NodeScaleIn:
         views = self.cluster.nodes(dict(spec.node_selector))
         swept, held = self.sweep(spec, job.now, views, job.seen)
         views = [replace(v, cordoned=False, cordoned_by_us=None, cordon_owner="") if v.name in swept else v
-                 for v in views if v.name in swept or not (_going(v) or v.name in held)]  # going, or in repair
+                 for v in views if v.name in swept or (going(v) is None and v.name not in held)]
         pick = self._pick(spec, views, remove, alerted)
         kept_list = [(n.name, _why(n, r)) for n, r in pick.kept]
         drained = self._drain_all(job, [pick.drain] if pick.drain else [], kept_list)
@@ -159,7 +157,7 @@ class NodeScaleIn:
 
     def preview(self, spec: PoolSpec, remove: int, alerted: Sequence[str]) -> Removal:
         """What :meth:`scale_in` would pick, changing nothing (a dry-run pool)."""
-        views = [v for v in self.cluster.nodes(dict(spec.node_selector)) if not _going(v)]
+        views = [v for v in self.cluster.nodes(dict(spec.node_selector)) if going(v) is None]
         pick = self._pick(spec, views, remove, alerted)
         names = tuple(v.name for v in pick.idle) + ((pick.drain.name,) if pick.drain else ())
         said = f"would remove {', '.join(names)}" if names else "no node could go"
@@ -301,11 +299,6 @@ class NodeScaleIn:
             log.warning("%s", exc)
             return False
         return True
-
-
-def _going(view: NodeView) -> bool:
-    """Whether the node is already going: its removal asked of the cloud, or in repair (the repair removes it)."""
-    return view.cordon_owner.endswith(REMOVING) or view.cordon_owner == REPAIR_OWNER
 
 
 def _stuck(names: Sequence[str]) -> str:

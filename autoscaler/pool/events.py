@@ -96,13 +96,13 @@ class EventLog:
     def finish(self, held: Final, d: Decision, source: str, alerts: list[Alert], now: float,
                change: PoolChange) -> Decision:
         """The final write of a held pool's record (``Held.record``): the event at ``now``, its change to the pool's
-        state, the lease released (``held.release``), the dedup keys confirmed and a repair ended as ``held`` says,
+        state, the lease released (``held.release``), the dedup keys confirmed and the repairs marked as ``held`` says,
         in one transaction; retried until ``held.until`` (monotonic: the lease's end) while the store is away, then
         kept and written once it is back (see ``final_write``)."""
         ev = self._record_for(d, source, alerts, now)
         pending = Pending(held.pool, held.owner, ev, change, held.confirm,
                           lambda event_id: self._published(d, replace(ev, id=event_id)), held.release,
-                          held.ends_repair)
+                          held.repairs)
         event_id = self.final.write(pending, held.until)
         return self._published(d, replace(ev, id=event_id))
 

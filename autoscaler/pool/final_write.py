@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from autoscaler.store import DedupConfirm, EventRecord, PoolChange, Store, StoreUnavailable
+from autoscaler.store import DedupConfirm, EventRecord, PoolChange, RepairMark, Store, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +37,14 @@ LOOK_BACK = 50  # how many of the pool's newest events are searched for a write 
 @dataclass(frozen=True)
 class Final:
     """How a held pool's record is written (``EventLog.finish``): whose lease, until when it is retried
-    (monotonic), whether the lease is released with it, the dedup keys it confirms and the repair it ends."""
+    (monotonic), whether the lease is released with it, the dedup keys it confirms, what it does to the repairs."""
 
     pool: str
     owner: str
     until: float | None
     release: bool = True
     confirm: DedupConfirm | None = None
-    ends_repair: str | None = None
+    repairs: RepairMark | None = None
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Pending:
     confirm: DedupConfirm | None
     publish: Callable[[int], object]
     release: bool = True  # False: a record in the middle of a hold, which keeps the lease
-    ends_repair: str | None = None  # the node whose repair this record ends (forgotten in the same transaction)
+    repairs: RepairMark | None = None  # what the record does to the pool's repairs, in the same transaction
     since: float = 0.0  # monotonic: when it was kept
     in_doubt: bool = field(default=False)  # a try failed: its commit may have landed
 
@@ -102,7 +102,7 @@ class FinalWrites:
                             "answer was lost", pending.pool, found)
                 return found
         return self.store.finish(pending.pool, pending.owner, pending.event, pending.change, pending.confirm,
-                                 release=pending.release, ends_repair=pending.ends_repair)
+                                 release=pending.release, repairs=pending.repairs)
 
     def _recorded(self, pending: Pending) -> int | None:
         """The id of ``pending``'s event if its commit landed, else None."""

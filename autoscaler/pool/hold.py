@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Iterator
 from autoscaler.clock import SYSTEM, Clock
 from autoscaler.models import Alert, Decision, PoolState
 from autoscaler.pool.final_write import Final
-from autoscaler.store import DedupConfirm, PoolChange, PoolStore, Store, StoreUnavailable
+from autoscaler.store import DedupConfirm, PoolChange, PoolStore, RepairMark, Store, StoreUnavailable
 
 if TYPE_CHECKING:
     from autoscaler.pool.attempt import Attempt
@@ -135,16 +135,16 @@ class Held:
 
     # Over 5 parameters: the event's own four (decision, source, alerts, time), the change, and how it is written.
     def record(self, decision: Decision, source: str, alerts: list[Alert], now: float, change: PoolChange, *,
-               confirm: DedupConfirm | None = None, release: bool = True, ends_repair: str | None = None) -> Decision:
+               confirm: DedupConfirm | None = None, release: bool = True, repairs: RepairMark | None = None) -> Decision:
         """Record an event of this hold with its change to the pool, through the final write (``EventLog.finish``:
         retried while the lease holds, since the cloud may have acted and its record must not be lost, then kept).
         ``release`` (the default) gives the lease back in the same transaction and ends the hold's renewal; False
-        records in the middle of a hold (a repair step), which keeps the pool. ``ends_repair``: the node whose
-        repair ends with this record."""
+        records in the middle of a hold (a repair step), which keeps the pool. ``repairs``: what the record does to
+        the pool's stored repairs (a repair ended, a replacement asked), in the same transaction."""
         if release:
             self._stop.set()  # a renewal racing the release is harmless: it only touches a lease this owner holds
         final = Final(self.lease.pool, self.lease.owner, self.lease.lapses_at() - FINAL_MARGIN, release, confirm,
-                      ends_repair)
+                      repairs)
         recorded = self.events.finish(final, decision, source, alerts, now, change)
         self._finished = self._finished or release
         return recorded

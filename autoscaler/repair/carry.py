@@ -22,8 +22,8 @@ from autoscaler.pool.hold import Held, PoolHeld
 from autoscaler.repair.parts import RepairParts
 from autoscaler.models import Action, Decision, OperatorOutcome, Outcome, PoolSpec, Source
 from autoscaler.redact import redact_text
-from autoscaler.nodes.scale_in import REPAIR_OWNER
-from autoscaler.store import PoolChange, RepairRecord, StoreUnavailable
+from autoscaler.cluster.nodes import REPAIR_OWNER
+from autoscaler.store import PoolChange, RepairMark, RepairRecord, StoreUnavailable
 from providers import NodeRef, ProviderError, RemovesNamedNodes
 
 log = logging.getLogger(__name__)
@@ -139,13 +139,14 @@ def _replacement(parts: RepairParts, held: Held, spec: PoolSpec, repair: RepairR
     except ProviderError as exc:
         _keep(parts, spec, repair, now, f"replacement: {redact_text(exc.message)}")
         return
-    parts.store.update_repair(spec.name, repair.node, now, replacement=reached)
-    if reached > cloud.current:
+    if reached <= cloud.current:
+        parts.store.update_repair(spec.name, repair.node, now, replacement=reached)
+    else:
         decision = Decision(spec.name, Action.SCALE_OUT, Outcome.SCALED, cloud.current, reached,
                             f"replacement for node {repair.node} in repair asked again: {cloud.current} -> {reached}",
                             details={"node": repair.node, "replacement": reached})
         held.record(decision, Source.RECONCILE.value, [], now, changed(provider, now, reached, Action.SCALE_OUT),
-                    release=False)
+                    release=False, repairs=RepairMark(replaced=(repair.node,), replacement=reached, at=now))
 
 
 # 7 parameters: the step's parts and hold, and its reads (the node, the time) handed on, never read twice.
@@ -182,7 +183,7 @@ def _ended(held: Held, spec: PoolSpec, repair: RepairRecord, now: float, sizes: 
     decision = Decision(spec.name, Action.REPAIR, Outcome.REPAIRED, sizes[0] if sizes else None,
                         sizes[1] if sizes else None, reason, details=details)
     return held.record(decision, Source.RECONCILE.value, [], now, change or PoolChange(), release=False,
-                       ends_repair=repair.node)
+                       repairs=RepairMark(ended=(repair.node,)))
 
 
 def cancel(parts: RepairParts, spec: PoolSpec, nodes: Sequence[str], actor: str, reason: str) -> list[str]:

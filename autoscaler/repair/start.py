@@ -20,8 +20,9 @@ from autoscaler.repair.parts import RepairParts
 from autoscaler.models import Action, CloudStatus, Decision, Outcome, PoolSpec, PoolState, Signal
 from autoscaler.redact import redact_text
 from autoscaler.decide.repair_budget import Admission, admit
-from autoscaler.nodes.scale_in import REPAIR_OWNER, summary
-from autoscaler.store import PoolChange, RepairRecord, StoreUnavailable
+from autoscaler.cluster.nodes import REPAIR_OWNER
+from autoscaler.nodes.scale_in import summary
+from autoscaler.store import PoolChange, RepairMark, RepairRecord, StoreUnavailable
 from providers import NoCapacityError, ProviderError
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ class Started:
     gone: list[str] = field(default_factory=list)  # not in the cluster (any more): a repeat of a finished repair
     replacement: str = ""  # what became of the replacement, for the reason
     reached: int | None = None
+    marked: int | None = None  # the pool size stored on the repairs as their replacement's (with the record)
     pass_on: int = 0  # nodes the pool's group is asked for instead (the pool is short or at max)
     cordon_failed: bool = False  # the API server refused a cordon: a retry of the sender can act
 
@@ -69,8 +71,11 @@ def _start(parts: RepairParts, signal: Signal, pass_on: Callable[[Signal], Decis
     try:
         with parts.hold.holding(spec.name, "repair") as held:
             now = parts.wall()  # the decision's time: read once the pool is held
-            decision, change, passed = _start_held(parts, spec, signal, held.state, now)
-            recorded = held.record(decision, signal.source.value, list(signal.alerts), now, change)
+            decision, change, done = _start_held(parts, spec, signal, held.state, now)
+            mark = None if done.marked is None else RepairMark(replaced=tuple(done.nodes), replacement=done.marked,
+                                                               at=now)
+            recorded = held.record(decision, signal.source.value, list(signal.alerts), now, change, repairs=mark)
+        passed = done.pass_on
     except PoolHeld as exc:
         decision = Decision(spec.name, Action.REPAIR, Outcome.SKIPPED_BUSY, None, None, _said(signal, str(exc)),
                             retry_after=exc.retry_after, details={"busy": "lease"})
@@ -123,28 +128,30 @@ def _in_pool(view: NodeView, spec: PoolSpec) -> bool:
 
 
 def _start_held(parts: RepairParts, spec: PoolSpec, signal: Signal, state: PoolState,
-                now: float) -> tuple[Decision, PoolChange, int]:
-    """The start under the pool's hold: the decision, the pool's change and how many nodes to ask of its group."""
+                now: float) -> tuple[Decision, PoolChange, Started]:
+    """The start under the pool's hold: the decision, the pool's change and what it did (how many nodes to ask of
+    its group, the replacement's size to store on the repairs)."""
     assert spec.repair is not None and parts.cluster is not None
     plan = Decision(spec.name, Action.REPAIR, Outcome.SKIPPED_PAUSED, None, None, "")
+    done = Started()
     if state.paused:
-        return _with(plan, signal, f"pool {spec.name} is paused: repairs wait until it is resumed"), PoolChange(), 0
+        said = f"pool {spec.name} is paused: repairs wait until it is resumed"
+        return _with(plan, signal, said), PoolChange(), done
     provider = parts.providers[spec.name]
     try:
         cloud = provider.status(state.tracked(), now)
     except ProviderError as exc:
         return _failed(plan, signal, f"pool status: {redact_text(exc.message)}; nothing was touched",
-                       (exc.retry_after or 30.0) if exc.retryable else None), PoolChange(), 0
+                       (exc.retry_after or 30.0) if exc.retryable else None), PoolChange(), done
     cluster: Cluster = parts.cluster
     in_repair = {r.node for r in parts.store.repairs(spec.name)}
-    done = Started()
     named: list[str] = []
     for name in signal.nodes:
         try:
             view = None if name in in_repair else cluster.node(name)
         except ClusterError as exc:
             return _failed(plan, signal, f"kubernetes: {redact_text(str(exc))}; nothing was touched",
-                           CLUSTER_RETRY), PoolChange(), 0
+                           CLUSTER_RETRY), PoolChange(), done
         if name not in in_repair and view is None:
             done.gone.append(name)
         elif view is not None and not _in_pool(view, spec):
@@ -156,14 +163,14 @@ def _start_held(parts: RepairParts, spec: PoolSpec, signal: Signal, state: PoolS
     done.kept += [(n, f"over the repair budget ({admission.describe()})") for n in admission.over_budget]
     plan = Decision(spec.name, Action.REPAIR, Outcome.REPAIR_STARTED, cloud.current, cloud.current, "")
     if not admission.start:
-        return _nothing(plan, signal, admission, done), PoolChange(), 0
+        return _nothing(plan, signal, admission, done), PoolChange(), done
     if spec.dry_run:
-        return _dry_run(plan, signal, spec, admission, done), PoolChange(), 0
+        return _dry_run(plan, signal, spec, admission, done), PoolChange(), done
     reason = f"{signal.reason or 'repair'}"[:300]
     for name in admission.start:
         _cordon(parts, spec, name, now, reason, done)
     if not done.nodes:
-        return _nothing(plan, signal, admission, done), PoolChange(), 0
+        return _nothing(plan, signal, admission, done), PoolChange(), done
     change = _replace(parts, spec, state, cloud, now, done)
     bits = [f"repair of {', '.join(done.nodes)} started: cordoned", done.replacement]
     if done.kept:
@@ -171,7 +178,7 @@ def _start_held(parts: RepairParts, spec: PoolSpec, signal: Signal, state: PoolS
     details = {**_details(admission, done), "replacement": done.reached}
     return (Decision(spec.name, Action.REPAIR, Outcome.REPAIR_STARTED, cloud.current,
                      done.reached if done.reached is not None else cloud.current, _said(signal, "; ".join(bits)),
-                     details=details), change, done.pass_on)
+                     details=details), change, done)
 
 
 def _with(plan: Decision, signal: Signal, reason: str) -> Decision:
@@ -254,7 +261,7 @@ def _replace(parts: RepairParts, spec: PoolSpec, state: PoolState, cloud: CloudS
         done.pass_on = count if spec.group else 0
         done.replacement = (f"{why}: replacement asked of group {spec.group}" if spec.group
                             else f"no replacement: {why}")
-        _mark_replacement(parts, spec, done, current, now)
+        done.marked = current
         return PoolChange()
     provider = parts.providers[spec.name]
     try:
@@ -262,17 +269,12 @@ def _replace(parts: RepairParts, spec: PoolSpec, state: PoolState, cloud: CloudS
     except NoCapacityError as exc:
         done.pass_on = count if spec.group else 0
         done.replacement = f"replacement refused for capacity: {redact_text(exc.message)}"
-        _mark_replacement(parts, spec, done, current, now)
+        done.marked = current
         return PoolChange()
     except ProviderError as exc:  # the reconciler asks again on its next tick
         done.replacement = f"replacement not asked yet ({redact_text(exc.message)}); the reconciler retries"
         return PoolChange()
     done.reached = reached
     done.replacement = f"replacement asked: {current} -> {reached}"
-    _mark_replacement(parts, spec, done, reached, now)
+    done.marked = reached
     return changed(provider, now, reached, Action.SCALE_OUT)
-
-
-def _mark_replacement(parts: RepairParts, spec: PoolSpec, done: Started, size: int, now: float) -> None:
-    for name in done.nodes:
-        parts.store.update_repair(spec.name, name, now, replacement=size)

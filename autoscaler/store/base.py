@@ -103,6 +103,17 @@ class NodesView:
 
 
 @dataclass(frozen=True)
+class RepairMark:
+    """What a held pool's record does to its stored repairs in the same transaction (``Store.finish``): the repairs
+    of ``ended`` forgotten; those of ``replaced`` given ``replacement``, the pool size asked for them, at ``at``."""
+
+    ended: tuple[str, ...] = ()
+    replaced: tuple[str, ...] = ()
+    replacement: int | None = None
+    at: float = 0.0
+
+
+@dataclass(frozen=True)
 class RepairRecord:
     """A node in repair (docs/repair.md): since when, how far it got (``cordoned``, ``waiting`` for work that cannot
     move, ``draining``, ``removing``), why it started, the pool size asked for its replacement (None: none), and

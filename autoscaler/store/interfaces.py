@@ -7,7 +7,7 @@ from typing import Callable, Collection
 
 from autoscaler.models import PoolState
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
-                                   RemovalIntent, RepairRecord, Shortcut)
+                                   RemovalIntent, RepairMark, RepairRecord, Shortcut)
 
 
 class PoolStore(abc.ABC):
@@ -39,11 +39,11 @@ class PoolStore(abc.ABC):
 
     @abc.abstractmethod
     def finish(self, pool: str, owner: str, event: EventRecord, change: PoolChange,
-               confirm: DedupConfirm | None = None, *, release: bool = True, ends_repair: str | None = None) -> int:
+               confirm: DedupConfirm | None = None, *, release: bool = True, repairs: RepairMark | None = None) -> int:
         """In one transaction: apply the change, append the event, release the lease (unless ``release`` is False:
         a record in the middle of a hold) and (with ``confirm``) extend the decision's dedup keys to their full
-        window; ``ends_repair``: the node whose repair the event ends, forgotten in the same transaction. Return the
-        event id."""
+        window; ``repairs``: what the record does to the pool's stored repairs (ended, replacement asked), in the
+        same transaction. Return the event id."""
 
     @abc.abstractmethod
     def update_pool(self, pool: str, event: EventRecord | None, change: PoolChange) -> int | None:

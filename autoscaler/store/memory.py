@@ -16,7 +16,7 @@ from typing import Callable, Collection
 from autoscaler.models import PoolState
 from autoscaler.store import tables
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
-                                   RemovalIntent, RepairRecord, Shortcut)
+                                   RemovalIntent, RepairMark, RepairRecord, Shortcut)
 from autoscaler.store.interfaces import Store
 from autoscaler.store.rows import hash_key, pool_state
 
@@ -113,10 +113,15 @@ class MemoryStore(Store):
             return True
 
     def finish(self, pool: str, owner: str, event: EventRecord, change: PoolChange,
-               confirm: DedupConfirm | None = None, *, release: bool = True, ends_repair: str | None = None) -> int:
+               confirm: DedupConfirm | None = None, *, release: bool = True, repairs: RepairMark | None = None) -> int:
         with self._lock:
-            if ends_repair is not None:
-                self._repairs.pop((pool, ends_repair), None)
+            for node in repairs.ended if repairs is not None else ():
+                self._repairs.pop((pool, node), None)
+            for node in repairs.replaced if repairs is not None else ():
+                held = self._repairs.get((pool, node))
+                if held is not None:
+                    self._repairs[(pool, node)] = replace(held, updated_at=repairs.at,
+                                                          replacement=repairs.replacement)
             event_id = self._append(event)
             row = self._pools.get(pool)
             if row is not None:

@@ -10,7 +10,7 @@ from typing import Any, ContextManager
 from sqlalchemy import Connection, delete, select, update
 
 from autoscaler.store import tables
-from autoscaler.store.base import EventRecord, PoolChange, RepairRecord
+from autoscaler.store.base import EventRecord, PoolChange, RepairMark, RepairRecord
 from autoscaler.store.rows import storable
 
 _COLUMNS = tuple(c.name for c in tables.repairs.c)
@@ -59,6 +59,15 @@ class SqlRepairs:
             done = conn.execute(update(t).where(t.c.pool == pool, t.c.node == node)
                                 .values(**storable(t, values)))
         return bool(done.rowcount)
+
+    def _mark_repairs(self, conn: Connection, pool: str, mark: RepairMark) -> None:
+        """A final write's changes to the pool's repairs (see ``Store.finish``), inside its transaction."""
+        t = tables.repairs
+        if mark.ended:
+            conn.execute(delete(t).where(t.c.pool == pool, t.c.node.in_(mark.ended)))
+        if mark.replaced:
+            conn.execute(update(t).where(t.c.pool == pool, t.c.node.in_(mark.replaced))
+                         .values(updated_at=mark.at, replacement=mark.replacement))
 
     def end_repair(self, pool: str, node: str, event: EventRecord | None,
                    change: PoolChange | None = None) -> int | None:

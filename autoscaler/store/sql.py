@@ -26,7 +26,7 @@ from autoscaler.models import PoolState
 from autoscaler.redact import redact_text
 from autoscaler.store import probe, tables
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
-                                   Shortcut, StoreUnavailable)
+                                   RepairMark, Shortcut, StoreUnavailable)
 from autoscaler.store.interfaces import Store
 from autoscaler.store.compiled import Compiled, execute
 from autoscaler.store.rows import (EVENT_COLUMNS, STATE_COLUMNS, claim_params, claim_sql, event_row, hash_key,
@@ -291,12 +291,11 @@ class SqlStore(SqlRemovals, SqlRepairs, SqlReads, Store):
         return int(result.inserted_primary_key[0])  # type: ignore[index]
 
     def finish(self, pool: str, owner: str, event: EventRecord, change: PoolChange,
-               confirm: DedupConfirm | None = None, *, release: bool = True, ends_repair: str | None = None) -> int:
+               confirm: DedupConfirm | None = None, *, release: bool = True, repairs: RepairMark | None = None) -> int:
         columns = storable(tables.pools, change.columns())
         with self._tx() as conn:
-            if ends_repair is not None:
-                conn.execute(delete(tables.repairs).where(tables.repairs.c.pool == pool,
-                                                          tables.repairs.c.node == ends_repair))
+            if repairs is not None:
+                self._mark_repairs(conn, pool, repairs)
             event_id = self._append(conn, event)
             conn.execute(_finish_sql(tuple(sorted(columns)), release),
                          {"p_name": pool, "p_owner": owner, "p_event": event_id,

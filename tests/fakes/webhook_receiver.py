@@ -26,6 +26,7 @@ class WebhookReceiver(FakeHttpServer):
 
     def __init__(self) -> None:
         self.received: list[Received] = []
+        self.refuse: list[int] = []  # statuses for the next POSTs, one each (e.g. 409: another operation running)
         self._cond = threading.Condition()
         super().__init__()
         self.start()
@@ -48,4 +49,5 @@ class WebhookReceiver(FakeHttpServer):
         with self._cond:
             self.received.append(item)
             self._cond.notify_all()
-        return Reply(200, b"")
+            status = self.refuse.pop(0) if self.refuse else 200
+        return Reply(status, b"" if status == 200 else b'{"error": "another operation is in progress"}')
