@@ -76,7 +76,6 @@ def _check(providers: dict[str, NodePoolProvider]) -> None:
             log.error("pool %s cannot be managed: %s", name, exc.message)
 
 
-# Over 5 parameters: after the config, each is an optional keyword-only part a test or an embedding hands in.
 def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None = None, *,
                clock: Clock | None = None, providers: dict[str, NodePoolProvider] | None = None,
                store: Store | None = None, sinks: list[EventSink] | None = None,

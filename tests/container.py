@@ -7,18 +7,15 @@ Used by tests/test_compose_boot.py (the compose service) and tests/test_helm_cha
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PSEUDO = {"proc", "sysfs", "cgroup", "cgroup2", "devtmpfs", "devpts", "mqueue", "securityfs", "debugfs", "bpf",
@@ -55,20 +52,6 @@ class Container:
     command: list[str] | None = None                         # None: the image's CMD
 
 
-@pytest.fixture()
-def stage() -> Iterator[Path]:
-    """A staging directory outside /tmp (a tmpfs may cover /tmp inside the namespace); skips without unshare."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("setpriv") is None:
-        reason = "needs root, unshare and setpriv (util-linux) for a private read-only mount namespace"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true but {reason}")
-        pytest.skip(reason)
-    path = Path(tempfile.mkdtemp(prefix="container-", dir="/var/tmp"))
-    path.chmod(0o755)  # the image's user reads its files below it
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _copy_image(image: dict[str, Any], root: Path) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from tests.container import PROBE, ROOT, Container, dockerfile, run, stage  # noqa: F401 - stage is a fixture
+from tests.container import PROBE, ROOT, Container, dockerfile, run
 
 ENV = {"AUTOSCALER_TOKEN": "compose-token-0123456789", "AUTOSCALER_PASSWORD": "compose-password-0123456789",
        "INFLUXDB_TOKEN": "influx-token-0123456789"}

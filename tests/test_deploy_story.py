@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from tests.container import PROBE, Container, run, stage  # noqa: F401 - stage is a fixture
-from tests.chart import ENV, ROOT, config_of, helm, one, render  # noqa: F401 - helm is a fixture
+from tests.container import PROBE, Container, run
+from tests.chart import ENV, ROOT, config_of, one, render
 
 
 

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler import __version__
 from autoscaler.config.load import build_settings
-from tests.chart import (CHART, ENV, ROOT, config_of, helm, one, render, run_tool,  # noqa: F401 - helm
+from tests.chart import (CHART, ENV, ROOT, config_of, one, render, run_tool,
                          value_set)
 from tests.pipeline import PROMTOOL, require_binary
 from tests.support import AUTH, FakeClock, am_alert, am_payload, make_app

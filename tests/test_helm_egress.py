@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from tests.chart import helm, one, render, value_set  # noqa: F401  (helm: the fixture)
+from tests.chart import one, render, value_set
 
 IMDS = "169.254.169.254/32"
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -47,3 +48,48 @@ def test_tests_import_neither_each_other_nor_conftest() -> None:
                 if name.startswith("tests.") and (last.startswith("test_") or last == "conftest"):
                     offenders.append(f"{path.relative_to(ROOT)} imports {name}")
     assert offenders == []
+
+
+def test_ruff_finds_nothing() -> None:
+    """Unused imports and variables, redefinitions and ruff's other default rules (ruff.toml), over the tree."""
+    ruff = Path(sys.executable).with_name("ruff")
+    result = subprocess.run([str(ruff), "check", "--no-cache", "--output-format", "concise", "."], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _python(under: str) -> list[tuple[Path, str]]:
+    return [(p, p.read_text()) for p in sorted((ROOT / under).rglob("*.py")) if "__pycache__" not in p.parts]
+
+
+def test_only_the_door_asks_a_cloud_for_a_change() -> None:
+    """Outside ``providers/``, a provider's ``scale`` or ``remove_nodes`` is called in autoscaler/pool/door.py alone
+    (the replay's simulated cloud is a provider of its own, called the same way)."""
+    call = re.compile(r"(?<!door)\.(scale|remove_nodes)\(")
+    door = ROOT / "autoscaler" / "pool" / "door.py"
+    offenders = [f"{p.relative_to(ROOT)}:{n}" for p, text in _python("autoscaler") if p != door
+                 for n, line in enumerate(text.splitlines(), 1) if call.search(line)]
+    assert offenders == []
+    asks = re.findall(r"provider\.(scale|remove_nodes)\(", door.read_text())
+    assert sorted(asks) == ["remove_nodes", "scale"]  # the door itself: one of each
+
+
+def test_nothing_reaches_a_part_through_the_engine() -> None:
+    """The parts are built once and handed in (autoscaler/engine/parts.py); outside the engine's package, an engine
+    is asked to decide (``handle``, ``handle_notification``) and nothing else."""
+    core = (ROOT / "autoscaler" / "engine" / "core.py").read_text()
+    members = set(re.findall(r"self\.(\w+) =", core)) | set(re.findall(r"    def (\w+)\(self", core))
+    parts = sorted(members - {"handle", "handle_notification", "__init__"})
+    assert {"hold", "store", "providers", "node_actions", "door"} <= set(parts)  # the pattern sees the engine's parts
+    reach = re.compile(r"\bengine\.(" + "|".join(parts) + r")\b")
+    offenders = [f"{p.relative_to(ROOT)}:{n}: {m.group(0)}" for under in ("autoscaler", "tests", "bench")
+                 for p, text in _python(under) if "engine" not in p.relative_to(ROOT).parts[1:2]
+                 for n, line in enumerate(text.splitlines(), 1) for m in reach.finditer(line)
+                 if not line.lstrip().startswith(("from ", "import "))]
+    assert offenders == []
+
+
+def test_the_top_level_holds_few_modules() -> None:
+    """The package's top level is a few modules; the rest lives in rooms named for what they do."""
+    modules = sorted(p.name for p in (ROOT / "autoscaler").glob("*.py"))
+    assert len(modules) <= 15, modules

@@ -13,7 +13,7 @@ import yaml
 import providers
 from autoscaler.app import create_app
 from autoscaler.config.load import build_settings
-from tests.chart import CHART, ENV, config_of, helm, render  # noqa: F401  (helm: the fixture)
+from tests.chart import ENV, config_of, render
 from tests.fakes.kube import FakeKube
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tests.rbac import Grant, asked, expected, granted, table

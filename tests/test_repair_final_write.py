@@ -10,9 +10,9 @@ import pytest
 
 from autoscaler.app import create_app
 from tests import pg
+from tests.fakes.cutting_hook import CuttingHook
 from tests.fakes.kube import FakeKube
 from tests.fakes.tcpproxy import TcpProxy
-from tests.test_store_outage_record import CuttingHook
 from tests.support import AUTH, am_alert, am_payload, config, post
 
 pytestmark = pytest.mark.slow

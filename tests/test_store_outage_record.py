@@ -8,10 +8,9 @@ gets 503 and the record is written as soon as the database is back (a resend fin
 """
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 import requests
@@ -20,40 +19,13 @@ from autoscaler.pool.final_write import FinalWrites, Pending
 from autoscaler.store import SqlStore
 from autoscaler.store.base import EventRecord, PoolChange
 from tests import pg
-from tests.fakes.httpbase import FakeHttpServer, Reply, Request
+from tests.fakes.cutting_hook import CuttingHook
 from tests.fakes.tcpproxy import TcpProxy
 from tests.pipeline import wait_for
 from tests.servers import Service
 from tests.support import AUTH, am_alert, am_payload, config
 
 pytestmark = pytest.mark.slow
-
-
-class CuttingHook(FakeHttpServer):
-    """The pool's webhook: takes each change (200 at once) and, on the first, cuts the database for ``down``
-    seconds."""
-
-    name = "cutting-hook"
-
-    def __init__(self, proxy: TcpProxy, down: float) -> None:
-        self.proxy = proxy
-        self.down = down
-        self.calls: list[dict[str, Any]] = []
-        self.cut_at: float | None = None
-        self.back_at: float | None = None
-        super().__init__()
-
-    def handle(self, request: Request) -> Reply:
-        self.calls.append(request.json() or {})
-        if self.cut_at is None:
-            self.proxy.close()
-            self.cut_at = time.monotonic()
-            threading.Timer(self.down, self._back).start()
-        return Reply(200, {"accepted": True})
-
-    def _back(self) -> None:
-        self.proxy.open()
-        self.back_at = time.monotonic()
 
 
 @pytest.fixture

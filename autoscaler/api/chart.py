@@ -104,8 +104,7 @@ def _series(events: list[dict[str, Any]], now: float, provision_time: float,
 
 def chart(events: list[dict[str, Any]], low: int, high: int, now: float, current: int | None = None,
           provision_time: float = 0.0, in_flight_now: int | None = None,
-          value_label: str = "alert value") -> dict[str, Any] | None:  # 8 parameters: plain values of one pool,
-    # each optional after ``now``: a chart of bare events needs none of them
+          value_label: str = "alert value") -> dict[str, Any] | None:
     """The chart of a pool's events (oldest first; ``_t`` their time): every member the template draws, or None
     when there is nothing to draw. ``current``: the count now, drawn flat when no change is in the events."""
     if current is not None and not any(ev["outcome"] in COUNT_CHANGES and ev["to"] is not None for ev in events):

@@ -24,6 +24,7 @@ CORDON_ANNOTATION = "gpu-autoscaler/cordoned"
 REMOVING = "/removing"
 #: The cordon owner of a node in repair (docs/repair.md): the repair's to lift, never a scale-in's sweep's.
 REPAIR_OWNER = "gpu-autoscaler/repair"
+SHOWN = 4  # kept nodes named in a reason (the details list more)
 
 #: Node annotations that keep a node, with the value that means "keep".
 NODE_PROTECTION = {
@@ -276,6 +277,13 @@ def why_kept(view: NodeView) -> str | None:
     decision reads (the scale-in leaves going nodes out, ``pick_victims`` keeps busy ones), and what the API, the
     status page and ``python -m autoscaler nodes`` show."""
     return going(view) or view.busy_reason()
+
+
+def summary(kept: Sequence[tuple[str, str]]) -> str:
+    """Kept nodes and why, for a reason: the first few named (an event's details list them all)."""
+    shown = "; ".join(f"{n}: {r}" for n, r in kept[:SHOWN])
+    more = len(kept) - SHOWN
+    return shown + (f"; and {more} more" if more > 0 else "")
 
 
 def kept_reason(node: NodeView, why: str) -> str:

@@ -132,7 +132,7 @@ class ScheduleConfig(Frozen):
     def _cron(cls, v: str) -> str:
         import time
 
-        from autoscaler.decide.schedules import starts_within, valid_cron
+        from autoscaler.config.cron import starts_within, valid_cron
 
         if not valid_cron(v):
             raise ValueError(f"{v[:80]!r} is not a five-field cron expression (minute hour day month weekday)")

@@ -7,7 +7,7 @@ the hour repeated in autumn happens at both occurrences (the window stays open f
 after the second). Overlapping windows: the highest ``min`` wins; the pool's own ``min`` is the lowest floor.
 
 A window whose starts cannot be computed (croniter finds none: ``0 0 30 2 *``; check-config refuses those it can
-see, ``starts_within``) is ignored, and said in the floor's reason: it never takes the tick, the API or another pool
+see, ``config.cron.starts_within``) is ignored, and said in the floor's reason: it never takes the tick, the API or another pool
 down (``unusable`` lists them for the reconciler's log).
 """
 from __future__ import annotations
@@ -21,26 +21,8 @@ from croniter import croniter  # type: ignore[import-untyped]
 from autoscaler.models import Headroom, PoolSpec, Schedule
 
 
-HORIZON = 4 * 366 * 86400.0  # a schedule must start within this (check-config): a leap day does, February 30 not
-
-
 class ScheduleError(Exception):
     """The window's starts cannot be computed (croniter finds none)."""
-
-
-def valid_cron(expression: str) -> bool:
-    """Whether ``expression`` is a five-field cron expression croniter understands."""
-    return len(expression.split()) == 5 and bool(croniter.is_valid(expression))
-
-
-def starts_within(expression: str, now: float, horizon: float = HORIZON) -> bool:
-    """Whether the expression (UTC: a time zone shifts a start by hours, not years) starts in ``(now, now +
-    horizon]``."""
-    try:
-        start: datetime = croniter(expression, datetime.fromtimestamp(now, tz=timezone.utc)).get_next(datetime)
-    except (ValueError, OverflowError):  # croniter's errors are ValueErrors: it found no start
-        return False
-    return start.timestamp() <= now + horizon
 
 
 @lru_cache(maxsize=64)

@@ -37,7 +37,6 @@ class Parts:
     repairs: RepairParts
     router: Router
 
-    # 7 parameters: what the caller owns (settings, store, providers, events) and three optional ones.
     @classmethod
     def build(cls, settings: Settings, store: Store, providers: dict[str, NodePoolProvider], events: EventLog,
               clock: Clock = SYSTEM, metrics: Any = None, cluster: Cluster | None = None) -> Parts:

@@ -19,7 +19,8 @@ from autoscaler.cluster.nodes import Cluster, ClusterError, NodeView
 from autoscaler.pool.door import changed, failed
 from autoscaler.redact import redact_text
 from autoscaler.nodes.removals import Seen
-from autoscaler.nodes.scale_in import Leased, NodeScaleIn, summary
+from autoscaler.cluster.nodes import summary
+from autoscaler.nodes.scale_in import Leased, NodeScaleIn
 from autoscaler.store import PoolChange
 from providers import NodePoolProvider, RemovesNamedNodes
 

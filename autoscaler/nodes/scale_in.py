@@ -14,7 +14,7 @@ from autoscaler.clock import SYSTEM, Clock
 from autoscaler.models import CloudStatus, Outcome, PoolSpec
 from autoscaler.cluster.movable import Pick, pick_movable
 from autoscaler.cluster.nodes import (REMOVING, REPAIR_OWNER, Cluster, ClusterError, NodeGone, NodeView, going,
-                                      pick_victims)
+                                      pick_victims, summary)
 from autoscaler.cluster.pods import Budget
 from autoscaler.nodes.drain import drain
 from autoscaler.pool.door import Door
@@ -25,7 +25,6 @@ from providers import NodeRef, ProviderError, RemovesNamedNodes
 log = logging.getLogger(__name__)
 
 REMOVAL_GRACE = 1800.0  # a node the cloud was asked to remove and still has after this is uncordoned again
-SHOWN = 4  # kept nodes named in a reason (the details list more)
 KEPT_LISTED = 100  # kept nodes listed in an event's details (a big pool's event stays small)
 
 
@@ -55,12 +54,6 @@ class Removal:
 def _why(node: NodeView, reason: str) -> str:
     """The reason without its ``kept <node>: `` prefix (the details name the node in its own field)."""
     return reason.removeprefix(f"kept {node.name}: ")
-
-
-def summary(kept: Sequence[tuple[str, str]]) -> str:
-    shown = "; ".join(f"{n}: {r}" for n, r in kept[:SHOWN])
-    more = len(kept) - SHOWN
-    return shown + (f"; and {more} more" if more > 0 else "")
 
 
 @dataclass(frozen=True)

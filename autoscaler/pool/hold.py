@@ -133,7 +133,6 @@ class Held:
         (see :meth:`record`); ``attempt.owner`` must be this hold's owner."""
         return self.record(decision, attempt.source, attempt.alerts, attempt.now, change, confirm=confirm)
 
-    # Over 5 parameters: the event's own four (decision, source, alerts, time), the change, and how it is written.
     def record(self, decision: Decision, source: str, alerts: list[Alert], now: float, change: PoolChange, *,
                confirm: DedupConfirm | None = None, release: bool = True, repairs: RepairMark | None = None) -> Decision:
         """Record an event of this hold with its change to the pool, through the final write (``EventLog.finish``:

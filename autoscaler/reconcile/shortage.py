@@ -55,7 +55,6 @@ def _already_told(state: PoolState, short: Shortfall, now: float) -> bool:
     return not short.give_back and state.short_until is not None and state.short_until > now
 
 
-# 7 parameters: the door, and the held pool's whole context, read once.
 def _give_back(door: Door, provider: NodePoolProvider, spec: PoolSpec, state: PoolState, cloud: CloudStatus,
                short: Shortfall, now: float) -> tuple[Decision, PoolChange]:
     """Ask the cloud for what it delivered (cluster-autoscaler's ``DecreaseTargetSize``) where it allows it and the

@@ -149,7 +149,6 @@ def _replacement(parts: RepairParts, held: Held, spec: PoolSpec, repair: RepairR
                     release=False, repairs=RepairMark(replaced=(repair.node,), replacement=reached, at=now))
 
 
-# 7 parameters: the step's parts and hold, and its reads (the node, the time) handed on, never read twice.
 def _remove(parts: RepairParts, held: Held, spec: PoolSpec, repair: RepairRecord, view: NodeView, now: float,
             late: bool) -> Decision | None:
     """Remove exactly the node through the provider's named removal; ``repaired``, or the failure kept."""
@@ -173,7 +172,6 @@ def _remove(parts: RepairParts, held: Held, spec: PoolSpec, repair: RepairRecord
                   f"node {view.name} {how} and removed ({cloud.current} -> {reached})", changed(provider, now, reached))
 
 
-# 6 parameters: the two ends (removed, gone) share one record; each says its own sizes and why.
 def _ended(held: Held, spec: PoolSpec, repair: RepairRecord, now: float, sizes: tuple[int | None, int] | None,
            reason: str, change: PoolChange | None = None) -> Decision:
     """The repair's end (``repaired``, source ``reconcile``): the event, its change and the repair forgotten in one

@@ -20,8 +20,7 @@ from autoscaler.repair.parts import RepairParts
 from autoscaler.models import Action, CloudStatus, Decision, Outcome, PoolSpec, PoolState, Signal
 from autoscaler.redact import redact_text
 from autoscaler.decide.repair_budget import Admission, admit
-from autoscaler.cluster.nodes import REPAIR_OWNER
-from autoscaler.nodes.scale_in import summary
+from autoscaler.cluster.nodes import REPAIR_OWNER, summary
 from autoscaler.store import PoolChange, RepairMark, RepairRecord, StoreUnavailable
 from providers import NoCapacityError, ProviderError
 
@@ -242,8 +241,8 @@ def _cordon(parts: RepairParts, spec: PoolSpec, name: str, now: float, reason: s
     done.nodes.append(name)
 
 
-def _replace(parts: RepairParts, spec: PoolSpec, state: PoolState, cloud: CloudStatus, now: float,  # 6: the start's
-             done: Started) -> PoolChange:  # held state, read once in _start_held, is handed on rather than re-read
+def _replace(parts: RepairParts, spec: PoolSpec, state: PoolState, cloud: CloudStatus, now: float,
+             done: Started) -> PoolChange:
     """Ask for one more node per repair started, within max (no scale-out cooldown holds it back); the change to
     record. A pool short of capacity or at max leaves it to its group (``done.pass_on``)."""
     assert spec.repair is not None
