@@ -40,6 +40,11 @@ class NodeActions:
         selector and its provider declares that it removes named nodes."""
         return self.scale_in is not None and bool(spec.node_selector) and provider.capabilities.removes_named_nodes
 
+    def lists_marked(self, spec: PoolSpec) -> bool:
+        """Whether the pool's nodes are listed GPU-ready or not, as in flight counts them (``marked``)."""
+        cluster = self._cluster(spec)
+        return cluster is not None and cluster.capabilities.lists_marked
+
     def marked(self, spec: PoolSpec) -> list[NodeView] | None:
         """The pool's nodes without their pods (one list call), where ``kubernetes:`` is configured, the pool's
         nodes are selectable and the cluster lists them so; None otherwise or when it cannot be read."""

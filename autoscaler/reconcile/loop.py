@@ -31,7 +31,7 @@ from autoscaler.engine.facts import headroom_facts, keeps_headroom, pool_facts
 from autoscaler.engine.parts import Parts
 from autoscaler.decide.headroom import Floor, floor as headroom_floor
 from autoscaler.decide.inflight import NOT_REGISTERED, unregistered
-from autoscaler.models import Action, CloudStatus, Decision, PoolFacts, PoolSpec, Shortfall, Signal, Source
+from autoscaler.models import Action, CloudStatus, Decision, PoolFacts, PoolSpec, PoolState, Shortfall, Signal, Source
 from autoscaler.decide.policy import cooldown_remaining
 from autoscaler.redact import redact_text
 from autoscaler.answers import dump, node_body
@@ -97,15 +97,21 @@ class Reconciler:
         return out
 
     def _pool(self, spec: PoolSpec, now: float, out: Tick) -> None:
+        """One pool's round: its stored state read once (again only after a repair step changed the pool), its
+        nodes listed once (the view, in flight, repairs and the headroom all read that listing), its cloud once."""
         self._log_unusable(spec, now)
-        view, facts, short = self.refresh(spec, now)
-        out.views.append(view)
+        state = self.store.pool(spec.name)
         listed = self.refresh_nodes(spec, now)
-        out.decisions += repair_carry.carry_on(self.parts.repairs, spec, now, listed)  # docs/repair.md
+        view, facts, short = self.refresh(spec, state, now, listed)
+        out.views.append(view)
+        carried = repair_carry.carry_on(self.parts.repairs, spec, now, listed)  # docs/repair.md
+        if carried:
+            out.decisions += carried
+            state = self.store.pool(spec.name)
         if short is not None:  # the cloud accepted a size it could not deliver: say so, give back, ask the group
             out.decisions += self._short(spec, now, short)
             return
-        decision = self._floor(spec, view, facts, now) or self._headroom(spec, view, now, listed)
+        decision = self._floor(spec, state, view, facts, now) or self._headroom(spec, state, view, now, listed)
         if decision is not None:
             out.decisions.append(decision)
 
@@ -129,18 +135,19 @@ class Reconciler:
         fallback = shortage.fall_back(self.engine.handle, spec, recorded)
         return [recorded] + ([fallback] if fallback is not None else [])
 
-    def refresh(self, spec: PoolSpec, now: float) -> tuple[PoolView, PoolFacts, Shortfall | None]:
+    def refresh(self, spec: PoolSpec, state: PoolState, now: float,
+                listed: Sequence[NodeView] | None) -> tuple[PoolView, PoolFacts, Shortfall | None]:
         """Read the pool's cloud once and store what it said (or why it could not be read); and whether the cloud
-        reports nodes it accepted and could not deliver."""
-        state = self.store.pool(spec.name)
+        reports nodes it accepted and could not deliver. ``listed``: the pool's nodes as this tick listed them,
+        what in flight and the nodes that never registered are counted from where the cluster lists nodes so."""
         try:
             cloud = self.providers[spec.name].status(state.tracked(), now)
             error = None
         except ProviderError as exc:
             cloud, error = CloudStatus(current=None), redact_text(exc.message)
         if cloud.shortfall is None and cloud.current:
-            nodes = self.parts.nodes.marked(spec)  # GPU-ready or not: in flight and the shortfall read it
-            cloud = replace(cloud, shortfall=self._unregistered(spec, cloud.current, now, nodes))
+            nodes = listed if self.parts.nodes.lists_marked(spec) else None  # GPU-ready or not
+            cloud = replace(cloud, shortfall=self._unregistered(spec, state, cloud.current, now, nodes))
         else:
             nodes = None
         undelivered = cloud.shortfall.undelivered if cloud.shortfall is not None else 0
@@ -152,14 +159,13 @@ class Reconciler:
         self.store.save_view(view)
         return view, facts, cloud.shortfall if undelivered > 0 else None
 
-    def _unregistered(self, spec: PoolSpec, asked: int, now: float,
+    def _unregistered(self, spec: PoolSpec, state: PoolState, asked: int, now: float,
                       nodes: Sequence[NodeView] | None) -> Shortfall | None:
         """With ``kubernetes:`` (the pool's ``nodes``), nodes asked for by the service's scale-outs that never
         registered Ready with GPUs within ``provision_time``: a shortfall the cloud did not report (kept as asked:
         which machine is missing is the cloud's to say, so nothing is given back)."""
         if nodes is None:
             return None
-        state = self.store.pool(spec.name)
         outs = self.store.scale_outs(spec.name, now - 86400)
         noticed = state.short_until - spec.short_for if state.short_until is not None else None
         found = unregistered(nodes, asked, now, spec.provision_time, max((t for t, _, _ in outs), default=None),
@@ -195,14 +201,14 @@ class Reconciler:
         self.store.save_nodes(view)
         return listed
 
-    def _floor(self, spec: PoolSpec, view: PoolView, facts: PoolFacts, now: float) -> Decision | None:
+    def _floor(self, spec: PoolSpec, state: PoolState, view: PoolView, facts: PoolFacts,
+               now: float) -> Decision | None:
         """Raise a pool below its effective min to it through the engine; None when there is nothing to do."""
         if view.current is None or view.busy or view.error:  # unread now: nothing to act on
             return None
         floor = facts.floor if facts.floor is not None else spec.min
         if view.current >= floor:
             return None
-        state = self.store.pool(spec.name)
         if state.paused or (state.backoff_until is not None and now < state.backoff_until):
             return None  # a paused pool changes for nothing; backoff: the next tick after it tries again
         scheduled = floor > spec.min
@@ -248,7 +254,7 @@ class Reconciler:
         if spec.name in self._floors:
             self._remember(spec, self._floors[spec.name], now)
 
-    def _headroom(self, spec: PoolSpec, view: PoolView, now: float,
+    def _headroom(self, spec: PoolSpec, state: PoolState, view: PoolView, now: float,
                   listed: Sequence[NodeView] | None) -> Decision | None:
         """Top a pool up to its headroom where this tick's listing shows less spare than it keeps; None otherwise
         (no listing: not node-aware, or the cluster could not be read)."""
@@ -257,7 +263,6 @@ class Reconciler:
         room = self.headroom_short(spec, view.current, now, listed)
         if room is None:
             return None
-        state = self.store.pool(spec.name)
         if (state.paused or (state.backoff_until is not None and now < state.backoff_until)
                 or cooldown_remaining(spec, state, now)["scale_out"] > 0):
             return None
