@@ -16,7 +16,7 @@ from autoscaler.store import SqlStore, StoreUnavailable
 from autoscaler.store.connections import StoreOptions
 from tests import pg
 from tests.fakes.tcpproxy import TcpProxy
-from tests.support import FakeClock, am_alert, am_payload, events, make_app, post
+from tests.support import AUTH, FakeClock, am_alert, am_payload, events, make_app, post
 
 pytestmark = pytest.mark.slow
 
@@ -56,29 +56,35 @@ def test_an_alert_is_answered_503_in_time_and_never_acts_later(database: str) ->
         app = make_app(pg.url_for(database, port=proxy.port), clock=clock,
                        store={"url": pg.url_for(database, port=proxy.port), "statement_timeout": f"{STATEMENT:g}s",
                               "connect_timeout": f"{CONNECT:g}s"})
-        client = app.test_client()
-        resp = post(client, "/webhook/alertmanager", am_payload(am_alert(fingerprint="warm")))
-        assert resp.status_code == 200 and resp.get_json()["decisions"][0]["outcome"] == "scaled"  # 2 -> 3
-        clock.advance(600)  # past the cooldown: the next alert would scale
-
-        proxy.stall()
         try:
-            took, resp = _answered_within(25, lambda: post(
-                client, "/webhook/alertmanager", am_payload(am_alert(fingerprint="stalled"))))
+            _stall_one_alert(app.test_client(), proxy, clock)
         finally:
-            proxy.resume()
-        assert resp.status_code == 503, resp.get_data(as_text=True)
-        assert resp.headers.get("Retry-After"), resp.headers
-        assert took < IN_TIME, took
+            app.extensions["autoscaler"].store.close()  # its connections closed before the database goes
 
-        time.sleep(1.0)  # what the proxy held reaches the database now: none of it may act or be recorded
-        got = client.get("/api/v1/pools/gpu", headers={"Authorization": "Bearer hardening-token-7"}).get_json()
-        assert got["current"] == 3, got
-        assert [(e["outcome"], e["to"]) for e in events(client, pool="gpu")] == [("scaled", 3)]
-        # and the service works again at once: a new alert acts (the cut connections were dropped)
-        resp = post(client, "/webhook/alertmanager", am_payload(am_alert(fingerprint="after")))
-        assert resp.status_code == 200, resp.get_data(as_text=True)
-        assert resp.get_json()["decisions"][0]["outcome"] == "scaled"
+
+def _stall_one_alert(client: Any, proxy: TcpProxy, clock: FakeClock) -> None:
+    resp = post(client, "/webhook/alertmanager", am_payload(am_alert(fingerprint="warm")))
+    assert resp.status_code == 200 and resp.get_json()["decisions"][0]["outcome"] == "scaled"  # 2 -> 3
+    clock.advance(600)  # past the cooldown: the next alert would scale
+
+    proxy.stall()
+    try:
+        took, resp = _answered_within(25, lambda: post(
+            client, "/webhook/alertmanager", am_payload(am_alert(fingerprint="stalled"))))
+    finally:
+        proxy.resume()
+    assert resp.status_code == 503, resp.get_data(as_text=True)
+    assert resp.headers.get("Retry-After"), resp.headers
+    assert took < IN_TIME, took
+
+    time.sleep(1.0)  # what the proxy held reaches the database now: none of it may act or be recorded
+    got = client.get("/api/v1/pools/gpu", headers=AUTH).get_json()
+    assert got["current"] == 3, got
+    assert [(e["outcome"], e["to"]) for e in events(client, pool="gpu")] == [("scaled", 3)]
+    # and the service works again at once: a new alert acts (the cut connections were dropped)
+    resp = post(client, "/webhook/alertmanager", am_payload(am_alert(fingerprint="after")))
+    assert resp.status_code == 200, resp.get_data(as_text=True)
+    assert resp.get_json()["decisions"][0]["outcome"] == "scaled"
 
 
 def test_every_store_call_has_the_deadline(database: str) -> None:
