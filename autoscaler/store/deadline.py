@@ -98,7 +98,7 @@ class Deadlines:
                 dialect.do_ping(dbapi_conn)
             except dialect.loaded_dbapi.Error as exc:
                 watch = getattr(self._local, "watch", None)
-                if watch is not None and watch.expired or not dialect.is_disconnect(exc, dbapi_conn, None):
+                if (watch is not None and watch.expired) or not dialect.is_disconnect(exc, dbapi_conn, None):
                     raise  # the call's deadline passed: no second connection; or not a lost connection
                 raise InvalidatePoolError() from exc  # as pool_pre_ping: the server went away, reconnect once
 
