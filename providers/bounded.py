@@ -10,15 +10,20 @@ in chunks, up to ``limit`` bytes after decompression, refusing it past that (:cl
 Mounted on a ``requests.Session`` (see :func:`bounded_session`), it serves our webhook and ACK hook calls and the
 Azure SDK's transport (azure-core hands the session ``timeout=(connect, read)``; the read part is the deadline).
 The connect timeout stays what it is: connecting is one bounded step.
+
+The same watchdog serves clients that hold a urllib3 pool manager of their own (the kubernetes client):
+:func:`bound_pool_manager` gives it the watched connection pools and :func:`watched` bounds the calls of a block.
 """
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
-from typing import Any
+from typing import Any, Iterator
 
 import requests
 from requests.adapters import HTTPAdapter
+from urllib3 import PoolManager
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
@@ -115,6 +120,27 @@ class _WatchedHTTPSPool(HTTPSConnectionPool):
 _POOLS = {"http": _WatchedPool, "https": _WatchedHTTPSPool}
 
 
+def bound_pool_manager(manager: PoolManager) -> PoolManager:
+    """``manager`` (or a ``ProxyManager``) opening watched connections from now on: the calls it makes inside
+    :func:`watched` end at that block's deadline. Call it before the manager opens its first pool."""
+    manager.pool_classes_by_scheme = dict(_POOLS)
+    return manager
+
+
+@contextlib.contextmanager
+def watched(seconds: float) -> Iterator[_Watch]:
+    """Within the block, the connection of a watched pool this thread uses is shut down ``seconds`` after the block
+    began (a blocked read returns at once); ``.expired`` on the yielded watch says whether that happened."""
+    watch = _Watch(seconds)
+    _current.watch = watch
+    watch.start()
+    try:
+        yield watch
+    finally:
+        watch.finish()
+        _current.watch = None
+
+
 class BoundedAdapter(HTTPAdapter):
     """An adapter whose read timeout is a total deadline and whose answers are read up to ``limit`` bytes."""
 
@@ -136,22 +162,17 @@ class BoundedAdapter(HTTPAdapter):
         seconds = _deadline(timeout)
         if seconds is None:
             raise ValueError("a bounded exchange needs a timeout")
-        watch = _Watch(seconds)
-        _current.watch = watch
-        watch.start()
-        try:
-            response = super().send(request, stream=True, timeout=timeout, verify=verify, cert=cert,
-                                    proxies=proxies)
-            body = self._read(response)
-        except AnswerTooLarge:
-            raise
-        except requests.RequestException as exc:
-            if watch.expired:
-                raise AnswerTooSlow(f"no complete answer within {seconds:g}s", request=request) from None
-            raise exc
-        finally:
-            watch.finish()
-            _current.watch = None
+        with watched(seconds) as watch:
+            try:
+                response = super().send(request, stream=True, timeout=timeout, verify=verify, cert=cert,
+                                        proxies=proxies)
+                body = self._read(response)
+            except AnswerTooLarge:
+                raise
+            except requests.RequestException as exc:
+                if watch.expired:
+                    raise AnswerTooSlow(f"no complete answer within {seconds:g}s", request=request) from None
+                raise exc
         response._content = body  # read here, bounded: what .content, .text, .json() and iter_content() give
         response._content_consumed = True  # type: ignore[attr-defined]
         return response

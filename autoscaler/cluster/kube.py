@@ -3,8 +3,8 @@
 The client is imported inside functions, so it loads only when the config has a ``kubernetes:`` section. Reads
 ask for raw JSON (``_preload_content=False``) and hand plain dicts to :mod:`autoscaler.cluster.nodes`, which decides what
 they mean. A pool's read is one node list by label selector and one list of the cluster's unfinished pods (in pages
-of ``_PAGE``), grouped by node here, under one deadline (``kubernetes.timeout`` for the whole read): the first call
-that fails fails the read at once. A re-read is one node GET and one pod list by field selector. ``victims:
+of ``_PAGE``), grouped by node here, under one deadline (``kubernetes.timeout`` for the whole read, each call's
+connecting, headers and body included): the first call that fails fails the read at once. A re-read is one node GET and one pod list by field selector. ``victims:
 movable`` also lists PodDisruptionBudgets, once per decision that weighs a busy node. Where a node has no
 device-plugin GPU or a pod asks through a claim, the read adds the DRA lists (:mod:`autoscaler.cluster.kube_dra`);
 while they are refused (403), the pod-less ``marked`` list reads the pods too, to see which nodes hold claims.
@@ -25,6 +25,7 @@ from autoscaler.cluster.kube_dra import DraReads, Refused
 from autoscaler.cluster.nodes import (CORDON_ANNOTATION, ClusterCapabilities, ClusterError, NodeGone, NodeView,
                                       PoolRead, cordon_mark, node_view)
 from autoscaler.cluster.pods import Budget, budget_of
+from providers.bounded import bound_pool_manager, watched
 
 log = logging.getLogger(__name__)
 
@@ -73,15 +74,33 @@ class KubeCluster:
                 conf.ssl_ca_cert = s.ca_cert
             conf.connection_pool_maxsize = max(conf.connection_pool_maxsize or 0, _PARALLEL)
             conf.retries = 1  # bounded: a dead API server costs at most two timeouts per call
-            self._core = client.CoreV1Api(client.ApiClient(conf))
+            api = client.ApiClient(conf)
+            bound_pool_manager(api.rest_client.pool_manager)  # each call's deadline is total (see _exchange)
+            self._core = client.CoreV1Api(api)
         return self._core
 
     def _call(self, what: str, fn: Any, *args: Any, raw: bool = False, gone_is_404: bool = False,
               deadline: float | None = None, let: tuple[int, ...] = (), **kwargs: Any) -> Any:
-        """One API call with the configured timeout; ClusterError with the server's own words on failure (NodeGone
-        for a 404 with ``gone_is_404``: a change asked of a node deleted since it was listed; the client's
-        Refused for a status in ``let``)."""
+        """One API call (:meth:`_exchange`); ClusterError with the server's own words on failure (NodeGone for a 404
+        with ``gone_is_404``: a change asked of a node deleted since it was listed; the client's Refused for a
+        status in ``let``)."""
         from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self._exchange(what, fn, *args, raw=raw, deadline=deadline, **kwargs)
+        except ApiException as exc:
+            if exc.status in let:
+                raise Refused(exc.status, f"{what}: {exc.status} {_message(exc)}") from None
+            error = NodeGone if gone_is_404 and exc.status == 404 else ClusterError
+            raise error(f"{what}: {exc.status} {_message(exc)}") from None
+
+    def _exchange(self, what: str, fn: Any, *args: Any, raw: bool = False, deadline: float | None = None,
+                  **kwargs: Any) -> Any:
+        """One API call within ``kubernetes.timeout`` (or what is left of the read's ``deadline``), counted over the
+        whole call: connecting, sending, the status line, the headers and the body (read here with ``raw``). The
+        client's own timeout bounds each socket read, so a server trickling a byte at a time never tripped it; a
+        watchdog (:func:`providers.bounded.watched`) shuts the connection down at the deadline. The server's
+        errors pass as the client's ApiException; not reaching it, or no whole answer in time, is a ClusterError."""
         from urllib3.exceptions import HTTPError
 
         timeout = self.settings.timeout
@@ -90,25 +109,22 @@ class KubeCluster:
         kwargs["_request_timeout"] = (min(timeout, 3.0), timeout)
         if raw:
             kwargs["_preload_content"] = False
-        try:
-            result = fn(*args, **kwargs)
-        except ApiException as exc:
-            if exc.status in let:
-                raise Refused(exc.status, f"{what}: {exc.status} {_message(exc)}") from None
-            error = NodeGone if gone_is_404 and exc.status == 404 else ClusterError
-            raise error(f"{what}: {exc.status} {_message(exc)}") from None
-        except (HTTPError, OSError) as exc:
-            raise ClusterError(f"{what}: {self._unreachable(exc)}") from None
-        return json.loads(result.data) if raw else result
+        with watched(timeout) as watch:
+            try:
+                result = fn(*args, **kwargs)
+                return json.loads(result.data) if raw else result
+            except (HTTPError, OSError) as exc:
+                raise ClusterError(f"{what}: {self._unreachable(exc, watch.expired)}") from None
 
-    def _unreachable(self, exc: BaseException) -> str:
-        """``API server <host> unreachable (<what went wrong>)``: the address and the cause, not urllib3's class."""
+    def _unreachable(self, exc: BaseException, expired: bool = False) -> str:
+        """``API server <host> unreachable (<what went wrong>)``: the address and the cause, not urllib3's class
+        (``expired``: the call's deadline cut it, whatever the connection then said)."""
         from urllib3.exceptions import NewConnectionError, TimeoutError as Urllib3Timeout
 
         cause = getattr(exc, "reason", None) or exc  # MaxRetryError wraps the last attempt's error
-        if isinstance(cause, NewConnectionError):  # before the timeouts: urllib3 2 derives it from one
+        if isinstance(cause, NewConnectionError) and not expired:  # before the timeouts: urllib3 2 derives it from one
             said = str(cause).rpartition("connection: ")[2] or type(cause).__name__
-        elif isinstance(cause, (Urllib3Timeout, TimeoutError)):
+        elif expired or isinstance(cause, (Urllib3Timeout, TimeoutError)):
             said = f"no answer within kubernetes.timeout {self.settings.timeout:g}s"
         else:
             said = type(cause).__name__
@@ -214,19 +230,11 @@ class KubeCluster:
                 if by_node.get(v.name) else v for v in views]
 
     def node(self, name: str) -> NodeView | None:
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
         try:
-            raw = self._api().read_node(name, _preload_content=False,
-                                        _request_timeout=(min(self.settings.timeout, 3.0), self.settings.timeout))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise ClusterError(f"reading node {name}: {exc.status} {_message(exc)}") from None
-        except (HTTPError, OSError) as exc:
-            raise ClusterError(f"reading node {name}: {self._unreachable(exc)}") from None
-        node, pods = json.loads(raw.data), self._pods(name)
+            node = self._call(f"reading node {name}", self._api().read_node, name, raw=True, let=(404,))
+        except Refused:
+            return None
+        pods = self._pods(name)
         dra = self._dra([node], None, any(asks_through_claims(p) for p in pods))
         return node_view(node, pods, self.patterns, dra)
 
@@ -243,20 +251,17 @@ class KubeCluster:
     def evict(self, namespace: str, pod: str) -> str | None:
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
 
         body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod, namespace=namespace))
         try:
-            self._api().create_namespaced_pod_eviction(pod, namespace, body, _request_timeout=(
-                min(self.settings.timeout, 3.0), self.settings.timeout))
+            self._exchange(f"evicting {namespace}/{pod}", self._api().create_namespaced_pod_eviction, pod, namespace,
+                           body)
         except ApiException as exc:
             if exc.status == 404:
                 return None  # already gone
             if exc.status == 429:
                 return _message(exc)
             raise ClusterError(f"evicting {namespace}/{pod}: {exc.status} {_message(exc)}") from None
-        except (HTTPError, OSError) as exc:
-            raise ClusterError(f"evicting {namespace}/{pod}: {self._unreachable(exc)}") from None
         return None
 
 

@@ -13,6 +13,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 
 from autoscaler.config import ServerConfig, StoreConfig
+from autoscaler.store import deadline
 from autoscaler.store.sqlite_file import pinned
 
 
@@ -138,12 +139,18 @@ def sqlite_engine(url: URL, options: StoreOptions, **kwargs: Any) -> Engine:
     return engine
 
 
+#: PostgreSQL: a store call may hold its connection ``statement_timeout`` and this long (seconds) before the client
+#: cuts it (store/deadline.py): a slow statement meets the server's own timeout first, a silent path this one.
+CALL_GRACE = 1.0
+
+
 def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
 def postgres_engine(url: URL, options: StoreOptions, *, pooled: bool = True) -> Engine:
-    """READ COMMITTED, pre-ping, and every wait bounded: connect, pool checkout, lock, statement, TCP."""
+    """READ COMMITTED, pre-ping, and every wait bounded: connect, pool checkout, lock, statement, TCP, and (pooled)
+    each store call's whole use of its connection (``deadline``: a path that stops forwarding)."""
     connect_args: dict[str, Any] = {
         "connect_timeout": max(1, int(options.connect_timeout + 0.999)),
         "application_name": "gpu-pool-autoscaler",
@@ -155,9 +162,8 @@ def postgres_engine(url: URL, options: StoreOptions, *, pooled: bool = True) -> 
         "keepalives_count": 3,
         "tcp_user_timeout": _ms(options.statement_timeout + options.connect_timeout),
     }
-    kwargs: dict[str, Any] = {"isolation_level": "READ COMMITTED", "pool_pre_ping": True,
-                              "connect_args": connect_args}
-    if pooled:
+    kwargs: dict[str, Any] = {"isolation_level": "READ COMMITTED", "connect_args": connect_args}
+    if pooled:  # pinged before each use by the call's deadline (store/deadline.py), not by pool_pre_ping
         kwargs.update(pool_size=options.pool_size, max_overflow=options.max_overflow,
                       pool_timeout=max(1.0, options.lock_wait), pool_recycle=1800)
     else:
@@ -165,6 +171,8 @@ def postgres_engine(url: URL, options: StoreOptions, *, pooled: bool = True) -> 
 
         kwargs["poolclass"] = NullPool
     engine = create_engine(url, **kwargs)
+    if pooled:
+        deadline.install(engine, options.statement_timeout + CALL_GRACE)
     settings = (("lock_timeout", _ms(options.lock_wait)), ("statement_timeout", _ms(options.statement_timeout)),
                 ("idle_in_transaction_session_timeout", _ms(max(60.0, options.statement_timeout * 6))))
 

@@ -24,7 +24,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from autoscaler.models import PoolState
 from autoscaler.redact import redact_text
-from autoscaler.store import probe, tables
+from autoscaler.store import deadline, probe, tables
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
                                    RepairMark, Shortcut, StoreUnavailable)
 from autoscaler.store.interfaces import Store
@@ -161,7 +161,7 @@ class SqlStore(SqlRemovals, SqlRepairs, SqlReads, Store):
     def _tx(self) -> Iterator[Connection]:
         self._guard()
         try:
-            with _unavailable("store unavailable"):
+            with _unavailable("store unavailable"), deadline.call(self.engine):
                 with self.gate.hold() if self.gate else nullcontext(), self.engine.begin() as conn:
                     yield conn
         except StoreUnavailable:
@@ -173,7 +173,7 @@ class SqlStore(SqlRemovals, SqlRepairs, SqlReads, Store):
         """One SELECT outside the writer gate: on SQLite a deferred BEGIN (``connections.sqlite_engine``), so a
         page's reads neither wait for a decision's write nor hold one up."""
         self._guard()
-        with _unavailable("store unavailable"), self.engine.connect() as conn:
+        with _unavailable("store unavailable"), deadline.call(self.engine), self.engine.connect() as conn:
             yield conn.execution_options(read_only=True)
 
     def _insert_ignore(self, table: Any, rows: list[dict[str, Any]]) -> Any:
@@ -375,7 +375,7 @@ class SqlStore(SqlRemovals, SqlRepairs, SqlReads, Store):
     def ping(self) -> None:
         """The store answers, holds every table and column the service uses, and takes a write (store/probe.py)."""
         self._guard()
-        with _unavailable("store unavailable"), self.engine.connect() as conn:
+        with _unavailable("store unavailable"), deadline.call(self.engine), self.engine.connect() as conn:
             reader = conn.execution_options(read_only=True)  # SQLite: no write lock for the schema's probe
             try:
                 for statement in probe.SCHEMA_PROBES:
@@ -396,7 +396,7 @@ class SqlStore(SqlRemovals, SqlRepairs, SqlReads, Store):
         started = time.monotonic()
         if started < self._write_ok_until:  # at most one probe write a second (a failed transaction resets it)
             return
-        with _unavailable("store unavailable: it does not take a write"):
+        with _unavailable("store unavailable: it does not take a write"), deadline.call(self.engine):
             with self.gate.hold() if self.gate else nullcontext(), self.engine.begin() as conn:
                 probe.write(conn)
         self._write_ok_until = started + probe.WRITE_EVERY

@@ -64,6 +64,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0  # seconds to wait before answering
     reset: bool = False  # drop the connection without an answer
+    trickle: float = 0.0  # seconds between the answer's bytes (a stuck peer that still sends); 0: all at once
+    trickle_head: bool = False  # with ``trickle``: the status line and headers too, else only the body
     content_type: str = "application/json"
 
 
@@ -73,6 +75,8 @@ class FakeHttpServer:
     name = "fake-http"
 
     def __init__(self) -> None:
+        self.hung_up: list[float] = []  # monotonic times a client hung up on a trickled answer
+        self._stopping = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name=self.name,
@@ -89,6 +93,7 @@ class FakeHttpServer:
         return self
 
     def stop(self) -> None:
+        self._stopping.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
@@ -102,6 +107,24 @@ class FakeHttpServer:
     def handle(self, request: Request) -> Reply:
         """The answer to one request; subclasses implement it (it runs on the server's threads)."""
         raise NotImplementedError
+
+    def _trickle(self, handler: BaseHTTPRequestHandler, reply: Reply, payload: bytes) -> None:
+        """Write the answer a byte every ``reply.trickle`` seconds (the head at once unless ``trickle_head``)
+        until it is all sent, the server stops or the client hangs up (recorded in :attr:`hung_up`)."""
+        handler.close_connection = True
+        head = (f"HTTP/1.1 {reply.status} {handler.responses.get(reply.status, ('',))[0]}\r\n"
+                f"Content-Type: {reply.content_type}\r\nContent-Length: {len(payload)}\r\n"
+                "Connection: close\r\n\r\n").encode()
+        slow = head + payload if reply.trickle_head else payload
+        try:
+            if not reply.trickle_head:
+                handler.wfile.write(head)
+            for byte in slow:
+                handler.wfile.write(bytes([byte]))
+                if self._stopping.wait(reply.trickle):
+                    return
+        except OSError:
+            self.hung_up.append(time.monotonic())
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
@@ -132,6 +155,9 @@ class FakeHttpServer:
                     payload = body.encode()
                 else:
                     payload = body or b""
+                if reply.trickle:
+                    fake._trickle(self, reply, payload)
+                    return
                 try:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", reply.content_type)

@@ -1,4 +1,5 @@
-"""A small TCP proxy (stdlib) that a test can close and reopen to cut a service off its database."""
+"""A small TCP proxy (stdlib) that a test can close and reopen to cut a service off its database, or stall: stop
+forwarding while keeping every connection open (a hung PgBouncer or sidecar whose kernel still acknowledges)."""
 from __future__ import annotations
 
 import socket
@@ -14,6 +15,16 @@ class TcpProxy:
         self._listener: socket.socket | None = None
         self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
+        self._flowing = threading.Event()
+        self._flowing.set()
+
+    def stall(self) -> None:
+        """Stop forwarding in both directions; connections stay open and what arrives meanwhile is held."""
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        """Forward again, what was held first."""
+        self._flowing.set()
 
     def open(self) -> "TcpProxy":
         """Listen (again, on the same port once one was chosen)."""
@@ -71,6 +82,7 @@ class TcpProxy:
                 data = src.recv(65536)
                 if not data:
                     break
+                self._flowing.wait()
                 dst.sendall(data)
         except OSError:
             pass
