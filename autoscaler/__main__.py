@@ -7,22 +7,25 @@ import sys
 
 from autoscaler import cli
 from autoscaler.config import ConfigError, load_config, warnings
+from autoscaler.logjson import escape_lines
 
 
 def check_config(path: str) -> int:
-    """Exit 0 with a one-line summary when valid, 1 with every problem (one per line) when not."""
+    """Exit 0 with a one-line summary when valid, 1 with every problem (one per line) when not; control characters
+    (a key or value may hold them) escaped."""
     try:
         settings = load_config(path)
     except ConfigError as exc:
         for problem in exc.problems:
-            print(problem, file=sys.stderr)
+            print(escape_lines(problem), file=sys.stderr)
         return 1
     for warning in warnings(settings):  # valid, so exit 0, but said
-        print(f"warning: {warning}", file=sys.stderr)
+        print(escape_lines(f"warning: {warning}"), file=sys.stderr)
     pools = settings.pools.values()
     parts = ", ".join(f"{p.name} ({p.provider} {p.min}..{p.max}{', dry-run' if p.dry_run else ''})" for p in pools)
     store = settings.config.store.url.split("://", 1)[0]
-    print(f"{path}: OK: {len(settings.pools)} pool(s): {parts}; {len(settings.config.rules)} rule(s); store {store}")
+    print(escape_lines(f"{path}: OK: {len(settings.pools)} pool(s): {parts}; {len(settings.config.rules)} rule(s); "
+                       f"store {store}"))
     return 0
 
 
