@@ -30,21 +30,45 @@ def check_config(path: str) -> int:
 
 
 def schema_downgrade(revision: str, url: str | None) -> int:
-    """Bring the store's schema back to ``revision`` before rolling back to an older release (docs/upgrading.md)."""
-    from sqlalchemy import create_engine
+    """Bring the store's schema back to ``revision`` before rolling back to an older release (docs/upgrading.md);
+    a misuse (a mistyped path, an unknown revision, a store that cannot be reached) is one line and exit 1, and
+    makes no file: SQLite would create an empty database at a mistyped path."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-    from autoscaler.store.migrate import downgrade
+    from autoscaler.store.connections import StoreOptions, make_engine
+    from autoscaler.store.migrate import DowngradeError, downgrade
 
     if not url:
         print("schema-downgrade: give --url or set DATABASE_URL", file=sys.stderr)
         return 2
-    engine = create_engine(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return _refused("--url is not a database URL (sqlite:///PATH or postgresql://USER@HOST/DB)")
+    shown = parsed.render_as_string(hide_password=True)
+    if parsed.get_backend_name() == "sqlite" and not os.path.isfile(parsed.database or ""):
+        return _refused(f"no SQLite database at {parsed.database or ':memory:'} (check --url)")
+    try:
+        engine = make_engine(url, StoreOptions())
+    except (ValueError, ImportError) as exc:
+        return _refused(f"--url: {exc}")
     try:
         before = downgrade(engine, revision)
+    except DowngradeError as exc:
+        return _refused(str(exc))
+    except SQLAlchemyError as exc:
+        said = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
+        return _refused(f"the store at {shown} failed: {type(exc).__name__}: {said}")
     finally:
         engine.dispose()
     print(f"schema: {before or 'empty'} -> {revision}")
     return 0
+
+
+def _refused(message: str) -> int:
+    print(escape_lines(f"schema-downgrade: {message}"), file=sys.stderr)
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:
