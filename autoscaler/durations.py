@@ -55,4 +55,4 @@ def retry_after_header(seconds: float) -> str:
     """A ``Retry-After`` value: whole seconds, at least 1 and at most :data:`MAX_RETRY_AFTER` (NaN: 1)."""
     if math.isnan(seconds):
         return "1"
-    return str(int(math.ceil(min(max(seconds, 1.0), MAX_RETRY_AFTER))))
+    return str(math.ceil(min(max(seconds, 1.0), MAX_RETRY_AFTER)))

@@ -4,8 +4,8 @@ credential that may only send webhooks can name an alert ``ESC [2J`` or ``ESC ]0
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -69,7 +69,7 @@ def test_a_line_over_the_bound_is_refused_naming_it(tmp_path: Path, capsys: pyte
     started = time.monotonic()
     assert main(["replay", "--config", str(config), "--trace", str(path), "--out", str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"{path} line 3: longer than {MAX_LINE} characters (a row is a timestamp and a number)"]
+    assert err == [f"{path} line 3: longer than {MAX_LINE} bytes (a row is a timestamp and a number)"]
     assert time.monotonic() - started < 5
 
 
@@ -88,7 +88,7 @@ def test_a_line_at_the_bound_is_read(tmp_path: Path) -> None:
 ])
 def test_other_bad_files_still_name_the_place(tmp_path: Path, text: str, said: str) -> None:
     path = tmp_path / "t.csv"
-    path.write_bytes(text.encode("utf-8").replace("\xff".encode("utf-8"), b"\xff"))
+    path.write_bytes(text.encode().replace("\xff".encode(), b"\xff"))
     with pytest.raises(ReplayError) as caught:
         load_trace(str(path))
     assert str(caught.value).startswith(f"{path}{said}"), str(caught.value)

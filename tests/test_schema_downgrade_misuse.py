@@ -62,16 +62,16 @@ def test_a_database_that_is_not_the_services(tmp_path: Path, capsys: pytest.Capt
     with sqlite3.connect(db) as conn:
         conn.execute("CREATE TABLE t (x)")
     code, err = _run(capsys, "0004", f"sqlite:///{db}")
-    assert code == 1 and err == ["schema-downgrade: the store has no schema version (not this service's database, "
-                                 "or never started): nothing to take back"]
+    assert code == 1 and err == [("schema-downgrade: the store has no schema version (not this service's database, "
+                                  "or never started): nothing to take back")]
 
 
 @pytest.mark.parametrize(("url", "said"), [
     ("sqlite:/data/autoscaler.db", "schema-downgrade: --url is not a database URL"),
-    ("mysql+nodriver://u:hunter22pass@h/db", "schema-downgrade: --url: unsupported store url scheme "
-                                             "'mysql+nodriver': use sqlite:/// or postgresql://"),
-    ("postgresql://u:hunter22pass@127.0.0.1:{port}/x", "schema-downgrade: the store at "
-                                                        "postgresql://u:***@127.0.0.1:{port}/x failed: OperationalError"),
+    ("mysql+nodriver://u:hunter22pass@h/db",
+     "schema-downgrade: --url: unsupported store url scheme 'mysql+nodriver': use sqlite:/// or postgresql://"),
+    ("postgresql://u:hunter22pass@127.0.0.1:{port}/x",
+     "schema-downgrade: the store at postgresql://u:***@127.0.0.1:{port}/x failed: OperationalError"),
 ])
 def test_a_url_nobody_can_read_is_one_line_without_its_password(capsys: pytest.CaptureFixture[str], url: str,
                                                                 said: str) -> None:

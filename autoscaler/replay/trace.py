@@ -14,7 +14,8 @@ STEP = 60.0
 #: The most demand a trace may hold, in nodes: the largest ``max`` a pool may have (``settings.common.MAX_NODES``).
 #: More is no pool's demand but a unit mistake, and the replay's cluster has a pod per GPU of it.
 MAX_DEMAND = float(MAX_NODES)
-#: The longest line a trace may have, in characters: a row (``2025-01-06T00:00:00Z,12.5``) is about 30.
+#: The longest line a trace may have, in bytes (its line ending aside): a row (``2025-01-06T00:00:00Z,12.5``) is
+#: about 30.
 MAX_LINE = 1024
 
 
@@ -78,13 +79,16 @@ def _lines(fh: IO[bytes], path: str) -> Iterator[str]:
         if not raw:
             return
         if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
-            raise ReplayError(f"{path} line {line}: longer than {MAX_LINE} characters (a row is a timestamp and a "
-                              "number)")
+            raise _too_long(path, line)
         try:
             yield raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ReplayError(f"{path} line {line}: not UTF-8 text ({exc.reason})") from None
         line += 1
+
+
+def _too_long(path: str, line: int) -> ReplayError:
+    return ReplayError(f"{path} line {line}: longer than {MAX_LINE} bytes (a row is a timestamp and a number)")
 
 
 def parse_trace(lines: Iterable[str], path: str) -> Trace:
@@ -96,8 +100,7 @@ def parse_trace(lines: Iterable[str], path: str) -> Trace:
     line = 0
     for line, text in enumerate(lines, start=1):
         if len(text) > MAX_LINE + 2:  # + a line ending; a file's lines were bounded as they were read
-            raise ReplayError(f"{path} line {line}: longer than {MAX_LINE} characters (a row is a timestamp and a "
-                              "number)")
+            raise _too_long(path, line)
         try:
             row = next(csv.reader([text]), [])
         except csv.Error as exc:
