@@ -7,41 +7,68 @@ import sys
 
 from autoscaler import cli
 from autoscaler.config.load import ConfigError, load_config, warnings
+from autoscaler.logjson import escape_lines
 
 
 def check_config(path: str) -> int:
-    """Exit 0 with a one-line summary when valid, 1 with every problem (one per line) when not."""
+    """Exit 0 with a one-line summary when valid, 1 with every problem (one per line) when not; control characters
+    (a key or value may hold them) escaped."""
     try:
         settings = load_config(path)
     except ConfigError as exc:
         for problem in exc.problems:
-            print(problem, file=sys.stderr)
+            print(escape_lines(problem), file=sys.stderr)
         return 1
     for warning in warnings(settings):  # valid, so exit 0, but said
-        print(f"warning: {warning}", file=sys.stderr)
+        print(escape_lines(f"warning: {warning}"), file=sys.stderr)
     pools = settings.pools.values()
     parts = ", ".join(f"{p.name} ({p.provider} {p.min}..{p.max}{', dry-run' if p.dry_run else ''})" for p in pools)
     store = settings.config.store.url.split("://", 1)[0]
-    print(f"{path}: OK: {len(settings.pools)} pool(s): {parts}; {len(settings.config.rules)} rule(s); store {store}")
+    print(escape_lines(f"{path}: OK: {len(settings.pools)} pool(s): {parts}; {len(settings.config.rules)} rule(s); "
+                       f"store {store}"))
     return 0
 
 
 def schema_downgrade(revision: str, url: str | None) -> int:
-    """Bring the store's schema back to ``revision`` before rolling back to an older release (docs/upgrading.md)."""
-    from sqlalchemy import create_engine
+    """Bring the store's schema back to ``revision`` before rolling back to an older release (docs/upgrading.md);
+    a misuse (a mistyped path, an unknown revision, a store that cannot be reached) is one line and exit 1, and
+    makes no file: SQLite would create an empty database at a mistyped path."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-    from autoscaler.store.migrate import downgrade
+    from autoscaler.store.connections import StoreOptions, make_engine
+    from autoscaler.store.migrate import DowngradeError, downgrade
 
     if not url:
         print("schema-downgrade: give --url or set DATABASE_URL", file=sys.stderr)
         return 2
-    engine = create_engine(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return _refused("--url is not a database URL (sqlite:///PATH or postgresql://USER@HOST/DB)")
+    shown = parsed.render_as_string(hide_password=True)
+    if parsed.get_backend_name() == "sqlite" and not os.path.isfile(parsed.database or ""):
+        return _refused(f"no SQLite database at {parsed.database or ':memory:'} (check --url)")
+    try:
+        engine = make_engine(url, StoreOptions())
+    except (ValueError, ImportError) as exc:
+        return _refused(f"--url: {exc}")
     try:
         before = downgrade(engine, revision)
+    except DowngradeError as exc:
+        return _refused(str(exc))
+    except SQLAlchemyError as exc:
+        said = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
+        return _refused(f"the store at {shown} failed: {type(exc).__name__}: {said}")
     finally:
         engine.dispose()
     print(f"schema: {before or 'empty'} -> {revision}")
     return 0
+
+
+def _refused(message: str) -> int:
+    print(escape_lines(f"schema-downgrade: {message}"), file=sys.stderr)
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:

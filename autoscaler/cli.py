@@ -9,6 +9,8 @@ from typing import Any, Callable
 
 import requests
 
+from autoscaler.logjson import escape_controls, escape_lines
+
 DEFAULT_URL = "http://127.0.0.1:8080"
 COMMANDS = ("status", "events", "scale", "pause", "resume", "nodes")
 REASON_WIDTH = 70  # reasons are cut here in tables unless --wide
@@ -89,15 +91,16 @@ def _call(args: argparse.Namespace, method: str, path: str, body: dict[str, Any]
 
 
 def table(headers: list[str], rows: list[list[Any]]) -> str:
-    """Columns padded to their widest cell."""
-    cells = [[("" if c is None else str(c)) for c in row] for row in [headers, *rows]]
+    """Columns padded to their widest cell, each cell's control characters escaped (they come from senders)."""
+    cells = [[("" if c is None else escape_controls(str(c))) for c in row] for row in [headers, *rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
 
 
 def _cut(text: str | None, wide: bool) -> str:
-    """A reason for a table: whole with --wide, else cut to REASON_WIDTH with a mark that it was."""
-    text = text or ""
+    """A reason for a table, its control characters escaped: whole with --wide, else cut to REASON_WIDTH with a mark
+    that it was."""
+    text = escape_controls(text or "")
     return text if wide or len(text) <= REASON_WIDTH else text[:REASON_WIDTH - 1] + "…"
 
 
@@ -179,9 +182,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         data, text = HANDLERS[args.command](args)
     except CliError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(escape_lines(f"error: {exc}"), file=sys.stderr)
         return 1
-    print(json.dumps(data, indent=2) if args.json else text)
+    print(json.dumps(data, indent=2) if args.json else escape_lines(text))  # JSON: ensure_ascii escapes them
     if args.command == "scale" and data.get("outcome") not in ACTED:
         return 1 if data.get("outcome") == "failed" else NOT_ACTED
     return 0

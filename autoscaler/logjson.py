@@ -35,6 +35,12 @@ def escape_controls(text: str) -> str:
                         text)
 
 
+def escape_lines(text: str) -> str:
+    """Text for a terminal (the CLI's tables, messages and errors): each line's control characters escaped, the
+    newlines between lines kept, so nothing a sender wrote can move the cursor, erase rows or retitle a window."""
+    return "\n".join(escape_controls(line) for line in text.split("\n"))
+
+
 class TextFormatter(logging.Formatter):
     """The key=value text line with every interpolated field escaped and every secret redacted."""
 

@@ -9,9 +9,13 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from providers import shortfalls
+from providers.errors import Code
+
 PREFIX = "gpu_autoscaler"
 UNKNOWN_POOL = "_unknown"  # every pool name an alert asked for that the config does not have
 MAX_LABEL = 64  # longest label value kept (pool names are at most 63 characters)
+_CODES = frozenset(code.value for code in Code)
 
 
 def _label(value: str) -> str:
@@ -38,11 +42,12 @@ class Metrics:
         self.provider_seconds = Histogram(f"{PREFIX}_provider_call_seconds", "Provider scale call latency.",
                                           ["provider", "pool", "result"], registry=reg,
                                           buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
-        self.provider_errors = Counter(f"{PREFIX}_provider_errors_total", "Failed provider calls by code.",
+        self.provider_errors = Counter(f"{PREFIX}_provider_errors_total", "Failed provider calls by our error code "
+                                       "(providers.errors.Code; the cloud's own code is in the event).",
                                        ["provider", "code"], registry=reg)
         self.no_capacity_total = Counter(f"{PREFIX}_no_capacity_total", "Times a pool's cloud accepted a size and "
-                                         "could not deliver it, by pool and the cloud's code.", ["pool", "code"],
-                                         registry=reg)
+                                         "could not deliver it, by pool and the cloud's code when the service knows "
+                                         "it (else NoCapacity).", ["pool", "code"], registry=reg)
         self.sink_dropped = Counter(f"{PREFIX}_event_sink_dropped_total", "Events an event sink dropped.",
                                     ["sink"], registry=reg)
         self.extra: list[Collector] = []
@@ -59,13 +64,20 @@ class Metrics:
         self.decisions.labels(self.pool_label(pool), _label(action or ""), _label(outcome)).inc()
 
     def provider_call(self, provider: str, pool: str, result: str, seconds: float) -> None:
+        """One provider call; ``result`` is ``ok`` or one of our codes (``Code``): never the cloud's own, which a
+        cloud may vary without end (twenty refusals with twenty codes were twenty series)."""
+        if result != "ok" and result not in _CODES:
+            result = Code.INTERNAL.value  # a caller's slip stays one series
         self.provider_seconds.labels(_label(provider), self.pool_label(pool),
                                      "ok" if result == "ok" else "error").observe(seconds)
         if result != "ok":
             self.provider_errors.labels(_label(provider), _label(result)).inc()
 
     def no_capacity(self, pool: str, code: str) -> None:
-        self.no_capacity_total.labels(self.pool_label(pool), _label(code)).inc()
+        """A shortfall, labelled with the cloud's code when ``providers.shortfalls`` lists it (a bounded set), else
+        ``NoCapacity``: codes matched by a pattern (``QuotaExceed.*``, GKE's ``*QUOTA*``) are unbounded."""
+        label = code if shortfalls.known(code) else Code.NO_CAPACITY.value
+        self.no_capacity_total.labels(self.pool_label(pool), label).inc()
 
     def add_collector(self, collector: Collector) -> None:
         """A collector evaluated at scrape time (reads shared state, so it is right in every worker)."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
+from autoscaler.config.durations import bounded_wait
+
 
 class Code(StrEnum):
     """Our codes: one per situation, whichever cloud is in it."""
@@ -78,14 +80,15 @@ class ProviderError(Exception):
 
 class TemporaryError(ProviderError):
     """The same call later can succeed (throttling, 5xx, timeouts, a busy pool); ``retry_after`` is the cloud's
-    own hint in seconds, when it gave one."""
+    own hint in seconds, when it gave one, kept within a day (``durations.bounded_wait``: whoever raises this,
+    no ``inf`` reaches a wait or a ``Retry-After``)."""
 
     default_code = Code.UNAVAILABLE
     retryable = True
 
     def __init__(self, message: str, *, retry_after: float | None = None, **kwargs: Any) -> None:
         super().__init__(message, **kwargs)
-        self.retry_after = retry_after
+        self.retry_after = bounded_wait(retry_after)
 
 
 class BusyError(TemporaryError):

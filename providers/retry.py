@@ -16,6 +16,7 @@ from typing import Any, Callable, TypeVar
 import tenacity
 
 from autoscaler.clock import SYSTEM, Clock
+from autoscaler.config.durations import bounded_wait
 from autoscaler.redact import redact_text
 from providers import shortfalls
 from providers.errors import BusyError, Code, NoCapacityError, PermanentError, ProviderError, TemporaryError
@@ -39,7 +40,7 @@ class Transient(Exception):
         super().__init__(reason)
         self.reason = reason
         self.status = status
-        self.retry_after = retry_after
+        self.retry_after = bounded_wait(retry_after)
         self.cloud_code = cloud_code
 
 
@@ -50,28 +51,30 @@ def clean(text: str) -> str:
 
 
 def parse_retry_after(headers: Any) -> float | None:
-    """Seconds from ``Retry-After`` (seconds or HTTP date) or ``retry-after-ms``; None when absent or unreadable."""
+    """Seconds from ``Retry-After`` (seconds or HTTP date) or ``retry-after-ms``, within a day
+    (``inf``, ``1e400`` ms and a date in year 9999 are a day: ``durations.MAX_RETRY_AFTER``); None when absent,
+    unreadable or NaN."""
     if headers is None:
         return None
     for name in ("retry-after-ms", "x-ms-retry-after-ms"):
         value = headers.get(name)
         if value:
             try:
-                return max(0.0, float(value) / 1000)
+                return bounded_wait(float(value) / 1000)
             except ValueError:
                 pass
     value = headers.get("Retry-After")
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        return bounded_wait(float(value))
     except ValueError:
         pass
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
-    return max(0.0, when.timestamp() - time.time())
+    return bounded_wait(when.timestamp() - time.time())
 
 
 def refusal(what: str, status: int, cloud_code: str | None, message: str, *, said: str = "answered",

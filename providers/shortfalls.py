@@ -42,6 +42,7 @@ _CODES: dict[str, dict[str, str]] = {
         "Zone.NotOnSale": CAPACITY,
         "QuotaExceed.ElasticQuota": QUOTA,
     },
+    "simulated": {"SimulatedStockout": CAPACITY},  # the stand-in cloud's stockout (providers/simulated.py)
 }
 #: A message that names a cores (vCPU) quota: AKS's OperationNotAllowed says "... exceeding approved
 #: standardNCADSH100v5Family Cores quota ..."; EKS's AsgInstanceLaunchFailures carries the launch error's text.
@@ -65,6 +66,12 @@ def classify(cloud: str, code: str, message: str = "") -> str | None:
         named = [kind for name, kind in known.items() if name in message]
         return QUOTA if QUOTA in named else (CAPACITY if named else None)
     return None
+
+
+def known(code: str) -> bool:
+    """Whether ``code`` is one this module lists for some cloud: a bounded set, so a metric may take it as a label
+    (a code matched only by a pattern, such as GKE's ``*QUOTA*`` or ACK's ``QuotaExceed.*``, is not)."""
+    return any(code in codes for codes in _CODES.values()) or any(code == name for _, name in _BY_MESSAGE)
 
 
 def named_code(cloud: str, code: str, message: str) -> str:

@@ -76,8 +76,8 @@ def test_throttled_then_server_error_then_recovers(tmp_path: Path, cloud: FakeCl
     reasons = [a.get_json()["decisions"][0]["reason"] for a in answers[:2]]
     assert "[429]" in reasons[0] and "[503]" in reasons[1]
     metrics = client.get("/metrics").get_data(as_text=True)
-    assert 'gpu_autoscaler_provider_errors_total{code="429",provider="simulated"} 1.0' in metrics
-    assert 'gpu_autoscaler_provider_errors_total{code="503",provider="simulated"} 1.0' in metrics
+    assert 'gpu_autoscaler_provider_errors_total{code="Throttled",provider="simulated"} 1.0' in metrics
+    assert 'gpu_autoscaler_provider_errors_total{code="CloudUnavailable",provider="simulated"} 1.0' in metrics
 
 
 def _gunicorn_config(tmp_path: Path) -> Path:

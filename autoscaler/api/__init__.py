@@ -1,7 +1,6 @@
 """HTTP API: JSON errors, body reading, auth, and the blueprints."""
 from __future__ import annotations
 
-import math
 
 import json
 import logging
@@ -13,6 +12,7 @@ from werkzeug.exceptions import HTTPException
 
 from autoscaler.api.body import BodyError, UnauthenticatedReads, read_body
 from autoscaler.auth.credentials import AuthError, AuthUnavailable, Principal
+from autoscaler.config.durations import retry_after_header
 from autoscaler.pool.hold import PoolHeld
 from autoscaler.store import StoreUnavailable
 
@@ -118,7 +118,7 @@ def register_errors(app: Flask) -> None:
 
     @app.errorhandler(PoolHeld)
     def _held(exc: PoolHeld) -> Response:
-        return error_response(503, str(exc), {"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
+        return error_response(503, str(exc), {"Retry-After": retry_after_header(exc.retry_after)})
 
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException) -> Response:

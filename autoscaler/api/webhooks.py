@@ -8,6 +8,7 @@ from flask import Blueprint, Response, current_app, request
 from autoscaler.answers import WebhookAnswer, decision_body
 from autoscaler.api import fail, read_json, require_auth
 from autoscaler.api.guards import principal, same_origin_only
+from autoscaler.config.durations import retry_after_header
 from autoscaler.engine.parts import Parts
 from autoscaler.pool.events import acting_as
 from autoscaler.models import Decision, Notification, Outcome
@@ -40,7 +41,7 @@ def _answer(note: Notification, decisions: list[Decision]) -> Response:
     retry = [d.retry_after for d in decisions if d.retry_after is not None and d.outcome in _RETRYABLE]
     if retry:
         resp.status_code = 503
-        resp.headers["Retry-After"] = str(max(1, int(min(retry) + 0.999)))
+        resp.headers["Retry-After"] = retry_after_header(min(retry))
     return resp
 
 

@@ -9,6 +9,9 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator
 
+#: The longest wait passed on to a sender in ``Retry-After`` (and taken from a cloud's): a day. A cloud asking for
+#: ``inf`` or 1e12 seconds asks for "much later", not for Alertmanager to wait 30,000 years.
+MAX_RETRY_AFTER = 86400.0
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 
@@ -39,3 +42,17 @@ Duration = Annotated[float, BeforeValidator(parse_duration)]
 def rfc3339(ts: float) -> str:
     """UTC time in RFC 3339 with milliseconds."""
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def bounded_wait(seconds: float | None) -> float | None:
+    """A wait a cloud asked for, within ``[0, MAX_RETRY_AFTER]``; None for none or NaN."""
+    if seconds is None or math.isnan(seconds):
+        return None
+    return min(max(0.0, seconds), MAX_RETRY_AFTER)
+
+
+def retry_after_header(seconds: float) -> str:
+    """A ``Retry-After`` value: whole seconds, at least 1 and at most :data:`MAX_RETRY_AFTER` (NaN: 1)."""
+    if math.isnan(seconds):
+        return "1"
+    return str(math.ceil(min(max(seconds, 1.0), MAX_RETRY_AFTER)))

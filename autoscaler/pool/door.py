@@ -99,8 +99,9 @@ def said_by(signal: Signal, plan: Decision) -> Decision:
 
 
 def result_label(exc: ProviderError) -> str:
-    """The ``result`` label of the provider-call metric for a failed act: the code a person looks up."""
-    return exc.shown_code
+    """The ``result`` label of the provider-call metric for a failed act: our code (``Code``), a bounded vocabulary;
+    the cloud's own code goes to the event's details."""
+    return exc.code.value
 
 
 def failed(spec: PoolSpec, tracks_count: bool, failures: int, plan: Decision, now: float,

@@ -7,6 +7,7 @@ from typing import Any, Callable, TypeVar
 
 from autoscaler.config.load import ConfigError, load_replay_config
 from autoscaler.config.load import Settings
+from autoscaler.logjson import escape_lines
 from autoscaler.replay.peers import PeerRun, PeerSettings, cluster_autoscaler, peer_figures
 from autoscaler.replay.report import summary, write_all
 from autoscaler.replay.sim import fixed_step, replay_pool, replay_route, simulate, static_peak, victims_of
@@ -64,16 +65,16 @@ T = TypeVar("T")
 
 def command(work: Callable[[], T], config_path: str, out_dir: str) -> T | None:
     """A replay command's work (``replay``, ``replay --tune``); None once each problem is printed on its own line
-    (a config problem after the file's name), for the command to exit 1."""
+    (a config problem after the file's name; control characters escaped), for the command to exit 1."""
     try:
         return work()
     except ConfigError as exc:
         for problem in exc.problems:
-            print(f"{config_path}: {problem}", file=sys.stderr)
+            print(escape_lines(f"{config_path}: {problem}"), file=sys.stderr)
     except ReplayError as exc:
-        print(str(exc), file=sys.stderr)
+        print(escape_lines(str(exc)), file=sys.stderr)
     except OSError as exc:
-        print(f"{out_dir}: cannot write: {exc.strerror}", file=sys.stderr)
+        print(escape_lines(f"{out_dir}: cannot write: {exc.strerror}"), file=sys.stderr)
     return None
 
 

@@ -17,6 +17,7 @@ from typing import IO, Any
 import requests
 
 from autoscaler.config.durations import parse_duration, rfc3339
+from autoscaler.logjson import escape_lines
 from autoscaler.redact import redact_url
 from autoscaler.replay.trace import MAX_DEMAND, STEP, parse_time
 
@@ -231,7 +232,7 @@ def run(args: Any) -> int:
         chunk = parse_duration(args.chunk)
         until = parse_time(args.until) if args.until else time.time()
     except ValueError as exc:
-        print(f"trace: {exc}", file=sys.stderr)
+        print(escape_lines(f"trace: {exc}"), file=sys.stderr)
         return 1
     if args.gpus_per_node <= 0:
         print("trace: --gpus-per-node must be more than 0", file=sys.stderr)
@@ -245,11 +246,11 @@ def run(args: Any) -> int:
         history = build(args.prometheus, args.used, args.pending, args.gpus_per_node, since, until, chunk,
                         token=token)
         write(args.out, history)
-    except HistoryError as exc:
-        print(f"trace: {exc}", file=sys.stderr)
+    except HistoryError as exc:  # it may quote Prometheus's answer: escaped for the terminal
+        print(escape_lines(f"trace: {exc}"), file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"{args.out}: cannot write: {exc.strerror}", file=sys.stderr)
+        print(escape_lines(f"{args.out}: cannot write: {exc.strerror}"), file=sys.stderr)
         return 1
     for line in gap_report(history):
         print(line)

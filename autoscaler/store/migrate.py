@@ -97,17 +97,29 @@ def upgrade(engine: Engine) -> str | None:
             return _upgrade_locked(conn)
 
 
+class DowngradeError(Exception):
+    """A downgrade that cannot be done, said in one line for the operator (nothing was changed)."""
+
+
 def downgrade(engine: Engine, revision: str) -> str | None:
     """Bring the schema back to ``revision`` (a rollback to an older release, docs/upgrading.md) under the same lock
-    as :func:`upgrade`; return the revision found before."""
+    as :func:`upgrade`; return the revision found before. DowngradeError, before anything changes, for a revision
+    this build does not have, a store without a schema version, or one already older than ``revision``."""
+    script = ScriptDirectory.from_config(alembic_config())
+    if not _known(revision) or revision in ("base", "head", "heads"):
+        known = ", ".join(sorted(rev.revision for rev in script.walk_revisions()))
+        raise DowngradeError(f"no migration {revision!r} in this build (its revisions: {known})")
     with engine.connect() as conn:
         locked = conn.dialect.name == "postgresql"
         if locked:
+            conn.execute(text(f"SET lock_timeout = {MIGRATION_LOCK_WAIT_MS}"))
+            conn.execute(text("SET statement_timeout = 0"))
             conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": ADVISORY_KEY})
             conn.commit()
         try:
             with conn.begin():
                 before = current_revision(conn)
+                _downgradable(script, before, revision)
                 command.downgrade(alembic_config(conn), revision)
             return before
         finally:
@@ -115,3 +127,14 @@ def downgrade(engine: Engine, revision: str) -> str | None:
                 conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": ADVISORY_KEY})
                 conn.commit()
 
+
+def _downgradable(script: ScriptDirectory, before: str | None, revision: str) -> None:
+    """DowngradeError unless the store, at ``before``, is at ``revision`` or newer, on this build's line."""
+    if before is None:
+        raise DowngradeError("the store has no schema version (not this service's database, or never started): "
+                             "nothing to take back")
+    if not _known(before):
+        raise DowngradeError(f"the store is at {before}, which this build does not have: run schema-downgrade of "
+                             "the release that migrated it")
+    if revision not in {rev.revision for rev in script.iterate_revisions(before, "base")}:
+        raise DowngradeError(f"the store is at {before}, older than {revision}: nothing to take back")

@@ -12,11 +12,12 @@ OK_BODY = {"code": "200", "message": "", "requestId": "7E1A2B3C-0000-4000-8000-0
 
 @dataclass(frozen=True)
 class Answer:
-    """One scripted answer: HTTP status, JSON body (or raw text) and a delay before answering."""
+    """One scripted answer: HTTP status, JSON body (or raw text), headers and a delay before answering."""
 
     status: int = 200
     body: Any = field(default_factory=lambda: dict(OK_BODY))
     delay: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 class Call(Request):
@@ -51,4 +52,4 @@ class FakeHookServer(FakeHttpServer):
         with self._lock:
             self.calls.append(Call(request.method, request.path, request.query, request.headers, request.raw))
             answer = self.script.pop(0) if self.script else Answer()
-        return Reply(answer.status, answer.body, delay=answer.delay)
+        return Reply(answer.status, answer.body, dict(answer.headers), delay=answer.delay)
