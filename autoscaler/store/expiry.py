@@ -45,7 +45,7 @@ def lease_sql(dialect: str) -> dict[str, Any]:
     (the same, returning the pool's row), ``renew`` and ``bound`` (a lease held longer ahead than ``p_ttl``
     brought back to it)."""
     p = tables.pools.c
-    owner = bindparam("p_owner")
+    owner: Any = bindparam("p_owner")
     acquire = (update(tables.pools)
                .where(p.name == bindparam("p_name"),
                       p.lease_owner.is_(None) | (p.lease_until < now_expr(dialect)) | (p.lease_owner == owner))
@@ -62,7 +62,7 @@ def named_lease_sql(dialect: str) -> dict[str, Any]:
     """A process-wide lease's statements (``leases``): ``bound`` (as for a pool's) and ``take`` (take or renew
     it unless another owner holds an unexpired one)."""
     t = tables.leases
-    owner = bindparam("p_owner")
+    owner: Any = bindparam("p_owner")
     return {"bound": update(t).where(t.c.name == bindparam("p_name"), t.c.until > _until(dialect))
             .values(until=_until(dialect)),
             "take": update(t).where(t.c.name == bindparam("p_name"),
