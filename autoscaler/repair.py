@@ -235,7 +235,8 @@ def _dry_run(plan: Decision, signal: Signal, spec: PoolSpec, admission: Admissio
 def _cordon(engine: Engine, spec: PoolSpec, name: str, now: float, reason: str, done: Started) -> None:
     """Store the repair, then cordon the node; a cordon that fails forgets the repair again."""
     assert engine.nodes is not None
-    if not engine.store.add_repair(RepairRecord(spec.name, name, now, "cordoned", reason, None, "", now)):
+    since = engine.store.now(now)  # the store's clock: every replica times the grace alike (repair_carry._step)
+    if not engine.store.add_repair(RepairRecord(spec.name, name, since, "cordoned", reason, None, "", now)):
         done.duplicate.append(name)  # another replica's start stored it a moment ago
         return
     try:

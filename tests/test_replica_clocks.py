@@ -1,5 +1,6 @@
 """Two replicas on one PostgreSQL whose clocks differ by a minute: the same alert, delivered to both (as Alertmanager
-in HA does) while the first one's cloud call runs, acts once; a pool with no cooldown shows none on either."""
+in HA does) while the first one's cloud call runs, acts once; a pool with no cooldown shows none on either; a
+repair's grace is the same length on both."""
 from __future__ import annotations
 
 import threading
@@ -10,6 +11,8 @@ from flask import Flask
 
 from tests import pg
 from tests.fakes.ack_hook import Answer, FakeHookServer
+from tests.fakes.kube import FakeKube
+from tests.fakes.webhook_receiver import WebhookReceiver
 from tests.support import AUTH, FakeClock, am_alert, am_payload, make_app, post
 
 T0 = 1_800_000_000.0
@@ -87,3 +90,31 @@ def test_a_pool_with_no_cooldown_shows_none_on_the_slow_replica(database: str, h
         assert [d["outcome"] for d in _notify(slow, "fp-2")] == ["scaled"]
     finally:
         _close(slow, fast)
+
+
+def test_repair_grace_runs_on_the_database_clock(database: str, receiver: WebhookReceiver) -> None:
+    """The slow replica starts a repair of a node running a Job; the other replica's reconciler, a second later,
+    finds the Job's pod still within a one-minute grace (before: past it, by the slow replica's clock, and evicted)."""
+    with FakeKube() as kube:
+        kube.add_node("gpunp-0", {"agentpool": "gpunp"})
+        kube.add_pod("train-7", "gpunp-0", gpus=8)  # owned by a Job: waits out repair.grace
+        pools = [{"name": "gpu", "provider": "webhook", "min": 1, "max": 6, "node_selector": "agentpool=gpunp",
+                  "webhook": {"url": receiver.url, "initial_count": 1},
+                  "repair": {"max_unhealthy": 1, "grace": "1m"}}]
+        clocks = [FakeClock(T0 - SKEW), FakeClock(T0)]
+        slow, fast = (make_app(database, clock, pools=pools, kubernetes={"host": kube.url, "token": kube.token})
+                      for clock in clocks)
+        try:
+            alert = am_alert("GPUNodeUnhealthy", fingerprint="fp-node", autoscaler_pool="gpu",
+                             autoscaler_action="repair", node="gpunp-0")
+            answer = post(slow.test_client(), "/webhook/alertmanager", am_payload(alert)).get_json()
+            assert [d["outcome"] for d in answer["decisions"]] == ["repair_started"], answer
+            clocks[1].advance(1)
+            fast.extensions["autoscaler_reconciler"].tick(clocks[1]())
+            state = fast.test_client().get("/api/v1/pools/gpu", headers=AUTH).get_json()["repairs"][0]["state"]
+            print(f"after 1 s of a 60 s grace, on the other replica: {state}; evictions: "
+                  f"{kube.calls['CREATE eviction']}")
+            assert ("ml", "train-7") in kube.pods and kube.calls["CREATE eviction"] == 0
+            assert state == "waiting"
+        finally:
+            _close(slow, fast)

@@ -193,3 +193,8 @@ class Store(PoolStore, DedupStore, EventStore, ViewStore, RemovalStore, RepairSt
     @abc.abstractmethod
     def ping(self) -> None:
         """Raise StoreUnavailable unless the database answers."""
+
+    @abc.abstractmethod
+    def now(self, local: float) -> float:
+        """The store's clock, for what every replica must time alike (a repair's grace): PostgreSQL's ``now()``;
+        ``local`` (the caller's wall clock) on SQLite, one host, and in memory."""

@@ -318,6 +318,9 @@ class MemoryStore(Store):
     def ping(self) -> None:
         """Memory always answers."""
 
+    def now(self, local: float) -> float:
+        return local
+
     def prune(self, older_than: float | None, now: float, batch: int = 500) -> int:
         with self._lock:
             removed = 0

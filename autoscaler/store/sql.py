@@ -400,6 +400,12 @@ class SqlStore(SqlRemovals, SqlRepairs, SqlReads, Store):
                 probe.write(conn)
         self._write_ok_until = started + probe.WRITE_EVERY
 
+    def now(self, local: float) -> float:
+        if self.dialect != "postgresql":
+            return local
+        with self._read() as conn:
+            return float(conn.execute(select(expiry.now_expr(self.dialect))).scalar_one())
+
     def _confirm(self, conn: Connection, confirm: DedupConfirm) -> None:
         conn.execute(expiry.confirm_sql(self.dialect),
                      {"p_keys": [hash_key(k) for k in confirm.keys], "p_claim": confirm.claim, "p_now": confirm.now,
