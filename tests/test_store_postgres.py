@@ -28,8 +28,20 @@ FAST = StoreOptions(lock_wait=0.5, statement_timeout=5.0, connect_timeout=2.0)
 @pytest.fixture
 def dbname() -> Iterator[str]:
     pg.require_postgres()
-    with pg.temp_database(clock=True) as name:  # the real clock until a test sets it (pg.DbClock)
+    with pg.temp_database() as name:
         yield name
+
+
+@pytest.fixture
+def clocked() -> Iterator[tuple[SqlStore, pg.DbClock]]:
+    """A store on a database whose clock the test sets (dedup keys and leases expire on it)."""
+    pg.require_postgres()
+    with pg.temp_database(clock=True) as name:
+        store = SqlStore(pg.url_for(name), FAST)
+        try:
+            yield store, pg.DbClock(name)
+        finally:
+            store.close()
 
 
 @pytest.fixture
@@ -167,10 +179,8 @@ def test_tables_made_before_migrations_are_adopted(dbname: str) -> None:
         store.close()
 
 
-def test_prune_goes_in_batches_and_expires_dedup_by_its_own_expiry(open_stores: Callable[..., SqlStore],
-                                                                   dbname: str) -> None:
-    store = open_stores()
-    clock = pg.DbClock(dbname)  # dedup keys expire on the database's clock, set here to each caller's ``now``
+def test_prune_goes_in_batches_and_expires_dedup_by_its_own_expiry(clocked: tuple[SqlStore, pg.DbClock]) -> None:
+    store, clock = clocked  # dedup keys expire on the database's clock, set here to each caller's ``now``
     for t in range(25):
         store.record(_event(1000.0 + t))
     clock.set(0.0)
