@@ -80,8 +80,8 @@ _CLOCK_SQL = (
     "CREATE SCHEMA test_clock",
     "CREATE TABLE test_clock.wall (at double precision)",
     "INSERT INTO test_clock.wall VALUES (NULL)",
-    "CREATE FUNCTION test_clock.now() RETURNS timestamptz LANGUAGE sql STABLE AS "
-    "'SELECT coalesce((SELECT pg_catalog.to_timestamp(at) FROM test_clock.wall), pg_catalog.now())'",
+    ("CREATE FUNCTION test_clock.now() RETURNS timestamptz LANGUAGE sql STABLE AS "
+     "'SELECT coalesce((SELECT pg_catalog.to_timestamp(at) FROM test_clock.wall), pg_catalog.now())'"),
 )
 
 
