@@ -1,6 +1,7 @@
 """The service's one source of time: the wall clock, the monotonic clock and sleep.
 
-The wall clock is the store's and the events' time (cooldowns, leases' expiry, dedup windows); the monotonic clock
+The wall clock is the events' time and the cooldowns' (and, on SQLite, one host, the time leases and dedup claims
+expire on; on PostgreSQL they expire on the database's clock: ``store/expiry.py``); the monotonic clock
 measures waits and budgets (a lock wait, a cloud call's retry budget, a drain's timeout); ``sleep`` paces polling and
 retries. ``create_app`` makes one and hands it to the engine, its pool hold, the reconciler and, through
 ``ProviderFactory.build``, every provider and its retry loop (``providers.retry.call``). Tests hand in one fake

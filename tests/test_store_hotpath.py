@@ -19,10 +19,22 @@ from tests.support import quick_state, record_settled
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
-    with pg.each_store(request.param, tmp_path) as made:
+def clocked(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[SqlStore, Callable[[float], None]]]:
+    """A store and what sets its clock (PostgreSQL's: leases and dedup claims expire on it, not the caller's)."""
+    with pg.each_clocked_store(request.param, tmp_path) as (made, at):
         assert isinstance(made, SqlStore)
-        yield made
+        yield made, at
+
+
+@pytest.fixture
+def store(clocked: tuple[SqlStore, Callable[[float], None]]) -> SqlStore:
+    return clocked[0]
+
+
+@pytest.fixture
+def at(clocked: tuple[SqlStore, Callable[[float], None]]) -> Callable[[float], None]:
+    """Set the store's clock to the caller's ``now`` of the calls that follow."""
+    return clocked[1]
 
 
 def _event(t: float) -> EventRecord:
@@ -30,15 +42,20 @@ def _event(t: float) -> EventRecord:
                        from_=1, to=1, reason="test")
 
 
-def test_acquire_returns_the_state_it_leased_and_none_while_taken(store: SqlStore) -> None:
+def test_acquire_returns_the_state_it_leased_and_none_while_taken(store: SqlStore,
+                                                                  at: Callable[[float], None]) -> None:
     store.ensure_pools(["gpu"])
     store.update_pool("gpu", None, PoolChange(tracked_count=4))
     store.update_pool("gpu", None, PoolChange(failures=2, at=50.0, acted=Action.SCALE_OUT))
+    at(100.0)
     state = store.acquire("gpu", "me", 100.0, 60.0)
     assert state is not None
     assert (state.name, state.tracked_count, state.failures, state.last_scale_out_at) == ("gpu", 4, 2, 50.0)
+    at(101.0)
     assert store.acquire("gpu", "other", 101.0, 60.0) is None
+    at(102.0)
     assert store.acquire("gpu", "me", 102.0, 60.0) == state  # the owner may renew
+    at(163.0)
     assert store.acquire("gpu", "other", 163.0, 60.0) == state  # expired: the next one takes it
 
 
@@ -52,32 +69,42 @@ def test_acquire_reads_back_the_state_where_update_returning_is_missing(store: S
     assert store.acquire("gpu", "other", 100.0, 60.0) is None
 
 
-def test_finish_confirms_the_claimed_dedup_keys_in_its_transaction(store: SqlStore) -> None:
+def test_finish_confirms_the_claimed_dedup_keys_in_its_transaction(store: SqlStore,
+                                                                   at: Callable[[float], None]) -> None:
     store.ensure_pools(["gpu"])
     keys = ("alertmanager|fp1|2025-01-01T00:00:00Z|firing", "x" * 300)  # a long key is stored hashed
+    at(100.0)
     assert store.claim_dedup("gpu", keys, 100.0, 30.0, "c1")
     assert store.acquire("gpu", "me", 100.0, 60.0) is not None
-    event_id = store.finish("gpu", "me", _event(100.0), PoolChange(failures=0), DedupConfirm(keys, "c1", 700.0))
+    event_id = store.finish("gpu", "me", _event(100.0), PoolChange(failures=0), DedupConfirm(keys, "c1", 700.0, 100.0))
     assert store.pool("gpu").last_event_id == event_id
+    at(101.0)
     assert store.acquire("gpu", "other", 101.0, 60.0) is not None  # the lease was released
+    at(131.0)
     assert not store.claim_dedup("gpu", keys, 131.0, 30.0, "c2")  # past the short claim: still held
+    at(700.0)
     assert store.claim_dedup("gpu", keys, 700.0, 30.0, "c3")  # past the full window: free again
 
 
-def test_finish_without_confirm_leaves_the_short_claim(store: SqlStore) -> None:
+def test_finish_without_confirm_leaves_the_short_claim(store: SqlStore, at: Callable[[float], None]) -> None:
     store.ensure_pools(["gpu"])
     keys = ("alertmanager|fp2|2025-01-01T00:00:00Z|firing",)
+    at(100.0)
     assert store.claim_dedup("gpu", keys, 100.0, 30.0, "c1")
     assert store.acquire("gpu", "me", 100.0, 60.0) is not None
     store.finish("gpu", "me", _event(100.0), PoolChange())
+    at(130.0)
     assert store.claim_dedup("gpu", keys, 130.0, 30.0, "c2")  # expired with the short claim
 
 
-def test_an_expired_key_is_taken_over_by_exactly_one_of_concurrent_claims(store: SqlStore) -> None:
+def test_an_expired_key_is_taken_over_by_exactly_one_of_concurrent_claims(store: SqlStore,
+                                                                          at: Callable[[float], None]) -> None:
     keys = ("alertmanager|fp3|2025-01-01T00:00:00Z|firing",)
+    at(100.0)
     assert store.claim_dedup("gpu", keys, 100.0, 30.0, "old")
     for round_ in range(5):
         now = 200.0 + 100 * round_  # the previous round's claim has expired
+        at(now)
         start = threading.Barrier(4)
         results: list[bool] = []
 
@@ -113,7 +140,8 @@ def test_the_quick_read_writes_nothing_and_knows_no_unknown_pool(store: SqlStore
     assert store.claim_dedup("gpu", ("k1",), 100.0, 30.0, "c2")  # no key was claimed
 
 
-def test_settle_reads_state_and_last_count_then_claims_records_and_points_the_pool_at_it(store: SqlStore) -> None:
+def test_settle_reads_state_and_last_count_then_claims_records_and_points_the_pool_at_it(
+        store: SqlStore, at: Callable[[float], None]) -> None:
     store.ensure_pools(["gpu"])
     first = store.update_pool("gpu", EventRecord(time=50.0, pool="gpu", source="manual", action="scale_out",
                                                   outcome="scaled", from_=2, to=3, reason="r"),
@@ -127,14 +155,18 @@ def test_settle_reads_state_and_last_count_then_claims_records_and_points_the_po
 
     keys = ("alertmanager|fp|2025-01-01T00:00:00Z|firing", "y" * 300)
     settled = replace(_shortcut_event(100.0), from_=last_count, to=last_count)
+    at(100.0)
     event_id, duplicate = record_settled(store, "gpu", keys, "c1", 100.0, 700.0, settled, _duplicate(100.0))
     event = replace(settled, id=event_id)
     assert not duplicate
     assert store.event(event_id) == event and (event.from_, event.to, event.details) == (3, 3, {"cloud": "not read"})
     assert store.pool("gpu").last_event_id == event.id
+    at(699.0)
     assert not store.claim_dedup("gpu", keys[:1], 699.0, 30.0, "c2")  # claimed for the full window at once
+    at(700.0)
     assert store.claim_dedup("gpu", keys[1:], 700.0, 30.0, "c3")  # and free after it
 
+    at(101.0)
     again_id, again_duplicate = record_settled(store, "gpu", keys[:1], "c4", 101.0, 701.0, settled, _duplicate(101.0))
     again = store.event(again_id)
     assert again_duplicate and again is not None and again.outcome == "skipped_duplicate"

@@ -85,7 +85,7 @@ def test_dedup_claims_expire_and_confirm_alike(store: Store) -> None:
     state = store.acquire("gpu", "me", 150.0, 120.0)
     assert state is not None
     store.finish("gpu", "me", _event(150.0), PoolChange(at=150.0, acted=Action.SCALE_OUT, tracked_count=4),
-                 DedupConfirm(("b",), "c5", 1000.0))
+                 DedupConfirm(("b",), "c5", 1000.0, 150.0))
     assert not store.claim_dedup("gpu", ("b",), 900.0, 60.0, "c6")  # confirmed to 1000
 
 

@@ -33,6 +33,18 @@ def dbname() -> Iterator[str]:
 
 
 @pytest.fixture
+def clocked() -> Iterator[tuple[SqlStore, pg.DbClock]]:
+    """A store on a database whose clock the test sets (dedup keys and leases expire on it)."""
+    pg.require_postgres()
+    with pg.temp_database(clock=True) as name:
+        store = SqlStore(pg.url_for(name), FAST)
+        try:
+            yield store, pg.DbClock(name)
+        finally:
+            store.close()
+
+
+@pytest.fixture
 def open_stores(dbname: str) -> Iterator[Callable[..., SqlStore]]:
     opened: list[SqlStore] = []
 
@@ -167,12 +179,15 @@ def test_tables_made_before_migrations_are_adopted(dbname: str) -> None:
         store.close()
 
 
-def test_prune_goes_in_batches_and_expires_dedup_by_its_own_expiry(open_stores: Callable[..., SqlStore]) -> None:
-    store = open_stores()
+def test_prune_goes_in_batches_and_expires_dedup_by_its_own_expiry(clocked: tuple[SqlStore, pg.DbClock]) -> None:
+    store, clock = clocked  # dedup keys expire on the database's clock, set here to each caller's ``now``
     for t in range(25):
         store.record(_event(1000.0 + t))
+    clock.set(0.0)
     assert store.claim_dedup("gpu", ("old",), 0.0, 100.0, "a")        # expires at 100
+    clock.set(900.0)
     assert store.claim_dedup("gpu", ("live",), 900.0, 600.0, "b")     # expires at 1500
+    clock.set(1010.0)
     # Events before 1020 go (20 of them), 10 at a time; the dedup key that expired goes, the live one stays.
     assert store.prune(1020.0, 1010.0, batch=10) == 11
     assert store.prune(1020.0, 1010.0, batch=10) == 10

@@ -20,24 +20,25 @@ def backoff_seconds(failures: int) -> float:
     return min(BACKOFF_FIRST * 2 ** (failures - 1), BACKOFF_MAX)
 
 
+def _left(since: float | None, length: float, now: float) -> float:
+    """Seconds left of a wait of ``length`` that began at ``since`` (0 when none), never more than ``length``:
+    a wall clock stepped back (NTP), or a replica's clock behind the one that stamped ``since``, cannot stretch it."""
+    return 0.0 if since is None else max(0.0, min(length, since + length - now))
+
+
 def cooldown_remaining(spec: PoolSpec, state: PoolState, now: float) -> dict[str, float]:
-    """Seconds until each direction may act again (0 when it may act now)."""
-    out = 0.0
-    if state.last_scale_out_at is not None:
-        out = state.last_scale_out_at + spec.scale_out.cooldown - now
-    inn = 0.0
-    if state.last_scale_in_at is not None:
-        inn = state.last_scale_in_at + spec.scale_in.cooldown - now
-    if state.last_scale_out_at is not None:
-        inn = max(inn, state.last_scale_out_at + spec.scale_in.delay_after_scale_out - now)
-    return {"scale_out": max(0.0, out), "scale_in": max(0.0, inn)}
+    """Seconds until each direction may act again (0 when it may act now; at most its configured length)."""
+    out = _left(state.last_scale_out_at, spec.scale_out.cooldown, now)
+    inn = max(_left(state.last_scale_in_at, spec.scale_in.cooldown, now),
+              _left(state.last_scale_out_at, spec.scale_in.delay_after_scale_out, now))
+    return {"scale_out": out, "scale_in": inn}
 
 
 def _held(spec: PoolSpec, state: PoolState, now: float, action: Action, remaining: float) -> str:
     """Why a direction waits: its cooldown, or for a scale-in held longer by the last scale-out, that delay."""
     if action is Action.SCALE_IN and state.last_scale_out_at is not None:
-        own = 0.0 if state.last_scale_in_at is None else state.last_scale_in_at + spec.scale_in.cooldown - now
-        if state.last_scale_out_at + spec.scale_in.delay_after_scale_out - now > own:
+        own = _left(state.last_scale_in_at, spec.scale_in.cooldown, now)
+        if _left(state.last_scale_out_at, spec.scale_in.delay_after_scale_out, now) > own:
             return f"scale in held after the last scale-out (delay_after_scale_out): {remaining:.0f}s left"
     return f"{_words(action)} cooldown: {remaining:.0f}s left"
 

@@ -134,7 +134,7 @@ class Engine:
             attempt.claim.release()  # let the sender's retry act
         confirm = None
         if decision.retry_after is None and attempt.spec.dedup_window > self._pending(attempt.spec):
-            confirm = attempt.claim.confirm(attempt.expires_at)  # in finish's transaction
+            confirm = attempt.claim.confirm(attempt.now, attempt.expires_at)  # in finish's transaction
         recorded = held.finish(decided, decision, change, confirm)
         self._remember_view(view)
         return recorded

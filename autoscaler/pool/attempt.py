@@ -41,9 +41,10 @@ class DedupClaim:
         except StoreUnavailable:
             log.warning("dedup claim %s left to expire by itself: store unavailable", self.id)
 
-    def confirm(self, expires_at: float) -> DedupConfirm | None:
-        """The confirmation to write with the decision's record (None: no keys)."""
-        return DedupConfirm(self.keys, self.id, expires_at) if self.keys else None
+    def confirm(self, now: float, expires_at: float) -> DedupConfirm | None:
+        """The confirmation to write with the decision's record (None: no keys): until ``expires_at``, counted
+        from ``now``."""
+        return DedupConfirm(self.keys, self.id, expires_at, now) if self.keys else None
 
 
 @dataclass(frozen=True)

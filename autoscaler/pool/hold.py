@@ -46,8 +46,9 @@ class PoolHeld(Exception):
 
 @dataclass(frozen=True)
 class Lease:
-    """One owner's lease on one pool (``ttl`` seconds from each take or renewal, by the wall clock: the store's
-    time). The monotonic clock measures ``take``'s deadline and ``sleep`` paces its polling."""
+    """One owner's lease on one pool (``ttl`` seconds from each take or renewal, on the store's clock: PostgreSQL's
+    for every replica, the wall clock on SQLite). The monotonic clock measures ``take``'s deadline and ``sleep`` paces
+    its polling."""
 
     store: PoolStore
     pool: str

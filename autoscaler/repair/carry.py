@@ -102,7 +102,7 @@ def _step(parts: RepairParts, held: Held, spec: PoolSpec, repair: RepairRecord, 
         waiting = [w for w in (move_blocker(p, spec.movable_owners) for p in view.pods) if w]
         if view.protected and view.protected.startswith("node "):  # pods' protections: move_blocker says them
             waiting.insert(0, view.protected)
-        late = now >= repair.since + spec.repair.grace
+        late = parts.store.now(now) >= repair.since + spec.repair.grace  # ``since`` is on the store's clock
         evict = list(view.pods) if late else [p for p in view.pods if not move_blocker(p, spec.movable_owners)]
         refused = [f"{p.key}: {why}" for p in evict if (why := cluster.evict(p.namespace, p.name))]
     except ClusterError as exc:

@@ -228,7 +228,8 @@ def _dry_run(plan: Decision, signal: Signal, spec: PoolSpec, admission: Admissio
 def _cordon(parts: RepairParts, spec: PoolSpec, name: str, now: float, reason: str, done: Started) -> None:
     """Store the repair, then cordon the node; a cordon that fails forgets the repair again."""
     assert parts.cluster is not None
-    if not parts.store.add_repair(RepairRecord(spec.name, name, now, "cordoned", reason, None, "", now)):
+    since = parts.store.now(now)  # the store's clock: every replica times the grace alike (repair/carry.py _step)
+    if not parts.store.add_repair(RepairRecord(spec.name, name, since, "cordoned", reason, None, "", now)):
         done.duplicate.append(name)  # another replica's start stored it a moment ago
         return
     try:

@@ -30,11 +30,13 @@ class EventRecord:
 
 @dataclass(frozen=True)
 class DedupConfirm:
-    """Dedup keys a decision claimed, to extend to ``expires_at`` once the decision is recorded."""
+    """Dedup keys a decision claimed, to extend to ``expires_at`` once the decision is recorded (``now``: the time
+    it counts from, so that a store on the database's clock extends them by ``expires_at - now`` from its own)."""
 
     keys: tuple[str, ...]
     claim: str
     expires_at: float
+    now: float
 
 
 _LAST_ACTED = {Action.SCALE_OUT: "last_scale_out_at", Action.SCALE_IN: "last_scale_in_at"}

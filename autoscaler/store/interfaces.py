@@ -27,11 +27,12 @@ class PoolStore(abc.ABC):
 
     @abc.abstractmethod
     def acquire(self, pool: str, owner: str, now: float, ttl: float) -> PoolState | None:
-        """Take the pool's lease unless someone else holds an unexpired one; the state just leased, else None."""
+        """Take the pool's lease unless someone else holds an unexpired one; the state just leased, else None.
+        Expiry is on the store's clock (``expiry.py``): ``now`` is the caller's, for SQLite and memory only."""
 
     @abc.abstractmethod
     def renew(self, pool: str, owner: str, now: float, ttl: float) -> bool:
-        """Extend a lease ``owner`` still holds to ``now + ttl``; False when it is no longer theirs."""
+        """Extend a lease ``owner`` still holds to ``ttl`` from now; False when it is no longer theirs."""
 
     @abc.abstractmethod
     def release(self, pool: str, owner: str) -> None:
@@ -55,7 +56,8 @@ class DedupStore(abc.ABC):
 
     @abc.abstractmethod
     def claim_dedup(self, pool: str, keys: tuple[str, ...], now: float, window: float, claim: str) -> bool:
-        """Atomically claim the keys not already claimed inside their window; True when any was new."""
+        """Atomically claim the keys not already claimed inside their window (on the store's clock, as leases);
+        True when any was new."""
 
     @abc.abstractmethod
     def release_dedup(self, keys: tuple[str, ...], claim: str) -> None:
@@ -193,3 +195,8 @@ class Store(PoolStore, DedupStore, EventStore, ViewStore, RemovalStore, RepairSt
     @abc.abstractmethod
     def ping(self) -> None:
         """Raise StoreUnavailable unless the database answers."""
+
+    @abc.abstractmethod
+    def now(self, local: float) -> float:
+        """The store's clock, for what every replica must time alike (a repair's grace): PostgreSQL's ``now()``;
+        ``local`` (the caller's wall clock) on SQLite, one host, and in memory."""

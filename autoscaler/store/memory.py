@@ -5,6 +5,7 @@ transactions, and the tuner runs thousands of replays. This store keeps the same
 by column name, derived from ``tables``), with the same semantics method by method, so the engine, the policy and
 the event log are the service's own and a replay decides exactly as on SQLite (tests/test_store_memory.py runs the
 same trace through both and compares every event). One lock makes each method one atomic step, like a transaction.
+One process: the caller's ``now`` is the clock, as on SQLite; what is held is bounded as there (``expiry.py``).
 """
 from __future__ import annotations
 
@@ -52,13 +53,16 @@ class MemoryStore(Store):
         return event_id
 
     def _claim(self, pool: str, keys: tuple[str, ...], now: float, expires_at: float, claim: str) -> int:
-        """How many of the distinct keys this claim took (new, or expired at ``now``)."""
+        """How many of the distinct keys this claim took (new, or expired at ``now``); a held key lying further ahead
+        than ``expires_at`` (the clock stepped back) is brought back to it."""
         taken = 0
         for key in sorted({hash_key(k) for k in keys}):
             held = self._dedup.get(key)
             if held is None or held[1] <= now:
                 self._dedup[key] = (pool, expires_at, claim)
                 taken += 1
+            elif held[1] > expires_at:
+                self._dedup[key] = (held[0], expires_at, held[2])
         return taken
 
     def _state(self, name: str) -> PoolState:
@@ -102,6 +106,8 @@ class MemoryStore(Store):
                     isinstance(until, float | int) and until < now):
                 row.update(lease_owner=owner, lease_until=now + ttl)
                 return pool_state(row)
+            if isinstance(until, float | int) and until > now + ttl:  # held: at most ``ttl`` more
+                row["lease_until"] = now + ttl
             return None
 
     def renew(self, pool: str, owner: str, now: float, ttl: float) -> bool:
@@ -232,6 +238,7 @@ class MemoryStore(Store):
         with self._lock:
             held = self._leases.get(name)
             if held is not None and held[0] != owner and held[1] >= now:
+                self._leases[name] = (held[0], min(held[1], now + ttl))
                 return False
             self._leases[name] = (owner, now + ttl)
             return True
@@ -317,6 +324,9 @@ class MemoryStore(Store):
 
     def ping(self) -> None:
         """Memory always answers."""
+
+    def now(self, local: float) -> float:
+        return local
 
     def prune(self, older_than: float | None, now: float, batch: int = 500) -> int:
         with self._lock:

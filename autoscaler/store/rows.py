@@ -1,15 +1,13 @@
-"""Rows of ``tables`` as the store's types, by column name: the column lists, events and pool states, dedup keys.
+"""Rows of ``tables`` as the store's types, by column name: the column lists, events and pool states, dedup keys
+(their claims: ``expiry.py``).
 
 Everything is derived from ``tables``; nothing is positional.
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from typing import Any
-
-from sqlalchemy import text
 
 from autoscaler.models import PoolState
 from autoscaler.storable import MAX_TEXT, clean
@@ -62,25 +60,6 @@ def hash_key(key: str) -> str:
     if len(key) <= 200 and clean(key, None) == key:
         return key
     return "sha256:" + hashlib.sha256(key.encode(errors="surrogatepass")).hexdigest()
-
-
-@functools.lru_cache(maxsize=64)
-def claim_sql(keys: int) -> Any:
-    """Claim ``keys`` dedup rows in one statement (the same SQL on SQLite and PostgreSQL): a new key is inserted,
-    an expired one taken over, an unexpired one left alone; RETURNING lists the keys claimed."""
-    rows = ", ".join(f"(:k{i}, :pool, :expires_at, :claim)" for i in range(keys))
-    return text(f"INSERT INTO dedup (key, pool, expires_at, claim) VALUES {rows} ON CONFLICT (key) DO UPDATE "
-                "SET pool = excluded.pool, expires_at = excluded.expires_at, claim = excluded.claim "
-                "WHERE dedup.expires_at <= :now RETURNING key")
-
-
-def claim_params(pool: str, keys: tuple[str, ...], now: float, expires_at: float,
-                 claim: str) -> tuple[int, dict[str, Any]]:
-    """How many distinct keys, and the parameters of ``claim_sql`` for them."""
-    hashed = sorted({hash_key(k) for k in keys})
-    params: dict[str, Any] = {f"k{i}": k for i, k in enumerate(hashed)}
-    params.update(pool=pool, expires_at=expires_at, claim=claim, now=now)
-    return len(hashed), params
 
 
 def nodes_json(view: NodesView) -> str:

@@ -1,5 +1,7 @@
 """The store on SQLAlchemy: SQLite (WAL, one writer at a time) or PostgreSQL, same code path.
 
+Expiry (leases, dedup claims) is written and judged on the database's clock: ``expiry.py``.
+
 Race-freedom under PostgreSQL's READ COMMITTED: the lease is one conditional UPDATE of the pool's row; a
 concurrent UPDATE waits for the row lock, then re-checks the WHERE clause against the committed row, so exactly
 one replica sees ``rowcount == 1``. A dedup key is claimed with INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE
@@ -24,13 +26,12 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from autoscaler.models import PoolState
 from autoscaler.redact import redact_text
-from autoscaler.store import deadline, probe, tables
+from autoscaler.store import deadline, expiry, probe, tables
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
                                    RepairMark, Shortcut, StoreUnavailable)
 from autoscaler.store.interfaces import Store
 from autoscaler.store.compiled import Compiled, execute
-from autoscaler.store.rows import (EVENT_COLUMNS, STATE_COLUMNS, claim_params, claim_sql, event_row, hash_key,
-                                   nodes_json, pool_state, storable)
+from autoscaler.store.rows import EVENT_COLUMNS, STATE_COLUMNS, event_row, hash_key, nodes_json, pool_state, storable
 from autoscaler.store.gate import WriterGate
 from autoscaler.store.connections import (StoreOptions, after_fork_dispose, make_engine, normalize_url,
                                           postgres_engine, sqlite_file)
@@ -51,17 +52,8 @@ _QUICK = (select(*(tables.pools.c[c] for c in STATE_COLUMNS), tables.events.c.to
           .where(tables.pools.c.name == bindparam("p_name")))
 _SET_LAST_EVENT = (update(tables.pools).where(tables.pools.c.name == bindparam("p_name"))
                    .values(last_event_id=bindparam("p_event")))
-_ACQUIRE = (update(tables.pools)
-            .where(tables.pools.c.name == bindparam("p_name"),
-                   tables.pools.c.lease_owner.is_(None) | (tables.pools.c.lease_until < bindparam("p_now"))
-                   | (tables.pools.c.lease_owner == bindparam("p_owner")))
-            .values(lease_owner=bindparam("p_owner"), lease_until=bindparam("p_until")))
-_ACQUIRE_RETURNING = _ACQUIRE.returning(*tables.pools.c)
 _INSERT_EVENT = insert(tables.events)
 _INSERT_EVENT_ID = _INSERT_EVENT.returning(tables.events.c.id)  # the short cut's (``shortcut``): its id by RETURNING
-_CONFIRM_KEYS = (update(tables.dedup).where(tables.dedup.c.key.in_(bindparam("p_keys", expanding=True)),
-                                            tables.dedup.c.claim == bindparam("p_claim"))
-                 .values(expires_at=bindparam("p_expires")))
 
 
 @functools.lru_cache(maxsize=64)
@@ -221,10 +213,11 @@ class SqlStore(SqlRemovals, SqlRepairs, SqlReads, Store):
     def claim_dedup(self, pool: str, keys: tuple[str, ...], now: float, window: float, claim: str) -> bool:
         if not keys:
             return True
-        count, params = claim_params(pool, keys, now, now + window, claim)
+        count, params = expiry.claim_params(pool, keys, now, window, claim)
         with self._tx() as conn:
             # RETURNING, not rowcount: psycopg reports -1 for a multi-row INSERT ... ON CONFLICT.
-            return bool(conn.execute(claim_sql(count), params).all())
+            rows = execute(conn, self._compiled(expiry.claim_sql(count, self.dialect)), params, "all")
+        return expiry.claimed(rows, claim)
 
     def shortcut(self, pool: str,
                plan: Callable[[QuickState | None], Shortcut | None]) -> tuple[int, bool] | None:
@@ -237,8 +230,10 @@ class SqlStore(SqlRemovals, SqlRepairs, SqlReads, Store):
             settled = plan(QuickState(pool_state(row), row["to_count"]) if row else None)
             if settled is None:
                 return None
-            count, params = claim_params(pool, settled.keys, settled.now, settled.expires_at, settled.claim)
-            claimed = bool(execute(conn, self._compiled(claim_sql(count)), params, "all")) if count else True
+            count, params = expiry.claim_params(pool, settled.keys, settled.now, settled.expires_at - settled.now,
+                                                settled.claim)
+            claimed = expiry.claimed(execute(conn, self._compiled(expiry.claim_sql(count, self.dialect)), params,
+                                             "all"), settled.claim) if count else True
             event = event_row(settled.event if claimed else settled.duplicate)
             event_id = int(execute(conn, self._compiled(_INSERT_EVENT_ID, EVENT_COLUMNS), event, "one")["id"])
             if claimed:
@@ -263,21 +258,23 @@ class SqlStore(SqlRemovals, SqlRepairs, SqlReads, Store):
             conn.execute(delete(t).where(t.c.key.in_([hash_key(k) for k in keys]), t.c.claim == claim))
 
     def acquire(self, pool: str, owner: str, now: float, ttl: float) -> PoolState | None:
-        params = {"p_name": pool, "p_owner": owner, "p_now": now, "p_until": now + ttl}
+        params = {"p_name": pool, "p_owner": owner, "p_now": now, "p_ttl": ttl}
+        sql = expiry.lease_sql(self.dialect)
         with self._tx() as conn:
             if self.engine.dialect.update_returning:  # PostgreSQL; SQLite >= 3.35
-                row = conn.execute(_ACQUIRE_RETURNING, params).first()
-            elif conn.execute(_ACQUIRE, params).rowcount == 1:  # older SQLite: read it back in the same transaction
+                row = conn.execute(sql["returning"], params).first()
+            elif conn.execute(sql["acquire"], params).rowcount == 1:  # older SQLite: read it back, same transaction
                 row = conn.execute(_POOL, {"p_name": pool}).first()
             else:
                 row = None
+            if row is None:  # held: at most ``ttl`` more, however far back the clock stepped
+                conn.execute(sql["bound"], params)
         return self._state(row) if row else None
 
     def renew(self, pool: str, owner: str, now: float, ttl: float) -> bool:
-        t = tables.pools
         with self._tx() as conn:
-            result = conn.execute(update(t).where(t.c.name == pool, t.c.lease_owner == owner)
-                                  .values(lease_until=now + ttl))
+            result = conn.execute(expiry.lease_sql(self.dialect)["renew"],
+                                  {"p_name": pool, "p_owner": owner, "p_now": now, "p_ttl": ttl})
         return bool(result.rowcount)
 
     def release(self, pool: str, owner: str) -> None:
@@ -344,12 +341,16 @@ class SqlStore(SqlRemovals, SqlRepairs, SqlReads, Store):
 
     def hold_lease(self, name: str, owner: str, now: float, ttl: float) -> bool:
         t = tables.leases
+        sql = expiry.named_lease_sql(self.dialect)
+        params = {"p_name": name, "p_owner": owner, "p_now": now, "p_ttl": ttl}
         with self._tx() as conn:
-            conn.execute(self._insert_ignore(t, [{"name": name, "owner": owner, "until": now + ttl}]))
+            # A new row expires at once (until 0): the UPDATE below is what takes it, on the database's clock.
+            conn.execute(self._insert_ignore(t, [{"name": name, "owner": owner, "until": 0.0}]))
             # Same pattern as a pool's lease: one conditional UPDATE, so exactly one owner sees its row change.
-            taken = conn.execute(update(t).where(t.c.name == name, (t.c.owner == owner) | (t.c.until < now))
-                                 .values(owner=owner, until=now + ttl))
-            return taken.rowcount == 1
+            if conn.execute(sql["take"], params).rowcount == 1:
+                return True
+            conn.execute(sql["bound"], params)
+            return False
 
     def release_lease(self, name: str, owner: str) -> None:
         t = tables.leases
@@ -401,23 +402,30 @@ class SqlStore(SqlRemovals, SqlRepairs, SqlReads, Store):
                 probe.write(conn)
         self._write_ok_until = started + probe.WRITE_EVERY
 
-    @staticmethod
-    def _confirm(conn: Connection, confirm: DedupConfirm) -> None:
-        conn.execute(_CONFIRM_KEYS, {"p_keys": [hash_key(k) for k in confirm.keys], "p_claim": confirm.claim,
-                                     "p_expires": confirm.expires_at})
+    def now(self, local: float) -> float:
+        if self.dialect != "postgresql":
+            return local
+        with self._read() as conn:
+            return float(conn.execute(select(expiry.now_expr(self.dialect))).scalar_one())
+
+    def _confirm(self, conn: Connection, confirm: DedupConfirm) -> None:
+        conn.execute(expiry.confirm_sql(self.dialect),
+                     {"p_keys": [hash_key(k) for k in confirm.keys], "p_claim": confirm.claim, "p_now": confirm.now,
+                      "p_window": confirm.expires_at - confirm.now})
 
     def prune(self, older_than: float | None, now: float, batch: int = 500) -> int:
         """One small batch of each: events older than ``older_than`` (when set) and dedup keys past expiry."""
         removed = 0
+        expired = tables.dedup.c.expires_at <= expiry.now_expr(self.dialect)
         for table, cond in ((tables.events, tables.events.c.time < older_than if older_than is not None else None),
-                            (tables.dedup, tables.dedup.c.expires_at <= now)):
+                            (tables.dedup, expired)):
             if cond is None:
                 continue
             pk = list(table.primary_key.columns)[0]
             # SKIP LOCKED: never wait for rows a decision is writing; they go in a later batch.
             victims = select(pk).where(cond).order_by(pk).limit(batch).with_for_update(skip_locked=True)
             with self._tx() as conn:
-                result = conn.execute(delete(table).where(pk.in_(victims.scalar_subquery())))
+                result = conn.execute(delete(table).where(pk.in_(victims.scalar_subquery())), {"p_now": now})
             removed += int(result.rowcount or 0)
         return removed
 
