@@ -2,6 +2,7 @@
 sections and its base config (loaded by the service's own loader, `replay:` included), and the tuner's `--help`."""
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -88,3 +89,91 @@ def test_readme_and_each_cloud_page_say_to_turn_the_clouds_autoscaler_off() -> N
         section = _under((ROOT / "docs" / f"{cloud}.md").read_text(), CLOUD_PAGE_OFF)
         for words in (*must, "GPUDemandPending", "schedules"):
             assert words in section, (cloud, words)
+
+
+TUNING = ROOT / "docs" / "tuning.md"
+GUIDE = ["## What to run", "## Base config", "## Reading the report", "## What to apply", "## Limits"]
+#: The rounds of measurement the guide used to hold, each kept as a section of BENCHMARKS.md.
+ROUNDS = ["Issue 37's goals on 25 unseen days", "Round 9: Alertmanager's timing is part of what was tuned",
+          "Round 9: what any reactive rule reaches", "Round 8: a cheaper replay", "Round 7: a deeper search",
+          "Round 6: the headroom kept from the cluster", "Round 5: how far the settings reach",
+          "Round 4: where the node-hours go", "Round 3: why the search finds nothing cheaper",
+          "Before issue 37: the cheapest within the budget"]
+
+
+def _base_config() -> str:
+    found = re.search(r"```yaml\n(.*?)```", _under(TUNING.read_text(), "## Base config"), re.S)
+    assert found, "docs/tuning.md's Base config has no YAML block"
+    return found.group(1)
+
+
+def test_tuning_is_a_guide_in_the_order_an_operator_needs_it() -> None:
+    headings = _headings(TUNING.read_text())
+    assert [h for h in headings if h in GUIDE] == GUIDE, headings  # all there, what to apply before the limits
+    assert not [h for h in headings if re.search(r"[Rr]ound \d|issue \d", h)], "a round of measurement left"
+    history = _headings((ROOT / "BENCHMARKS.md").read_text())
+    for name in ROUNDS:
+        assert any(h.startswith("### ") and name in h for h in history), f"BENCHMARKS.md lacks {name!r}"
+    assert "tuned.yaml" in _under(TUNING.read_text(), "## What to apply")
+
+
+def test_the_guides_base_config_loads_and_replays(tmp_path: Path) -> None:
+    """The base config as the replay reads it (the project's loader, its `replay:` section included), then replayed
+    on three hours of demand by the command the guide gives."""
+    from autoscaler.config import load_replay_config
+
+    base = tmp_path / "base.yaml"
+    base.write_text(_base_config())
+    _, settings = load_replay_config(str(base))
+    replay = settings.config.replay
+    assert replay is not None and {r.action.value for r in replay.rules} == {"scale_out", "scale_in"}
+    assert {r.pool for r in replay.rules} == {p.name for p in settings.config.pools}
+    trace = tmp_path / "trace.csv"
+    rows = [f"2026-01-05T{m // 60:02d}:{m % 60:02d}:00Z,{2 + 4 * (60 <= m < 120):.1f}" for m in range(180)]
+    trace.write_text("timestamp,demand\n" + "\n".join(rows) + "\n")
+    out = subprocess.run([sys.executable, "-m", "autoscaler", "replay", "--config", str(base), "--trace", str(trace),
+                          "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["minutes"] == 180 and summary["scale_actions"] > 0
+
+
+def _slugs(text: str) -> set[str]:
+    """GitHub's anchors of a page's headings (a repeated heading gets -1, -2, …)."""
+    seen: dict[str, int] = {}
+    out = set()
+    for heading in _headings(text):
+        slug = re.sub(r"[^\w\- ]", "", heading.lstrip("#").strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def broken_links(page: Path) -> list[str]:
+    """Relative links of a page whose file or heading anchor does not exist."""
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        where = (page.parent / path).resolve() if path else page
+        if not where.exists():
+            broken.append(target)
+        elif anchor and where.suffix == ".md" and anchor not in _slugs(where.read_text()):
+            broken.append(target)
+    return broken
+
+
+PAGES = [ROOT / "README.md", ROOT / "BENCHMARKS.md", *(ROOT / "docs" / f"{name}.md" for name in
+                                                      ("config", "tuning", "aks", "eks", "gke", "ack", "dra",
+                                                       "upgrading", "production"))]
+
+
+def test_links_of_the_moved_pages_resolve(tmp_path: Path) -> None:
+    """The config reference and the tuning history moved: every relative link and anchor still lands."""
+    probe = tmp_path / "probe.md"
+    probe.write_text("## Here\n[a](#here) [b](#gone) [c](missing.md) [d](probe.md#here) [e](https://x.org/#y)\n")
+    assert broken_links(probe) == ["#gone", "missing.md"]  # the checker sees a broken link
+    broken = {page.name: broken_links(page) for page in PAGES}
+    assert not any(broken.values()), broken
