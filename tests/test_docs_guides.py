@@ -177,3 +177,13 @@ def test_links_of_the_moved_pages_resolve(tmp_path: Path) -> None:
     assert broken_links(probe) == ["#gone", "missing.md"]  # the checker sees a broken link
     broken = {page.name: broken_links(page) for page in PAGES}
     assert not any(broken.values()), broken
+
+
+def test_dra_guide_says_how_to_check_it_works_and_what_a_mig_pool_divides_by() -> None:
+    dra = (ROOT / "docs" / "dra.md").read_text()
+    check = _under(dra, "## Check it works")
+    for words in ("python -m autoscaler nodes", "GET /api/v1/pools/", '"dra": "read"', "gpu.nvidia.com",
+                  "gpu_autoscaler_pool_gpus", '"dra": "not_read"', "NODE"):
+        assert words in check, words
+    mig = _under(dra, "### MIG pools: `gpus_per_node`")
+    assert "gpus_per_node: 56" in mig and "nvidia.com/mig-" in mig
