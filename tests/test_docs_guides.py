@@ -187,3 +187,18 @@ def test_dra_guide_says_how_to_check_it_works_and_what_a_mig_pool_divides_by() -
         assert words in check, words
     mig = _under(dra, "### MIG pools: `gpus_per_node`")
     assert "gpus_per_node: 56" in mig and "nvidia.com/mig-" in mig
+
+
+def test_upgrading_has_a_checklist_per_release_with_every_must_do() -> None:
+    """The steps an operator must take, release by release: the chart's forced-removal default, rbac.yaml again for
+    plain manifests, old workers failing mid-rollout, the new Alertmanager repeat, the held scale-in."""
+    doc = (ROOT / "docs" / "upgrading.md").read_text()
+    must = {"### From 0.4 to 0.5": ("forced_removal: true", "deploy/kubernetes/rbac.yaml", "Can't locate revision",
+                                   "schema-downgrade 0005", "nodeAwareScaleIn.uses", "oncall", "check-config"),
+            "### From 0.5 to 0.6": ("repeat_interval: 5m", "group_interval: 1m", "stabilization_window: 1m",
+                                   "alertmanager-route.yml", "256 KiB", "check-config")}
+    for heading, words in must.items():
+        items = _under(doc, heading)
+        assert len(re.findall(r"(?m)^\d+\. \*\*", items)) >= 4, heading  # numbered, each with its bold verb
+        for word in words:
+            assert word in items, (heading, word)
