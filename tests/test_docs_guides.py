@@ -102,7 +102,7 @@ ROUNDS = ["Issue 37's goals on 25 unseen days", "Round 9: Alertmanager's timing 
 
 
 def _base_config() -> str:
-    found = re.search(r"```yaml\n(.*?)```", _under(TUNING.read_text(), "## Base config"), re.S)
+    found = re.search(r"```yaml\n(.*?)```", _under(TUNING.read_text(), "## Base config"), re.DOTALL)
     assert found, "docs/tuning.md's Base config has no YAML block"
     return found.group(1)
 
@@ -132,7 +132,8 @@ def test_the_guides_base_config_loads_and_replays(tmp_path: Path) -> None:
     rows = [f"2026-01-05T{m // 60:02d}:{m % 60:02d}:00Z,{2 + 4 * (60 <= m < 120):.1f}" for m in range(180)]
     trace.write_text("timestamp,demand\n" + "\n".join(rows) + "\n")
     out = subprocess.run([sys.executable, "-m", "autoscaler", "replay", "--config", str(base), "--trace", str(trace),
-                          "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+                          "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         check=False)
     assert out.returncode == 0, out.stderr
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["minutes"] == 180 and summary["scale_actions"] > 0
@@ -158,9 +159,7 @@ def broken_links(page: Path) -> list[str]:
             continue
         path, _, anchor = target.partition("#")
         where = (page.parent / path).resolve() if path else page
-        if not where.exists():
-            broken.append(target)
-        elif anchor and where.suffix == ".md" and anchor not in _slugs(where.read_text()):
+        if not where.exists() or (anchor and where.suffix == ".md" and anchor not in _slugs(where.read_text())):
             broken.append(target)
     return broken
 
