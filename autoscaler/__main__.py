@@ -103,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                         "tuning span; default (--no-robust): within that on the span's total and the budget on "
                         "each day (measured: docs/tuning.md)")
     tuning.add_argument("--max-direction-changes", type=float, default=None, help="direction changes (a scale-in "
-                        "after a scale-out or back) a day the choice may make (default: as many as the base config "
-                        "made a day on the tuning span, at least 2)")
+                        "after a scale-out or back) a day the choice may make (default: twice the base config's "
+                        "changes a day on the tuning span, at least 2)")
     tuning.add_argument("--stress", action=argparse.BooleanOptionalAction, default=True, help="choose among the "
                         "cheapest on the worst of the history's days and of stressed copies of its burstiest days, "
                         "preferring the steadiest of near-equal settings (default); --no-stress: the cheapest "

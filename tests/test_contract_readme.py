@@ -1,5 +1,6 @@
-"""README's config reference names every key the config schema accepts (autoscaler/config/), and each
-provider's section keys (in its README row or the page that row links to); config.example.yaml passes check-config."""
+"""The config reference (docs/config.md, which the README links) names every key the config schema accepts
+(autoscaler/config/), and each provider's section keys (in its row or the page that row links to);
+config.example.yaml passes check-config."""
 from __future__ import annotations
 
 import re
@@ -15,8 +16,9 @@ import providers
 from autoscaler.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text()
-ROWS = [line for line in README.splitlines() if line.startswith("| `")]
+DOCS = ROOT / "docs"
+REFERENCE = (DOCS / "config.md").read_text()
+ROWS = [line for line in REFERENCE.splitlines() if line.startswith("| `")]
 
 
 def _models(annotation: Any) -> Iterator[tuple[type[BaseModel], bool]]:
@@ -90,26 +92,26 @@ def documented(path: str, linked_pages: bool = False) -> bool:
                 continue
             if _in_text(leaf, row.split("|", 2)[2]):
                 return True
-            if linked_pages and any(_in_text(leaf, (ROOT / page).read_text())
-                                    for page in re.findall(r"\]\((docs/[\w-]+\.md)\)", row)):
+            if linked_pages and any(_in_text(leaf, (DOCS / page).read_text())
+                                    for page in re.findall(r"\]\(([\w-]+\.md)\)", row)):
                 return True
     return False
 
 
-def test_every_schema_key_is_in_the_readme() -> None:
+def test_every_schema_key_is_in_the_config_reference() -> None:
     """Every key that takes a value (a section is documented through its keys)."""
     sections = {path.rpartition(".")[0].removesuffix("[]") for path in schema_keys(Config) if "." in path}
     missing = [path for path in schema_keys(Config) if path not in sections and not documented(path)]
-    assert not missing, f"README's config reference lacks: {', '.join(missing)}"
+    assert not missing, f"docs/config.md lacks: {', '.join(missing)}"
 
 
-def test_every_provider_key_is_in_the_readme_or_its_page() -> None:
+def test_every_provider_key_is_in_the_config_reference_or_its_page() -> None:
     missing = []
     for name in providers.available():
-        assert f"pools[].{name}" in NAMED, f"README has no `pools[].{name}` row"
+        assert f"pools[].{name}" in NAMED, f"docs/config.md has no `pools[].{name}` row"
         missing += [path for path in schema_keys(providers.factory(name).settings_model, f"pools[].{name}")
                     if not documented(path, linked_pages=True)]
-    assert not missing, f"README (or the page its row links to) lacks: {', '.join(missing)}"
+    assert not missing, f"docs/config.md (or the page its row links to) lacks: {', '.join(missing)}"
 
 
 def test_the_checker_sees_a_missing_key() -> None:
@@ -123,3 +125,33 @@ def test_config_example_passes_check_config() -> None:
                             capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.strip().splitlines()) == 1 and "simulated" in result.stdout
+
+
+def _section(text: str, heading: str) -> str:
+    """The text under a README heading, up to the next heading of the same or a higher level."""
+    level = len(heading.split(" ", 1)[0])
+    lines = text.splitlines()
+    assert heading in lines, f"README has no heading {heading!r}"
+    out, fenced = [], False
+    for line in lines[lines.index(heading) + 1:]:
+        fenced ^= line.startswith("```")
+        if not fenced and re.match(rf"#{{1,{level}}} ", line):
+            break
+        out.append(line)
+    return "\n".join(out)
+
+
+def test_the_readme_keeps_the_essentials_and_points_to_the_reference() -> None:
+    """The README lost its config reference to docs/config.md but keeps what a newcomer needs on one page: the two
+    commands, a quick start with curl, Alertmanager and Grafana pointed at the service, and the link."""
+    readme = (ROOT / "README.md").read_text()
+    commands = _section(readme, "## The two commands")
+    assert "| `make run` |" in commands and "| `make test` |" in commands
+    quick = _section(readme, "## Quick start (60 seconds)")
+    assert quick.count("curl -s") >= 5 and "/webhook/alertmanager" in quick and "/webhook/grafana" in quick
+    alertmanager = _section(readme, "## Pointing Alertmanager at it")
+    assert "url: http://autoscaler:8080/webhook/alertmanager" in alertmanager and "repeat_interval:" in alertmanager
+    grafana = _section(readme, "## Pointing Grafana at it")
+    assert "http://autoscaler:8080/webhook/grafana" in grafana and "Contact points" in grafana
+    assert "](docs/config.md)" in _section(readme, "## Configuration")
+    assert "| `server.lock_wait` |" not in readme  # the reference lives in one place

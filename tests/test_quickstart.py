@@ -3,8 +3,10 @@ axes and draws every count change, and a pool that provisions at once has nothin
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -116,3 +118,56 @@ def test_make_run_removes_its_metrics_directory_when_stopped(tmp_path: Path) -> 
         proc.wait(timeout=60)
         log.close()
     assert not metrics.exists()
+
+
+def _quick_start_calls() -> list[tuple[str, str, str | None, str]]:
+    """The README quick start's curl calls in order: method, path, body, and the `# -> …` answer written under it."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Quick start (60 seconds)", 1)[1].split("```sh\n", 1)[1].split("\n```", 1)[0]
+    calls: list[tuple[str, str, str | None, str]] = []
+    command = ""
+    for line in block.splitlines():
+        if command:
+            command += "\n" + line
+        elif line.startswith("curl "):
+            command = line
+        elif line.startswith("# -> ") and calls:
+            calls[-1] = (*calls[-1][:3], line[5:])
+            continue
+        elif line.startswith("#     ") and calls and calls[-1][3]:  # the answer, continued
+            calls[-1] = (*calls[-1][:3], calls[-1][3] + line[6:])
+            continue
+        if command and command.count("'") % 2 == 0 and not command.endswith("\\"):
+            words = shlex.split(command.replace("\\\n", " "), comments=True)
+            url = next(w for w in words if "localhost:8080" in w)
+            body = words[words.index("-d") + 1] if "-d" in words else None
+            method = words[words.index("-X") + 1] if "-X" in words else ("POST" if body is not None else "GET")
+            calls.append((method, url.split("localhost:8080", 1)[1], body, ""))
+            command = ""
+    return calls
+
+
+def test_the_quick_start_answers_as_it_says(tmp_path: Path) -> None:
+    """Each curl of the README's quick start, in order, against config.example.yaml: every `# -> …` line under a
+    call names the outcome and the counts the service answers; the manual scale-out right after the alert says it
+    is held by the cooldown, and the next one shows `"force": true` going past it."""
+    client = example(tmp_path, FakeClock())
+    calls = _quick_start_calls()
+    checked = []
+    for method, path, body, said in calls:
+        answer = client.open(path, method=method, data=body, headers={**BEARER, "Content-Type": "application/json"})
+        assert answer.status_code == 200, (path, answer.get_data(as_text=True))
+        if not said:
+            continue
+        got = answer.get_json()
+        decision = got["decisions"][0] if "decisions" in got else got
+        for key in ("outcome", "from", "to", "reason"):
+            written = re.search(rf'"{key}":("[^"]*"|\d+)', said)
+            if written:
+                assert json.dumps(decision[key], separators=(",", ":")) == written.group(1), (path, said, decision)
+        checked.append((path, json.loads(body or "{}"), decision["outcome"]))
+    manual = [(b, o) for p, b, o in checked if p == "/api/v1/pools/sim/scale" and b.get("action") == "scale_out"]
+    assert manual[0] == ({"action": "scale_out", "step": 1, "reason": "training run at 14:00"}, "skipped_cooldown")
+    assert manual[1][0].get("force") is True and manual[1][1] == "scaled"
+    block = (ROOT / "README.md").read_text().split("## Quick start (60 seconds)", 1)[1].split("\n## ", 1)[0]
+    assert "cooldown" in block.split('"training run at 14:00"}', 1)[0].rsplit("# the manual API", 1)[1]
