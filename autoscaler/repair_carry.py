@@ -195,6 +195,7 @@ def cancel(engine: Engine, spec: PoolSpec, nodes: Sequence[str], actor: str, rea
                               f"repair of {name} cancelled by {actor}" + (f": {reason}" if reason else ""), actor,
                               details={"node": name, "started": stored[name].since})
             engine.events.repair_cancelled(act, name, now)
+            engine.store.cancel_repair_alerts(spec.name, name, now)  # its alert's repeats start nothing
             try:  # forgotten first: a failed uncordon is lifted by the reconciler's sweep, never left unowned
                 engine.nodes.cluster.uncordon(name)
             except ClusterError as exc:

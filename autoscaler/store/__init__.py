@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
-                                   RemovalIntent, RepairRecord, Settlement, StoreUnavailable)
+                                   RemovalIntent, RepairAlert, RepairRecord, Settlement, StoreUnavailable)
 from autoscaler.store.interfaces import (DedupStore, EventStore, PoolStore, RemovalStore, RepairStore, Store,
                                          ViewStore)
 from autoscaler.store.connections import StoreOptions
@@ -15,5 +15,5 @@ def open_store(url: str, options: StoreOptions | None = None) -> Store:
 
 
 __all__ = ["DedupConfirm", "DedupStore", "EventRecord", "EventStore", "NodesView", "PoolChange", "PoolStore", "PoolView",
-           "QuickState", "RemovalIntent", "RemovalStore", "RepairRecord", "RepairStore", "Settlement", "Store",
+           "QuickState", "RemovalIntent", "RemovalStore", "RepairAlert", "RepairRecord", "RepairStore", "Settlement", "Store",
            "StoreOptions", "StoreUnavailable", "SqlStore", "ViewStore", "open_store"]

@@ -119,6 +119,19 @@ class RepairRecord:
 
 
 @dataclass(frozen=True)
+class RepairAlert:
+    """One firing of an alert (its fingerprint and ``startsAt``) that asked for a node's repair, and when an
+    operator cancelled that repair (None: not cancelled): repeats of a cancelled firing start nothing."""
+
+    pool: str
+    node: str
+    fingerprint: str
+    starts_at: str
+    seen_at: float
+    cancelled_at: float | None = None
+
+
+@dataclass(frozen=True)
 class RemovalIntent:
     """A node whose removal a decision was about to send (recorded before the cloud call): until the cloud's view
     settles it, the node may be on its way out and stays cordoned (see ``autoscaler/scale_in.py``)."""

@@ -7,7 +7,7 @@ from typing import Callable, Collection
 
 from autoscaler.models import PoolState
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
-                                   RemovalIntent, RepairRecord, Settlement)
+                                   RemovalIntent, RepairAlert, RepairRecord, Settlement)
 
 
 class PoolStore(abc.ABC):
@@ -182,6 +182,22 @@ class RepairStore(abc.ABC):
                    change: PoolChange | None = None) -> int | None:
         """In one transaction: forget the node's repair and append ``event`` as the pool's last (with ``change``);
         the event id (None without one). A repair already gone still records the event."""
+
+    @abc.abstractmethod
+    def note_repair_alerts(self, alerts: list[RepairAlert]) -> None:
+        """Remember the firings that asked for nodes' repairs (a firing already known is left as it is)."""
+
+    @abc.abstractmethod
+    def repair_alerts(self, pool: str) -> list[RepairAlert]:
+        """The pool's remembered firings, cancelled or not."""
+
+    @abc.abstractmethod
+    def cancel_repair_alerts(self, pool: str, node: str, now: float) -> int:
+        """Mark the node's remembered firings cancelled (those not cancelled yet); how many."""
+
+    @abc.abstractmethod
+    def forget_repair_alerts(self, fingerprints: list[str]) -> int:
+        """Forget every pool's firings of these alerts (they resolved); how many."""
 
 
 class Store(PoolStore, DedupStore, EventStore, ViewStore, RemovalStore, RepairStore):

@@ -16,7 +16,7 @@ from typing import Callable, Collection
 from autoscaler.models import PoolState
 from autoscaler.store import tables
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
-                                   RemovalIntent, RepairRecord, Settlement)
+                                   RemovalIntent, RepairAlert, RepairRecord, Settlement)
 from autoscaler.store.interfaces import Store
 from autoscaler.store.rows import hash_key, pool_state
 
@@ -40,6 +40,7 @@ class MemoryStore(Store):
         self._nodes: dict[str, NodesView] = {}
         self._removals: dict[tuple[str, str], RemovalIntent] = {}  # (pool, node) -> intent
         self._repairs: dict[tuple[str, str], RepairRecord] = {}
+        self._repair_alerts: dict[tuple[str, str, str, str], RepairAlert] = {}  # (pool, node, fingerprint, starts_at)
 
     # -- helpers (the lock is held) --------------------------------------------------------------------
     def _append(self, event: EventRecord) -> int:
@@ -303,6 +304,31 @@ class MemoryStore(Store):
             if row is not None:
                 row.update({**(change.columns() if change is not None else {}), "last_event_id": event_id})
             return event_id
+
+    def note_repair_alerts(self, alerts: list[RepairAlert]) -> None:
+        with self._lock:
+            for a in alerts:
+                self._repair_alerts.setdefault((a.pool, a.node, a.fingerprint, a.starts_at), a)
+
+    def repair_alerts(self, pool: str) -> list[RepairAlert]:
+        with self._lock:
+            return sorted((a for a in self._repair_alerts.values() if a.pool == pool),
+                          key=lambda a: (a.seen_at, a.node))
+
+    def cancel_repair_alerts(self, pool: str, node: str, now: float) -> int:
+        with self._lock:
+            keys = [k for k, a in self._repair_alerts.items()
+                    if (a.pool, a.node) == (pool, node) and a.cancelled_at is None]
+            for key in keys:
+                self._repair_alerts[key] = replace(self._repair_alerts[key], cancelled_at=now)
+            return len(keys)
+
+    def forget_repair_alerts(self, fingerprints: list[str]) -> int:
+        with self._lock:
+            gone = [k for k, a in self._repair_alerts.items() if a.fingerprint in set(fingerprints)]
+            for key in gone:
+                del self._repair_alerts[key]
+            return len(gone)
 
     def nodes_views(self) -> dict[str, NodesView]:
         with self._lock:

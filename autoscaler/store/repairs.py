@@ -10,10 +10,11 @@ from typing import Any, ContextManager
 from sqlalchemy import Connection, delete, select, update
 
 from autoscaler.store import tables
-from autoscaler.store.base import EventRecord, PoolChange, RepairRecord
+from autoscaler.store.base import EventRecord, PoolChange, RepairAlert, RepairRecord
 from autoscaler.store.rows import storable
 
 _COLUMNS = tuple(c.name for c in tables.repairs.c)
+_ALERT_COLUMNS = tuple(c.name for c in tables.repair_alerts.c)
 
 
 def repair_record(row: Any) -> RepairRecord:
@@ -72,3 +73,31 @@ class SqlRepairs:
             conn.execute(update(tables.pools).where(tables.pools.c.name == pool)
                          .values(**values, last_event_id=event_id))
         return event_id
+
+    def note_repair_alerts(self, alerts: list[RepairAlert]) -> None:
+        if not alerts:
+            return
+        rows = [storable(tables.repair_alerts, {c: getattr(a, c) for c in _ALERT_COLUMNS}) for a in alerts]
+        with self._tx() as conn:
+            conn.execute(self._insert_ignore(tables.repair_alerts, rows))
+
+    def repair_alerts(self, pool: str) -> list[RepairAlert]:
+        t = tables.repair_alerts
+        with self._tx() as conn:
+            rows = conn.execute(select(t).where(t.c.pool == pool).order_by(t.c.seen_at, t.c.node)).all()
+        return [RepairAlert(**{c: getattr(r, c) for c in _ALERT_COLUMNS}) for r in rows]
+
+    def cancel_repair_alerts(self, pool: str, node: str, now: float) -> int:
+        t = tables.repair_alerts
+        with self._tx() as conn:
+            done = conn.execute(update(t).where(t.c.pool == pool, t.c.node == node, t.c.cancelled_at.is_(None))
+                                .values(cancelled_at=now))
+        return int(done.rowcount)
+
+    def forget_repair_alerts(self, fingerprints: list[str]) -> int:
+        if not fingerprints:
+            return 0
+        t = tables.repair_alerts
+        with self._tx() as conn:
+            done = conn.execute(delete(t).where(t.c.fingerprint.in_(sorted(set(fingerprints)))))
+        return int(done.rowcount)

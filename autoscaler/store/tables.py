@@ -104,6 +104,17 @@ repairs = Table(  # nodes in repair (docs/repair.md): one row from the repair's 
     Column("updated_at", Float, nullable=False),
 )
 
+repair_alerts = Table(  # the alerts that asked for a node's repair, and whether an operator cancelled it (repair_cancels.py)
+    "repair_alerts",
+    metadata,
+    Column("pool", String(64), primary_key=True),
+    Column("node", String(253), primary_key=True),
+    Column("fingerprint", String(200), primary_key=True),  # the alert's, as its sender gave it (bounded)
+    Column("starts_at", String(64), primary_key=True),  # the firing's start as sent: a new firing has a new one
+    Column("seen_at", Float, nullable=False),
+    Column("cancelled_at", Float, nullable=True),  # set by an operator's cancel: repeats of this firing are skipped
+)
+
 removal_intents = Table(  # node removals about to be sent: kept until the cloud's view settles each (scale_in.py)
     "removal_intents",
     metadata,
