@@ -5,7 +5,7 @@ import logging
 from dataclasses import replace
 from typing import Any, Sequence
 
-from autoscaler import fallback, repair, repair_cancels
+from autoscaler import fallback, repair, repair_alerts
 from autoscaler.attempt import Attempt, DedupClaim
 from autoscaler.clock import SYSTEM, Clock
 from autoscaler.config import Settings
@@ -62,7 +62,7 @@ class Engine:
             if isinstance(item, Signal):
                 out.append(self.handle(item if within is None else replace(item, within=within)))
             else:
-                repair_cancels.resolved(self.store, item.decision, item.alerts)
+                repair_alerts.resolved(self.store, item.decision, item.alerts)
                 out.append(self.events.record(item.decision, note.source.value, list(item.alerts), self.clock()))
         return out
 

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from autoscaler import repair_cancels
+from autoscaler import repair_alerts
 from autoscaler.cluster.nodes import Cluster, ClusterError, NodeView
 from autoscaler.config import Settings
 from autoscaler.events import EventLog
@@ -83,7 +83,7 @@ def _start(engine: Engine, signal: Signal) -> Decision:
     try:
         with engine.hold.holding(spec.name, "repair") as state:
             now = engine.clock()  # the decision's time: read once the pool is held
-            decision, change, pass_on = repair_cancels.start_held(engine, spec, signal, state, now, _start_held)
+            decision, change, pass_on = repair_alerts.start_held(engine, spec, signal, state, now, _start_held)
             recorded = engine.events.applied(decision, signal.source.value, list(signal.alerts), now, change)
     except PoolHeld as exc:
         decision = Decision(spec.name, Action.REPAIR, Outcome.SKIPPED_BUSY, None, None, _said(signal, str(exc)),

@@ -180,9 +180,11 @@ def _ended(engine: Engine, spec: PoolSpec, repair: RepairRecord, now: float,  # 
     return engine.events.repair_ended(decision, repair.node, now, change)
 
 
-def cancel(engine: Engine, spec: PoolSpec, nodes: Sequence[str], actor: str, reason: str) -> list[str]:
+def cancel(engine: Engine, spec: PoolSpec, nodes: Sequence[str], actor: str, reason: str,  # 6: who and why
+           on_behalf_of: str = "") -> list[str]:
     """End the named nodes' repairs (an operator's ``"cancel": true``): each forgotten with its event, then
-    uncordoned; the replacement stays. ValueError naming the nodes that are not in repair (nothing is changed)."""
+    uncordoned; the replacement stays. ValueError naming the nodes that are not in repair (nothing is changed).
+    ``on_behalf_of`` (the caller's X-Autoscaler-User) is a note, never the actor: anyone can write it."""
     assert engine.nodes is not None
     with engine.hold.holding(spec.name, "repair"):
         stored = {r.node: r for r in engine.store.repairs(spec.name)}
@@ -192,8 +194,11 @@ def cancel(engine: Engine, spec: PoolSpec, nodes: Sequence[str], actor: str, rea
         now = engine.clock()
         for name in nodes:
             act = OperatorAct(spec.name, Action.REPAIR.value, OperatorOutcome.REPAIR_CANCELLED,
-                              f"repair of {name} cancelled by {actor}" + (f": {reason}" if reason else ""), actor,
-                              details={"node": name, "started": stored[name].since})
+                              f"repair of {name} cancelled by {actor}" + (f" (on behalf of {on_behalf_of})" if
+                                                                          on_behalf_of else "")
+                              + (f": {reason}" if reason else ""), actor,
+                              details={"node": name, "started": stored[name].since,
+                                       **({"on_behalf_of": on_behalf_of} if on_behalf_of else {})})
             engine.events.repair_cancelled(act, name, now)
             engine.store.cancel_repair_alerts(spec.name, name, now)  # its alert's repeats start nothing
             try:  # forgotten first: a failed uncordon is lifted by the reconciler's sweep, never left unowned

@@ -104,7 +104,7 @@ repairs = Table(  # nodes in repair (docs/repair.md): one row from the repair's 
     Column("updated_at", Float, nullable=False),
 )
 
-repair_alerts = Table(  # the alerts that asked for a node's repair, and whether an operator cancelled it (repair_cancels.py)
+repair_alerts = Table(  # the alerts that asked for a node's repair, and whether an operator cancelled it (repair_alerts.py)
     "repair_alerts",
     metadata,
     Column("pool", String(64), primary_key=True),
