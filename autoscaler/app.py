@@ -15,7 +15,7 @@ from autoscaler.config import Settings, build_settings, load_config, warnings
 from autoscaler.engine import Engine
 from autoscaler.events import EventLog, EventSink
 from autoscaler.metrics import Metrics, PoolStateCollector
-from autoscaler.logjson import JsonFormatter, TextFormatter, json_logs
+from autoscaler.logjson import JsonFormatter, TextFormatter, json_logs, quiet_sdks
 from autoscaler.reconciler import Reconciler
 from autoscaler.effective import log_effective
 from autoscaler.redact import Redactor, active, install
@@ -33,16 +33,16 @@ _REDACTED_TYPES = frozenset({"application/json", "text/html", "text/plain"})
 
 
 def setup_logging() -> None:
-    """Plain key=value lines (or JSON with LOG_FORMAT=json) on stderr, once per process."""
+    """Plain key=value lines (or JSON with LOG_FORMAT=json) on stderr, once per process; the SDKs' request
+    logging off unless LOG_LEVEL=DEBUG."""
+    level = os.environ.get("LOG_LEVEL", "INFO").upper()
+    quiet_sdks(level)  # under gunicorn too, whose logconfig made the root's handlers already
     root = logging.getLogger()
     if root.handlers:
         return
-    level = os.environ.get("LOG_LEVEL", "INFO").upper()
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if json_logs() else TextFormatter())
     logging.basicConfig(level=level, handlers=[handler])
-    for noisy in ("azure", "urllib3", "alibabacloud"):  # SDKs log every request at INFO
-        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def _announce(settings: Settings) -> None:
