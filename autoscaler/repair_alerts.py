@@ -9,6 +9,7 @@ where resolved notifications are not sent), so it starts a repair again. A repai
 """
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -19,6 +20,8 @@ from autoscaler.store import PoolChange, RepairAlert, Store
 
 #: ``repair._start_held``'s shape: the decision, the pool's change, and how many nodes to ask of the pool's group.
 StartHeld = Callable[[Any, PoolSpec, Signal, PoolState, float], tuple[Decision, PoolChange, int]]
+XID_LABEL = "xid"  # the alert's label that carries the XID; else the number after "XID" in its summary
+_XID_SAID = re.compile(r"\bXID\s*[:#=]?\s*(\d{1,4})\b", re.IGNORECASE)
 FINGERPRINT_WIDTH = 200  # the widths of ``repair_alerts``' key columns: a key is matched as it is stored
 STARTS_AT_WIDTH = 64
 
@@ -38,6 +41,7 @@ def start_held(engine: Any, spec: PoolSpec, signal: Signal, state: PoolState, no
     """``start`` (a repair's start under the pool's hold) for the nodes whose firing no operator cancelled, then
     the firings remembered for the nodes now in repair; ``skipped_cancelled`` when every node named was cancelled."""
     label = engine.settings.config.routing.node_label
+    signal, xids = _with_xids(signal, label)
     firings = _firings(signal, label)
     marks = {(a.node, a.fingerprint, a.starts_at): a for a in engine.store.repair_alerts(spec.name)
              if a.cancelled_at is not None} if firings else {}
@@ -47,6 +51,8 @@ def start_held(engine: Any, spec: PoolSpec, signal: Signal, state: PoolState, no
         return _skipped(spec, signal, held, [marks[f] for f in firings if f in marks]), PoolChange(), 0
     decision, change, pass_on = start(engine, spec, replace(signal, nodes=tuple(n for n in signal.nodes
                                                                                 if n not in held)), state, now)
+    if xids:
+        decision = replace(decision, details={**decision.details, "xid": xids})
     if held:
         decision = replace(decision, details={**decision.details, "cancelled": held},
                            reason=f"{decision.reason}; {_said(held)}")
@@ -55,6 +61,29 @@ def start_held(engine: Any, spec: PoolSpec, signal: Signal, state: PoolState, no
         engine.store.note_repair_alerts([RepairAlert(spec.name, node, fp, at, now)
                                          for node, fp, at in firings if node in in_repair])
     return decision, change, pass_on
+
+
+def _with_xids(signal: Signal, node_label: str) -> tuple[Signal, dict[str, str]]:
+    """The signal with each named node's XID in its reason (so the repair's record and events keep it), and the
+    XIDs by node: the alert's ``xid`` label, or the number after "XID" in its summary or description."""
+    xids: dict[str, str] = {}
+    for alert in signal.alerts:
+        node = alert.labels.get(node_label, "").strip()
+        label = alert.labels.get(XID_LABEL, "").strip()
+        said = _XID_SAID.search(" ".join(alert.annotations.get(k, "") for k in ("summary", "description")))
+        xid = label if label.isdigit() and len(label) <= 4 else (said.group(1) if said else "")
+        if node and xid:
+            xids.setdefault(node, xid)
+    if not xids:
+        return signal, {}
+    told = ", ".join(f"XID {x} on {n}" for n, x in xids.items())
+    return replace(signal, reason=f"{signal.reason} ({told})" if signal.reason else told), xids
+
+
+def xid_of(reason: str, node: str) -> str | None:
+    """The XID a repair's stored reason gives for ``node`` (see ``_with_xids``), else None."""
+    found = re.search(rf"\bXID (\d+) on {re.escape(node)}\b", reason)
+    return found.group(1) if found else None
 
 
 def _said(held: list[str]) -> str:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Sequence
 
-from autoscaler.cluster.nodes import REMOVING, ClusterError, NodeView
+from autoscaler import repair_alerts
+from autoscaler.cluster.nodes import REMOVING, ClusterError, NodeGone, NodeView
 from autoscaler.cluster.pods import move_blocker
 from autoscaler.durations import rfc3339
 from autoscaler.events import OperatorAct
@@ -105,13 +106,15 @@ def _step(engine: Engine, spec: PoolSpec, state: PoolState, repair: RepairRecord
             waiting.insert(0, view.protected)
         late = now >= repair.since + spec.repair.grace
         evict = list(view.pods) if late else [p for p in view.pods if not move_blocker(p, spec.movable_owners)]
-        refused = [f"{p.key}: {why}" for p in evict if (why := cluster.evict(p.namespace, p.name))]
+        answers = [(p.key, cluster.evict(p.namespace, p.name)) for p in evict]
+        refused = [f"{key}: {why}" for key, why in answers if why]
     except ClusterError as exc:
         _keep(engine, spec, repair, now, f"kubernetes: {redact_text(str(exc))}")
         return None
     if evict:  # the next tick sees them gone (or asks again)
         state_now = "draining" if late or not waiting else "waiting"
-        _keep(engine, spec, repair, now, "; ".join(refused)[:500], state_now)
+        _keep(engine, spec, repair, now, "; ".join(refused)[:500], state_now,
+              evicted=_evicted(repair) + [key for key, why in answers if not why])
         return None
     if waiting and not late:
         _keep(engine, spec, repair, now, "", "waiting")
@@ -119,11 +122,17 @@ def _step(engine: Engine, spec: PoolSpec, state: PoolState, repair: RepairRecord
     return _remove(engine, spec, repair, view, now, late)
 
 
-def _keep(engine: Engine, spec: PoolSpec, repair: RepairRecord, now: float, error: str,
-          state: str | None = None) -> None:
+def _keep(engine: Engine, spec: PoolSpec, repair: RepairRecord, now: float, error: str,  # 7: a step's
+          state: str | None = None, evicted: list[str] | None = None) -> None:  # whole outcome, stored at once
     if error and error != repair.error:
         log.warning("pool=%s repair of %s goes on next tick: %s", spec.name, repair.node, error)
-    engine.store.update_repair(spec.name, repair.node, now, state=state, error=error)
+    engine.store.update_repair(spec.name, repair.node, now, state=state, error=error,
+                               evicted=",".join(dict.fromkeys(evicted)) if evicted else None)
+
+
+def _evicted(repair: RepairRecord) -> list[str]:
+    """The pods (``namespace/name``) the repair evicted so far."""
+    return [key for key in repair.evicted.split(",") if key]
 
 
 def _replacement(engine: Engine, spec: PoolSpec, state: PoolState, repair: RepairRecord, now: float) -> None:
@@ -161,6 +170,8 @@ def _remove(engine: Engine, spec: PoolSpec, repair: RepairRecord, view: NodeView
         return None
     try:  # the cloud has it now: a sweep leaves a node whose removal was asked alone (scale_in.REMOVAL_GRACE)
         engine.nodes.cluster.cordon(view.name, REPAIR_OWNER + REMOVING, now)
+    except NodeGone:
+        pass  # a cloud that removes at once took it already: nothing is left to mark
     except ClusterError as exc:
         log.warning("pool=%s %s: removal asked, mark not updated: %s", spec.name, view.name, redact_text(str(exc)))
     how = "drained after repair.grace" if late else "drained"
@@ -174,7 +185,8 @@ def _ended(engine: Engine, spec: PoolSpec, repair: RepairRecord, now: float,  # 
            sizes: tuple[int | None, int] | None, reason: str,  # share one record; each says its own sizes and why
            change: PoolChange | None = None) -> Decision:
     details = {"node": repair.node, "started": rfc3339(repair.since), "replacement": repair.replacement,
-               "removed_by": "service" if sizes is not None else "gone", "why": repair.reason}
+               "removed_by": "service" if sizes is not None else "gone", "why": repair.reason,
+               "evicted": _evicted(repair), "xid": repair_alerts.xid_of(repair.reason, repair.node)}
     decision = Decision(spec.name, Action.REPAIR, Outcome.REPAIRED, sizes[0] if sizes else None,
                         sizes[1] if sizes else None, reason, details=details)
     return engine.events.repair_ended(decision, repair.node, now, change)

@@ -114,6 +114,7 @@ def test_a_node_with_a_movable_gpu_pod_is_repaired(tmp_path: Path) -> None:
             assert sorted(aks.arm.machine_names("gpunp")) == sorted([nodes[0].name, nodes[2].name] + joined)
             assert done[0]["source"] == "reconcile" and done[0]["details"]["node"] == sick
             assert done[0]["details"]["replacement"] == 4 and done[0]["details"]["started"]
+            assert done[0]["details"]["evicted"] == ["ml/infer-1"]  # the event names what the repair moved
             assert pool(svc.url)["repairs"] == []
             metrics = requests.get(f"{svc.url}/metrics", timeout=5).text
             assert 'gpu_autoscaler_nodes_in_repair{pool="gpu"} 0.0' in metrics
@@ -267,6 +268,8 @@ def test_a_cancelled_repair_stays_cancelled_while_its_alert_repeats(tmp_path: Pa
             assert cordoned(kube, sick)
             by_hand = cli("repair", "gpu", sick, env=env)
             assert by_hand.returncode == 3 and "skipped_duplicate" in by_hand.stdout, by_hand.stdout
+            log = svc.read_log()
+            assert "logger=autoscaler.decision" in log and "logger=azure" not in log  # no SDK request logging
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -105,8 +105,8 @@ class NodesView:
 @dataclass(frozen=True)
 class RepairRecord:
     """A node in repair (docs/repair.md): since when, how far it got (``cordoned``, ``waiting`` for work that cannot
-    move, ``draining``, ``removing``), why it started, the pool size asked for its replacement (None: none), and
-    the last failure that keeps it going."""
+    move, ``draining``, ``removing``), why it started, the pool size asked for its replacement (None: none), the
+    last failure that keeps it going, and the pods it evicted."""
 
     pool: str
     node: str
@@ -116,6 +116,7 @@ class RepairRecord:
     replacement: int | None = None
     error: str = ""
     updated_at: float = 0.0
+    evicted: str = ""  # the pods the repair evicted so far, ``namespace/name`` comma-separated
 
 
 @dataclass(frozen=True)

@@ -173,9 +173,11 @@ class RepairStore(abc.ABC):
         """The nodes in repair (of ``pool``, or of every pool), oldest first."""
 
     @abc.abstractmethod
-    def update_repair(self, pool: str, node: str, now: float, state: str | None = None,
-                      error: str | None = None, replacement: int | None = None) -> bool:
-        """Change a repair's state, last failure or replacement (None: as it is); False when it is not stored."""
+    def update_repair(self, pool: str, node: str, now: float, state: str | None = None,  # 7: each field that
+                      error: str | None = None, replacement: int | None = None,  # may change, None: as it is
+                      evicted: str | None = None) -> bool:
+        """Change a repair's state, last failure, replacement or evicted pods (None: as it is); False when it is
+        not stored."""
 
     @abc.abstractmethod
     def end_repair(self, pool: str, node: str, event: EventRecord | None,

@@ -282,7 +282,8 @@ class MemoryStore(Store):
                           key=lambda r: (r.since, r.node))
 
     def update_repair(self, pool: str, node: str, now: float, state: str | None = None,
-                      error: str | None = None, replacement: int | None = None) -> bool:
+                      error: str | None = None, replacement: int | None = None,
+                      evicted: str | None = None) -> bool:
         with self._lock:
             held = self._repairs.get((pool, node))
             if held is None:
@@ -290,7 +291,8 @@ class MemoryStore(Store):
             self._repairs[(pool, node)] = replace(
                 held, updated_at=now, state=held.state if state is None else state,
                 error=held.error if error is None else error,
-                replacement=held.replacement if replacement is None else replacement)
+                replacement=held.replacement if replacement is None else replacement,
+                evicted=held.evicted if evicted is None else evicted)
             return True
 
     def end_repair(self, pool: str, node: str, event: EventRecord | None,

@@ -50,10 +50,11 @@ class SqlRepairs:
             return [repair_record(r) for r in conn.execute(query).all()]
 
     def update_repair(self, pool: str, node: str, now: float, state: str | None = None,
-                      error: str | None = None, replacement: int | None = None) -> bool:
+                      error: str | None = None, replacement: int | None = None,
+                      evicted: str | None = None) -> bool:
         t = tables.repairs
         values: dict[str, Any] = {"updated_at": now}
-        for name, value in (("state", state), ("error", error), ("replacement", replacement)):
+        for name, value in (("state", state), ("error", error), ("replacement", replacement), ("evicted", evicted)):
             if value is not None:
                 values[name] = value
         with self._tx() as conn:

@@ -102,6 +102,7 @@ repairs = Table(  # nodes in repair (docs/repair.md): one row from the repair's 
     Column("replacement", Integer, nullable=True),  # the pool's size asked for the replacement (None: none asked)
     Column("error", Text, nullable=False, default=""),  # the last failure that keeps it going (shown, not fatal)
     Column("updated_at", Float, nullable=False),
+    Column("evicted", Text, nullable=False, default=""),  # the pods it evicted, ``namespace/name`` comma-separated
 )
 
 repair_alerts = Table(  # the alerts that asked for a node's repair, and whether an operator cancelled it (repair_alerts.py)

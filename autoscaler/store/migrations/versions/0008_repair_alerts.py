@@ -1,5 +1,6 @@
 """The alerts that asked for a node's repair, and the operator's cancel of it: so that Alertmanager's repeats of a
-cancelled alert (same fingerprint and ``startsAt``) start nothing until the alert resolves (issue 46).
+cancelled alert (same fingerprint and ``startsAt``) start nothing until the alert resolves; and the pods a repair
+evicted, for its ``repaired`` event (issue 46).
 
 Revision ID: 0008
 Revises: 0007
@@ -17,7 +18,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    """Create ``repair_alerts`` as ``autoscaler/store/tables.py`` defines it."""
+    """Create ``repair_alerts`` and ``repairs.evicted`` as ``autoscaler/store/tables.py`` defines them."""
     if not sa.inspect(op.get_bind()).has_table("repair_alerts"):
         op.create_table(
             "repair_alerts",
@@ -28,8 +29,13 @@ def upgrade() -> None:
             sa.Column("seen_at", sa.Float, nullable=False),
             sa.Column("cancelled_at", sa.Float, nullable=True),
         )
+    columns = {c["name"] for c in sa.inspect(op.get_bind()).get_columns("repairs")}
+    if "evicted" not in columns:
+        op.add_column("repairs", sa.Column("evicted", sa.Text, nullable=False, server_default=""))
 
 
 def downgrade() -> None:
-    """Drop it."""
+    """Drop them."""
+    with op.batch_alter_table("repairs") as batch:  # SQLite drops a column by copying the table
+        batch.drop_column("evicted")
     op.drop_table("repair_alerts")
