@@ -35,9 +35,10 @@ def minute(tmp_path: Path, aks: AksCloud, caplog: pytest.LogCaptureFixture) -> l
     clock = FakeClock(1_800_000_000.0)
     cfg = service_config(tmp_path, [aks.pool_config("gpu", min_size=1, max_size=6)], [])
     cfg["server"]["reconcile_interval"] = f"{TICK:.0f}s"
-    provider = AksProvider("gpu", build_settings(cfg).pools["gpu"].provider_settings, credential=StaticCredential(aks.token),
+    settings = build_settings(cfg)
+    provider = AksProvider("gpu", settings.pools["gpu"].provider_settings, credential=StaticCredential(aks.token),
                            per_call_policies=[AllowHttp()], clock=clock)
-    app = create_app(cfg, clock=clock, providers={"gpu": provider}, startup_check=False)
+    app = create_app(settings, clock=clock, providers={"gpu": provider}, startup_check=False)
     reconciler = app.extensions["autoscaler_reconciler"]
     client = app.test_client()
     caplog.clear()  # start-up said its piece: from here on, the minute

@@ -4,6 +4,7 @@ dry run), each reconciler step (a Job's pod within grace and after, a Job that e
 failed removal kept for the next tick), cancel, and the guards of the API and check-config."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Any, Iterator
 
 import pytest
@@ -24,6 +25,12 @@ GRACE = 600.0
 
 @pytest.fixture()
 def kube() -> Iterator[FakeKube]:
+    with seeded_kube() as fake:
+        yield fake
+
+
+@contextmanager
+def seeded_kube() -> Iterator[FakeKube]:
     """Four 8-GPU nodes: a training Job on gpunp-0, an inference replica on gpunp-1, gpunp-2 and -3 idle."""
     with FakeKube() as fake:
         for i in range(4):

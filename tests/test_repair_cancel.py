@@ -5,14 +5,22 @@ kubernetes client against the fake API server and the webhook provider against a
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
+
+import pytest
 
 from flask.testing import FlaskClient
 
 from tests.fakes.kube import FakeKube
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tests.support import am_alert, am_payload, events, post
-from tests.test_repair import cordoned, kube, rig, scale_calls  # noqa: F401  (kube: the fixture)
+from tests.test_repair import cordoned, rig, scale_calls, seeded_kube
+
+@pytest.fixture()
+def kube() -> Iterator[FakeKube]:
+    with seeded_kube() as fake:
+        yield fake
+
 
 FIRST = "2026-11-21T10:00:00Z"  # the alert's startsAt, the same on every repeat of one firing
 SECOND = "2026-11-21T14:30:00Z"  # a new firing after the alert resolved
@@ -92,3 +100,16 @@ def test_a_manual_start_is_not_held_back_by_a_cancel(tmp_path: Any, kube: FakeKu
     cancel(r.client, "gpunp-2")
     resp = post(r.client, "/api/v1/pools/gpu/repair", {"nodes": ["gpunp-2"], "reason": "it was real after all"})
     assert resp.get_json()["outcome"] == "repair_started", resp.get_json()
+
+
+def test_the_openapi_answer_lists_the_outcome(tmp_path: Any, kube: FakeKube, receiver: WebhookReceiver) -> None:
+    r = rig(tmp_path, kube, receiver.url)
+    schemas = r.client.get("/openapi.json").get_json()["components"]["schemas"]
+    outcomes = schemas["DecisionBody"]["properties"]["outcome"]
+    listed = {v for part in outcomes.get("anyOf", [outcomes]) for v in _enum(schemas, part)}
+    assert "skipped_cancelled" in listed, outcomes
+
+
+def _enum(schemas: dict[str, Any], part: dict[str, Any]) -> list[str]:
+    ref = part.get("$ref", "")
+    return list((schemas[ref.rpartition("/")[2]] if ref else part).get("enum", []))

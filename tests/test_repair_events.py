@@ -13,7 +13,13 @@ from tests.fakes.httpbase import Reply, Request
 from tests.fakes.kube import FakeKube
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tests.support import am_alert, am_payload, events, post
-from tests.test_repair import kube, rig  # noqa: F401  (kube: the fixture)
+from tests.test_repair import rig, seeded_kube
+
+
+@pytest.fixture()
+def kube() -> Iterator[FakeKube]:
+    with seeded_kube() as fake:
+        yield fake
 
 
 class RemovingCloud(WebhookReceiver):
@@ -30,7 +36,7 @@ class RemovingCloud(WebhookReceiver):
 
 
 @pytest.fixture
-def cloud(kube: FakeKube) -> Iterator[RemovingCloud]:  # noqa: F811
+def cloud(kube: FakeKube) -> Iterator[RemovingCloud]:
     fake = RemovingCloud(kube)
     yield fake
     fake.stop()
@@ -53,7 +59,7 @@ def event(client: Any, event_id: int) -> dict[str, Any]:
     pytest.param({"xid": "79"}, "GPU fell off the bus", id="xid-label"),
     pytest.param({}, "GPU node gpunp-2 of pool gpu reported XID 79: replace it", id="xid-in-summary"),
 ])
-def test_the_start_keeps_the_xid_in_its_reason_and_details(tmp_path: Any, kube: FakeKube,  # noqa: F811
+def test_the_start_keeps_the_xid_in_its_reason_and_details(tmp_path: Any, kube: FakeKube,
                                                            cloud: RemovingCloud, labels: dict[str, str],
                                                            summary: str) -> None:
     r = rig(tmp_path, kube, cloud.url)
@@ -65,7 +71,7 @@ def test_the_start_keeps_the_xid_in_its_reason_and_details(tmp_path: Any, kube: 
 
 
 def test_repaired_names_the_pods_it_evicted_and_a_node_gone_at_once_is_no_warning(
-        tmp_path: Any, kube: FakeKube, cloud: RemovingCloud, caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811
+        tmp_path: Any, kube: FakeKube, cloud: RemovingCloud, caplog: pytest.LogCaptureFixture) -> None:
     r = rig(tmp_path, kube, cloud.url)
     notify(r.client, "gpunp-1", "GPU node gpunp-1 of pool gpu reported XID 48: replace it")
     caplog.set_level(logging.INFO)

@@ -15,5 +15,5 @@ def open_store(url: str, options: StoreOptions | None = None) -> Store:
 
 
 __all__ = ["DedupConfirm", "DedupStore", "EventRecord", "EventStore", "NodesView", "PoolChange", "PoolStore", "PoolView",
-           "QuickState", "RemovalIntent", "RemovalStore", "RepairAlert", "RepairRecord", "RepairStore", "Settlement", "Store",
-           "StoreOptions", "StoreUnavailable", "SqlStore", "ViewStore", "open_store"]
+           "QuickState", "RemovalIntent", "RemovalStore", "RepairAlert", "RepairRecord", "RepairStore", "Settlement",
+           "Store", "StoreOptions", "StoreUnavailable", "SqlStore", "ViewStore", "open_store"]

@@ -105,7 +105,7 @@ repairs = Table(  # nodes in repair (docs/repair.md): one row from the repair's 
     Column("evicted", Text, nullable=False, default=""),  # the pods it evicted, ``namespace/name`` comma-separated
 )
 
-repair_alerts = Table(  # the alerts that asked for a node's repair, and whether an operator cancelled it (repair_alerts.py)
+repair_alerts = Table(  # the alert firings that asked for a node's repair, and an operator's cancel (repair_alerts.py)
     "repair_alerts",
     metadata,
     Column("pool", String(64), primary_key=True),
