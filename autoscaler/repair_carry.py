@@ -204,15 +204,14 @@ def cancel(engine: Engine, spec: PoolSpec, nodes: Sequence[str], actor: str, rea
         if missing:
             raise ValueError(f"not in repair in pool {spec.name}: {', '.join(missing)}")
         now = engine.clock()
+        who = actor + (f" (on behalf of {on_behalf_of})" if on_behalf_of else "")
         for name in nodes:
             act = OperatorAct(spec.name, Action.REPAIR.value, OperatorOutcome.REPAIR_CANCELLED,
-                              f"repair of {name} cancelled by {actor}" + (f" (on behalf of {on_behalf_of})" if
-                                                                          on_behalf_of else "")
-                              + (f": {reason}" if reason else ""), actor,
+                              f"repair of {name} cancelled by {who}" + (f": {reason}" if reason else ""), actor,
                               details={"node": name, "started": stored[name].since,
                                        **({"on_behalf_of": on_behalf_of} if on_behalf_of else {})})
+            engine.store.cancel_repair_alerts(spec.name, name, now)  # first: its alert's repeats start nothing
             engine.events.repair_cancelled(act, name, now)
-            engine.store.cancel_repair_alerts(spec.name, name, now)  # its alert's repeats start nothing
             try:  # forgotten first: a failed uncordon is lifted by the reconciler's sweep, never left unowned
                 engine.nodes.cluster.uncordon(name)
             except ClusterError as exc:
