@@ -14,7 +14,7 @@ from flask.testing import FlaskClient
 from tests.fakes.kube import FakeKube
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tests.support import am_alert, am_payload, events, post
-from tests.test_repair import cordoned, rig, scale_calls, seeded_kube
+from tests.repair_rig import cordoned, rig, scale_calls, seeded_kube
 
 @pytest.fixture()
 def kube() -> Iterator[FakeKube]:

@@ -13,7 +13,7 @@ from tests.fakes.httpbase import Reply, Request
 from tests.fakes.kube import FakeKube
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tests.support import am_alert, am_payload, events, post
-from tests.test_repair import rig, seeded_kube
+from tests.repair_rig import rig, seeded_kube
 
 
 @pytest.fixture()
