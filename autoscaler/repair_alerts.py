@@ -6,6 +6,7 @@ asked for a node's repair (fingerprint and ``startsAt``, the alert's identity an
 the repair (``repair_alerts``); a cancel marks them; a repeat of a marked firing is ``skipped_cancelled`` and touches
 nothing. A resolved notification forgets the alert's firings, and a new firing has a new ``startsAt`` anyway (even
 where resolved notifications are not sent), so it starts a repair again. A repair asked by hand is never held back.
+The alert's XID (its ``xid`` label, or the number in its summary) is carried into the repair's reason and details.
 """
 from __future__ import annotations
 
