@@ -16,7 +16,7 @@ from autoscaler.engine.core import Engine
 from autoscaler.engine.parts import Parts
 from autoscaler.pool.events import EventLog, EventSink
 from autoscaler.metrics import Metrics, PoolStateCollector
-from autoscaler.logjson import JsonFormatter, TextFormatter, json_logs
+from autoscaler.logjson import JsonFormatter, TextFormatter, json_logs, quiet_sdks
 from autoscaler.reconcile.loop import Reconciler
 from autoscaler.config.effective import log_effective
 from autoscaler.redact import Redactor, active, install
@@ -34,16 +34,16 @@ _REDACTED_TYPES = frozenset({"application/json", "text/html", "text/plain"})
 
 
 def setup_logging() -> None:
-    """Plain key=value lines (or JSON with LOG_FORMAT=json) on stderr, once per process."""
+    """Plain key=value lines (or JSON with LOG_FORMAT=json) on stderr, once per process; the SDKs' request
+    logging off unless LOG_LEVEL=DEBUG."""
+    level = os.environ.get("LOG_LEVEL", "INFO").upper()
+    quiet_sdks(level)  # under gunicorn too, whose logconfig made the root's handlers already
     root = logging.getLogger()
     if root.handlers:
         return
-    level = os.environ.get("LOG_LEVEL", "INFO").upper()
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if json_logs() else TextFormatter())
     logging.basicConfig(level=level, handlers=[handler])
-    for noisy in ("azure", "urllib3", "alibabacloud"):  # SDKs log every request at INFO
-        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def _announce(settings: Settings) -> None:

@@ -1,4 +1,4 @@
-"""Operator commands against a running service: status, events, scale, pause, resume."""
+"""Operator commands against a running service: status, events, scale, pause, resume, nodes, repair."""
 from __future__ import annotations
 
 import argparse
@@ -12,9 +12,10 @@ import requests
 from autoscaler.logjson import escape_controls, escape_lines
 
 DEFAULT_URL = "http://127.0.0.1:8080"
-COMMANDS = ("status", "events", "scale", "pause", "resume", "nodes")
+COMMANDS = ("status", "events", "scale", "pause", "resume", "nodes", "repair")
 REASON_WIDTH = 70  # reasons are cut here in tables unless --wide
-ACTED = ("scaled", "dry_run")  # `scale` exits 0 for these, 1 when it failed, 3 when it decided not to act
+ACTED = ("scaled", "dry_run", "repair_started")  # `scale` and `repair` exit 0 for these, 1 when it failed,
+# 3 when it decided not to act
 NOT_ACTED = 3
 
 
@@ -61,6 +62,14 @@ def register(sub: Any) -> None:
     nodes = sub.add_parser("nodes", help="a pool's Kubernetes nodes: ready, removable or why not, GPU pods, protected, cordoned")
     _common(nodes)
     nodes.add_argument("pool")
+    repair = sub.add_parser("repair", help="start a node's repair by hand (cordon, replacement, drain, removal), "
+                            "or end it with --cancel (docs/repair.md)")
+    _common(repair)
+    repair.add_argument("pool")
+    repair.add_argument("node", nargs="+", help="the node(s) to repair")
+    repair.add_argument("--reason", default="", help="why: kept in the event log")
+    repair.add_argument("--cancel", action="store_true", help="end the repair: the node is uncordoned, and the "
+                        "alert that asked for it starts nothing more until it resolves")
     for name in ("pause", "resume"):
         cmd = sub.add_parser(name, help=f"{name} a pool")
         _common(cmd)
@@ -171,20 +180,32 @@ def _nodes(args: argparse.Namespace) -> tuple[Any, str]:
     return data, table(["NODE", "READY", "REMOVABLE / WHY", "GPU PODS", "PROTECTED", "CORDONED"], rows)
 
 
+def _repair(args: argparse.Namespace) -> tuple[Any, str]:
+    body: dict[str, Any] = {"nodes": args.node, **({"reason": args.reason} if args.reason else {})}
+    if args.cancel:
+        data = _call(args, "POST", f"/api/v1/pools/{args.pool}/repair", {**body, "cancel": True})
+        left = ", ".join(r["node"] for r in data.get("repairs") or []) or "none"
+        return data, f"{args.pool}: repair of {', '.join(args.node)} cancelled; still in repair: {left}"
+    d = _call(args, "POST", f"/api/v1/pools/{args.pool}/repair", body)
+    sizes = f" {d['from']} -> {d['to']}" if d.get("from") is not None else ""
+    return d, f"{d['pool']}: {d['outcome']}{sizes}: {d['reason']} (event {d['event_id']})"
+
+
 HANDLERS: dict[str, Callable[[argparse.Namespace], tuple[Any, str]]] = {
     "status": _status, "events": _events, "scale": _scale, "pause": _pause, "resume": _pause,
-    "nodes": _nodes}
+    "nodes": _nodes, "repair": _repair}
 
 
 def run(args: argparse.Namespace) -> int:
     """Run one operator command; 0 on success, 1 when the service said no or could not be reached, and for
-    ``scale`` 1 when the change failed and 3 when the service decided not to act (skipped_*, …): scripts can tell."""
+    ``scale`` and ``repair`` 1 when the change failed and 3 when the service decided not to act (skipped_*, …):
+    scripts can tell."""
     try:
         data, text = HANDLERS[args.command](args)
     except CliError as exc:
         print(escape_lines(f"error: {exc}"), file=sys.stderr)
         return 1
     print(json.dumps(data, indent=2) if args.json else escape_lines(text))  # JSON: ensure_ascii escapes them
-    if args.command == "scale" and data.get("outcome") not in ACTED:
+    if args.command in ("scale", "repair") and "outcome" in data and data.get("outcome") not in ACTED:
         return 1 if data.get("outcome") == "failed" else NOT_ACTED
     return 0

@@ -18,6 +18,10 @@ from typing import Any
 from autoscaler.redact import redact_text
 
 TEXT_FORMAT = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
+#: The cloud SDKs' and HTTP clients' loggers: each logs every request (azure-core's HttpLoggingPolicy with its
+#: headers, at INFO), so they say only warnings unless the operator asks for DEBUG (``quiet_sdks``).
+SDK_LOGGERS = ("azure", "msal", "alibabacloud", "botocore", "boto3", "google.auth", "google.api_core", "urllib3",
+               "kubernetes.client.rest")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _JSON_BREAKS = re.compile("[\x7f-\x9f\u2028\u2029]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -82,6 +86,14 @@ class JsonFormatter(logging.Formatter):
             out["stack_info"] = self.formatStack(record.stack_info)
         line = redact_text(json.dumps(out, default=str, ensure_ascii=False))
         return _JSON_BREAKS.sub(lambda m: f"\\u{ord(m.group(0)):04x}", line)
+
+
+def quiet_sdks(level: str) -> None:
+    """The one place the SDKs' request logging is set: warnings only at INFO and above, everything at DEBUG (the
+    root's level then decides). Called by every process's logging set-up, whoever configured the handlers."""
+    debug = logging.getLevelName(level.upper()) == logging.DEBUG
+    for name in SDK_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET if debug else logging.WARNING)
 
 
 def gunicorn_logconfig(level: str = "INFO", fmt: str = "json", access: bool = True) -> dict[str, Any]:

@@ -28,6 +28,7 @@ class Outcome(str, enum.Enum):
     REPAIR_STARTED = "repair_started"  # a node reported unhealthy: cordoned, a replacement asked for
     REPAIRED = "repaired"  # a node in repair was removed by name (or left the cluster by itself)
     SKIPPED_REPAIR_BUDGET = "skipped_repair_budget"  # the pool already has repair.max_unhealthy nodes in repair
+    SKIPPED_CANCELLED = "skipped_cancelled"  # a repeat of an alert whose repair an operator cancelled
 
 
 class Action(str, enum.Enum):

@@ -4,6 +4,9 @@ unhealthy is cordoned at once and a replacement asked for; the reconciler drains
 waits for a Job's pod within grace, then removes exactly that node. The budget, a restart in the middle."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -18,8 +21,8 @@ from tests import pg
 from tests.cloud_stack import CLOUD_APP, AksCloud, KubeNode, service_config
 from tests.fakes.kube import FakeKube
 from tests.fakes.moto_eks import AWS_ENV, MotoServer, asg_instances, create_node_group
-from tests.servers import Service
-from tests.support import AUTH, am_alert, am_payload
+from tests.servers import ROOT, Service
+from tests.support import AUTH, TOKEN, am_alert, am_payload
 
 pytestmark = pytest.mark.slow
 ROUTE = {"autoscaler_pool": "gpu", "autoscaler_action": "repair"}
@@ -111,6 +114,7 @@ def test_a_node_with_a_movable_gpu_pod_is_repaired(tmp_path: Path) -> None:
             assert sorted(aks.arm.machine_names("gpunp")) == sorted([nodes[0].name, nodes[2].name] + joined)
             assert done[0]["source"] == "reconcile" and done[0]["details"]["node"] == sick
             assert done[0]["details"]["replacement"] == 4 and done[0]["details"]["started"]
+            assert done[0]["details"]["evicted"] == ["ml/infer-1"]  # the event names what the repair moved
             assert pool(svc.url)["repairs"] == []
             metrics = requests.get(f"{svc.url}/metrics", timeout=5).text
             assert 'gpu_autoscaler_nodes_in_repair{pool="gpu"} 0.0' in metrics
@@ -209,3 +213,67 @@ def test_on_eks_the_unhealthy_instance_is_terminated_and_a_replacement_asked(tmp
             assert done[0]["details"]["node"] == sick and ("ml", "infer-1") not in kube.pods
         left = {i for i, _ in asg_instances(moto.url, asg)}
         assert instances[sick] not in left and {instances[n.name] for n in nodes if n.name != sick} <= left
+
+
+def unhealthy(node: str, starts_at: str, status: str = "firing") -> dict[str, Any]:
+    """The notification Alertmanager sends for the shipped GPUNodeUnhealthy rule (deploy/prometheus): the same
+    fingerprint and startsAt on every repeat of one firing; ``endsAt`` set once it resolved."""
+    body = am_payload(am_alert("GPUNodeUnhealthy", status=status, fingerprint="3f9c1d0a7b2e4c11",
+                               starts_at=starts_at, node=node, cloud_pool="gpunp", severity="warning", **ROUTE),
+                      status=status)
+    body["alerts"][0]["annotations"] = {"summary": f"GPU node {node} of pool gpu reported XID 79: replace it",
+                                        "value": "79"}
+    if status == "resolved":
+        body["alerts"][0]["endsAt"] = "2026-11-28T04:10:00Z"
+    body["groupKey"] = '{}/{autoscaler_action="repair"}:{alertname="GPUNodeUnhealthy"}'
+    return body
+
+
+def notify(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    resp = requests.post(f"{url}/webhook/alertmanager", headers=AUTH, timeout=30, json=body)
+    assert resp.status_code == 200, resp.text
+    return resp.json()["decisions"][0]  # type: ignore[no-any-return]
+
+
+def test_a_cancelled_repair_stays_cancelled_while_its_alert_repeats(tmp_path: Path) -> None:
+    with AksCloud(count=3) as aks, FakeKube() as kube:
+        nodes = aks.nodes()
+        seed(kube, nodes)
+        sick = nodes[1].name
+        with Service(config(tmp_path, aks, kube), tmp_path, workers=2, env=aks.env, app=CLOUD_APP,
+                     graceful_timeout=2) as svc:
+            firing = unhealthy(sick, "2026-11-28T02:58:00Z")
+            started = notify(svc.url, firing)
+            assert started["outcome"] == "repair_started" and (started["from"], started["to"]) == (3, 4), started
+            assert len(aks.arm.machine_names("gpunp")) == 4 and cordoned(kube, sick)
+            env = {"AUTOSCALER_URL": svc.url, "AUTOSCALER_TOKEN": TOKEN, "USER": "alice"}
+            done = cli("repair", "gpu", sick, "--cancel", "--reason", "false alarm: exporter restart", env=env)
+            assert done.returncode == 0 and f"repair of {sick} cancelled" in done.stdout, done.stderr
+            assert not cordoned(kube, sick)
+            puts = len([r for r in aks.arm.requests if r.method == "PUT"])
+            for _ in range(3):  # Alertmanager's repeats of the still-firing alert, byte for byte
+                again = notify(svc.url, firing)
+                assert again["outcome"] == "skipped_cancelled", again
+            assert len(aks.arm.machine_names("gpunp")) == 4  # the pool's size unchanged: no 4 -> 5
+            assert len([r for r in aks.arm.requests if r.method == "PUT"]) == puts and not cordoned(kube, sick)
+            assert pool(svc.url)["repairs"] == []
+            cancel = events(svc.url, "repair_cancelled")
+            assert len(cancel) == 1 and cancel[0]["actor"] and "false alarm: exporter restart" in cancel[0]["reason"]
+            assert cancel[0]["details"]["on_behalf_of"] == "alice"
+            assert notify(svc.url, unhealthy(sick, "2026-11-28T02:58:00Z", "resolved"))["outcome"] == \
+                "ignored_resolved"
+            aks.arm.finish_operations()  # the first replacement has come up by now
+            back = notify(svc.url, unhealthy(sick, "2026-11-28T05:41:00Z"))  # a new firing: a new fault
+            assert back["outcome"] == "repair_started" and (back["from"], back["to"]) == (4, 5), back
+            assert cordoned(kube, sick)
+            by_hand = cli("repair", "gpu", sick, env=env)
+            assert by_hand.returncode == 3 and "skipped_duplicate" in by_hand.stdout, by_hand.stdout
+            log = svc.read_log()
+            assert "logger=autoscaler.decision" in log and "logger=azure" not in log  # no SDK request logging
+
+
+def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCALER_")}
+    full.update({"PYTHONPATH": str(ROOT), **env})
+    return subprocess.run([sys.executable, "-m", "autoscaler", *args], capture_output=True, text=True, env=full,
+                          cwd=ROOT, timeout=30)

@@ -90,11 +90,27 @@ def test_a_dedup_window_lasts_at_most_its_length_after_the_clock_steps_back(
         clocked: tuple[Store, Callable[[float], None]]) -> None:
     store, at = clocked
     at(T)
-    assert store.claim_dedup("gpu", ("k1",), T, WINDOW, "first")
+    assert store.claim_dedup("gpu", ("k1",), T, WINDOW, "first", WINDOW)  # ``longest``: as the engine claims
     back = T - STEP
     at(back)
-    assert not store.claim_dedup("gpu", ("k1",), back, WINDOW, "again")  # a duplicate within the window
+    assert not store.claim_dedup("gpu", ("k1",), back, WINDOW, "again", WINDOW)  # a duplicate within the window
     _, duplicate = record_settled(store, "gpu", ("k1",), "again", back, back + WINDOW, _event(back), _event(back))
     assert duplicate
     at(back + WINDOW + 1)
-    assert store.claim_dedup("gpu", ("k1",), back + WINDOW + 1, WINDOW, "later")
+    assert store.claim_dedup("gpu", ("k1",), back + WINDOW + 1, WINDOW, "later", WINDOW)
+
+
+def test_a_second_delivery_never_cuts_a_confirmed_window_short(
+        clocked: tuple[Store, Callable[[float], None]]) -> None:
+    """A recorded decision holds its keys for the pool's whole window (600 s); a resend claims with the short pending
+    window (40 s) first. Before: the step-back bound used the resend's own window, cut the key to 40 s, and a third
+    delivery 100 s later acted again (a second scale-out for one alert)."""
+    store, at = clocked
+    at(T)
+    assert store.claim_dedup("gpu", ("k1",), T, WINDOW, "first", WINDOW)  # as confirmed with the decision's record
+    at(T + 10)
+    assert not store.claim_dedup("gpu", ("k1",), T + 10, 40.0, "resend", WINDOW)
+    at(T + 100)
+    assert not store.claim_dedup("gpu", ("k1",), T + 100, 40.0, "third", WINDOW)
+    at(T + WINDOW + 1)
+    assert store.claim_dedup("gpu", ("k1",), T + WINDOW + 1, 40.0, "later", WINDOW)  # the window is over

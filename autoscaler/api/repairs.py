@@ -44,8 +44,7 @@ def repair_nodes(pool: str) -> Response:
     nodes = tuple(dict.fromkeys(req.nodes))
     if req.cancel:
         try:
-            repair_carry.cancel(svc.parts.repairs, spec, nodes, principal().name + (f" (on behalf of {who})" if who else ""),
-                          req.reason)
+            repair_carry.cancel(svc.parts.repairs, spec, nodes, principal().name, req.reason, who)
         except ValueError as exc:
             fail(409, str(exc))
         return jsonify(svc.pool_json(spec))

@@ -6,6 +6,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from autoscaler.engine import fallback
+from autoscaler.repair import alerts as repair_alerts
 from autoscaler.repair import start as repair
 from autoscaler.pool.attempt import Attempt, DedupClaim
 from autoscaler.engine.facts import keeps_headroom, pool_facts, view_after
@@ -53,6 +54,7 @@ class Engine:
             if isinstance(item, Signal):
                 out.append(self.handle(item if within is None else replace(item, within=within)))
             else:
+                repair_alerts.resolved(self.store, item.decision, item.alerts)
                 out.append(self.events.record(item.decision, note.source.value, list(item.alerts), self.wall()))
         return out
 
@@ -72,7 +74,7 @@ class Engine:
             decision = Decision(signal.pool, signal.action, Outcome.UNKNOWN_POOL, None, None,
                                 f"pool {signal.pool!r} is not configured")
             return self.events.record(decision, signal.source.value, list(signal.alerts), self.wall())
-        claim = DedupClaim(self.store, spec.name, signal.dedup_keys)
+        claim = DedupClaim(self.store, spec.name, signal.dedup_keys, spec.dedup_window)
         self.events.write_kept()  # a record lost while the store was away goes first (a resend finds it here)
         try:
             attempt, settled_decision = self._shortcut(signal, spec, claim)

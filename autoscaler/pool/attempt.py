@@ -24,11 +24,13 @@ class DedupClaim:
     store: DedupStore
     pool: str
     keys: tuple[str, ...]
+    longest: float = 0.0  # the pool's full dedup window: what a confirmed claim holds
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def take(self, now: float, window: float) -> bool:
-        """Claim the keys until ``now + window``; False when another delivery of the same alerts holds them."""
-        return not self.keys or self.store.claim_dedup(self.pool, self.keys, now, window, self.id)
+        """Claim the keys until ``now + window``; False when another delivery of the same alerts holds them (for up
+        to ``longest``, the pool's full window, which a shorter first claim never cuts short)."""
+        return not self.keys or self.store.claim_dedup(self.pool, self.keys, now, window, self.id, self.longest)
 
     def release(self) -> None:
         """Free the keys, so that the sender's retry is decided rather than skipped as a duplicate."""

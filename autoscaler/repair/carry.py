@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
-from autoscaler.cluster.nodes import REMOVING, ClusterError, NodeView
+from autoscaler.repair import alerts as repair_alerts
+from autoscaler.cluster.nodes import REMOVING, ClusterError, NodeGone, NodeView
 from autoscaler.cluster.pods import move_blocker
 from autoscaler.config.durations import rfc3339
 from autoscaler.pool.events import OperatorAct
@@ -104,13 +105,15 @@ def _step(parts: RepairParts, held: Held, spec: PoolSpec, repair: RepairRecord, 
             waiting.insert(0, view.protected)
         late = parts.store.now(now) >= repair.since + spec.repair.grace  # ``since`` is on the store's clock
         evict = list(view.pods) if late else [p for p in view.pods if not move_blocker(p, spec.movable_owners)]
-        refused = [f"{p.key}: {why}" for p in evict if (why := cluster.evict(p.namespace, p.name))]
+        answers = [(p.key, cluster.evict(p.namespace, p.name)) for p in evict]
+        refused = [f"{key}: {why}" for key, why in answers if why]
     except ClusterError as exc:
         _keep(parts, spec, repair, now, f"kubernetes: {redact_text(str(exc))}")
         return None
     if evict:  # the next tick sees them gone (or asks again)
         state_now = "draining" if late or not waiting else "waiting"
-        _keep(parts, spec, repair, now, "; ".join(refused)[:500], state_now)
+        _keep(parts, spec, repair, now, "; ".join(refused)[:500], state_now,
+              evicted=_evicted(repair) + [key for key, why in answers if not why])
         return None
     if waiting and not late:
         _keep(parts, spec, repair, now, "", "waiting")
@@ -119,10 +122,17 @@ def _step(parts: RepairParts, held: Held, spec: PoolSpec, repair: RepairRecord, 
 
 
 def _keep(parts: RepairParts, spec: PoolSpec, repair: RepairRecord, now: float, error: str,
-          state: str | None = None) -> None:
+          state: str | None = None, evicted: list[str] | None = None) -> None:
+    """A step's whole outcome stored at once: its state, its error (logged when new), the pods it evicted."""
     if error and error != repair.error:
         log.warning("pool=%s repair of %s goes on next tick: %s", spec.name, repair.node, error)
-    parts.store.update_repair(spec.name, repair.node, now, state=state, error=error)
+    parts.store.update_repair(spec.name, repair.node, now, state=state, error=error,
+                               evicted=",".join(dict.fromkeys(evicted)) if evicted else None)
+
+
+def _evicted(repair: RepairRecord) -> list[str]:
+    """The pods (``namespace/name``) the repair evicted so far."""
+    return [key for key in repair.evicted.split(",") if key]
 
 
 def _replacement(parts: RepairParts, held: Held, spec: PoolSpec, repair: RepairRecord, now: float) -> None:
@@ -165,6 +175,8 @@ def _remove(parts: RepairParts, held: Held, spec: PoolSpec, repair: RepairRecord
         return None
     try:  # the cloud has it now: a sweep leaves a node whose removal was asked alone (scale_in.REMOVAL_GRACE)
         parts.cluster.cordon(view.name, REPAIR_OWNER + REMOVING, now)
+    except NodeGone:
+        pass  # a cloud that removes at once took it already: nothing is left to mark
     except ClusterError as exc:
         log.warning("pool=%s %s: removal asked, mark not updated: %s", spec.name, view.name, redact_text(str(exc)))
     how = "drained after repair.grace" if late else "drained"
@@ -177,16 +189,19 @@ def _ended(held: Held, spec: PoolSpec, repair: RepairRecord, now: float, sizes: 
     """The repair's end (``repaired``, source ``reconcile``): the event, its change and the repair forgotten in one
     transaction, through the hold's final write (the pool stays held for its other repairs)."""
     details = {"node": repair.node, "started": rfc3339(repair.since), "replacement": repair.replacement,
-               "removed_by": "service" if sizes is not None else "gone", "why": repair.reason}
+               "removed_by": "service" if sizes is not None else "gone", "why": repair.reason,
+               "evicted": _evicted(repair), "xid": repair_alerts.xid_of(repair.reason, repair.node)}
     decision = Decision(spec.name, Action.REPAIR, Outcome.REPAIRED, sizes[0] if sizes else None,
                         sizes[1] if sizes else None, reason, details=details)
     return held.record(decision, Source.RECONCILE.value, [], now, change or PoolChange(), release=False,
                        repairs=RepairMark(ended=(repair.node,)))
 
 
-def cancel(parts: RepairParts, spec: PoolSpec, nodes: Sequence[str], actor: str, reason: str) -> list[str]:
+def cancel(parts: RepairParts, spec: PoolSpec, nodes: Sequence[str], actor: str, reason: str,
+           on_behalf_of: str = "") -> list[str]:
     """End the named nodes' repairs (an operator's ``"cancel": true``): each forgotten with its event, then
-    uncordoned; the replacement stays. ValueError naming the nodes that are not in repair (nothing is changed)."""
+    uncordoned; the replacement stays. ValueError naming the nodes that are not in repair (nothing is changed).
+    ``on_behalf_of`` (the caller's X-Autoscaler-User) is a note, never the actor: anyone can write it."""
     assert parts.cluster is not None
     with parts.hold.holding(spec.name, "repair"):
         stored = {r.node: r for r in parts.store.repairs(spec.name)}
@@ -194,10 +209,13 @@ def cancel(parts: RepairParts, spec: PoolSpec, nodes: Sequence[str], actor: str,
         if missing:
             raise ValueError(f"not in repair in pool {spec.name}: {', '.join(missing)}")
         now = parts.wall()
+        who = actor + (f" (on behalf of {on_behalf_of})" if on_behalf_of else "")
         for name in nodes:
             act = OperatorAct(spec.name, Action.REPAIR.value, OperatorOutcome.REPAIR_CANCELLED,
-                              f"repair of {name} cancelled by {actor}" + (f": {reason}" if reason else ""), actor,
-                              details={"node": name, "started": stored[name].since})
+                              f"repair of {name} cancelled by {who}" + (f": {reason}" if reason else ""), actor,
+                              details={"node": name, "started": stored[name].since,
+                                       **({"on_behalf_of": on_behalf_of} if on_behalf_of else {})})
+            parts.store.cancel_repair_alerts(spec.name, name, now)  # first: its alert's repeats start nothing
             parts.events.repair_cancelled(act, name, now)
             try:  # forgotten first: a failed uncordon is lifted by the reconciler's sweep, never left unowned
                 parts.cluster.uncordon(name)

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from autoscaler.repair import alerts as repair_alerts
 from autoscaler.cluster.nodes import Cluster, ClusterError, NodeView
 from autoscaler.pool.door import changed
 from autoscaler.pool.hold import PoolHeld
@@ -70,9 +71,9 @@ def _start(parts: RepairParts, signal: Signal, pass_on: Callable[[Signal], Decis
     try:
         with parts.hold.holding(spec.name, "repair") as held:
             now = parts.wall()  # the decision's time: read once the pool is held
-            decision, change, done = _start_held(parts, spec, signal, held.state, now)
-            mark = None if done.marked is None else RepairMark(replaced=tuple(done.nodes), replacement=done.marked,
-                                                               at=now)
+            decision, change, done, noted = repair_alerts.start_held(parts, spec, signal, held.state, now,
+                                                                     _start_held, Started())
+            mark = RepairMark(replaced=tuple(done.nodes), replacement=done.marked, at=now, alerts=tuple(noted))
             recorded = held.record(decision, signal.source.value, list(signal.alerts), now, change, repairs=mark)
         passed = done.pass_on
     except PoolHeld as exc:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
-                                   RemovalIntent, RepairMark, RepairRecord, Shortcut, StoreUnavailable)
+                                   RemovalIntent, RepairAlert, RepairMark, RepairRecord, Shortcut, StoreUnavailable)
 from autoscaler.store.interfaces import (DedupStore, EventStore, PoolStore, RemovalStore, RepairStore, Store,
                                          ViewStore)
 from autoscaler.store.connections import StoreOptions
@@ -15,6 +15,6 @@ def open_store(url: str, options: StoreOptions | None = None) -> Store:
 
 
 __all__ = ["DedupConfirm", "DedupStore", "EventRecord", "EventStore", "NodesView", "PoolChange", "PoolStore", "PoolView",
-           "QuickState", "RemovalIntent", "RemovalStore", "RepairMark", "RepairRecord", "RepairStore", "Shortcut",
+           "QuickState", "RemovalIntent", "RemovalStore", "RepairAlert", "RepairMark", "RepairRecord", "RepairStore", "Shortcut",
            "Store",
            "StoreOptions", "StoreUnavailable", "SqlStore", "ViewStore", "open_store"]

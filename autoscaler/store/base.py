@@ -107,19 +107,21 @@ class NodesView:
 @dataclass(frozen=True)
 class RepairMark:
     """What a held pool's record does to its stored repairs in the same transaction (``Store.finish``): the repairs
-    of ``ended`` forgotten; those of ``replaced`` given ``replacement``, the pool size asked for them, at ``at``."""
+    of ``ended`` forgotten; those of ``replaced`` given ``replacement``, the pool size asked for them, at ``at``;
+    ``alerts``, the firings that asked for the repairs started, remembered (``repair_alerts``)."""
 
     ended: tuple[str, ...] = ()
     replaced: tuple[str, ...] = ()
     replacement: int | None = None
     at: float = 0.0
+    alerts: tuple[RepairAlert, ...] = ()
 
 
 @dataclass(frozen=True)
 class RepairRecord:
     """A node in repair (docs/repair.md): since when, how far it got (``cordoned``, ``waiting`` for work that cannot
-    move, ``draining``, ``removing``), why it started, the pool size asked for its replacement (None: none), and
-    the last failure that keeps it going."""
+    move, ``draining``, ``removing``), why it started, the pool size asked for its replacement (None: none), the
+    last failure that keeps it going, and the pods it evicted."""
 
     pool: str
     node: str
@@ -129,6 +131,20 @@ class RepairRecord:
     replacement: int | None = None
     error: str = ""
     updated_at: float = 0.0
+    evicted: str = ""  # the pods the repair evicted so far, ``namespace/name`` comma-separated
+
+
+@dataclass(frozen=True)
+class RepairAlert:
+    """One firing of an alert (its fingerprint and ``startsAt``) that asked for a node's repair, and when an
+    operator cancelled that repair (None: not cancelled): repeats of a cancelled firing start nothing."""
+
+    pool: str
+    node: str
+    fingerprint: str
+    starts_at: str
+    seen_at: float
+    cancelled_at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -73,25 +73,27 @@ def named_lease_sql(dialect: str) -> dict[str, Any]:
 @functools.lru_cache(maxsize=64)
 def claim_sql(keys: int, dialect: str) -> Any:
     """Claim ``keys`` dedup rows in one statement: a new key is inserted, an expired one taken over, an unexpired one
-    left to its claim (but brought back to ``now + window`` when it lies further ahead: the clock stepped back);
-    RETURNING lists each key written with its claim (the caller's: claimed)."""
+    left to its claim (but brought back to ``now + longest`` when it lies further ahead: the clock stepped back;
+    ``longest`` is the longest window any claim of the pool holds, never the finder's own shorter one); RETURNING
+    lists each key written with its claim (the caller's: claimed)."""
     now = now_sql(dialect)
     rows = ", ".join(f"(:k{i}, :pool, {now} + :window, :claim)" for i in range(keys))
     expired = f"dedup.expires_at <= {now}"
     return text(f"INSERT INTO dedup (key, pool, expires_at, claim) VALUES {rows} ON CONFLICT (key) DO UPDATE "
                 f"SET pool = CASE WHEN {expired} THEN excluded.pool ELSE dedup.pool END, "
-                "expires_at = excluded.expires_at, "
+                f"expires_at = CASE WHEN {expired} THEN excluded.expires_at ELSE {now} + COALESCE(:longest, 0) END, "
                 f"claim = CASE WHEN {expired} THEN excluded.claim ELSE dedup.claim END "
-                f"WHERE {expired} OR dedup.expires_at > excluded.expires_at RETURNING key, claim"
+                f"WHERE {expired} OR dedup.expires_at > {now} + :longest RETURNING key, claim"
                 ).columns(tables.dedup.c.key, tables.dedup.c.claim)
 
 
-def claim_params(pool: str, keys: tuple[str, ...], now: float, window: float,
-                 claim: str) -> tuple[int, dict[str, Any]]:
-    """How many distinct keys, and the parameters of ``claim_sql`` for them."""
+def claim_params(pool: str, keys: tuple[str, ...], now: float, window: float, claim: str,
+                 longest: float | None = None) -> tuple[int, dict[str, Any]]:
+    """How many distinct keys, and the parameters of ``claim_sql`` for them (``longest``: at least ``window``; None:
+    no bound, a held key is never brought back)."""
     hashed = sorted({hash_key(k) for k in keys})
     params: dict[str, Any] = {f"k{i}": k for i, k in enumerate(hashed)}
-    params.update(pool=pool, window=window, claim=claim, now=now)
+    params.update(pool=pool, window=window, claim=claim, now=now, longest=max(window, longest) if longest is not None else None)
     return len(hashed), params
 
 

@@ -7,7 +7,7 @@ from typing import Callable, Collection
 
 from autoscaler.models import PoolState
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
-                                   RemovalIntent, RepairMark, RepairRecord, Shortcut)
+                                   RemovalIntent, RepairAlert, RepairMark, RepairRecord, Shortcut)
 
 
 class PoolStore(abc.ABC):
@@ -55,9 +55,11 @@ class DedupStore(abc.ABC):
     """Dedup keys: claimed per delivery, released for a retry, or settled with the decision's record."""
 
     @abc.abstractmethod
-    def claim_dedup(self, pool: str, keys: tuple[str, ...], now: float, window: float, claim: str) -> bool:
+    def claim_dedup(self, pool: str, keys: tuple[str, ...], now: float, window: float, claim: str,
+                    longest: float | None = None) -> bool:
         """Atomically claim the keys not already claimed inside their window (on the store's clock, as leases);
-        True when any was new."""
+        True when any was new. A held key further ahead than ``longest`` (the longest window a claim of the pool
+        holds; at least ``window``) is brought back to it: the clock stepped back (None: never)."""
 
     @abc.abstractmethod
     def release_dedup(self, keys: tuple[str, ...], claim: str) -> None:
@@ -177,15 +179,33 @@ class RepairStore(abc.ABC):
         """The nodes in repair (of ``pool``, or of every pool), oldest first."""
 
     @abc.abstractmethod
-    def update_repair(self, pool: str, node: str, now: float, state: str | None = None,
-                      error: str | None = None, replacement: int | None = None) -> bool:
-        """Change a repair's state, last failure or replacement (None: as it is); False when it is not stored."""
+    def update_repair(self, pool: str, node: str, now: float, state: str | None = None,  # 7: each field that
+                      error: str | None = None, replacement: int | None = None,  # may change, None: as it is
+                      evicted: str | None = None) -> bool:
+        """Change a repair's state, last failure, replacement or evicted pods (None: as it is); False when it is
+        not stored."""
 
     @abc.abstractmethod
     def end_repair(self, pool: str, node: str, event: EventRecord | None,
                    change: PoolChange | None = None) -> int | None:
         """In one transaction: forget the node's repair and append ``event`` as the pool's last (with ``change``);
         the event id (None without one). A repair already gone still records the event."""
+
+    @abc.abstractmethod
+    def note_repair_alerts(self, alerts: list[RepairAlert]) -> None:
+        """Remember the firings that asked for nodes' repairs (a firing already known is left as it is)."""
+
+    @abc.abstractmethod
+    def repair_alerts(self, pool: str) -> list[RepairAlert]:
+        """The pool's remembered firings, cancelled or not."""
+
+    @abc.abstractmethod
+    def cancel_repair_alerts(self, pool: str, node: str, now: float) -> int:
+        """Mark the node's remembered firings cancelled (those not cancelled yet); how many."""
+
+    @abc.abstractmethod
+    def forget_repair_alerts(self, fingerprints: list[str]) -> int:
+        """Forget every pool's firings of these alerts (they resolved); how many."""
 
 
 class Store(PoolStore, DedupStore, EventStore, ViewStore, RemovalStore, RepairStore):

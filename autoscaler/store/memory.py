@@ -17,7 +17,7 @@ from typing import Callable, Collection
 from autoscaler.models import PoolState
 from autoscaler.store import tables
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
-                                   RemovalIntent, RepairMark, RepairRecord, Shortcut)
+                                   RemovalIntent, RepairAlert, RepairMark, RepairRecord, Shortcut)
 from autoscaler.store.interfaces import Store
 from autoscaler.store.rows import hash_key, pool_state
 
@@ -41,6 +41,7 @@ class MemoryStore(Store):
         self._nodes: dict[str, NodesView] = {}
         self._removals: dict[tuple[str, str], RemovalIntent] = {}  # (pool, node) -> intent
         self._repairs: dict[tuple[str, str], RepairRecord] = {}
+        self._repair_alerts: dict[tuple[str, str, str, str], RepairAlert] = {}  # (pool, node, fingerprint, starts_at)
 
     # -- helpers (the lock is held) --------------------------------------------------------------------
     def _append(self, event: EventRecord) -> int:
@@ -52,17 +53,20 @@ class MemoryStore(Store):
         self._events[event_id] = replace(event, id=event_id, alerts=list(event.alerts), details=dict(event.details))
         return event_id
 
-    def _claim(self, pool: str, keys: tuple[str, ...], now: float, expires_at: float, claim: str) -> int:
+    def _claim(self, pool: str, keys: tuple[str, ...], now: float, expires_at: float, claim: str,
+               longest: float | None = None) -> int:
         """How many of the distinct keys this claim took (new, or expired at ``now``); a held key lying further ahead
-        than ``expires_at`` (the clock stepped back) is brought back to it."""
+        than ``now + longest`` (the clock stepped back; ``longest`` at least this claim's window) is brought back
+        to it."""
+        bound = max(expires_at, now + longest) if longest is not None else float("inf")
         taken = 0
         for key in sorted({hash_key(k) for k in keys}):
             held = self._dedup.get(key)
             if held is None or held[1] <= now:
                 self._dedup[key] = (pool, expires_at, claim)
                 taken += 1
-            elif held[1] > expires_at:
-                self._dedup[key] = (held[0], expires_at, held[2])
+            elif held[1] > bound:
+                self._dedup[key] = (held[0], bound, held[2])
         return taken
 
     def _state(self, name: str) -> PoolState:
@@ -83,11 +87,12 @@ class MemoryStore(Store):
         with self._lock:
             return {name: pool_state(row) for name, row in self._pools.items()}
 
-    def claim_dedup(self, pool: str, keys: tuple[str, ...], now: float, window: float, claim: str) -> bool:
+    def claim_dedup(self, pool: str, keys: tuple[str, ...], now: float, window: float, claim: str,
+                    longest: float | None = None) -> bool:
         if not keys:
             return True
         with self._lock:
-            return self._claim(pool, keys, now, now + window, claim) > 0
+            return self._claim(pool, keys, now, now + window, claim, longest) > 0
 
     def release_dedup(self, keys: tuple[str, ...], claim: str) -> None:
         with self._lock:
@@ -123,7 +128,9 @@ class MemoryStore(Store):
         with self._lock:
             for node in repairs.ended if repairs is not None else ():
                 self._repairs.pop((pool, node), None)
-            for node in repairs.replaced if repairs is not None else ():
+            for a in repairs.alerts if repairs is not None else ():
+                self._repair_alerts.setdefault((a.pool, a.node, a.fingerprint, a.starts_at), a)
+            for node in repairs.replaced if repairs is not None and repairs.replacement is not None else ():
                 held = self._repairs.get((pool, node))
                 if held is not None:
                     self._repairs[(pool, node)] = replace(held, updated_at=repairs.at,
@@ -153,7 +160,8 @@ class MemoryStore(Store):
             if settled is None:
                 return None
             keys = settled.keys
-            claimed = self._claim(pool, keys, settled.now, settled.expires_at, settled.claim) if keys else 1
+            claimed = self._claim(pool, keys, settled.now, settled.expires_at, settled.claim,
+                                  settled.expires_at - settled.now) if keys else 1
             event_id = self._append(settled.event if claimed else settled.duplicate)
             if claimed and row is not None:
                 row["last_event_id"] = event_id
@@ -295,7 +303,8 @@ class MemoryStore(Store):
                           key=lambda r: (r.since, r.node))
 
     def update_repair(self, pool: str, node: str, now: float, state: str | None = None,
-                      error: str | None = None, replacement: int | None = None) -> bool:
+                      error: str | None = None, replacement: int | None = None,
+                      evicted: str | None = None) -> bool:
         with self._lock:
             held = self._repairs.get((pool, node))
             if held is None:
@@ -303,7 +312,8 @@ class MemoryStore(Store):
             self._repairs[(pool, node)] = replace(
                 held, updated_at=now, state=held.state if state is None else state,
                 error=held.error if error is None else error,
-                replacement=held.replacement if replacement is None else replacement)
+                replacement=held.replacement if replacement is None else replacement,
+                evicted=held.evicted if evicted is None else evicted)
             return True
 
     def end_repair(self, pool: str, node: str, event: EventRecord | None,
@@ -317,6 +327,31 @@ class MemoryStore(Store):
             if row is not None:
                 row.update({**(change.columns() if change is not None else {}), "last_event_id": event_id})
             return event_id
+
+    def note_repair_alerts(self, alerts: list[RepairAlert]) -> None:
+        with self._lock:
+            for a in alerts:
+                self._repair_alerts.setdefault((a.pool, a.node, a.fingerprint, a.starts_at), a)
+
+    def repair_alerts(self, pool: str) -> list[RepairAlert]:
+        with self._lock:
+            return sorted((a for a in self._repair_alerts.values() if a.pool == pool),
+                          key=lambda a: (a.seen_at, a.node))
+
+    def cancel_repair_alerts(self, pool: str, node: str, now: float) -> int:
+        with self._lock:
+            keys = [k for k, a in self._repair_alerts.items()
+                    if (a.pool, a.node) == (pool, node) and a.cancelled_at is None]
+            for key in keys:
+                self._repair_alerts[key] = replace(self._repair_alerts[key], cancelled_at=now)
+            return len(keys)
+
+    def forget_repair_alerts(self, fingerprints: list[str]) -> int:
+        with self._lock:
+            gone = [k for k, a in self._repair_alerts.items() if a.fingerprint in set(fingerprints)]
+            for key in gone:
+                del self._repair_alerts[key]
+            return len(gone)
 
     def nodes_views(self) -> dict[str, NodesView]:
         with self._lock:

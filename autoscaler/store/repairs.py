@@ -10,10 +10,11 @@ from typing import Any, ContextManager
 from sqlalchemy import Connection, delete, select, update
 
 from autoscaler.store import tables
-from autoscaler.store.base import EventRecord, PoolChange, RepairMark, RepairRecord
+from autoscaler.store.base import EventRecord, PoolChange, RepairAlert, RepairMark, RepairRecord
 from autoscaler.store.rows import storable
 
 _COLUMNS = tuple(c.name for c in tables.repairs.c)
+_ALERT_COLUMNS = tuple(c.name for c in tables.repair_alerts.c)
 
 
 def repair_record(row: Any) -> RepairRecord:
@@ -49,10 +50,11 @@ class SqlRepairs:
             return [repair_record(r) for r in conn.execute(query).all()]
 
     def update_repair(self, pool: str, node: str, now: float, state: str | None = None,
-                      error: str | None = None, replacement: int | None = None) -> bool:
+                      error: str | None = None, replacement: int | None = None,
+                      evicted: str | None = None) -> bool:
         t = tables.repairs
         values: dict[str, Any] = {"updated_at": now}
-        for name, value in (("state", state), ("error", error), ("replacement", replacement)):
+        for name, value in (("state", state), ("error", error), ("replacement", replacement), ("evicted", evicted)):
             if value is not None:
                 values[name] = value
         with self._tx() as conn:
@@ -65,9 +67,12 @@ class SqlRepairs:
         t = tables.repairs
         if mark.ended:
             conn.execute(delete(t).where(t.c.pool == pool, t.c.node.in_(mark.ended)))
-        if mark.replaced:
+        if mark.replaced and mark.replacement is not None:
             conn.execute(update(t).where(t.c.pool == pool, t.c.node.in_(mark.replaced))
                          .values(updated_at=mark.at, replacement=mark.replacement))
+        if mark.alerts:
+            rows = [storable(tables.repair_alerts, {c: getattr(a, c) for c in _ALERT_COLUMNS}) for a in mark.alerts]
+            conn.execute(self._insert_ignore(tables.repair_alerts, rows))
 
     def end_repair(self, pool: str, node: str, event: EventRecord | None,
                    change: PoolChange | None = None) -> int | None:
@@ -81,3 +86,31 @@ class SqlRepairs:
             conn.execute(update(tables.pools).where(tables.pools.c.name == pool)
                          .values(**values, last_event_id=event_id))
         return event_id
+
+    def note_repair_alerts(self, alerts: list[RepairAlert]) -> None:
+        if not alerts:
+            return
+        rows = [storable(tables.repair_alerts, {c: getattr(a, c) for c in _ALERT_COLUMNS}) for a in alerts]
+        with self._tx() as conn:
+            conn.execute(self._insert_ignore(tables.repair_alerts, rows))
+
+    def repair_alerts(self, pool: str) -> list[RepairAlert]:
+        t = tables.repair_alerts
+        with self._tx() as conn:
+            rows = conn.execute(select(t).where(t.c.pool == pool).order_by(t.c.seen_at, t.c.node)).all()
+        return [RepairAlert(**{c: getattr(r, c) for c in _ALERT_COLUMNS}) for r in rows]
+
+    def cancel_repair_alerts(self, pool: str, node: str, now: float) -> int:
+        t = tables.repair_alerts
+        with self._tx() as conn:
+            done = conn.execute(update(t).where(t.c.pool == pool, t.c.node == node, t.c.cancelled_at.is_(None))
+                                .values(cancelled_at=now))
+        return int(done.rowcount)
+
+    def forget_repair_alerts(self, fingerprints: list[str]) -> int:
+        if not fingerprints:
+            return 0
+        t = tables.repair_alerts
+        with self._tx() as conn:
+            done = conn.execute(delete(t).where(t.c.fingerprint.in_(sorted(set(fingerprints)))))
+        return int(done.rowcount)

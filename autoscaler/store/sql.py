@@ -210,10 +210,11 @@ class SqlStore(SqlRemovals, SqlRepairs, SqlReads, Store):
             rows = conn.execute(select(tables.pools)).all()
         return {r.name: self._state(r) for r in rows}
 
-    def claim_dedup(self, pool: str, keys: tuple[str, ...], now: float, window: float, claim: str) -> bool:
+    def claim_dedup(self, pool: str, keys: tuple[str, ...], now: float, window: float, claim: str,
+                    longest: float | None = None) -> bool:
         if not keys:
             return True
-        count, params = expiry.claim_params(pool, keys, now, window, claim)
+        count, params = expiry.claim_params(pool, keys, now, window, claim, longest)
         with self._tx() as conn:
             # RETURNING, not rowcount: psycopg reports -1 for a multi-row INSERT ... ON CONFLICT.
             rows = execute(conn, self._compiled(expiry.claim_sql(count, self.dialect)), params, "all")
@@ -230,8 +231,8 @@ class SqlStore(SqlRemovals, SqlRepairs, SqlReads, Store):
             settled = plan(QuickState(pool_state(row), row["to_count"]) if row else None)
             if settled is None:
                 return None
-            count, params = expiry.claim_params(pool, settled.keys, settled.now, settled.expires_at - settled.now,
-                                                settled.claim)
+            window = settled.expires_at - settled.now  # the pool's whole window: also the longest a claim holds
+            count, params = expiry.claim_params(pool, settled.keys, settled.now, window, settled.claim, window)
             claimed = expiry.claimed(execute(conn, self._compiled(expiry.claim_sql(count, self.dialect)), params,
                                              "all"), settled.claim) if count else True
             event = event_row(settled.event if claimed else settled.duplicate)

@@ -102,6 +102,18 @@ repairs = Table(  # nodes in repair (docs/repair.md): one row from the repair's 
     Column("replacement", Integer, nullable=True),  # the pool's size asked for the replacement (None: none asked)
     Column("error", Text, nullable=False, default=""),  # the last failure that keeps it going (shown, not fatal)
     Column("updated_at", Float, nullable=False),
+    Column("evicted", Text, nullable=False, default=""),  # the pods it evicted, ``namespace/name`` comma-separated
+)
+
+repair_alerts = Table(  # the alert firings that asked for a node's repair, and an operator's cancel (repair_alerts.py)
+    "repair_alerts",
+    metadata,
+    Column("pool", String(64), primary_key=True),
+    Column("node", String(253), primary_key=True),
+    Column("fingerprint", String(200), primary_key=True),  # the alert's, as its sender gave it (bounded)
+    Column("starts_at", String(64), primary_key=True),  # the firing's start as sent: a new firing has a new one
+    Column("seen_at", Float, nullable=False),
+    Column("cancelled_at", Float, nullable=True),  # set by an operator's cancel: repeats of this firing are skipped
 )
 
 removal_intents = Table(  # node removals about to be sent: kept until the cloud's view settles each (scale_in.py)
