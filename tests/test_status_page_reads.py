@@ -38,7 +38,7 @@ def counted() -> Iterator[Any]:
         seen: list[str] = []
 
         def hook(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-            if statement.lstrip().upper().startswith("SELECT"):  # a read (SQLite's BEGIN IMMEDIATE aside)
+            if statement.lstrip().upper().startswith(("SELECT", "WITH")):  # a read (SQLite's BEGIN IMMEDIATE aside)
                 seen.append(statement)
 
         client.get(path, headers=AUTH)  # warm: connections opened, nothing else counted
