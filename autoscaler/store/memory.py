@@ -194,7 +194,7 @@ class MemoryStore(Store):
                     continue
                 seen[event.pool] = seen.get(event.pool, 0) + 1
                 if event.time >= since and seen[event.pool] <= per_pool:
-                    out.setdefault(event.pool, []).append(self._copy(event))
+                    out.setdefault(event.pool, []).append(replace(event, alerts=[], details=dict(event.details)))
             return out
 
     def last_events(self) -> dict[str, EventRecord]:

@@ -85,11 +85,13 @@ def _recent(dialect: str, since: float, per_pool: int) -> Any:
     pool, so the work grows with pools x per_pool, never with the events the window holds (ranking every one of
     them with a window function took seconds at 100,000 events: issue 45, item 11)."""
     p, t = tables.pools, tables.events
+    charted = [c for c in t.c if c.name != "alerts"]  # a chart never reads them; decoding them cost as much as
+    # the details at 100,000 events
     if dialect == "postgresql":  # a LATERAL join: for each pool, a backward index scan stopped at per_pool rows.
         # The pool as a range of one, ordered by (pool, id): only ix_events_pool_id gives that order. With
         # ``pool = name`` the planner, costing every pool as the average one, walked the primary key backwards and
         # filtered by pool: through the whole table for a pool whose events are old.
-        newest = select(t).where(t.c.pool >= p.c.name, t.c.pool <= p.c.name) \
+        newest = select(*charted).where(t.c.pool >= p.c.name, t.c.pool <= p.c.name) \
             .order_by(t.c.pool.desc(), t.c.id.desc()).limit(per_pool).lateral("newest")
         return select(newest).select_from(p).join(newest, true()).where(newest.c.time >= since) \
             .order_by(newest.c.pool, newest.c.id.desc())
@@ -102,4 +104,5 @@ def _recent(dialect: str, since: float, per_pool: int) -> Any:
     bounds = select(p.c.name.label("bound_pool"), func.coalesce(floor, 0).label("floor")).cte("bounds") \
         .prefix_with("MATERIALIZED")
     kept = (t.c.pool == bounds.c.bound_pool) & (t.c.id >= bounds.c.floor)
-    return select(t).select_from(bounds).join(t, kept).where(t.c.time >= since).order_by(t.c.pool, t.c.id.desc())
+    return select(*charted).select_from(bounds).join(t, kept).where(t.c.time >= since) \
+        .order_by(t.c.pool, t.c.id.desc())
