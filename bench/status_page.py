@@ -28,7 +28,6 @@ from autoscaler.store.rows import event_row
 from bench.common import fresh_pg_database
 from tests.support import AUTH, FakeClock, am_alert, am_payload, config
 
-
 # what a busy pool's log holds: mostly cooldown skips, some changes, a few shortfalls and failures
 _MIX = [("scale_out", "skipped_cooldown", 2, 2)] * 6 + [
     ("scale_out", "scaled", 2, 3), ("scale_in", "scaled", 3, 2), ("scale_out", "no_capacity", 3, 2),

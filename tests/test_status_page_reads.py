@@ -12,7 +12,6 @@ from sqlalchemy import event, insert
 
 from autoscaler.store import EventRecord, tables
 from autoscaler.store.rows import event_row
-
 from tests.support import AUTH, FakeClock, am_alert, am_payload, make_app, post
 
 

@@ -5,7 +5,7 @@ page costs the same few statements for 10 pools or 10,000 (issue 34, item 9: one
 """
 from __future__ import annotations
 
-import json
+import sqlite3
 from contextlib import AbstractContextManager
 from typing import Any, Collection
 
@@ -101,8 +101,9 @@ def _recent(dialect: str, since: float, per_pool: int) -> Any:
     x = t.alias("x")
     floor = select(x.c.id).where(x.c.pool == p.c.name).order_by(x.c.id.desc()).limit(1).offset(per_pool - 1) \
         .scalar_subquery()
-    bounds = select(p.c.name.label("bound_pool"), func.coalesce(floor, 0).label("floor")).cte("bounds") \
-        .prefix_with("MATERIALIZED")
+    bounds = select(p.c.name.label("bound_pool"), func.coalesce(floor, 0).label("floor")).cte("bounds")
+    if sqlite3.sqlite_version_info >= (3, 35):  # older: the same rows, the slower plan
+        bounds = bounds.prefix_with("MATERIALIZED")
     kept = (t.c.pool == bounds.c.bound_pool) & (t.c.id >= bounds.c.floor)
     return select(*charted).select_from(bounds).join(t, kept).where(t.c.time >= since) \
         .order_by(t.c.pool, t.c.id.desc())
