@@ -49,7 +49,7 @@ class SqlReads:
         out: dict[str, list[EventRecord]] = {}
         with self._read() as conn:
             for row in conn.execute(_recent(conn.dialect.name, since, per_pool)).all():
-                out.setdefault(row.pool, []).append(event_record(row))
+                out.setdefault(row.pool, []).append(event_record(row, alerts=False))
         return out
 
     def last_events(self) -> dict[str, EventRecord]:
