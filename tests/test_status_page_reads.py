@@ -98,7 +98,7 @@ def _sqlite_steps(engine: Any, client: FlaskClient, path: str) -> int:
 
 def test_a_page_does_the_same_work_in_the_store_for_200_or_20_000_events_per_pool(tmp_path: Path) -> None:
     """Issue 45, item 11: the charts' read ranked every event of the 6-hour window to keep each pool's newest 200
-    (100,000 events: seconds). Both stores hold each pool's 200 newest events in the last hour, what its chart
+    (800 pools, 100,000 events: 6.5 s a page). Both stores hold each pool's 200 newest events in the last hour, what its chart
     draws; the second also 19,800 older per pool, half of them inside the window."""
     names = ["p0000", "p0001", "p0002"]
     steps = []
@@ -106,8 +106,8 @@ def test_a_page_does_the_same_work_in_the_store_for_200_or_20_000_events_per_poo
         client, engine = _app(tmp_path / str(older), 3)
         now = client.application.extensions["autoscaler"].clock()
         if older:
-            _stored_events(engine, names, older, now - 3600, 12 * 3600)
+            _stored_events(engine, names, older, now - 3600, 10 * 3600)
         _stored_events(engine, names, 200, now, 3600)
         client.get("/", headers=AUTH)  # warm: connections opened, statements compiled
         steps.append(_sqlite_steps(engine, client, "/"))
-    assert steps[1] <= steps[0] * 1.25, steps
+    assert steps[1] <= steps[0] * 1.25, steps  # before: 712 and 28,039 hundreds of steps
