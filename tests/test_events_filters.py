@@ -73,7 +73,7 @@ def _scanned(store: SqlStore, call: Any) -> int:
         event.remove(store.engine, "before_cursor_execute", hook)
     statement, parameters = next(s for s in sent if "FROM events" in s[0])
     with store.engine.connect() as conn:
-        plan = conn.exec_driver_sql(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", parameters).scalar()
+        plan = conn.exec_driver_sql(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", parameters).scalar_one()
 
     def read(node: dict[str, Any]) -> int:
         own = (node["Actual Rows"] + node.get("Rows Removed by Filter", 0)) * node["Actual Loops"] \
