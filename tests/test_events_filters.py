@@ -6,8 +6,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from sqlalchemy import event, insert, text
 
-from autoscaler.store import EventRecord, NodesView, PoolChange, Store
+from autoscaler.store import EventRecord, NodesView, PoolChange, SqlStore, Store, tables
+from autoscaler.store.rows import event_row
 from tests import pg
 from tests.support import AUTH, FakeClock, am_alert, am_payload, make_app
 
@@ -54,6 +56,48 @@ def test_the_page_reads_every_pool_at_once(store: Store) -> None:
     store.save_nodes(NodesView("c", [], "listing failed", 6.0))
     assert store.nodes_views() == {"a": NodesView("a", [{"name": "n1"}], None, 5.0),
                                    "c": NodesView("c", [], "listing failed", 6.0)}
+
+
+def _scanned(store: SqlStore, call: Any) -> int:
+    """The rows PostgreSQL's scans read for the statement ``call`` sends: its plan run (EXPLAIN ANALYZE), each scan's
+    rows kept and removed by its filter, times its loops. The database's work, so the check cannot flake."""
+    sent: list[tuple[str, Any]] = []
+
+    def hook(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
+        sent.append((statement, parameters))
+
+    event.listen(store.engine, "before_cursor_execute", hook)
+    try:
+        call()
+    finally:
+        event.remove(store.engine, "before_cursor_execute", hook)
+    statement, parameters = next(s for s in sent if "FROM events" in s[0])
+    with store.engine.connect() as conn:
+        plan = conn.exec_driver_sql(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", parameters).scalar_one()
+
+    def read(node: dict[str, Any]) -> int:
+        own = (node["Actual Rows"] + node.get("Rows Removed by Filter", 0)) * node["Actual Loops"] \
+            if "Scan" in node["Node Type"] else 0
+        return int(own) + sum(read(child) for child in node.get("Plans", []))
+    return read(plan[0]["Plan"])
+
+
+def test_the_pages_read_of_recent_events_reads_each_pools_newest_only_on_postgresql(tmp_path: Path) -> None:
+    """Issue 45, item 11: the read ranked every event of the window (a window function over 20,000 rows here), and
+    a LATERAL join on ``pool = name`` walked the whole table backwards for a pool whose events are old."""
+    with pg.each_store("postgresql", tmp_path) as store:
+        assert isinstance(store, SqlStore)
+        store.ensure_pools(["busy1", "busy2", "quiet"])
+        rows = [event_row(_ev(10.0 + i, "quiet", "scaled")) for i in range(3)]
+        rows += [event_row(_ev(1000.0 + i, f"busy{1 + i % 2}", "skipped_cooldown")) for i in range(20_000)]
+        with store.engine.begin() as conn:
+            conn.execute(insert(tables.events), rows)
+            conn.execute(text("ANALYZE events"))  # what autovacuum does after such a batch
+        recent: dict[str, list[EventRecord]] = {}
+        read = _scanned(store, lambda: recent.update(store.recent_events(since=500.0, per_pool=50)))
+        assert {pool: len(evs) for pool, evs in recent.items()} == {"busy1": 50, "busy2": 50}
+        assert [e.time for e in recent["busy1"][:2]] == [20998.0, 20996.0]
+    assert read <= 2 * (3 + 3 * 50), read  # the pools and each pool's newest; before: every event scanned
 
 
 def _get(client: Any, **query: str) -> Any:

@@ -8,6 +8,7 @@ decision that changed nothing. Every marker says what it was in its tooltip.
 """
 from __future__ import annotations
 
+import bisect
 import functools
 from datetime import datetime, timezone
 from typing import Any, Iterable
@@ -92,14 +93,37 @@ def _series(events: list[dict[str, Any]], now: float, provision_time: float,
     if asked:
         booted = {t + provision_time + 1 for t, _, _ in scale_outs if t + provision_time + 1 < now}  # just past it
         times = sorted({t for t, _ in asked} | booted)
+        count_at, outs_at = _last_at(asked), _upto(scale_outs)
         for t in times + [now]:
-            count = int(next(c for at, c in reversed(asked) if at <= t))
-            moving = from_scale_outs([s for s in scale_outs if s[0] <= t], count, t, provision_time)[0]
+            count = int(count_at(t))
+            moving = from_scale_outs(outs_at(t), count, t, provision_time)[0]
             if t == now and in_flight_now is not None:
                 moving = min(in_flight_now, count)
             flight.append((t, moving))
             ready.append((t, count - moving))
     return {"asked": asked, "ready": ready, "flight": flight, "value": value}
+
+
+def _in_order(times: list[float]) -> bool:
+    return all(a <= b for a, b in zip(times, times[1:]))
+
+
+def _last_at(points: list[tuple[float, float]]) -> Any:
+    """The value of the last point (in list order) at or before a time: bisected when the points are in time order,
+    as a page's are (walking the list for each of a chart's times made 800 charts of 125 events a tenth of the
+    page), walked when not."""
+    times = [t for t, _ in points]
+    if _in_order(times):
+        return lambda t: points[bisect.bisect_right(times, t) - 1][1]
+    return lambda t: next(c for at, c in reversed(points) if at <= t)
+
+
+def _upto(scale_outs: list[tuple[float, int, int]]) -> Any:
+    """The scale-outs at or before a time, in list order (bisected when in time order, as in ``_last_at``)."""
+    times = [t for t, _, _ in scale_outs]
+    if _in_order(times):
+        return lambda t: scale_outs[:bisect.bisect_right(times, t)]
+    return lambda t: [s for s in scale_outs if s[0] <= t]
 
 
 def chart(events: list[dict[str, Any]], low: int, high: int, now: float, current: int | None = None,

@@ -89,7 +89,9 @@ class EventStore(abc.ABC):
 
     @abc.abstractmethod
     def recent_events(self, since: float, per_pool: int) -> dict[str, list[EventRecord]]:
-        """Each pool's events at or after ``since``, newest first, at most ``per_pool`` each, in one read (pages)."""
+        """Each pool's events at or after ``since`` among its ``per_pool`` newest, newest first, in one read (pages):
+        the work is bounded by pools x ``per_pool``, however many events the store or the window holds. As the
+        charts read them: without their alerts (an empty list; ``events`` has them)."""
 
     @abc.abstractmethod
     def last_events(self) -> dict[str, EventRecord]:

@@ -208,10 +208,14 @@ class MemoryStore(Store):
     def recent_events(self, since: float, per_pool: int) -> dict[str, list[EventRecord]]:
         with self._lock:
             out: dict[str, list[EventRecord]] = {}
+            seen: dict[str, int] = {}
             for event_id in sorted(self._events, reverse=True):
                 event = self._events[event_id]
-                if event.pool is not None and event.time >= since and len(out.get(event.pool, ())) < per_pool:
-                    out.setdefault(event.pool, []).append(self._copy(event))
+                if event.pool is None or event.pool not in self._pools:
+                    continue
+                seen[event.pool] = seen.get(event.pool, 0) + 1
+                if event.time >= since and seen[event.pool] <= per_pool:
+                    out.setdefault(event.pool, []).append(replace(event, alerts=[], details=dict(event.details)))
             return out
 
     def last_events(self) -> dict[str, EventRecord]:

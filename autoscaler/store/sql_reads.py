@@ -5,10 +5,11 @@ page costs the same few statements for 10 pools or 10,000 (issue 34, item 9: one
 """
 from __future__ import annotations
 
+import sqlite3
 from contextlib import AbstractContextManager
 from typing import Any, Collection
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, func, select, true
 
 from autoscaler.store import tables
 from autoscaler.store.base import EventRecord, NodesView, PoolView
@@ -45,14 +46,10 @@ class SqlReads:
         return event_record(row) if row else None
 
     def recent_events(self, since: float, per_pool: int) -> dict[str, list[EventRecord]]:
-        t = tables.events  # ix_events_time bounds the scan to the window; the window function caps each pool
-        rank = func.row_number().over(partition_by=t.c.pool, order_by=t.c.id.desc()).label("rank")
-        ranked = select(t, rank).where(t.c.time >= since, t.c.pool.is_not(None)).subquery()
-        query = select(ranked).where(ranked.c.rank <= per_pool).order_by(ranked.c.pool, ranked.c.id.desc())
         out: dict[str, list[EventRecord]] = {}
         with self._read() as conn:
-            for row in conn.execute(query).all():
-                out.setdefault(row.pool, []).append(event_record(row))
+            for row in conn.execute(_recent(conn.dialect.name, since, per_pool)).all():
+                out.setdefault(row.pool, []).append(event_record(row, alerts=False))
         return out
 
     def last_events(self) -> dict[str, EventRecord]:
@@ -81,3 +78,32 @@ class SqlReads:
 
 def _nodes(row: Any) -> NodesView:
     return nodes_of(row.pool, row.nodes, row.error, float(row.read_at))
+
+
+def _recent(dialect: str, since: float, per_pool: int) -> Any:
+    """Each pool's ``per_pool`` newest events, those at or after ``since``: one index range of ix_events_pool_id per
+    pool, so the work grows with pools x per_pool, never with the events the window holds (ranking every one of
+    them with a window function took seconds at 100,000 events: issue 45, item 11)."""
+    p, t = tables.pools, tables.events
+    charted = [c for c in t.c if c.name != "alerts"]  # a chart never reads them; decoding them cost as much as
+    # the details at 100,000 events
+    if dialect == "postgresql":  # a LATERAL join: for each pool, a backward index scan stopped at per_pool rows.
+        # The pool as a range of one, ordered by (pool, id): only ix_events_pool_id gives that order. With
+        # ``pool = name`` the planner, costing every pool as the average one, walked the primary key backwards and
+        # filtered by pool: through the whole table for a pool whose events are old.
+        newest = select(*charted).where(t.c.pool >= p.c.name, t.c.pool <= p.c.name) \
+            .order_by(t.c.pool.desc(), t.c.id.desc()).limit(per_pool).lateral("newest")
+        return select(newest).select_from(p).join(newest, true()).where(newest.c.time >= since) \
+            .order_by(newest.c.pool, newest.c.id.desc())
+    # SQLite has no LATERAL: each pool's per_pool-th newest id (per_pool index entries read) bounds its range.
+    # MATERIALIZED (SQLite 3.35+) makes the pools drive the join; as a plain subquery SQLite walked the window's
+    # events and ran the bound for each of them.
+    x = t.alias("x")
+    floor = select(x.c.id).where(x.c.pool == p.c.name).order_by(x.c.id.desc()).limit(1).offset(per_pool - 1) \
+        .scalar_subquery()
+    bounds = select(p.c.name.label("bound_pool"), func.coalesce(floor, 0).label("floor")).cte("bounds")
+    if sqlite3.sqlite_version_info >= (3, 35):  # older: the same rows, the slower plan
+        bounds = bounds.prefix_with("MATERIALIZED")
+    kept = (t.c.pool == bounds.c.bound_pool) & (t.c.id >= bounds.c.floor)
+    return select(*charted).select_from(bounds).join(t, kept).where(t.c.time >= since) \
+        .order_by(t.c.pool, t.c.id.desc())
