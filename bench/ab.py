@@ -21,7 +21,7 @@ import requests
 from bench.common import (AUTH, ROOT, fresh_pg_database, loadavg, notification, service_config, summary,
                           workers_cpu_seconds)
 from bench.intake import HOOK, _template, wrk
-from tests.servers import Service
+from tests.support.servers import Service
 
 
 def export(rev: str, dest: Path) -> Path:

@@ -6,7 +6,7 @@
     python -m bench.dra memory [--nodes 500] [--claims 5000]
     --dra-status 403                        # scenario, calls: the fake refuses resource.k8s.io (RBAC without it)
 
-The real app in-process, the real ``kubernetes`` client against tests/fakes/kube.py, the webhook provider as the
+The real app in-process, the real ``kubernetes`` client against tests/support/fakes/kube.py, the webhook provider as the
 cloud. ``scenario`` runs on a checkout without DRA support too (it reads only the decision and the webhook call).
 Prints one JSON object.
 """
@@ -21,8 +21,8 @@ import tracemalloc
 from typing import Any
 
 from autoscaler.app import create_app
-from tests.fakes.kube import FakeKube
-from tests.fakes.webhook_receiver import WebhookReceiver
+from tests.support.fakes.kube import FakeKube
+from tests.support.fakes.webhook_receiver import WebhookReceiver
 from tests.support import AUTH, config
 
 

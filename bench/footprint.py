@@ -12,7 +12,7 @@ import requests
 
 from bench.common import ROOT, notification, service_config, summary
 from bench.intake import _template, wrk
-from tests.servers import Service
+from tests.support.servers import Service
 
 IMPORTS = {
     "interpreter only": "pass",

@@ -16,7 +16,7 @@ import requests
 
 from bench.common import (AUTH, POOL, ROOT, TOKEN, fresh_pg_database, loadavg, notification, percentile,
                           service_config, summary, workers_cpu_seconds)
-from tests.servers import Service
+from tests.support.servers import Service
 
 WORKER_CLASSES = {"sync": "--worker-class sync", "gthread": "--worker-class gthread --threads 4"}
 HOOK = "/webhook/alertmanager"

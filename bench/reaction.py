@@ -19,9 +19,9 @@ from autoscaler.app import create_app
 from autoscaler.config.load import build_settings
 from bench.common import TOKEN, summary
 from providers import build
-from tests.app_server import AppServer, RecordingProvider
-from tests.pipeline import active_alerts, http_post
-from tests.pipeline_stack import POOL, Stack, start_stack
+from tests.support.app_server import AppServer, RecordingProvider
+from tests.support.pipeline import active_alerts, http_post
+from tests.support.pipeline_stack import POOL, Stack, start_stack
 
 # Published defaults of the alternatives, for the table (not measured here).
 ALTERNATIVES = {"KEDA pollingInterval": 30.0, "HPA --horizontal-pod-autoscaler-sync-period": 15.0,

@@ -1,5 +1,5 @@
 """Node-aware scale-in at cluster size: API calls to Kubernetes per decision, and the time from a scale-in alert to
-the removal request, with 50 nodes and 2,000 pods on the fake API server (tests/fakes/kube.py, stdlib HTTP on
+the removal request, with 50 nodes and 2,000 pods on the fake API server (tests/support/fakes/kube.py, stdlib HTTP on
 127.0.0.1, the real kubernetes client), the real app in-process and the webhook provider as the cloud.
 
     python -m bench.scale_in_nodes [--nodes 50] [--pods 2000] [--runs 5] [--victims idle|movable]
@@ -20,8 +20,8 @@ import time
 from typing import Any
 
 from autoscaler.app import create_app
-from tests.fakes.kube import FakeKube
-from tests.fakes.webhook_receiver import WebhookReceiver
+from tests.support.fakes.kube import FakeKube
+from tests.support.fakes.webhook_receiver import WebhookReceiver
 from tests.support import AUTH, am_alert, am_payload, config
 
 

@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, func, select
 
 from autoscaler.store import tables
 from bench.common import POOL, ROOT, fresh_pg_database, percentile, service_config, summary
-from tests.servers import Service
+from tests.support.servers import Service
 
 HOOK = "/webhook/alertmanager"
 

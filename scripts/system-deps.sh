@@ -6,7 +6,7 @@ command -v prometheus >/dev/null 2>&1 || want+=(prometheus)
 command -v alertmanager >/dev/null 2>&1 || command -v prometheus-alertmanager >/dev/null 2>&1 || want+=(prometheus-alertmanager)
 command -v victoria-metrics >/dev/null 2>&1 || want+=(victoria-metrics)
 command -v chromium >/dev/null 2>&1 || want+=(chromium)  # the status page test (headless)
-command -v wrk >/dev/null 2>&1 || want+=(wrk)  # the load generator of bench/ (make bench, tests/test_bench_smoke.py)
+command -v wrk >/dev/null 2>&1 || want+=(wrk)  # the load generator of bench/ (make bench, tests/e2e/test_bench_smoke.py)
 # PostgreSQL: this machine kind runs it on 127.0.0.1:5432; start it again if it was stopped.
 if [ "$(id -u)" = "0" ] && command -v pg_ctlcluster >/dev/null 2>&1 && command -v pg_isready >/dev/null 2>&1; then
   if ! pg_isready -q -h 127.0.0.1 -p 5432; then

