@@ -11,7 +11,9 @@ from autoscaler.api.guards import principal, same_origin_only
 from autoscaler.config.durations import retry_after_header
 from autoscaler.engine.parts import Parts
 from autoscaler.pool.events import acting_as
-from autoscaler.models import Decision, Notification, Outcome
+from autoscaler.repair import start as repair
+from autoscaler.auth.credentials import Principal
+from autoscaler.models import Action, AlertStatus, Decision, Notification, Outcome
 from autoscaler.routing import ACTIONS, parse_step
 from autoscaler.sources import PayloadError, alertmanager, azure_monitor, grafana
 
@@ -80,6 +82,17 @@ def _within_pools(note: Notification, parts: Parts) -> None:
         if route.pool in groups and not any(who.sees(p) for p in groups[route.pool]):
             fail(403, f"credential {who.name!r} may not send alerts for group {route.pool[:80]!r} (none of its "
                       "pools is in the credential's pools)")
+        if route.pool in groups and route.action is Action.REPAIR and alert.status is AlertStatus.FIRING:
+            _repair_within(who, parts, route.pool, alert.labels.get(parts.settings.config.routing.node_label, ""))
+
+
+def _repair_within(who: Principal, parts: Parts, group: str, node: str) -> None:
+    """A repair for a group acts on the member the named node is of: 403 when that member is not the credential's
+    (the group would otherwise widen it: cordon another team's node and grow its pool)."""
+    member = repair.member_of(parts.repairs, group, node.strip()) if node.strip() else None
+    if member is not None and not who.sees(member.name):
+        fail(403, f"credential {who.name!r} may not repair node {node[:80]!r}: it is a node of pool "
+                  f"{member.name[:80]!r} of group {group[:80]!r}, not in the credential's pools")
 
 
 @bp.post("/alertmanager")

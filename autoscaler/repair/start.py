@@ -82,7 +82,8 @@ def _start(parts: RepairParts, signal: Signal, pass_on: Callable[[Signal], Decis
         return parts.events.record(decision, signal.source.value, list(signal.alerts), parts.wall())
     if passed and spec.group:  # like any scale-out of a group's pool that cannot take it: the group's next pool
         pass_on(Signal(pool=spec.group, action=Action.SCALE_OUT, source=signal.source, step=passed,
-                       force=True, fallback=True, reason=f"replacement for {passed} node(s) in repair in "
+                       force=True, fallback=True, within=signal.within,  # the sender's scope holds for the group
+                       reason=f"replacement for {passed} node(s) in repair in "
                              f"pool {spec.name}, which is short or at max; asked of group {spec.group}"))
     return recorded
 
@@ -94,8 +95,9 @@ def _said(signal: Signal, reason: str) -> str:
 def _pool_of(parts: RepairParts, signal: Signal) -> tuple[PoolSpec | None, tuple[Outcome, str]]:
     """The pool the repair is for (a group's member with ``repair:``), else the outcome and reason of why none."""
     spec = parts.settings.pools.get(signal.pool)
-    if spec is None and signal.pool in parts.settings.groups:  # the member whose nodes the named node is of
-        members = [parts.settings.pools[m] for m in parts.settings.groups[signal.pool]]
+    if spec is None and signal.pool in parts.settings.groups:  # the member whose nodes the named node is of, among
+        members = [parts.settings.pools[m] for m in parts.settings.groups[signal.pool]  # those the sender may act on
+                   if signal.within is None or m in signal.within]
         spec = _member_of(parts, [m for m in members if m.repair is not None], signal.nodes)
     if spec is None:
         return None, (Outcome.UNKNOWN_POOL, f"pool {signal.pool!r} is not configured")
@@ -107,6 +109,20 @@ def _pool_of(parts: RepairParts, signal: Signal) -> tuple[PoolSpec | None, tuple
         return None, (Outcome.UNROUTED, "a repair names its node (label routing.node_label "
                                         f"{parts.settings.config.routing.node_label!r}); none was named")
     return spec, (Outcome.SCALED, "")
+
+
+def member_of(parts: RepairParts, group: str, node: str) -> PoolSpec | None:
+    """The member of ``group`` (with ``repair:``) whose nodes ``node`` is of, None when none is (or the cluster cannot
+    say): what a repair alert for the group would act on, for the webhook's check of a scoped credential."""
+    if parts.cluster is None:
+        return None
+    try:
+        view = parts.cluster.node(node)
+    except ClusterError as exc:
+        log.warning("group repair: node %s unreadable: %s", node, redact_text(str(exc)))
+        return None
+    members = [parts.settings.pools[m] for m in parts.settings.groups.get(group, ())]
+    return next((m for m in members if m.repair is not None and view is not None and _in_pool(view, m)), None)
 
 
 def _member_of(parts: RepairParts, members: list[PoolSpec], nodes: Sequence[str]) -> PoolSpec | None:
