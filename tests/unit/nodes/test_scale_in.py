@@ -51,10 +51,11 @@ def make(tmp_path: Any, kube: FakeKube, url: str, count: int = 3, **scale_in: An
     return Stack(app.test_client(), clock, clock.sleeps)
 
 
-def scale_in_alert(client: FlaskClient, fingerprint: str = "fp1", **labels: str) -> dict[str, Any]:
+def scale_in_alert(client: FlaskClient, fingerprint: str = "fp1", status: int = 200, **labels: str) -> dict[str, Any]:
+    """The alert's one decision; the answer's status is ``status`` (503: a failure the sender should retry)."""
     alert = am_alert("GPUUtilizationLow", fingerprint=fingerprint, **labels)
     resp = post(client, "/webhook/alertmanager", am_payload(alert))
-    assert resp.status_code in (200, 503), resp.get_data(as_text=True)
+    assert resp.status_code == status, resp.get_data(as_text=True)
     return resp.get_json()["decisions"][0]  # type: ignore[no-any-return]
 
 
@@ -127,7 +128,7 @@ def test_cloud_refusal_uncordons(tmp_path: Any, kube: FakeKube) -> None:
     with FakeKube() as closed:  # a port nobody listens on once stopped
         dead = closed.url
     s = make(tmp_path, kube, dead)
-    d = scale_in_alert(s.client)
+    d = scale_in_alert(s.client, status=503)
     assert d["outcome"] == "failed"
     assert all("unschedulable" not in n["spec"] for n in kube.nodes.values())
     assert last_event(s.client)["details"]["nodes"] == ["gpunp-1"]
