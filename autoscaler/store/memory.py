@@ -69,6 +69,17 @@ class MemoryStore(Store):
                 self._dedup[key] = (held[0], bound, held[2])
         return taken
 
+    def _mark_repairs(self, pool: str, mark: RepairMark) -> None:
+        """A final write's changes to the pool's repairs (see ``Store.finish``), under the store's lock."""
+        for node in mark.ended:
+            self._repairs.pop((pool, node), None)
+        for alert in mark.alerts:
+            self._repair_alerts.setdefault((alert.pool, alert.node, alert.fingerprint, alert.starts_at), alert)
+        for node in mark.replaced if mark.replacement is not None else ():
+            repair = self._repairs.get((pool, node))
+            if repair is not None:
+                self._repairs[(pool, node)] = replace(repair, updated_at=mark.at, replacement=mark.replacement)
+
     def _state(self, name: str) -> PoolState:
         row = self._pools.get(name)
         return pool_state(row) if row is not None else PoolState(name=name)
@@ -128,13 +139,8 @@ class MemoryStore(Store):
         with self._lock:
             for node in repairs.ended if repairs is not None else ():
                 self._repairs.pop((pool, node), None)
-            for a in repairs.alerts if repairs is not None else ():
-                self._repair_alerts.setdefault((a.pool, a.node, a.fingerprint, a.starts_at), a)
-            for node in repairs.replaced if repairs is not None and repairs.replacement is not None else ():
-                held = self._repairs.get((pool, node))
-                if held is not None:
-                    self._repairs[(pool, node)] = replace(held, updated_at=repairs.at,
-                                                          replacement=repairs.replacement)
+            if repairs is not None:
+                self._mark_repairs(pool, repairs)
             event_id = self._append(event)
             row = self._pools.get(pool)
             if row is not None:

@@ -24,7 +24,7 @@ from typing import Any
 
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "AKIAMOTOFAKEKEY00000", "AWS_SECRET_ACCESS_KEY": "moto-secret-that-must-never-leak",
            "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 STATUS_TAG = "fake/status"  # a node group tag the fake reads as the node group's status (ACTIVE, DEGRADED, ...)
 #: Auto Scaling group tags the fake reads as a stockout: the most instances the group can launch, and the EC2 error
 CAPACITY_TAG, ERROR_TAG = "fake/capacity", "fake/launch-error"

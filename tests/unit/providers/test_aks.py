@@ -253,7 +253,9 @@ def test_stale_etag_is_retryable(arm: FakeArm, make: Any) -> None:
 
 def test_bearer_token_never_in_errors_or_logs(arm: FakeArm, make: Any, token: str,
                                               caplog: pytest.LogCaptureFixture) -> None:
+    """With the SDK's HTTP logging on (LOG_LEVEL=DEBUG turns it on; the service keeps it at WARNING otherwise)."""
     caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="azure")
     provider = make()
     errors: list[ProviderError] = []
     for status in (401, 400, 500):
