@@ -147,7 +147,7 @@ class Service:
 
     def _nodes(self, spec: PoolSpec, stored: Stored | None = None) -> dict[str, Any]:
         """The pool's stored node view (the reconciler lists the nodes; a request never waits on the API server)."""
-        if self.parts.cluster is None or not spec.node_selector:
+        if self.parts.cluster_for(spec) is None or not spec.node_selector:
             return {}
         view = stored.nodes.get(spec.name) if stored is not None and stored.nodes is not None \
             else self.store.nodes_view(spec.name)
@@ -179,7 +179,7 @@ class Service:
         """Every pool, for /metrics (no last event, no cloud call), with its GPUs from the stored node view."""
         specs = list(self.settings.pools.values())
         rows = self.pools_json(specs, with_last_event=False)
-        views = self.store.nodes_views() if self.parts.cluster is not None and any(s.node_selector for s in specs) \
+        views = self.store.nodes_views() if self.parts.clusters and any(s.node_selector for s in specs) \
             else {}
         for row in rows:
             view = views.get(row["name"]) if self.settings.pools[row["name"]].node_selector else None
