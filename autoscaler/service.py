@@ -134,6 +134,7 @@ class Service:
             short_reason=state.short_reason or None if short else None,
             short_for_s=spec.short_for,
             group=spec.group or None,
+            cluster=spec.cluster if self.parts.cluster_for(spec) is not None else None,
             **extra,
         )
         return dump(body)
@@ -160,6 +161,9 @@ class Service:
             out["nodes"] = view.nodes
         if view.error:
             out["nodes_error"] = view.error
+        out["cluster_reachable"] = not view.error
+        if view.error and view.failing_since is not None:
+            out["cluster_unreachable_since"] = rfc3339(view.failing_since)
         if view.gpus is not None:
             out["gpus"] = view.gpus
         if view.dra:
@@ -185,6 +189,8 @@ class Service:
             view = views.get(row["name"]) if self.settings.pools[row["name"]].node_selector else None
             if view is not None and view.gpus is not None:
                 row["gpus"] = view.gpus
+            if view is not None and row.get("cluster"):
+                row["cluster_reachable"] = not view.error
         return rows
 
 

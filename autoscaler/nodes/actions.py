@@ -91,7 +91,8 @@ class NodeActions:
             done = scale_in.preview(attempt.spec, plan.from_ - plan.to, attempt.signal.nodes)
         except ClusterError as exc:
             return replace(plan, reason=f"{plan.reason}; nodes unknown: {redact_text(str(exc))}")
-        return replace(plan, reason=f"{plan.reason}; {done.reason}", details={**plan.details, **done.details()})
+        return replace(plan, reason=f"{plan.reason}; {done.reason}",
+                       details={**plan.details, **done.details(), "cluster": attempt.spec.cluster})
 
     def remove(self, attempt: Attempt, plan: Decision, failures: int,
                lease: Lease) -> tuple[Decision, PoolChange]:
@@ -115,9 +116,9 @@ class NodeActions:
                       "not asked (no backoff)")
             return (Decision(spec.name, plan.action, Outcome.FAILED, plan.from_, plan.from_, reason,
                              retry_after=CLUSTER_RETRY, details={**plan.details, "code": "KubernetesApi",
-                                                                 "retryable": True}),
+                                                                 "retryable": True, "cluster": spec.cluster}),
                     PoolChange())
-        details = {**plan.details, **done.details()}
+        details = {**plan.details, **done.details(), "cluster": spec.cluster}  # node names repeat across clusters
         if done.error is not None:
             decision, change = failed(spec, not provider.capabilities.reports_count, failures, plan, now, done.error)
             return replace(decision, details={**decision.details, **details}), change

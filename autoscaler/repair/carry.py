@@ -192,7 +192,8 @@ def _ended(held: Held, spec: PoolSpec, repair: RepairRecord, now: float, sizes: 
     transaction, through the hold's final write (the pool stays held for its other repairs)."""
     details = {"node": repair.node, "started": rfc3339(repair.since), "replacement": repair.replacement,
                "removed_by": "service" if sizes is not None else "gone", "why": repair.reason,
-               "evicted": _evicted(repair), "xid": repair_alerts.xid_of(repair.reason, repair.node)}
+               "evicted": _evicted(repair), "xid": repair_alerts.xid_of(repair.reason, repair.node),
+               "cluster": spec.cluster}
     decision = Decision(spec.name, Action.REPAIR, Outcome.REPAIRED, sizes[0] if sizes else None,
                         sizes[1] if sizes else None, reason, details=details)
     return held.record(decision, Source.RECONCILE.value, [], now, change or PoolChange(), release=False,
