@@ -154,6 +154,13 @@ class PoolBody(BaseModel):
     short_for_s: float | None = Field(default=None, description="capacity.short_for: how long a shortfall marks "
                                       "the pool short.")
     group: str | None = Field(default=None, description="The fallback group the pool is in.")
+    cluster: str | None = Field(default=None, description="The cluster the pool's nodes join (`clusters:` name; "
+                                "`kubernetes:` is \"default\"); null without one.")
+    cluster_reachable: bool | None = Field(default=None, description="Whether the reconciler's last listing of the "
+                                           "pool's nodes reached its cluster (null: not listed yet, or not "
+                                           "node-aware).")
+    cluster_unreachable_since: str | None = Field(default=None, description="Since when (RFC 3339) the pool's "
+                                                  "cluster has not answered its listings.")
     repairs: list[RepairBody] | None = Field(default=None, description="With `repair:`: the pool's nodes in "
                                              "repair, oldest first.")
 

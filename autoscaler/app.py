@@ -25,6 +25,7 @@ from autoscaler.reconcile.retention import Pruner
 from autoscaler.store import Store, StoreOptions, open_store
 from autoscaler.cluster.kube import build_cluster
 from autoscaler.cluster.nodes import Cluster
+from autoscaler.config import DEFAULT_CLUSTER
 from providers import NodePoolProvider, ProviderError, build
 
 log = logging.getLogger("autoscaler")
@@ -79,9 +80,11 @@ def _check(providers: dict[str, NodePoolProvider]) -> None:
 def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None = None, *,
                clock: Clock | None = None, providers: dict[str, NodePoolProvider] | None = None,
                store: Store | None = None, sinks: list[EventSink] | None = None,
-               startup_check: bool = True, cluster: Cluster | None = None) -> Flask:
+               startup_check: bool = True, cluster: Cluster | None = None,
+               clusters: dict[str, Cluster] | None = None) -> Flask:
     """Build the app from settings, a parsed config mapping, a config path, or ``AUTOSCALER_CONFIG``. ``clock``:
-    the one source of time (``autoscaler.clock``) for the engine, the reconciler and every provider built here."""
+    the one source of time (``autoscaler.clock``) for the engine, the reconciler and every provider built here.
+    ``cluster`` (the one, "default") or ``clusters`` (by name) stand in for the configured ones (tests)."""
     setup_logging()
     if config is None:
         config = os.environ.get("AUTOSCALER_CONFIG", DEFAULT_CONFIG)
@@ -103,9 +106,10 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
     metrics = Metrics(pools=settings.pools)
     sinks = list(sinks or []) + _configured_sinks(settings, metrics)
     events = EventLog(store, sinks, metrics, time_source)
-    if cluster is None and settings.config.kubernetes is not None:
-        cluster = build_cluster(settings.config.kubernetes)
-    parts = Parts.build(settings, store, built, events, time_source, metrics, cluster)  # each part once
+    given = dict(clusters or {}) | ({DEFAULT_CLUSTER: cluster} if cluster is not None else {})
+    known = {name: given.get(name) or build_cluster(kube)  # one client per cluster (nothing is contacted yet)
+             for name, kube in settings.config.cluster_settings().items()} | given
+    parts = Parts.build(settings, store, built, events, time_source, metrics, clusters=known)  # each part once
     engine = Engine(parts)
     service = Service(settings=settings, store=store, providers=built, engine=engine, parts=parts, events=events,
                       auth=Authenticator(settings.config.server.auth, wall, _hmac_nonce_cache(store, wall)),

@@ -122,8 +122,19 @@ def _pool_rows(pools: list[dict[str, Any]], wide: bool = False) -> str:
                      "yes" if p["busy"] else "no", "yes" if p["paused"] else "no", _short(p),
                      f"{cool['scale_out_remaining_s']:.0f}s/{cool['scale_in_remaining_s']:.0f}s",
                      last.get("outcome", "-"), _cut(last.get("reason"), wide)])
-    return table(["POOL", "PROVIDER", "CURRENT", "MIN-MAX", "BUSY", "PAUSED", "SHORT", "COOLDOWN(out/in)", "LAST",
-                  "REASON"], rows)
+    head = ["POOL", "PROVIDER", "CURRENT", "MIN-MAX", "BUSY", "PAUSED", "SHORT", "COOLDOWN(out/in)", "LAST", "REASON"]
+    if len({p.get("cluster") for p in pools} - {None}) > 1:  # a fleet: which cluster each pool's nodes join
+        head.insert(2, "CLUSTER")
+        for row, p in zip(rows, pools):
+            row.insert(2, _cluster(p))
+    return table(head, rows)
+
+
+def _cluster(pool: dict[str, Any]) -> str:
+    """The pool's cluster, and ``(unreachable since <time>)`` while its listings fail."""
+    name = pool.get("cluster") or "-"
+    since = pool.get("cluster_unreachable_since")
+    return f"{name} (unreachable since {since})" if since else name
 
 
 def _short(pool: dict[str, Any]) -> str:
@@ -170,14 +181,16 @@ def _pause(args: argparse.Namespace) -> tuple[Any, str]:
 def _nodes(args: argparse.Namespace) -> tuple[Any, str]:
     data = _call(args, "GET", f"/api/v1/pools/{args.pool}")
     if data.get("nodes_error"):
-        raise CliError(f"pool {args.pool}: {data['nodes_error']}")
+        raise CliError(f"pool {args.pool}" + (f" (cluster {_cluster(data)})" if data.get("cluster") else "")
+                       + f": {data['nodes_error']}")
     if data.get("nodes") is None:
         raise CliError(f"pool {args.pool}: no node view (needs the `kubernetes:` section and a node_selector)")
     rows = [[n["name"], "yes" if n["ready"] else "no", "yes" if n["removable"] else f"no: {n.get('why') or '-'}",
              ", ".join(f"{g['namespace']}/{g['name']} ({g['resource']} {g['count']})" for g in n["gpu_pods"]) or "-",
              n["protected"] or "-", ("yes (us)" if n["cordoned_by_us"] else "yes") if n["cordoned"] else "no"]
             for n in data["nodes"]]
-    return data, table(["NODE", "READY", "REMOVABLE / WHY", "GPU PODS", "PROTECTED", "CORDONED"], rows)
+    text = table(["NODE", "READY", "REMOVABLE / WHY", "GPU PODS", "PROTECTED", "CORDONED"], rows)
+    return data, (f"cluster {data['cluster']}\n{text}" if data.get("cluster") not in (None, "default") else text)
 
 
 def _repair(args: argparse.Namespace) -> tuple[Any, str]:

@@ -138,6 +138,9 @@ class PoolStateCollector(Collector):
                                  "pods' requests and unallocated claims).", labels=["pool", "state"])
         repairs = GaugeMetricFamily(f"{PREFIX}_nodes_in_repair", "Nodes of the pool in repair now (cordoned, "
                                     "waiting, draining or being removed; pools with `repair:`).", labels=["pool"])
+        reachable = GaugeMetricFamily(f"{PREFIX}_cluster_reachable", "1 when the reconciler's last listings of the "
+                                      "cluster's pools reached its API server, else 0 (configured clusters with "
+                                      "node-aware pools).", labels=["cluster"])
         up = GaugeMetricFamily(f"{PREFIX}_store_up", "1 when the store answered this scrape (its schema whole, "
                                "a write taken).")
         try:
@@ -177,8 +180,14 @@ class PoolStateCollector(Collector):
                     gpus.add_metric([name, state], value)
             if row.get("repairs") is not None:
                 repairs.add_metric([name], len(row["repairs"]))
+        seen: dict[str, bool] = {}
+        for row in rows:
+            if row.get("cluster_reachable") is not None:
+                seen[row["cluster"]] = seen.get(row["cluster"], True) and row["cluster_reachable"]
+        for cluster, ok in sorted(seen.items()):
+            reachable.add_metric([_label(cluster)], 1 if ok else 0)
         if rows:
             paused_total.add_metric([], sum(1 for row in rows if row["paused"]))
             short_total.add_metric([], sum(1 for row in rows if row.get("short_until")))
         yield from (paused, paused_total, short, short_total, window, size, cooldown, backoff, last, in_flight, floor,
-                    *limits.values(), age, gpus, repairs, up)
+                    *limits.values(), age, gpus, repairs, reachable, up)

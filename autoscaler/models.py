@@ -243,6 +243,7 @@ class PoolSpec:
     short_for: float = 600.0  # capacity.short_for: how long a pool that could not deliver is passed over
     group: str = ""  # the fallback group the pool is in ("" when none)
     repair: RepairPolicy | None = None  # ``repair:`` (None: the pool's nodes are not repaired)
+    cluster: str = "default"  # the cluster (``clusters:`` name; ``kubernetes:`` is "default") its nodes join
 
     def direction(self, action: Action) -> DirectionPolicy:
         return self.scale_out if action is Action.SCALE_OUT else self.scale_in

@@ -134,6 +134,7 @@ class Service:
             short_reason=state.short_reason or None if short else None,
             short_for_s=spec.short_for,
             group=spec.group or None,
+            cluster=spec.cluster if self.parts.cluster_for(spec) is not None else None,
             **extra,
         )
         return dump(body)
@@ -147,7 +148,7 @@ class Service:
 
     def _nodes(self, spec: PoolSpec, stored: Stored | None = None) -> dict[str, Any]:
         """The pool's stored node view (the reconciler lists the nodes; a request never waits on the API server)."""
-        if self.parts.cluster is None or not spec.node_selector:
+        if self.parts.cluster_for(spec) is None or not spec.node_selector:
             return {}
         view = stored.nodes.get(spec.name) if stored is not None and stored.nodes is not None \
             else self.store.nodes_view(spec.name)
@@ -160,6 +161,9 @@ class Service:
             out["nodes"] = view.nodes
         if view.error:
             out["nodes_error"] = view.error
+        out["cluster_reachable"] = not view.error
+        if view.error and view.failing_since is not None:
+            out["cluster_unreachable_since"] = rfc3339(view.failing_since)
         if view.gpus is not None:
             out["gpus"] = view.gpus
         if view.dra:
@@ -179,12 +183,14 @@ class Service:
         """Every pool, for /metrics (no last event, no cloud call), with its GPUs from the stored node view."""
         specs = list(self.settings.pools.values())
         rows = self.pools_json(specs, with_last_event=False)
-        views = self.store.nodes_views() if self.parts.cluster is not None and any(s.node_selector for s in specs) \
+        views = self.store.nodes_views() if self.parts.clusters and any(s.node_selector for s in specs) \
             else {}
         for row in rows:
             view = views.get(row["name"]) if self.settings.pools[row["name"]].node_selector else None
             if view is not None and view.gpus is not None:
                 row["gpus"] = view.gpus
+            if view is not None and row.get("cluster"):
+                row["cluster_reachable"] = not view.error
         return rows
 
 

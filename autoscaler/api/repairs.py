@@ -38,8 +38,8 @@ def repair_nodes(pool: str) -> Response:
     svc = _svc()
     if spec.repair is None and not req.cancel:  # a cancel still ends repairs stored before `repair:` was removed
         fail(422, f"pool {spec.name} has no `repair:` section: its nodes are not repaired")
-    if svc.parts.cluster is None:
-        fail(422, "a repair needs the `kubernetes:` section")
+    if svc.parts.cluster_for(spec) is None:
+        fail(422, "a repair needs the `kubernetes:` section (or the pool's cluster in `clusters:`)")
     who = _on_behalf_of()
     nodes = tuple(dict.fromkeys(req.nodes))
     if req.cancel:

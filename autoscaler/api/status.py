@@ -111,7 +111,7 @@ def _render(query: EventQuery, error: str | None = None) -> Response:
     svc: Service = current_app.extensions["autoscaler"]
     now = svc.clock()
     specs = [spec for spec in svc.settings.pools.values() if principal().sees(spec.name)]
-    stored = Stored.read(svc.store, nodes=svc.parts.cluster is not None,
+    stored = Stored.read(svc.store, nodes=bool(svc.parts.clusters),
                          repairs=any(spec.repair is not None for spec in specs))
     recent = svc.store.recent_events(now - WINDOW, CHART_POINTS)
     answers = svc.pools_json(specs, with_nodes=True, stored=stored)

@@ -22,7 +22,8 @@ from autoscaler.config import KubernetesConfig
 from autoscaler.cluster.dra import UNUSED, Dra, asks_through_claims
 from autoscaler.cluster.gpus import not_extended, pending_gpus, waits_for
 from autoscaler.cluster.kube_dra import DraReads, Refused
-from autoscaler.cluster.nodes import (CORDON_ANNOTATION, ClusterCapabilities, ClusterError, NodeGone, NodeView,
+from autoscaler.cluster.nodes import (CORDON_ANNOTATION, ClusterCapabilities, ClusterError, ClusterUnreachable,
+                                      NodeGone, NodeView,
                                       PoolRead, cordon_mark, node_view)
 from autoscaler.cluster.pods import Budget, budget_of
 from providers.bounded import bound_pool_manager, watched
@@ -114,7 +115,7 @@ class KubeCluster:
                 result = fn(*args, **kwargs)
                 return json.loads(result.data) if raw else result
             except (HTTPError, OSError) as exc:
-                raise ClusterError(f"{what}: {self._unreachable(exc, watch.expired)}") from None
+                raise ClusterUnreachable(f"{what}: {self._unreachable(exc, watch.expired)}") from None
 
     def _unreachable(self, exc: BaseException, expired: bool = False) -> str:
         """``API server <host> unreachable (<what went wrong>)``: the address and the cause, not urllib3's class

@@ -105,6 +105,11 @@ class ClusterError(Exception):
     """The API server could not be read or refused a change; the message never holds a credential."""
 
 
+class ClusterUnreachable(ClusterError):
+    """The API server was not reached or gave no whole answer in time (not a refusal): the cluster's other reads
+    this tick would wait the same deadline, so they are not asked (reconcile/loop.py)."""
+
+
 class NodeGone(ClusterError):
     """The node a change was asked of no longer exists (deleted since it was listed): nothing to change."""
 

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 from pydantic import Field, model_validator
 
-from autoscaler.config.cluster import KubernetesConfig
+from autoscaler.config.cluster import DEFAULT_CLUSTER, ClusterConfig, KubernetesConfig, cluster_problems
 from autoscaler.config.common import (DEFAULT_GPU_RESOURCES, MAX_MATCHED_LABEL, MAX_NODES, POOL_NAME, Count,
                                         Frozen, Step, regex_risk)
 from autoscaler.config.groups import CapacityConfig, GroupConfig, group_problems
@@ -22,7 +22,7 @@ from autoscaler.config.server import (AZURE_ACTION_GROUPS_APP, SCOPES, AuthConfi
 
 __all__ = ["AZURE_ACTION_GROUPS_APP", "AuthConfig", "BasicUser", "BearerToken", "CapacityConfig", "Config", "Count",
            "DEFAULT_GPU_RESOURCES", "DefaultsConfig", "DirectionConfig", "EntraId", "GrafanaHmac", "GroupConfig", "InfluxConfig",
-           "KubernetesConfig", "MAX_MATCHED_LABEL", "MAX_NODES", "POOL_NAME", "PoolConfig", "QueryToken", "ReplayConfig",
+           "ClusterConfig", "DEFAULT_CLUSTER", "KubernetesConfig", "MAX_MATCHED_LABEL", "MAX_NODES", "POOL_NAME", "PoolConfig", "QueryToken", "ReplayConfig",
            "ReplayRule", "RoutingConfig", "RuleConfig", "SCOPES", "ScaleInConfig",
            "ScheduleConfig", "Scope", "ServerConfig", "Step", "StoreConfig", "Victims", "credential_problems",
            "group_problems", "reference_problems", "regex_risk"]
@@ -41,6 +41,7 @@ class Config(Frozen):
     influxdb: InfluxConfig | None = None
     replay: ReplayConfig | None = None
     kubernetes: KubernetesConfig | None = None
+    clusters: list[ClusterConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _references(self) -> "Config":
@@ -48,9 +49,28 @@ class Config(Frozen):
                                       [r.pool for r in self.replay.rules] if self.replay else [],
                                       [g.name for g in self.groups])
         problems += group_problems(self.groups, [p.name for p in self.pools])
+        problems += cluster_problems(self.kubernetes, list(self.clusters), [p.cluster for p in self.pools])
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def cluster_settings(self) -> dict[str, KubernetesConfig]:
+        """Each configured cluster by name: ``kubernetes:`` is the one named "default"; none without either."""
+        if self.kubernetes is not None:
+            return {DEFAULT_CLUSTER: self.kubernetes}
+        return {c.name: c for c in self.clusters}
+
+    @property
+    def clustered(self) -> bool:
+        """Whether the service sees any cluster (``kubernetes:`` or ``clusters:``)."""
+        return self.kubernetes is not None or bool(self.clusters)
+
+    def cluster_of(self, pool: PoolConfig) -> str:
+        """The cluster a pool's nodes join: its ``cluster:``, else the only one ("default" when there is none)."""
+        if pool.cluster is not None:
+            return pool.cluster
+        names = list(self.cluster_settings())
+        return names[0] if len(names) == 1 else DEFAULT_CLUSTER
 
     @model_validator(mode="after")
     def _credentials(self) -> "Config":

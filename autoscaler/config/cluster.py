@@ -52,3 +52,42 @@ class KubernetesConfig(Frozen):
         if (self.token is not None or self.ca_cert is not None) and self.host is None:
             raise ValueError("`token` and `ca_cert` go with `host`")
         return self
+
+
+#: The name of the one cluster ``kubernetes:`` configures (and of a cluster handed to ``create_app`` alone).
+DEFAULT_CLUSTER = "default"
+
+
+class ClusterConfig(KubernetesConfig):
+    """One entry of ``clusters:``: the keys of ``kubernetes:`` plus the ``name`` pools point at with ``cluster:``
+    (a bounded label value: it names the ``gpu_autoscaler_cluster_reachable`` series)."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9_.]{0,61}[a-z0-9])?$",
+                      description="The cluster's name (lower case, as a DNS label; pools name it in `cluster:`).")
+
+
+def cluster_problems(kubernetes: object, clusters: list[object], pool_clusters: list[object]) -> list[str]:
+    """``clusters:`` against ``kubernetes:`` and the pools' ``cluster:`` (read from the raw file too, so check-config
+    reports them beside field errors): both sections, duplicate names, an unknown name, a pool that must choose."""
+    problems: list[str] = []
+    names = [getattr(c, "name", c.get("name") if isinstance(c, dict) else None) for c in clusters]
+    if kubernetes is not None and clusters:
+        problems.append("clusters: give either `kubernetes:` (one cluster, named \"default\") or `clusters:`, not "
+                        "both")
+    seen: set[str] = set()
+    for index, name in enumerate(names):
+        if isinstance(name, str) and name in seen:
+            problems.append(f"clusters[{index}].name: duplicate cluster name {name!r}")
+        if isinstance(name, str):
+            seen.add(name)
+    known = sorted(seen) if clusters else ([DEFAULT_CLUSTER] if kubernetes is not None else [])
+    for index, wanted in enumerate(pool_clusters):
+        if wanted is None:
+            if len(known) > 1:
+                problems.append(f"pools[{index}].cluster: required with several clusters (one of "
+                                f"{', '.join(known)})")
+        elif isinstance(wanted, str) and wanted not in known:
+            problems.append(f"pools[{index}].cluster: no cluster named {wanted!r}" + (
+                f" (configured: {', '.join(known)})" if known else
+                " (no cluster configured: add `clusters:` or `kubernetes:`)"))
+    return problems

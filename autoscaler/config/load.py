@@ -19,6 +19,7 @@ from autoscaler.config.common import DEFAULT_MOVABLE_OWNERS
 from autoscaler.config.node_repair import repair_policy
 from autoscaler.config import (AuthConfig, Config, DirectionConfig, PoolConfig, credential_problems,
                                  group_problems, reference_problems)
+from autoscaler.config.cluster import cluster_problems
 from autoscaler.config.pools import floors_above_max, needs_gpus_per_node
 
 class ConfigError(Exception):
@@ -99,10 +100,11 @@ def build_settings(raw: Any, env: dict[str, str] | None = None, *, replay: bool 
                             for w in pool.schedules),
             short_for=pool.capacity.short_for,
             group=group_of.get(pool.name, ""),
+            cluster=config.cluster_of(pool),
             repair=_repair(config, index, pool, settings, problems, replay),
             **_node_aware(config, index, pool, settings, problems, replay),
         )
-        if pool.repair is not None and config.kubernetes is not None and not pools[pool.name].node_selector:
+        if pool.repair is not None and config.clustered and not pools[pool.name].node_selector:
             problems.append(f"pools[{index}].node_selector: required with repair: (provider {pool.provider} has no "
                             "default): a repair checks that the node it is told of is the pool's")
         if needs_gpus_per_node(pools[pool.name].scale_out.mode, pool.gpus_per_node):
@@ -165,7 +167,7 @@ def warnings(settings: Settings) -> list[str]:
     out += [f"{where}.scale_out.delay_after_scale_out: does nothing (a scale-in setting: put it under scale_in)"
             for where, direction in ignored if direction.delay_after_scale_out is not None]
     for index, (pool, spec) in enumerate(zip(settings.config.pools, settings.pools.values())):
-        if (settings.config.kubernetes is not None and spec.victims == "cloud" and not spec.node_selector
+        if (settings.config.clustered and spec.victims == "cloud" and not spec.node_selector
                 and spec.provider_settings is not None
                 and not (pool.scale_in.victims or settings.config.defaults.scale_in.victims)
                 and providers.capabilities(spec.provider, spec.provider_settings).removes_named_nodes):
@@ -213,6 +215,8 @@ def _beside_field_errors(data: Any) -> list[str]:
                                   [r.get("pool") for r in replay_rules if isinstance(r, dict)],
                                   [g.get("name") for g in groups])
     problems += group_problems(groups, names)
+    problems += cluster_problems(data.get("kubernetes"), _list(data.get("clusters")),
+                                 [p.get("cluster") for p in pools if isinstance(p, dict)])
     server = _dict(data.get("server"))
     try:
         auth = AuthConfig.model_validate(server.get("auth"))
@@ -278,7 +282,7 @@ def _repair(config: Config, index: int, pool: PoolConfig, settings: Any, problem
 
     removes = settings is not None and providers.capabilities(pool.provider, settings).removes_named_nodes
     policy, why = repair_policy(pool.repair, f"pools[{index}].repair", pool.provider, removes or settings is None,
-                                config.kubernetes is not None or replay)
+                                config.clustered or replay)
     problems += why
     return policy
 
@@ -299,7 +303,7 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
         text = factory.node_selector(settings)
     victims = pool.scale_in.victims or config.defaults.scale_in.victims
     if victims is None:  # idle only where the pool's nodes can be found; else warnings() says why not
-        victims = "idle" if removes and config.kubernetes is not None and text is not None else "cloud"
+        victims = "idle" if removes and config.clustered and text is not None else "cloud"
     selector: tuple[tuple[str, str], ...] = ()
     if pool.node_selector is not None:
         try:
@@ -310,7 +314,7 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
         try:
             selector = parse_selector(text)
         except ValueError as exc:  # the provider's default, built from its own settings: only read with a cluster
-            if config.kubernetes is not None:
+            if config.clustered:
                 problems.append(f"{where}.node_selector: the default from {where}.{pool.provider} is unusable: {exc}; "
                                 "set node_selector")
     if victims != "cloud" and settings is not None:
@@ -320,7 +324,7 @@ def _node_aware(config: Config, index: int, pool: PoolConfig, settings: Any, pro
         if not removes:
             problems.append(f"{said}: {victims} needs a provider that removes named nodes; {pool.provider}{of} "
                             "can't name a node (it only changes the count): use victims: cloud")
-        elif config.kubernetes is None and not replay:
+        elif not config.cluster_settings() and not replay:
             problems.append(f"{said}: {victims} needs the top-level `kubernetes:` section{of} "
                             "(the service must see the pool's nodes and pods to pick them)")
         elif text is None and not replay:

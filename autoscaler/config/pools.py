@@ -180,6 +180,8 @@ class PoolConfig(BaseModel):
                                             "for within it and not ready yet are in flight (default 10m; a "
                                             "simulated pool: its provision_seconds).")
     schedules: list[ScheduleConfig] = Field(default_factory=list)
+    cluster: str | None = Field(default=None, min_length=1, description="The cluster (a name in `clusters:`) this "
+                                "pool's nodes join (default: the only one).")
     capacity: CapacityConfig = CapacityConfig()
     repair: RepairConfig | None = Field(default=None, description="Replace nodes that alerts report unhealthy "
                                         "(action repair); needs `kubernetes:` and a provider that removes named "

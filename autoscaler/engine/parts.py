@@ -3,11 +3,13 @@ the reconciler, the API. Nobody reaches for a part through the engine."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from autoscaler.clock import SYSTEM, Clock
 from autoscaler.cluster.nodes import Cluster
+from autoscaler.config import DEFAULT_CLUSTER
 from autoscaler.config.load import Settings
+from autoscaler.models import PoolSpec
 from autoscaler.nodes.actions import NodeActions
 from autoscaler.nodes.scale_in import NodeScaleIn
 from autoscaler.pool.door import Door
@@ -22,7 +24,8 @@ from providers import NodePoolProvider
 @dataclass(frozen=True)
 class Parts:
     """Each part once: ``hold`` is the one way anything changes a pool, ``door`` the one way a cloud is asked for a
-    change, ``cluster`` the one cluster (None without ``kubernetes:``), ``nodes`` its node-aware steps."""
+    change, ``clusters`` each cluster by name (none without ``kubernetes:`` or ``clusters:``; a pool's own is
+    :meth:`cluster_for`), ``nodes`` the node-aware steps, each in the pool's own cluster."""
 
     settings: Settings
     store: Store
@@ -32,18 +35,26 @@ class Parts:
     metrics: Any
     hold: PoolHold
     door: Door
-    cluster: Cluster | None
+    clusters: Mapping[str, Cluster]
     nodes: NodeActions
     repairs: RepairParts
     router: Router
 
     @classmethod
     def build(cls, settings: Settings, store: Store, providers: dict[str, NodePoolProvider], events: EventLog,
-              clock: Clock = SYSTEM, metrics: Any = None, cluster: Cluster | None = None) -> Parts:
+              clock: Clock = SYSTEM, metrics: Any = None, cluster: Cluster | None = None,
+              clusters: Mapping[str, Cluster] | None = None) -> Parts:
+        """``clusters``: each configured cluster by name; ``cluster``: the one cluster alone (named "default",
+        as ``kubernetes:`` names it: the replay's, a test's)."""
         server = settings.config.server
         hold = PoolHold(store, events, server.lock_wait, server.lease_ttl, clock)
         door = Door(metrics, clock)
-        scale_in = NodeScaleIn(cluster, door, clock, store) if cluster is not None else None
-        repairs = RepairParts(settings, store, providers, events, hold, door, cluster, clock.wall)
-        return cls(settings, store, providers, events, clock, metrics, hold, door, cluster, NodeActions(scale_in),
+        known = dict(clusters or {}) | ({DEFAULT_CLUSTER: cluster} if cluster is not None else {})
+        scale_ins = {name: NodeScaleIn(c, door, clock, store) for name, c in known.items()}
+        repairs = RepairParts(settings, store, providers, events, hold, door, known, clock.wall)
+        return cls(settings, store, providers, events, clock, metrics, hold, door, known, NodeActions(scale_ins),
                    repairs, Router(settings.config.routing, settings.config.rules, settings.groups))
+
+    def cluster_for(self, spec: PoolSpec) -> Cluster | None:
+        """The cluster the pool's nodes join (``spec.cluster``); None where no cluster is configured for it."""
+        return self.clusters.get(spec.cluster)

@@ -37,7 +37,8 @@ from autoscaler.redact import redact_text
 from autoscaler.answers import dump, node_body
 from autoscaler.reconcile.retention import Pruner
 from autoscaler.decide.schedules import unusable
-from autoscaler.cluster.nodes import ClusterError, NodeView, PoolRead
+from autoscaler.cluster.nodes import ClusterError, ClusterUnreachable, NodeView, PoolRead
+from autoscaler.reconcile.fleet import Fleet
 from autoscaler.store import NodesView, PoolView, StoreUnavailable
 from providers import ProviderError
 
@@ -78,6 +79,7 @@ class Reconciler:
         self._holding = False
         self._unusable: set[tuple[str, int]] = set()  # schedule windows already logged as unusable
         self._floors: dict[str, int] = {}  # each pool's headroom floor as last read from the cluster
+        self.fleet = Fleet(parts)  # each cluster's pools on their own thread (fleet.py)
 
     def tick(self, now: float, pools: bool = True) -> Tick:
         """One round, if this process holds (or can take) the lease: each pool (unless ``pools`` is False), then
@@ -89,19 +91,39 @@ class Reconciler:
         if not held:
             return Tick(held=False)
         out = Tick(held=True)
-        with self._one_read():  # the DRA lists: read at most once for all the tick's pools
-            for spec in self.settings.pools.values() if pools else ():
-                self._pool(spec, now, out)
+        specs = list(self.settings.pools.values()) if pools else []
+        rounds = self.fleet.run(self.fleet.groups(specs), lambda name, group: self._round(name, group, now),
+                                self._wait())
+        done = {pool: part for each in rounds.values() for pool, part in each.items()}
+        for spec in specs:  # in config order, whichever cluster's thread ran the pool
+            if spec.name in done:
+                out.views += done[spec.name].views
+                out.decisions += done[spec.name].decisions
         if self.pruner is not None:
             out.pruned = self.pruner.maybe_run(now)
         return out
 
-    def _pool(self, spec: PoolSpec, now: float, out: Tick) -> None:
+    def _round(self, cluster: str, specs: list[PoolSpec], now: float) -> dict[str, Tick]:
+        """One cluster's pools (or those no cluster reads), each in turn; the DRA lists read at most once for all
+        of them, and once the cluster's API could not be reached the rest of its pools are not listed this tick."""
+        out: dict[str, Tick] = {}
+        unreachable: list[str] = []
+        with self._one_read(cluster):
+            for spec in specs:
+                out[spec.name] = Tick(held=True)
+                self._pool(spec, now, out[spec.name], unreachable)
+        return out
+
+    def _wait(self) -> float:
+        """How long a tick waits for its clusters' rounds: a few of the slowest cluster's deadlines."""
+        return max([30.0] + [3 * c.timeout for c in self.settings.config.cluster_settings().values()])
+
+    def _pool(self, spec: PoolSpec, now: float, out: Tick, unreachable: list[str] | None = None) -> None:
         """One pool's round: its stored state read once (again only after a repair step changed the pool), its
         nodes listed once (the view, in flight, repairs and the headroom all read that listing), its cloud once."""
         self._log_unusable(spec, now)
         state = self.store.pool(spec.name)
-        listed = self.refresh_nodes(spec, now)
+        listed = self.refresh_nodes(spec, now, unreachable)
         view, facts, short = self.refresh(spec, state, now, listed)
         out.views.append(view)
         carried = repair_carry.carry_on(self.parts.repairs, spec, now, listed)  # docs/repair.md
@@ -115,8 +137,8 @@ class Reconciler:
         if decision is not None:
             out.decisions.append(decision)
 
-    def _one_read(self) -> ContextManager[None]:
-        cluster = self.parts.cluster
+    def _one_read(self, name: str) -> ContextManager[None]:
+        cluster = self.parts.clusters.get(name)
         return cluster.once() if cluster is not None and cluster.capabilities.reads_pools else contextlib.nullcontext()
 
     def _log_unusable(self, spec: PoolSpec, now: float) -> None:
@@ -174,15 +196,19 @@ class Reconciler:
             return None
         return Shortfall(asked=asked, delivered=found[0], code=NOT_REGISTERED, message=found[1], give_back=False)
 
-    def refresh_nodes(self, spec: PoolSpec, now: float) -> list[NodeView] | None:
+    def refresh_nodes(self, spec: PoolSpec, now: float,
+                      unreachable: list[str] | None = None) -> list[NodeView] | None:
         """List a node-aware pool's nodes (with their pods) and store them for the pages and the API, which never
         list them per request: a hung API server then costs this loop a read, not every page a thread. A failed
         list keeps the last good nodes, with the error and their time. The fresh listing (the headroom's top-up
-        reads it too), or None: not node-aware, or the list failed."""
-        cluster = self.parts.cluster
+        reads it too), or None: not node-aware, or the list failed. ``unreachable``: this tick's failures to reach
+        the pool's cluster (one is enough: the pool's list is not asked of it again this tick)."""
+        cluster = self.parts.cluster_for(spec)
         if cluster is None or not spec.node_selector:
             return None
         try:
+            if unreachable:
+                raise ClusterUnreachable(unreachable[0])
             read = (cluster.read_pool(spec.name, dict(spec.node_selector)) if cluster.capabilities.reads_pools
                     else PoolRead(cluster.nodes(dict(spec.node_selector)), None, ""))
             listed = read.nodes
@@ -193,13 +219,20 @@ class Reconciler:
                                                                                                   v.name))],
                              None, now, gpus, read.dra, read.dra_reason)
         except ClusterError as exc:
-            last = self.store.nodes_view(spec.name)
-            error = redact_text(str(exc))
-            self.store.save_nodes(replace(last, error=error) if last is not None else NodesView(spec.name, [], error,
-                                                                                                now))
+            if isinstance(exc, ClusterUnreachable) and unreachable is not None and not unreachable:
+                unreachable.append(str(exc))
+            said = f"cluster {spec.cluster}: {exc}" if len(self.parts.clusters) > 1 else str(exc)
+            self._failed(spec, now, redact_text(said))
             return None
         self.store.save_nodes(view)
         return listed
+
+    def _failed(self, spec: PoolSpec, now: float, error: str) -> None:
+        """A failed listing: the last good nodes kept with the error, and since when the listing fails."""
+        last = self.store.nodes_view(spec.name)
+        since = (last.failing_since or now) if last is not None and last.error else now
+        self.store.save_nodes(replace(last, error=error, failing_since=since) if last is not None
+                              else NodesView(spec.name, [], error, now, failing_since=since))
 
     def _floor(self, spec: PoolSpec, state: PoolState, view: PoolView, facts: PoolFacts,
                now: float) -> Decision | None:

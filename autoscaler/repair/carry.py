@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 def carry_on(parts: RepairParts, spec: PoolSpec, now: float, listed: Sequence[NodeView] | None) -> list[Decision]:
     """One step of each of the pool's repairs (none while the pool is paused, held elsewhere, or in dry run); first
     the pool's nodes cordoned by a repair the store no longer knows are uncordoned (``listed``: this tick's)."""
-    if parts.cluster is None:
+    if parts.cluster_for(spec) is None:
         return []
     stored = parts.store.repairs(spec.name)
     if listed is not None:
@@ -64,11 +64,12 @@ def carry_on(parts: RepairParts, spec: PoolSpec, now: float, listed: Sequence[No
 
 def _sweep(parts: RepairParts, spec: PoolSpec, known: set[str], listed: Sequence[NodeView]) -> None:
     """Uncordon nodes a repair cordoned whose repair is gone (a cancel whose uncordon failed)."""
-    assert parts.cluster is not None
+    cluster = parts.cluster_for(spec)
+    assert cluster is not None
     for view in listed:
         if view.cordon_owner == REPAIR_OWNER and view.name not in known:
             try:
-                parts.cluster.uncordon(view.name)
+                cluster.uncordon(view.name)
                 log.warning("pool=%s uncordoned %s: cordoned for a repair that has ended", spec.name, view.name)
             except ClusterError as exc:
                 log.warning("pool=%s uncordon of %s failed: %s", spec.name, view.name, redact_text(str(exc)))
@@ -89,8 +90,8 @@ def _guarded_step(parts: RepairParts, held: Held, spec: PoolSpec, repair: Repair
 
 def _step(parts: RepairParts, held: Held, spec: PoolSpec, repair: RepairRecord, now: float) -> Decision | None:
     """One step of one repair: the decision it recorded (``repaired``), or None (it goes on next tick)."""
-    assert parts.cluster is not None and spec.repair is not None
-    cluster = parts.cluster
+    cluster = parts.cluster_for(spec)
+    assert cluster is not None and spec.repair is not None
     try:
         view = cluster.node(repair.node)
         if view is None:
@@ -163,7 +164,8 @@ def _remove(parts: RepairParts, held: Held, spec: PoolSpec, repair: RepairRecord
             late: bool) -> Decision | None:
     """Remove exactly the node through the provider's named removal; ``repaired``, or the failure kept."""
     provider = parts.providers[spec.name]
-    assert isinstance(provider, RemovesNamedNodes) and parts.cluster is not None
+    cluster = parts.cluster_for(spec)
+    assert isinstance(provider, RemovesNamedNodes) and cluster is not None
     state = parts.store.pool(spec.name)
     try:
         cloud = provider.status(state.tracked(), now)
@@ -174,7 +176,7 @@ def _remove(parts: RepairParts, held: Held, spec: PoolSpec, repair: RepairRecord
         _keep(parts, spec, repair, now, f"removal: {redact_text(exc.message)}", "draining")
         return None
     try:  # the cloud has it now: a sweep leaves a node whose removal was asked alone (scale_in.REMOVAL_GRACE)
-        parts.cluster.cordon(view.name, REPAIR_OWNER + REMOVING, now)
+        cluster.cordon(view.name, REPAIR_OWNER + REMOVING, now)
     except NodeGone:
         pass  # a cloud that removes at once took it already: nothing is left to mark
     except ClusterError as exc:
@@ -190,7 +192,8 @@ def _ended(held: Held, spec: PoolSpec, repair: RepairRecord, now: float, sizes: 
     transaction, through the hold's final write (the pool stays held for its other repairs)."""
     details = {"node": repair.node, "started": rfc3339(repair.since), "replacement": repair.replacement,
                "removed_by": "service" if sizes is not None else "gone", "why": repair.reason,
-               "evicted": _evicted(repair), "xid": repair_alerts.xid_of(repair.reason, repair.node)}
+               "evicted": _evicted(repair), "xid": repair_alerts.xid_of(repair.reason, repair.node),
+               "cluster": spec.cluster}
     decision = Decision(spec.name, Action.REPAIR, Outcome.REPAIRED, sizes[0] if sizes else None,
                         sizes[1] if sizes else None, reason, details=details)
     return held.record(decision, Source.RECONCILE.value, [], now, change or PoolChange(), release=False,
@@ -202,7 +205,8 @@ def cancel(parts: RepairParts, spec: PoolSpec, nodes: Sequence[str], actor: str,
     """End the named nodes' repairs (an operator's ``"cancel": true``): each forgotten with its event, then
     uncordoned; the replacement stays. ValueError naming the nodes that are not in repair (nothing is changed).
     ``on_behalf_of`` (the caller's X-Autoscaler-User) is a note, never the actor: anyone can write it."""
-    assert parts.cluster is not None
+    cluster = parts.cluster_for(spec)
+    assert cluster is not None
     with parts.hold.holding(spec.name, "repair"):
         stored = {r.node: r for r in parts.store.repairs(spec.name)}
         missing = [n for n in nodes if n not in stored]
@@ -218,7 +222,7 @@ def cancel(parts: RepairParts, spec: PoolSpec, nodes: Sequence[str], actor: str,
             parts.store.cancel_repair_alerts(spec.name, name, now)  # first: its alert's repeats start nothing
             parts.events.repair_cancelled(act, name, now)
             try:  # forgotten first: a failed uncordon is lifted by the reconciler's sweep, never left unowned
-                parts.cluster.uncordon(name)
+                cluster.uncordon(name)
             except ClusterError as exc:
                 log.warning("pool=%s repair of %s cancelled; uncordon failed (the reconciler retries): %s",
                             spec.name, name, redact_text(str(exc)))

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 from autoscaler.cluster.nodes import Cluster
 from autoscaler.config.load import Settings
 from autoscaler.pool.door import Door
 from autoscaler.pool.events import EventLog
+from autoscaler.models import PoolSpec
 from autoscaler.pool.hold import PoolHold
 from autoscaler.store import Store
 from providers import NodePoolProvider
@@ -16,7 +17,8 @@ from providers import NodePoolProvider
 @dataclass(frozen=True)
 class RepairParts:
     """``hold``: every repair step holds its pool; ``door``: the replacement and the removal are asked through it;
-    ``cluster``: None without ``kubernetes:`` (no pool repairs then); ``wall``: the decision's time."""
+    ``clusters``: each cluster by name (none without ``kubernetes:``: no pool repairs then; a pool's own is
+    :meth:`cluster_for`); ``wall``: the decision's time."""
 
     settings: Settings
     store: Store
@@ -24,5 +26,9 @@ class RepairParts:
     events: EventLog
     hold: PoolHold
     door: Door
-    cluster: Cluster | None
+    clusters: Mapping[str, Cluster]
     wall: Callable[[], float]
+
+    def cluster_for(self, spec: PoolSpec) -> Cluster | None:
+        """The cluster the pool's nodes join; None where none is configured for it."""
+        return self.clusters.get(spec.cluster)

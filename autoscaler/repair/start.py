@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from autoscaler.repair import alerts as repair_alerts
-from autoscaler.cluster.nodes import Cluster, ClusterError, NodeView
+from autoscaler.cluster.nodes import ClusterError, NodeView
 from autoscaler.pool.door import changed
 from autoscaler.pool.hold import PoolHeld
 from autoscaler.repair.parts import RepairParts
@@ -103,8 +103,9 @@ def _pool_of(parts: RepairParts, signal: Signal) -> tuple[PoolSpec | None, tuple
         return None, (Outcome.UNKNOWN_POOL, f"pool {signal.pool!r} is not configured")
     if spec.repair is None:
         return None, (Outcome.UNROUTED, f"pool {spec.name} has no `repair:` section: its nodes are not repaired")
-    if parts.cluster is None:
-        return None, (Outcome.UNROUTED, "a repair needs the `kubernetes:` section")
+    if parts.cluster_for(spec) is None:
+        return None, (Outcome.UNROUTED, "a repair needs the `kubernetes:` section (or the pool's cluster in "
+                                        "`clusters:`)")
     if not signal.nodes:
         return None, (Outcome.UNROUTED, "a repair names its node (label routing.node_label "
                                         f"{parts.settings.config.routing.node_label!r}); none was named")
@@ -128,14 +129,24 @@ def member_of(parts: RepairParts, group: str, node: str) -> PoolSpec | None:
 def _member_of(parts: RepairParts, members: list[PoolSpec], nodes: Sequence[str]) -> PoolSpec | None:
     """The group's member (with ``repair:``) the first named node belongs to; else its first such member (the
     repair then says the node is not the pool's), None when no member repairs nodes."""
-    view = None
-    if parts.cluster is not None and nodes and len(members) > 1:
-        try:
-            view = parts.cluster.node(nodes[0])
-        except ClusterError as exc:
-            log.warning("group repair: node %s unreadable: %s", nodes[0], redact_text(str(exc)))
-    found = next((m for m in members if view is not None and _in_pool(view, m)), None)
-    return found or (members[0] if members else None)
+    if not nodes or len(members) < 2:
+        return members[0] if members else None
+    read: dict[str, NodeView | None] = {}  # each member's cluster asked once: node names repeat across clusters
+    for member in members:
+        cluster = parts.cluster_for(member)
+        if cluster is None:
+            continue
+        if member.cluster not in read:
+            try:
+                read[member.cluster] = cluster.node(nodes[0])
+            except ClusterError as exc:
+                read[member.cluster] = None
+                log.warning("group repair: node %s unreadable in cluster %s: %s", nodes[0], member.cluster,
+                            redact_text(str(exc)))
+        view = read[member.cluster]
+        if view is not None and _in_pool(view, member):
+            return member
+    return members[0]
 
 
 def _in_pool(view: NodeView, spec: PoolSpec) -> bool:
@@ -147,7 +158,8 @@ def _start_held(parts: RepairParts, spec: PoolSpec, signal: Signal, state: PoolS
                 now: float) -> tuple[Decision, PoolChange, Started]:
     """The start under the pool's hold: the decision, the pool's change and what it did (how many nodes to ask of
     its group, the replacement's size to store on the repairs)."""
-    assert spec.repair is not None and parts.cluster is not None
+    cluster = parts.cluster_for(spec)
+    assert spec.repair is not None and cluster is not None
     plan = Decision(spec.name, Action.REPAIR, Outcome.SKIPPED_PAUSED, None, None, "")
     done = Started()
     if state.paused:
@@ -159,7 +171,6 @@ def _start_held(parts: RepairParts, spec: PoolSpec, signal: Signal, state: PoolS
     except ProviderError as exc:
         return _failed(plan, signal, f"pool status: {redact_text(exc.message)}; nothing was touched",
                        (exc.retry_after or 30.0) if exc.retryable else None), PoolChange(), done
-    cluster: Cluster = parts.cluster
     in_repair = {r.node for r in parts.store.repairs(spec.name)}
     named: list[str] = []
     for name in signal.nodes:
@@ -244,13 +255,14 @@ def _dry_run(plan: Decision, signal: Signal, spec: PoolSpec, admission: Admissio
 
 def _cordon(parts: RepairParts, spec: PoolSpec, name: str, now: float, reason: str, done: Started) -> None:
     """Store the repair, then cordon the node; a cordon that fails forgets the repair again."""
-    assert parts.cluster is not None
+    cluster = parts.cluster_for(spec)
+    assert cluster is not None
     since = parts.store.now(now)  # the store's clock: every replica times the grace alike (repair/carry.py _step)
     if not parts.store.add_repair(RepairRecord(spec.name, name, since, "cordoned", reason, None, "", now)):
         done.duplicate.append(name)  # another replica's start stored it a moment ago
         return
     try:
-        parts.cluster.cordon(name, REPAIR_OWNER, now)
+        cluster.cordon(name, REPAIR_OWNER, now)
     except ClusterError as exc:
         parts.store.end_repair(spec.name, name, None)
         done.kept.append((name, f"cordon failed: {redact_text(str(exc))[:200]}"))

@@ -102,6 +102,7 @@ class NodesView:
     gpus: dict[str, int] | None = None  # allocatable, requested, pending (None: not counted)
     dra: str = ""  # read | not_read | unused ("" : unknown)
     dra_reason: str = ""  # why DRA was not read
+    failing_since: float | None = None  # with ``error``: when the listings began to fail (the cluster unreachable)
 
 
 @dataclass(frozen=True)

@@ -72,9 +72,10 @@ def nodes_json(view: NodesView) -> str:
     """A node view's ``nodes`` column: the node bodies (a JSON list), or with the pool's GPU counts or its DRA
     state, an object ``{"nodes": [...], "gpus": {...}, "dra": "...", "dra_reason": "..."}`` (no migration: rows
     written before hold the list)."""
-    if view.gpus is None and not view.dra:
+    if view.gpus is None and not view.dra and view.failing_since is None:
         return json.dumps(view.nodes)
-    return json.dumps({"nodes": view.nodes, "gpus": view.gpus, "dra": view.dra, "dra_reason": view.dra_reason})
+    return json.dumps({"nodes": view.nodes, "gpus": view.gpus, "dra": view.dra, "dra_reason": view.dra_reason,
+                       "failing_since": view.failing_since})
 
 
 def nodes_of(pool: str, text_: str | None, error: str | None, read_at: float) -> NodesView:
@@ -83,4 +84,4 @@ def nodes_of(pool: str, text_: str | None, error: str | None, read_at: float) ->
     if isinstance(data, list):
         return NodesView(pool, data, error, read_at)
     return NodesView(pool, list(data.get("nodes") or []), error, read_at, data.get("gpus"), str(data.get("dra") or ""),
-                     str(data.get("dra_reason") or ""))
+                     str(data.get("dra_reason") or ""), data.get("failing_since"))

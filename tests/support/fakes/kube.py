@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import re
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -94,6 +95,8 @@ class FakeKube(FakeHttpServer):
     dra: DraObjects = field(default_factory=DraObjects)
     calls: Counter[str] = field(default_factory=Counter)  # "GET nodes", "LIST pods", "PATCH nodes", ...
     log: list[tuple[str, str]] = field(default_factory=list)  # (method, path) of every request
+    #: set: every request waits (up to a minute) until it is cleared, as an API server that hangs
+    hang: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         super().__init__()
@@ -198,6 +201,9 @@ class FakeKube(FakeHttpServer):
     # ---- the API ---------------------------------------------------------------------------------------------
     def handle(self, request: Request) -> Reply:
         self.log.append((request.method, request.path))
+        until = time.monotonic() + 60
+        while self.hang.is_set() and time.monotonic() < until:
+            time.sleep(0.05)
         if request.headers.get("Authorization") != f"Bearer {self.token}":
             return status(401, "Unauthorized", "Unauthorized")
         with self.lock:
