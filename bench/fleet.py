@@ -3,7 +3,7 @@ clusters of 50 nodes each, and the same with one cluster's API hanging.
 
     python -m bench.fleet [--clusters 1 5 20] [--nodes 50] [--hang]
 
-The real app in-process, the real ``kubernetes`` client against one tests/fakes/kube.py server per cluster (one
+The real app in-process, the real ``kubernetes`` client against one tests/support/fakes/kube.py server per cluster (one
 pool of ``nodes`` 8-GPU nodes in each, a pod on every other node), the simulated provider as the cloud. A first
 tick warms the connections; the figures are of the second. ``--hang``: the last cluster's API hangs (its reads end
 at its 2 s deadline), the others' must not wait for it. Prints one JSON object.
@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from autoscaler.app import create_app
-from tests.fakes.kube import FakeKube
+from tests.support.fakes.kube import FakeKube
 from tests.support import config
 
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import requests
 
-from tests.cloud_stack import service_config
-from tests.fakes.kube import FakeKube
-from tests.pipeline import wait_for
-from tests.servers import Service
+from tests.support.cloud_stack import service_config
+from tests.support.fakes.kube import FakeKube
+from tests.support.pipeline import wait_for
+from tests.support.servers import Service
 from tests.support import AUTH
 
 pytestmark = pytest.mark.slow
