@@ -8,6 +8,7 @@ from typing import Any
 from autoscaler.clock import SYSTEM, Clock
 from autoscaler.cluster.nodes import Cluster
 from autoscaler.config.load import Settings
+from autoscaler.models import PoolSpec
 from autoscaler.nodes.actions import NodeActions
 from autoscaler.nodes.scale_in import NodeScaleIn
 from autoscaler.pool.door import Door
@@ -36,6 +37,10 @@ class Parts:
     nodes: NodeActions
     repairs: RepairParts
     router: Router
+
+    def cluster_for(self, spec: PoolSpec) -> Cluster | None:
+        """The pool's cluster."""
+        return self.cluster
 
     @classmethod
     def build(cls, settings: Settings, store: Store, providers: dict[str, NodePoolProvider], events: EventLog,
