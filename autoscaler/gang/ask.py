@@ -147,7 +147,7 @@ def ask_group(parts: Parts, group: str, ask: Ask, now: float) -> Decision:
     names = parts.settings.groups[group]
     for name in names:
         spec = parts.settings.pools[name]
-        why = "already tried" if name in ask.tried else why_not(parts, spec) or _passed(parts, spec, ask, now)
+        why = "already tried" if name in ask.tried else why_not(parts, spec) or passed_over(parts, spec, ask, now)
         if not why:
             return ask_pool(parts, spec, replace(ask, group=group), now)
         passed.append(f"{name}: {why}")
@@ -157,7 +157,7 @@ def ask_group(parts: Parts, group: str, ask: Ask, now: float) -> Decision:
     return parts.events.record(plan, ask.source, list(ask.alerts), now)
 
 
-def _passed(parts: Parts, spec: PoolSpec, ask: Ask, now: float) -> str:
+def passed_over(parts: Parts, spec: PoolSpec, ask: Ask, now: float) -> str:
     """Why the group's choice passes this pool over for the gang ("" to ask it)."""
     state = parts.store.pool(spec.name)
     if state.short_until is not None and now < state.short_until:

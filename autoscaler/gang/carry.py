@@ -56,7 +56,7 @@ def _provisioned(parts: Parts, spec: PoolSpec, gang: GangRecord, ready: Sequence
               + (f" (ProvisioningRequest {gang.request})" if gang.request else ""))
     decision = Decision(spec.name, Action.SCALE_OUT, Outcome.PROVISIONED, gang.before, gang.target, reason,
                         details=_details(gang) | {"nodes": names})
-    if not parts.store.settle_gang(gang.id, PROVISIONED, now, reason):
+    if not parts.store.settle_gang(gang.id, PROVISIONED, now, reason, tuple(names)):
         return decision  # another worker settled it first
     return parts.events.record(decision, Source.RECONCILE.value, [], now)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import ContextManager, Sequence
 
 from autoscaler.engine.core import Engine
-from autoscaler.gang import carry as gang_carry
+from autoscaler.gang import carry as gang_carry, requests as gang_requests
 from autoscaler.reconcile import shortage
 from autoscaler.repair import carry as repair_carry
 from autoscaler.engine.facts import headroom_facts, keeps_headroom, pool_facts
@@ -93,6 +93,7 @@ class Reconciler:
         with self._one_read():  # the DRA lists: read at most once for all the tick's pools
             for spec in self.settings.pools.values() if pools else ():
                 self._pool(spec, now, out)
+            out.decisions += gang_requests.serve(self.parts, now) if pools else []  # docs/gang.md
         if self.pruner is not None:
             out.pruned = self.pruner.maybe_run(now)
         return out

@@ -36,6 +36,7 @@ class GangRecord:
     tried: tuple[str, ...] = ()
     reason: str = ""
     updated_at: float = 0.0
+    nodes: tuple[str, ...] = ()  # the nodes that came, once provisioned (booked for the request)
 
     @property
     def target(self) -> int:
@@ -47,6 +48,7 @@ def _row(gang: GangRecord) -> dict[str, Any]:
     row: dict[str, Any] = {f.name: getattr(gang, f.name) for f in fields(gang)}
     row["known"] = json.dumps(list(gang.known))
     row["tried"] = ",".join(gang.tried)
+    row["nodes"] = json.dumps(list(gang.nodes))
     return storable(tables.gangs, row)
 
 
@@ -54,6 +56,7 @@ def _record(row: Any) -> GangRecord:
     values = {f.name: getattr(row, f.name) for f in fields(GangRecord)}
     values["known"] = tuple(json.loads(values["known"] or "[]"))
     values["tried"] = tuple(filter(None, (values["tried"] or "").split(",")))
+    values["nodes"] = tuple(json.loads(values["nodes"] or "[]"))
     return GangRecord(**values)
 
 
@@ -70,8 +73,9 @@ class GangStore(abc.ABC):
         first."""
 
     @abc.abstractmethod
-    def settle_gang(self, gang_id: str, state: str, now: float, reason: str = "") -> bool:
-        """Move a waiting gang to ``state``; False when it is not waiting any more (another worker settled it)."""
+    def settle_gang(self, gang_id: str, state: str, now: float, reason: str = "", nodes: tuple[str, ...] = ()) -> bool:
+        """Move a waiting gang to ``state`` (``nodes``: those that came, when provisioned); False when it is not
+        waiting any more (another worker settled it)."""
 
 
 class SqlGangs(GangStore):
@@ -94,9 +98,9 @@ class SqlGangs(GangStore):
         with self._tx() as conn:
             return [_record(r) for r in conn.execute(query).all()]
 
-    def settle_gang(self, gang_id: str, state: str, now: float, reason: str = "") -> bool:
+    def settle_gang(self, gang_id: str, state: str, now: float, reason: str = "", nodes: tuple[str, ...] = ()) -> bool:
         t = tables.gangs
-        values = storable(t, {"state": state, "updated_at": now, "reason": reason})
+        values = storable(t, {"state": state, "updated_at": now, "reason": reason, "nodes": json.dumps(list(nodes))})
         with self._tx() as conn:
             done = conn.execute(update(t).where(t.c.id == gang_id, t.c.state == WAITING).values(**values))
         return bool(done.rowcount)
@@ -124,11 +128,11 @@ class MemoryGangs(GangStore):
             return sorted((g for g in rows.values() if pool in (None, g.pool) and (not waiting or g.state == WAITING)),
                           key=lambda g: (g.started, g.id))
 
-    def settle_gang(self, gang_id: str, state: str, now: float, reason: str = "") -> bool:
+    def settle_gang(self, gang_id: str, state: str, now: float, reason: str = "", nodes: tuple[str, ...] = ()) -> bool:
         rows = self._gang_table()
         with self._gang_lock:
             held = rows.get(gang_id)
             if held is None or held.state != WAITING:
                 return False
-            rows[gang_id] = replace(held, state=state, updated_at=now, reason=reason)
+            rows[gang_id] = replace(held, state=state, updated_at=now, reason=reason, nodes=tuple(nodes))
             return True

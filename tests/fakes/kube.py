@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from tests.fakes.httpbase import FakeHttpServer, Reply, Request
 from tests.fakes.kube_dra import DraObjects, claim_pod
+from tests.fakes.kube_requests import RequestObjects
 
 _NODE = re.compile(r"^/api/v1/nodes(?:/(?P<name>[^/]+))?$")
 _PODS = re.compile(r"^/api/v1(?:/namespaces/(?P<ns>[^/]+))?/pods$")
@@ -92,6 +93,8 @@ class FakeKube(FakeHttpServer):
     on_cordon: Callable[[str], None] | None = None
     #: resource.k8s.io/v1 (tests/fakes/kube_dra.py): ``dra.status`` 404 or 403 takes the API away
     dra: DraObjects = field(default_factory=DraObjects)
+    #: autoscaling.x-k8s.io/v1 ProvisioningRequests and PodTemplates (tests/fakes/kube_requests.py)
+    prs: RequestObjects = field(default_factory=RequestObjects)
     calls: Counter[str] = field(default_factory=Counter)  # "GET nodes", "LIST pods", "PATCH nodes", ...
     log: list[tuple[str, str]] = field(default_factory=list)  # (method, path) of every request
 
@@ -212,6 +215,8 @@ class FakeKube(FakeHttpServer):
                          if m.group("ns") in (None, ns)]
                 return Reply(200, {"kind": "PodDisruptionBudgetList", "apiVersion": "policy/v1",
                                    "metadata": {"resourceVersion": str(self._rv)}, "items": items})
+            if (answer := self.prs.serve(request)) is not None:
+                return answer
             if (answer := self.dra.serve(request)) is not None:
                 self.calls[f"LIST {request.path.rsplit('/', 1)[-1]}"] += 1
                 return answer

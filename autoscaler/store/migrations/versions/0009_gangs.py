@@ -34,6 +34,7 @@ def upgrade() -> None:
         sa.Column("tried", sa.Text, nullable=False, server_default=""),
         sa.Column("reason", sa.Text, nullable=False, server_default=""),
         sa.Column("updated_at", sa.Float, nullable=False),
+        sa.Column("nodes", sa.Text, nullable=False, server_default="[]"),
     )
 
 
