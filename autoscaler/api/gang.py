@@ -21,7 +21,7 @@ def check(req: Any) -> None:
         fail(422, "`atomic: true` goes with `action: scale_out` and a `step` (the nodes asked all at once)")
 
 
-def scale(svc: Service, name: str, req: Any, reason: str) -> Response:
+def atomic_scale(svc: Service, name: str, req: Any, reason: str) -> Response:
     """The atomic scale-out of pool or group ``name`` (the caller checked the credential may act on it)."""
     check(req)
     ask = Ask(nodes=req.step, source=Source.MANUAL.value, reason=reason, force=req.force)

@@ -144,7 +144,7 @@ def scale(pool: str) -> Response:
         fail(422, f"{pool[:80]!r} is a group: a group is scaled by hand only with `atomic: true` (its alerts route "
                   "to it as to a pool)")
     if req.atomic:
-        return gang.scale(_svc(), pool, req, reason)
+        return gang.atomic_scale(_svc(), pool, req, reason)
     assert spec is not None
     nodes = tuple(dict.fromkeys(req.nodes or ()))
     if nodes and not _svc().parts.nodes.names_nodes(spec, _svc().providers[spec.name]):
