@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tests.fakes.kube import FakeKube
 from tests.gang_rig import H100, PROVISION, Rig
+from tests.rbac import asked, expected
 from tests.support import AUTH, post
 
 PRS = {"provisioning_requests": {"booking": "10m"}}
@@ -40,6 +41,9 @@ def test_the_spot_pool_falls_short_then_on_demand_provisions_it(tmp_path: Path) 
         booked = [n for n, node in kube.nodes.items() if node["metadata"]["annotations"].get(
             "gpu-autoscaler/booked-for") == "ml/job-a"]
         assert sorted(booked) == sorted(rig.provider("ondemand").node_names())
+        # every call made is one docs/rbac.md grants with provisioning_requests: (the chart renders the same rows)
+        assert asked(kube.log) <= expected({"kubernetes", "provisioning_requests"})
+        assert ("autoscaling.x-k8s.io", "provisioningrequests/status", "update") in asked(kube.log)
 
 
 def test_booked_nodes_survive_a_scale_in_until_the_booking_ends(tmp_path: Path) -> None:
