@@ -101,3 +101,19 @@ def test_a_restarted_worker_rolls_back_what_another_asked(tmp_path: Path) -> Non
         assert again.tick(PROVISION) == [("spot", "rolled_back")]
         assert events(again.client, pool="spot")[0]["details"]["nodes"] == ["spot-node-0001", "spot-node-0002"]
         assert again.current("spot") == 0
+
+
+def test_a_group_asks_only_pools_the_credential_may_act_on(tmp_path: Path) -> None:
+    from tests.support import TOKEN, post
+
+    server = {"auth": {"bearer_tokens": [TOKEN, {"token": "ondemand-only-7", "name": "ml-team",
+                                                 "pools": ["ondemand"]}]}}
+    with FakeKube() as kube:
+        rig = Rig(tmp_path, kube, server=server)
+        got = post(rig.client, "/api/v1/pools/h100/scale", {"action": "scale_out", "step": 2, "atomic": True},
+                   headers={"Authorization": "Bearer ondemand-only-7"}).get_json()
+        assert (got["pool"], got["outcome"]) == ("ondemand", "scaled")
+        assert rig.provider("spot").asked() == 0
+        refused = post(rig.client, "/api/v1/pools/spot/scale", {"action": "scale_out", "step": 2, "atomic": True},
+                       headers={"Authorization": "Bearer ondemand-only-7"})
+        assert refused.status_code == 403

@@ -2,6 +2,7 @@
 once, kept only if every one is GPU-ready within the pool's ``provision_time`` (docs/gang.md)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from flask import Response, jsonify
@@ -34,7 +35,8 @@ def atomic_scale(svc: Service, name: str, req: Any, reason: str) -> Response:
             problems = [why_not(svc.parts, s) for s in specs]
             if all(problems):
                 fail(422, f"group {name}: {problems[0]}")
-            decision = ask_group(svc.parts, name, ask, now)
+            hidden = tuple(s.name for s in specs if not principal().sees(s.name))  # never chosen for this caller
+            decision = ask_group(svc.parts, name, replace(ask, tried=hidden), now)
         else:
             spec = svc.settings.pools[name]
             problem = why_not(svc.parts, spec)
