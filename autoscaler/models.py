@@ -29,6 +29,8 @@ class Outcome(str, enum.Enum):
     REPAIRED = "repaired"  # a node in repair was removed by name (or left the cluster by itself)
     SKIPPED_REPAIR_BUDGET = "skipped_repair_budget"  # the pool already has repair.max_unhealthy nodes in repair
     SKIPPED_CANCELLED = "skipped_cancelled"  # a repeat of an alert whose repair an operator cancelled
+    PROVISIONED = "provisioned"  # every node of an atomic (all-or-nothing) scale-out is GPU-ready
+    ROLLED_BACK = "rolled_back"  # an atomic scale-out fell short by its deadline: the nodes that came removed
 
 
 class Action(str, enum.Enum):
@@ -237,6 +239,7 @@ class PoolSpec:
     movable_owners: tuple[str, ...] = ("ReplicaSet", "StatefulSet")  # scale_in.movable_owners (victims: movable)
     forced_removal: bool = True  # scale_in.forced_removal: a manual force may drain (evict) a busy node
     node_selector: tuple[tuple[str, str], ...] = ()  # the pool's nodes' labels (empty: not known)
+    node_labels: tuple[tuple[str, str], ...] = ()  # labels every node carries besides the selector's (pods match)
     gpus_per_node: int | None = None  # GPUs one node adds; required by demand mode (the replay assumes 8)
     provision_time: float = 600.0  # request -> GPUs allocatable; nodes asked for within it are "in flight"
     schedules: tuple[Schedule, ...] = ()

@@ -46,12 +46,12 @@ def run(clusters: int, nodes: int, hang: bool = False) -> dict[str, Any]:
         for kube in kubes:
             kube.calls.clear()
         if hang:
-            kubes[-1].hang.set()
+            kubes[-1].hung.set()
         started = time.perf_counter()
         tick = reconciler.tick(time.time())
         took = time.perf_counter() - started
         for kube in kubes:
-            kube.hang.clear()
+            kube.hung.clear()
         calls = [sum(k.calls.values()) for k in kubes]
         return {"clusters": clusters, "nodes_per_cluster": nodes, "hang": hang, "tick_s": round(took, 3),
                 "api_calls": sum(calls), "api_calls_per_cluster": max(calls) if calls else 0,

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 from flask import Blueprint, Response, current_app, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
 
-from autoscaler.api import fail, read_json, request_body, require_auth
+from autoscaler.api import fail, gang, read_json, request_body, require_auth
 from autoscaler.answers import EventList, decision_json, dump, event_body
 from autoscaler.api.event_query import page as event_page, parse as parse_events
 from autoscaler.api.guards import WRITES, json_only, may_see, principal, same_origin_only
@@ -31,6 +31,8 @@ class ScaleRequest(BaseModel):
     target: int | None = Field(default=None, ge=0, le=MAX_NODES, strict=True)
     reason: str = Field(default="", max_length=500)
     force: StrictBool = False
+    atomic: StrictBool = Field(default=False, description="scale_out only: every node of `step` asked of one pool "
+                               "at once, kept only if all are GPU-ready within its provision_time (docs/gang.md).")
     value: float | None = None
     nodes: list[Annotated[str, Field(pattern=NODE_NAME, max_length=253)]] | None = Field(
         default=None, min_length=1, max_length=MAX_NODES, description="scale_in: remove exactly these nodes.")
@@ -132,11 +134,18 @@ def get_pool(pool: str) -> Response:
 
 @bp.post("/pools/<pool>/scale")
 def scale(pool: str) -> Response:
-    spec = _spec(pool)
+    group = pool in _svc().settings.groups
+    spec = None if group else _spec(pool)
     req: ScaleRequest = _body(ScaleRequest)
     who = _on_behalf_of()
     reason = (f"manual request by {principal().name}" + (f" (on behalf of {who})" if who else "")
               + (f": {req.reason}" if req.reason else ""))
+    if group and not req.atomic:
+        fail(422, f"{pool[:80]!r} is a group: a group is scaled by hand only with `atomic: true` (its alerts route "
+                  "to it as to a pool)")
+    if req.atomic:
+        return gang.atomic_scale(_svc(), pool, req, reason)
+    assert spec is not None
     nodes = tuple(dict.fromkeys(req.nodes or ()))
     if nodes and not _svc().parts.nodes.names_nodes(spec, _svc().providers[spec.name]):
         fail(422, f"nodes: pool {spec.name} cannot remove named nodes: that needs the `kubernetes:` section, the "

@@ -89,10 +89,10 @@ def _within_pools(note: Notification, parts: Parts) -> None:
 def _repair_within(who: Principal, parts: Parts, group: str, node: str) -> None:
     """A repair for a group acts on the member the named node is of: 403 when that member is not the credential's
     (the group would otherwise widen it: cordon another team's node and grow its pool)."""
-    member = repair.member_of(parts.repairs, group, node.strip()) if node.strip() else None
-    if member is not None and not who.sees(member.name):
+    members = repair.members_of(parts.repairs, group, node.strip()) if node.strip() else []
+    if members and not any(who.sees(m.name) for m in members):
         fail(403, f"credential {who.name!r} may not repair node {node[:80]!r}: it is a node of pool "
-                  f"{member.name[:80]!r} of group {group[:80]!r}, not in the credential's pools")
+                  f"{members[0].name[:80]!r} of group {group[:80]!r}, not in the credential's pools")
 
 
 @bp.post("/alertmanager")

@@ -22,6 +22,7 @@ from autoscaler.config import KubernetesConfig
 from autoscaler.cluster.dra import UNUSED, Dra, asks_through_claims
 from autoscaler.cluster.gpus import not_extended, pending_gpus, waits_for
 from autoscaler.cluster.kube_dra import DraReads, Refused
+from autoscaler.cluster.kube_requests import KubeRequests
 from autoscaler.cluster.nodes import (CORDON_ANNOTATION, ClusterCapabilities, ClusterError, ClusterUnreachable,
                                       NodeGone, NodeView,
                                       PoolRead, cordon_mark, node_view)
@@ -39,7 +40,7 @@ _PAGE = 5000  # pods per page of the pool's pod list (the API server's own pagin
 class KubeCluster:
     """:class:`autoscaler.cluster.nodes.Cluster` over the Kubernetes API."""
 
-    capabilities = ClusterCapabilities(lists_budgets=True, reads_pools=True, lists_marked=True)
+    capabilities = ClusterCapabilities(lists_budgets=True, reads_pools=True, lists_marked=True, reads_requests=True)
 
     def __init__(self, settings: KubernetesConfig, page: int = _PAGE) -> None:
         self.settings = settings
@@ -47,6 +48,7 @@ class KubeCluster:
         self.patterns = tuple(settings.gpu_resources)
         self._core: Any = None
         self.dra = DraReads(self, list(settings.gpu_device_classes))
+        self.requests = KubeRequests(self)  # ProvisioningRequests (docs/gang.md)
 
     # ---- the client ------------------------------------------------------------------------------------------
     def _api(self) -> Any:
@@ -198,6 +200,12 @@ class KubeCluster:
         from kubernetes import client
 
         return client.ResourceV1Api(self._api().api_client)
+
+    def custom_api(self) -> Any:
+        """The client's ``CustomObjectsApi`` (ProvisioningRequests) on the same connection pool."""
+        from kubernetes import client
+
+        return client.CustomObjectsApi(self._api().api_client)
 
     def budgets(self) -> list[Budget]:
         """Every PodDisruptionBudget (policy/v1), for ``victims: movable``: one list call."""

@@ -22,6 +22,9 @@ from autoscaler.config.common import DEFAULT_GPU_RESOURCES
 CORDON_ANNOTATION = "gpu-autoscaler/cordoned"
 #: Appended to the owner once the cloud was asked to remove the node (the sweep then leaves it to the cloud).
 REMOVING = "/removing"
+#: The annotation on a node provisioned for a ProvisioningRequest (``namespace/name``) while its booking lasts
+#: (docs/gang.md): kept from scale-in like a node with GPU work; the service takes it off when the booking ends.
+BOOKED_ANNOTATION = "gpu-autoscaler/booked-for"
 #: The cordon owner of a node in repair (docs/repair.md): the repair's to lift, never a scale-in's sweep's.
 REPAIR_OWNER = "gpu-autoscaler/repair"
 SHOWN = 4  # kept nodes named in a reason (the details list more)
@@ -62,6 +65,7 @@ class NodeView:
     gpu_used: int | None = None  # GPUs its pods hold (None: the sum of its GPU pods' counts)
     claims_unread: str = ""  # why its pods' claims keep it although DRA was not read (403), "" when none
     dra_unread: str = ""  # DRA's status ("403") when it was not read and the node has no device-plugin GPU
+    booked: str = ""  # the ProvisioningRequest (``namespace/name``) the node is booked for, "" when none
 
     @property
     def gpu_ready(self) -> bool:
@@ -87,6 +91,8 @@ class NodeView:
             more = len(self.gpu_pods) - 1
             extra = f" and {more} more GPU pod{'s' if more > 1 else ''}" if more else ""
             return f"runs GPU pod {self.gpu_pods[0].describe()}{extra}"
+        if self.booked:
+            return f"booked for ProvisioningRequest {self.booked}"
         return self.claims_unread or None
 
 
@@ -122,6 +128,7 @@ class ClusterCapabilities:
     lists_budgets: bool = False  # ``budgets``: read only by ``victims: movable``
     reads_pools: bool = False  # ``read_pool`` and ``once``: the reconciler's whole-pool read, DRA read once a tick
     lists_marked: bool = False  # ``marked``: a pool's nodes without their pods, for the stale-cordon sweep
+    reads_requests: bool = False  # ``requests``: ProvisioningRequests and PodTemplates (cluster/kube_requests.py)
 
 
 class Cluster(Protocol):
@@ -262,6 +269,7 @@ def node_view(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
         gpu_used=gpus.used,
         claims_unread=unread,
         dra_unread=dra.unseen if dra is not None and dra.blind and gpus.allocatable <= 0 else "",
+        booked=str((meta.get("annotations") or {}).get(BOOKED_ANNOTATION) or "")[:320],
     )
 
 

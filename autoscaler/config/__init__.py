@@ -11,6 +11,7 @@ from pydantic import Field, model_validator
 from autoscaler.config.cluster import DEFAULT_CLUSTER, ClusterConfig, KubernetesConfig, cluster_problems
 from autoscaler.config.common import (DEFAULT_GPU_RESOURCES, MAX_MATCHED_LABEL, MAX_NODES, POOL_NAME, Count,
                                         Frozen, Step, regex_risk)
+from autoscaler.config.gang import ProvisioningRequestsConfig
 from autoscaler.config.groups import CapacityConfig, GroupConfig, group_problems
 from autoscaler.config.pools import (DefaultsConfig, DirectionConfig, PoolConfig, ScaleInConfig, ScheduleConfig,
                                        Victims)
@@ -42,6 +43,14 @@ class Config(Frozen):
     replay: ReplayConfig | None = None
     kubernetes: KubernetesConfig | None = None
     clusters: list[ClusterConfig] = Field(default_factory=list)
+    provisioning_requests: ProvisioningRequestsConfig | None = None
+
+    @model_validator(mode="after")
+    def _requests_need_a_cluster(self) -> "Config":
+        if self.provisioning_requests is not None and self.kubernetes is None and not getattr(self, "clusters", None):
+            raise ValueError("provisioning_requests: needs the `kubernetes:` section (the requests, their "
+                             "PodTemplates and the nodes are read from the cluster)")
+        return self
 
     @model_validator(mode="after")
     def _references(self) -> "Config":

@@ -99,6 +99,7 @@ def build_settings(raw: Any, env: dict[str, str] | None = None, *, replay: bool 
                                      headroom(w.headroom.model_dump()) if w.headroom else None)
                             for w in pool.schedules),
             short_for=pool.capacity.short_for,
+            node_labels=tuple(sorted(pool.node_labels.items())),
             group=group_of.get(pool.name, ""),
             cluster=config.cluster_of(pool),
             repair=_repair(config, index, pool, settings, problems, replay),

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from autoscaler.config.durations import Duration
 from autoscaler.config.common import POOL_NAME, Count, Frozen, Step
+from autoscaler.config.gang import node_labels as checked_labels
 from autoscaler.config.groups import CapacityConfig
 from autoscaler.config.node_repair import RepairConfig
 
@@ -174,6 +175,9 @@ class PoolConfig(BaseModel):
     dedup_window: Duration | None = None
     node_selector: str | None = Field(default=None, min_length=1, description="Label selector of the pool's "
                                       "nodes, e.g. kubernetes.azure.com/agentpool=gpunp (default per provider).")
+    node_labels: Annotated[dict[str, str], BeforeValidator(checked_labels)] = Field(
+        default_factory=dict, max_length=32, description="Labels every node of the pool carries (besides "
+        "node_selector's): what a pod's nodeSelector is matched against, at 0 nodes too (docs/gang.md).")
     gpus_per_node: int | None = Field(default=None, ge=1, le=64, description="GPUs one node adds (demand mode "
                                       "divides by it and needs it; the replay assumes 8 without it).")
     provision_time: Duration | None = Field(default=None, description="Request to GPUs allocatable; nodes asked "

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import ContextManager, Sequence
 
 from autoscaler.engine.core import Engine
+from autoscaler.gang import carry as gang_carry, requests as gang_requests
 from autoscaler.reconcile import shortage
 from autoscaler.repair import carry as repair_carry
 from autoscaler.engine.facts import headroom_facts, keeps_headroom, pool_facts
@@ -99,6 +100,7 @@ class Reconciler:
             if spec.name in done:
                 out.views += done[spec.name].views
                 out.decisions += done[spec.name].decisions
+        out.decisions += gang_requests.serve(self.parts, now) if pools else []  # docs/gang.md
         if self.pruner is not None:
             out.pruned = self.pruner.maybe_run(now)
         return out
@@ -122,6 +124,7 @@ class Reconciler:
         """One pool's round: its stored state read once (again only after a repair step changed the pool), its
         nodes listed once (the view, in flight, repairs and the headroom all read that listing), its cloud once."""
         self._log_unusable(spec, now)
+        out.decisions += gang_carry.carry_on(self.parts, spec, now)  # all-or-nothing scale-outs: docs/gang.md
         state = self.store.pool(spec.name)
         listed = self.refresh_nodes(spec, now, unreachable)
         view, facts, short = self.refresh(spec, state, now, listed)
@@ -131,7 +134,8 @@ class Reconciler:
             out.decisions += carried
             state = self.store.pool(spec.name)
         if short is not None:  # the cloud accepted a size it could not deliver: say so, give back, ask the group
-            out.decisions += self._short(spec, now, short)
+            if not gang_carry.waiting(self.parts, spec):  # a gang's pool: the gang's deadline settles it
+                out.decisions += self._short(spec, now, short)
             return
         decision = self._floor(spec, state, view, facts, now) or self._headroom(spec, state, view, now, listed)
         if decision is not None:

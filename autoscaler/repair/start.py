@@ -112,18 +112,25 @@ def _pool_of(parts: RepairParts, signal: Signal) -> tuple[PoolSpec | None, tuple
     return spec, (Outcome.SCALED, "")
 
 
-def member_of(parts: RepairParts, group: str, node: str) -> PoolSpec | None:
-    """The member of ``group`` (with ``repair:``) whose nodes ``node`` is of, None when none is (or the cluster cannot
-    say): what a repair alert for the group would act on, for the webhook's check of a scoped credential."""
-    if parts.cluster is None:
-        return None
-    try:
-        view = parts.cluster.node(node)
-    except ClusterError as exc:
-        log.warning("group repair: node %s unreadable: %s", node, redact_text(str(exc)))
-        return None
-    members = [parts.settings.pools[m] for m in parts.settings.groups.get(group, ())]
-    return next((m for m in members if m.repair is not None and view is not None and _in_pool(view, m)), None)
+def members_of(parts: RepairParts, group: str, node: str) -> list[PoolSpec]:
+    """The members of ``group`` (with ``repair:``) that have a node named ``node`` in their own cluster (node names
+    may repeat across clusters); what a repair alert for the group could act on, for the webhook's check of a scoped
+    credential. A cluster that cannot be read says nothing."""
+    found: list[PoolSpec] = []
+    for name in parts.settings.groups.get(group, ()):
+        member = parts.settings.pools[name]
+        cluster = parts.cluster_for(member)
+        if member.repair is None or cluster is None:
+            continue
+        try:
+            view = cluster.node(node)
+        except ClusterError as exc:
+            log.warning("group repair: node %s unreadable in cluster %s: %s", node, member.cluster,
+                        redact_text(str(exc)))
+            continue
+        if view is not None and _in_pool(view, member):
+            found.append(member)
+    return found
 
 
 def _member_of(parts: RepairParts, members: list[PoolSpec], nodes: Sequence[str]) -> PoolSpec | None:

@@ -6,6 +6,7 @@ import abc
 from typing import Callable, Collection
 
 from autoscaler.models import PoolState
+from autoscaler.store.gangs import GangStore
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
                                    RemovalIntent, RepairAlert, RepairMark, RepairRecord, Shortcut)
 
@@ -210,7 +211,7 @@ class RepairStore(abc.ABC):
         """Forget every pool's firings of these alerts (they resolved); how many."""
 
 
-class Store(PoolStore, DedupStore, EventStore, ViewStore, RemovalStore, RepairStore):
+class Store(PoolStore, DedupStore, EventStore, ViewStore, RemovalStore, RepairStore, GangStore):
     """The whole store: one implementation of each small interface above (code that needs one concern names that
     one). Short transactions only: nothing here is held open across a cloud call."""
 

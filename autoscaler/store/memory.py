@@ -18,6 +18,7 @@ from autoscaler.models import PoolState
 from autoscaler.store import tables
 from autoscaler.store.base import (DedupConfirm, EventRecord, NodesView, PoolChange, PoolView, QuickState,
                                    RemovalIntent, RepairAlert, RepairMark, RepairRecord, Shortcut)
+from autoscaler.store.gangs import MemoryGangs
 from autoscaler.store.interfaces import Store
 from autoscaler.store.rows import hash_key, pool_state
 
@@ -25,7 +26,7 @@ _DEFAULT_ROW = {c.name: None for c in tables.pools.c} | {"paused": False, "pause
                                                      "short_reason": ""}
 
 
-class MemoryStore(Store):
+class MemoryStore(MemoryGangs, Store):
     """Every method holds one lock for its whole work: the in-memory counterpart of one short transaction."""
 
     def __init__(self) -> None:

@@ -41,6 +41,7 @@ from autoscaler.store.migrate import upgrade
 from autoscaler.store.removals import SqlRemovals
 from autoscaler.store.boot import supervised
 from autoscaler.store.repairs import SqlRepairs
+from autoscaler.store.gangs import SqlGangs
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ def _finish_sql(fields: tuple[str, ...], release: bool = True) -> Any:
     return update(tables.pools).where(p.name == bindparam("p_name")).values(**values, last_event_id=bindparam("p_event"))
 
 
-class SqlStore(SqlRemovals, SqlRepairs, SqlReads, Store):
+class SqlStore(SqlRemovals, SqlRepairs, SqlGangs, SqlReads, Store):
     """Every method is one short transaction."""
 
     def __init__(self, url: str, options: StoreOptions | None = None, *, migrate: bool = True) -> None:

@@ -116,6 +116,25 @@ repair_alerts = Table(  # the alert firings that asked for a node's repair, and 
     Column("cancelled_at", Float, nullable=True),  # set by an operator's cancel: repeats of this firing are skipped
 )
 
+gangs = Table(  # all-or-nothing scale-outs (docs/gang.md): one row from the ask to provisioned or rolled back
+    "gangs",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("pool", String(64), nullable=False),  # the pool asked now (a group's next pool: a new row)
+    Column("grp", String(64), nullable=False, default=""),  # the group whose pools are tried in turn ("" none)
+    Column("request", String(320), nullable=False, default=""),  # ProvisioningRequest ``ns/name`` ("" by hand)
+    Column("before", Integer, nullable=False),  # the pool's size before the ask: what a roll-back goes back to
+    Column("asked", Integer, nullable=False),  # nodes asked, all at once
+    Column("known", Text, nullable=False, default="[]"),  # JSON: the pool's node names before the ask
+    Column("started", Float, nullable=False),
+    Column("deadline", Float, nullable=False),  # started + the pool's provision_time
+    Column("state", String(16), nullable=False),  # waiting | provisioned | rolled_back | failed
+    Column("tried", Text, nullable=False, default=""),  # pools of the group already tried, comma-separated
+    Column("reason", Text, nullable=False, default=""),
+    Column("updated_at", Float, nullable=False),
+    Column("nodes", Text, nullable=False, default="[]"),  # JSON: the nodes that came, once provisioned (booked)
+)
+
 removal_intents = Table(  # node removals about to be sent: kept until the cloud's view settles each (scale_in.py)
     "removal_intents",
     metadata,

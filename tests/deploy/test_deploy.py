@@ -170,7 +170,11 @@ def test_rbac_grants_what_node_aware_scale_in_calls_and_no_more() -> None:
     assert grants == {("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "patch"), ("", "pods", "list"),
                       ("", "pods/eviction", "create"), ("policy", "poddisruptionbudgets", "list"),  # never delete
                       *{("resource.k8s.io", r, v) for r in ("resourceslices", "resourceclaims", "deviceclasses")
-                        for v in ("get", "list")}}  # GPUs through DRA (docs/dra.md)
+                        for v in ("get", "list")},  # GPUs through DRA (docs/dra.md)
+                      ("autoscaling.x-k8s.io", "provisioningrequests", "get"),  # all or nothing (docs/gang.md)
+                      ("autoscaling.x-k8s.io", "provisioningrequests", "list"),
+                      ("autoscaling.x-k8s.io", "provisioningrequests/status", "update"),
+                      ("autoscaling.x-k8s.io", "provisioningrequests/status", "patch"), ("", "podtemplates", "get")}
     sa = _docs(K8S / "serviceaccount.yaml")[0]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],

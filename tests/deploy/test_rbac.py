@@ -31,6 +31,8 @@ def conditions(cfg: dict[str, Any], kube: bool) -> set[str]:
         pool.pop("repair", None)  # node repair's section (issue 36) is read from the file as written
     settings = build_settings(plain, env={**ENV, "AKS_RESOURCE_GROUP": "rg", "AKS_CLUSTER": "c"})
     out = {"kubernetes"} if kube else set()
+    if cfg.get("provisioning_requests") is not None:
+        out.add("provisioning_requests")
     for name, spec in settings.pools.items():
         if spec.victims == "movable":
             out.add("movable")
@@ -64,7 +66,8 @@ def test_the_table_is_the_one_the_docs_and_chart_speak_of() -> None:
     assert {(r.group, r.resource) for r in rows} >= {("", "nodes"), ("", "pods"), ("", "pods/eviction"),
                                                      ("policy", "poddisruptionbudgets"),
                                                      ("resource.k8s.io", "resourceslices")}
-    assert all(r.when <= {"kubernetes", "movable", "repair", "forced_removal"} and r.when for r in rows), rows
+    assert all(r.when <= {"kubernetes", "movable", "repair", "forced_removal", "provisioning_requests"} and r.when
+               for r in rows), rows
     assert not any("delete" in r.verbs for r in rows)
 
 
@@ -89,6 +92,9 @@ CASES = [
                  id="cloud-victims-forced-removal-from-defaults"),
     pytest.param({"config": {"file": {"kubernetes": {"in_cluster": True}, "pools": [pool(victims="idle")]}}},
                  id="kubernetes-written-in-the-config"),
+    pytest.param({"nodeAwareScaleIn": {"enabled": True},
+                  "config": {"file": {"provisioning_requests": {"booking": "10m"}, "pools": [pool(victims="idle")]}}},
+                 id="provisioning-requests"),
 ]
 
 
@@ -108,6 +114,7 @@ def test_the_chart_grants_exactly_the_tables_rows_the_config_uses(helm: str, tmp
     ({"forcedRemoval": True}, {"kubernetes", "forced_removal"}),
     ({"movable": True}, {"kubernetes", "movable"}),
     ({"repair": True}, {"kubernetes", "repair"}),
+    ({"provisioningRequests": True}, {"kubernetes", "provisioning_requests"}),
 ])
 def test_with_an_existing_configmap_the_values_say_what_the_pools_use(helm: str, uses: dict[str, bool],
                                                                       rows: set[str]) -> None:
@@ -122,7 +129,8 @@ def test_the_plain_manifests_grant_every_row_their_config_uses() -> None:
     cfg = yaml.safe_load(yaml.safe_load((ROOT / "deploy" / "kubernetes" / "configmap.yaml").read_text())["data"][
         "config.yaml"])
     needed = expected(conditions(cfg, kube=True))
-    assert needed <= granted(docs[0]) == expected({"kubernetes", "movable", "repair", "forced_removal"})
+    assert needed <= granted(docs[0]) == expected({"kubernetes", "movable", "repair", "forced_removal",
+                                                   "provisioning_requests"})
 
 
 # ---- what the code calls, against what the chart grants -----------------------------------------------------------

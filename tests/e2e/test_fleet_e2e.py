@@ -93,7 +93,7 @@ def test_a_hung_cluster_stalls_only_its_own_pools(tmp_path: Path) -> None:
         seed(eus, busy="gpu-1")
         with Service(config(tmp_path, weu, eus), tmp_path, workers=1) as svc:
             wait_for(lambda: gauge(svc.url, "eus") == 1, 20, "eus listed once")
-            eus.hang.set()
+            eus.hung.set()
             try:
                 wait_for(lambda: gauge(svc.url, "eus") == 0, 30, "eus reported unreachable")
                 started = time.monotonic()
@@ -106,7 +106,7 @@ def test_a_hung_cluster_stalls_only_its_own_pools(tmp_path: Path) -> None:
                          > listed_weu + 2, 20, "the reconciler keeps listing weu while eus hangs")
                 pool_eus = requests.get(f"{svc.url}/api/v1/pools/gpu-eus", headers=AUTH, timeout=5).json()
             finally:
-                eus.hang.clear()
+                eus.hung.clear()
     assert decided["outcome"] == "scaled", decided
     assert took < 5, f"healthz and the other cluster's decision took {took:.1f}s"
     assert pool_eus["cluster"] == "eus" and pool_eus["cluster_reachable"] is False

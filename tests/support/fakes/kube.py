@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from tests.support.fakes.httpbase import FakeHttpServer, Reply, Request
 from tests.support.fakes.kube_dra import DraObjects, claim_pod
+from tests.support.fakes.kube_requests import RequestObjects
 
 _NODE = re.compile(r"^/api/v1/nodes(?:/(?P<name>[^/]+))?$")
 _PODS = re.compile(r"^/api/v1(?:/namespaces/(?P<ns>[^/]+))?/pods$")
@@ -93,10 +94,12 @@ class FakeKube(FakeHttpServer):
     on_cordon: Callable[[str], None] | None = None
     #: resource.k8s.io/v1 (tests/support/fakes/kube_dra.py): ``dra.status`` 404 or 403 takes the API away
     dra: DraObjects = field(default_factory=DraObjects)
+    #: autoscaling.x-k8s.io/v1 ProvisioningRequests and PodTemplates (tests/support/fakes/kube_requests.py)
+    prs: RequestObjects = field(default_factory=RequestObjects)
     calls: Counter[str] = field(default_factory=Counter)  # "GET nodes", "LIST pods", "PATCH nodes", ...
     log: list[tuple[str, str]] = field(default_factory=list)  # (method, path) of every request
     #: set: every request waits (up to a minute) until it is cleared, as an API server that hangs
-    hang: threading.Event = field(default_factory=threading.Event)
+    hung: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         super().__init__()
@@ -202,7 +205,7 @@ class FakeKube(FakeHttpServer):
     def handle(self, request: Request) -> Reply:
         self.log.append((request.method, request.path))
         until = time.monotonic() + 60
-        while self.hang.is_set() and time.monotonic() < until:
+        while self.hung.is_set() and time.monotonic() < until:
             time.sleep(0.05)
         if request.headers.get("Authorization") != f"Bearer {self.token}":
             return status(401, "Unauthorized", "Unauthorized")
@@ -218,6 +221,8 @@ class FakeKube(FakeHttpServer):
                          if m.group("ns") in (None, ns)]
                 return Reply(200, {"kind": "PodDisruptionBudgetList", "apiVersion": "policy/v1",
                                    "metadata": {"resourceVersion": str(self._rv)}, "items": items})
+            if (answer := self.prs.serve(request)) is not None:
+                return answer
             if (answer := self.dra.serve(request)) is not None:
                 self.calls[f"LIST {request.path.rsplit('/', 1)[-1]}"] += 1
                 return answer

@@ -77,14 +77,16 @@ read, nodes patched: nodeAwareScaleIn.enabled or config.file's kubernetes.in_clu
 way the service reads it (a pool's own scale_in key, else the defaults'); with config.existingConfigMap the chart
 cannot read the config, so nodeAwareScaleIn.uses says what its pools use. */}}
 {{- define "gpa.kubeNeeds" -}}
-{{- $movable := false }}{{- $repair := false }}{{- $forced := false }}
+{{- $movable := false }}{{- $repair := false }}{{- $forced := false }}{{- $requests := false }}
 {{- $kube := .Values.nodeAwareScaleIn.enabled }}
 {{- if .Values.config.existingConfigMap }}
 {{- $uses := .Values.nodeAwareScaleIn.uses | default dict }}
 {{- $movable = $uses.movable }}{{- $repair = $uses.repair }}{{- $forced = $uses.forcedRemoval }}
+{{- $requests = $uses.provisioningRequests }}
 {{- else }}
 {{- $cfg := .Values.config.file | default dict }}
 {{- if ($cfg.kubernetes | default dict).in_cluster }}{{- $kube = true }}{{- end }}
+{{- if $cfg.provisioning_requests }}{{- $requests = true }}{{- end }}
 {{- $defaults := $cfg.defaults | default dict }}
 {{- $base := $defaults.scale_in | default dict }}
 {{- if $defaults.repair }}{{- $repair = true }}{{- end }}
@@ -102,4 +104,5 @@ cannot read the config, so nodeAwareScaleIn.uses says what its pools use. */}}
 kubernetes: {{ $kube | toJson }}
 evict: {{ and $kube (or $movable $repair $forced) | toJson }}
 budgets: {{ and $kube (or $movable $repair) | toJson }}
+requests: {{ and $kube $requests | toJson }}
 {{- end }}

@@ -1,0 +1,119 @@
+"""By hand, all or nothing: ``"atomic": true`` asks every node of one pool at once, through the app, the real
+kubernetes client against the fake API server and a simulated spot pool that delivers fewer nodes than asked; the
+nodes that came are removed by name and the size restored at the deadline, and a group's next pool is asked."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support.fakes.kube import FakeKube
+from tests.support.gang_rig import PROVISION, Rig
+from tests.support import events
+
+
+def test_a_pool_that_delivers_fewer_is_rolled_back_by_name(tmp_path: Path) -> None:
+    with FakeKube() as kube:
+        rig = Rig(tmp_path, kube)
+        answer = rig.atomic("spot", 4)
+        assert answer.status_code == 200
+        got = answer.get_json()
+        assert (got["outcome"], got["from"], got["to"]) == ("scaled", 0, 4)
+        came = rig.arrive("spot")
+        assert came == ["spot-node-0001", "spot-node-0002"]  # the spot cloud delivered 2 of 4
+        assert rig.tick() == []  # within provision_time: it waits, no no_capacity give-back meanwhile
+        assert rig.provider("spot").asked() == 4
+        assert rig.tick(PROVISION) == [("spot", "rolled_back")]
+        rolled = events(rig.client, pool="spot")[0]
+        assert rolled["outcome"] == "rolled_back" and rolled["source"] == "reconcile"
+        assert (rolled["from"], rolled["to"]) == (4, 0)
+        assert rolled["details"]["nodes"] == came and rolled["details"]["ready"] == 2
+        assert rig.provider("spot").node_names() == () and rig.provider("spot").asked() == 0
+        assert rig.current("spot") == 0
+        assert [e["outcome"] for e in events(rig.client)] == ["rolled_back", "scaled"]  # no no_capacity, no retry
+        assert rig.tick(PROVISION) == []  # settled once
+
+
+def test_all_ready_is_provisioned_and_kept(tmp_path: Path) -> None:
+    with FakeKube() as kube:
+        rig = Rig(tmp_path, kube)
+        assert rig.atomic("ondemand", 3).get_json()["outcome"] == "scaled"
+        rig.arrive("ondemand", ready=False)
+        assert rig.tick() == []  # registered but not Ready: not yet
+        for name in rig.provider("ondemand").node_names():
+            kube.nodes[name]["status"]["conditions"][0]["status"] = "True"
+        assert rig.tick() == [("ondemand", "provisioned")]
+        done = events(rig.client, pool="ondemand")[0]
+        assert (done["from"], done["to"], done["details"]["nodes"]) == (0, 3, list(rig.provider("ondemand")
+                                                                                    .node_names()))
+        assert rig.tick(PROVISION) == [] and rig.current("ondemand") == 3
+
+
+def test_a_group_rolls_the_spot_pool_back_before_asking_the_next(tmp_path: Path) -> None:
+    with FakeKube() as kube:
+        rig = Rig(tmp_path, kube)
+        got = rig.atomic("h100", 4).get_json()
+        assert (got["pool"], got["outcome"], got["to"]) == ("spot", "scaled", 4)
+        assert events(rig.client, pool="spot")[0]["details"]["group"] == "h100"
+        rig.arrive("spot")
+        assert rig.tick(PROVISION + 1) == [("spot", "rolled_back"), ("ondemand", "scaled")]
+        assert rig.provider("spot").asked() == 0 and rig.provider("ondemand").asked() == 4
+        first, then = events(rig.client, pool="spot")[0], events(rig.client, pool="ondemand")[0]
+        assert first["id"] < then["id"], "never both pools grown: the spot pool is back before on-demand is asked"
+        rig.arrive("ondemand", only=3)
+        assert rig.tick() == []
+        rig.arrive("ondemand")
+        assert rig.tick() == [("ondemand", "provisioned")]
+        assert (rig.current("spot"), rig.current("ondemand")) == (0, 4)
+
+
+def test_over_max_asks_nothing(tmp_path: Path) -> None:
+    with FakeKube() as kube:
+        rig = Rig(tmp_path, kube)
+        got = rig.atomic("spot", 9).get_json()
+        assert (got["outcome"], got["from"], got["to"]) == ("skipped_limit", 0, 0)
+        assert "past its max (8)" in got["reason"]
+        group = rig.atomic("h100", 9).get_json()
+        assert group["outcome"] == "skipped_limit" and "no pool of group h100" in group["reason"]
+        assert rig.provider("spot").asked() == 0 and rig.provider("ondemand").asked() == 0
+
+
+def test_bad_atomic_requests(tmp_path: Path) -> None:
+    with FakeKube() as kube:
+        rig = Rig(tmp_path, kube)
+        for body in ({"action": "scale_in", "step": 1, "atomic": True}, {"target": 3, "atomic": True},
+                     {"action": "scale_out", "atomic": True}):
+            from tests.support import post
+
+            answer = post(rig.client, "/api/v1/pools/spot/scale", body)
+            assert answer.status_code == 422, body
+        assert post(rig.client, "/api/v1/pools/h100/scale", {"action": "scale_out", "step": 1}).status_code == 422
+        assert post(rig.client, "/api/v1/pools/nope/scale", {"action": "scale_out", "step": 1,
+                                                             "atomic": True}).status_code == 404
+        assert post(rig.client, "/api/v1/pools/spot/scale", {"action": "scale_out", "step": 1,
+                                                             "atomic": "yes"}).status_code == 422
+
+
+def test_a_restarted_worker_rolls_back_what_another_asked(tmp_path: Path) -> None:
+    with FakeKube() as kube:
+        first = Rig(tmp_path, kube)
+        assert first.atomic("spot", 4).get_json()["outcome"] == "scaled"
+        first.arrive("spot")
+        again = Rig(tmp_path, kube, clock=first.clock)  # a new process on the same store: the gang is stored
+        assert again.tick(PROVISION) == [("spot", "rolled_back")]
+        assert events(again.client, pool="spot")[0]["details"]["nodes"] == ["spot-node-0001", "spot-node-0002"]
+        assert again.current("spot") == 0
+
+
+def test_a_group_asks_only_pools_the_credential_may_act_on(tmp_path: Path) -> None:
+    from tests.support import TOKEN, post
+
+    server = {"auth": {"bearer_tokens": [TOKEN, {"token": "ondemand-only-7", "name": "ml-team",
+                                                 "pools": ["ondemand"]}]}}
+    with FakeKube() as kube:
+        rig = Rig(tmp_path, kube, server=server)
+        got = post(rig.client, "/api/v1/pools/h100/scale", {"action": "scale_out", "step": 2, "atomic": True},
+                   headers={"Authorization": "Bearer ondemand-only-7"}).get_json()
+        assert (got["pool"], got["outcome"]) == ("ondemand", "scaled")
+        assert rig.provider("spot").asked() == 0
+        refused = post(rig.client, "/api/v1/pools/spot/scale", {"action": "scale_out", "step": 2, "atomic": True},
+                       headers={"Authorization": "Bearer ondemand-only-7"})
+        assert refused.status_code == 403
