@@ -15,7 +15,7 @@ import functools
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
-from autoscaler.api.chart_axes import count_ticks, fits, text_width, time_range, time_ticks
+from autoscaler.api.chart_axes import count_ticks, fits, minor, text_width, time_range, time_ticks
 from autoscaler.decide.inflight import from_scale_outs
 
 PLOT_W, PLOT_H = 720, 160  # the plot area; axes' labels, the legend and the markers' labels sit outside it
@@ -139,6 +139,7 @@ def chart(events: list[dict[str, Any]], low: int, high: int, now: float, current
     else:
         top = top + 1
     ticks = count_ticks(top, low, PLOT_H)
+    phone_hides = minor(ticks, top, PLOT_H)
 
     def x_of(t: float) -> float:
         return round(LEFT + (t - t0) / (t1 - t0) * PLOT_W, 1)
@@ -154,10 +155,10 @@ def chart(events: list[dict[str, Any]], low: int, high: int, now: float, current
         "points": _steps(asked, x_of, y_of), "last_y": y_of(asked[-1][1]),
         "ready": _steps(s["ready"], x_of, y_of) if any(v for _, v in s["flight"]) else None,
         "flight": _area(s["flight"], x_of, y_of) if any(v for _, v in s["flight"]) else None,
-        "y_ticks": [{"y": y_of(c), "label": str(c)} for c in ticks],
+        "y_ticks": [{"y": y_of(c), "label": str(c), "minor": c in phone_hides} for c in ticks],
         "grid": [y_of(c) for c in (range(1, top) if top <= 12 else ticks) if c not in (0, low, top)],
         "x_ticks": [{"x": LEFT, "label": _hhmm(t0), "sub": ago(now - t0), "anchor": "start"},
-                    *({"x": x_of(t), "label": _hhmm(t), "sub": ago(now - t), "anchor": "middle"}
+                    *({"x": x_of(t), "label": _hhmm(t), "sub": ago(now - t), "anchor": "middle", "minor": True}
                       for t in time_ticks(t0, t1, PLOT_W)),
                     {"x": LEFT + PLOT_W, "label": _hhmm(t1), "sub": "now", "anchor": "end"}],
         "changes": shown_changes if shown_changes is not None else

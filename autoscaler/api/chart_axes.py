@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 LABEL_GAP = 14.0  # px between two count labels (12px text)
+PHONE_GAP = 30.0  # the same at phone width, where the chart is drawn at 0.4x and its labels at 24 units
 TIME_GAP = 90.0  # px between two time labels ("14:30 UTC" and the "2 h ago" under it)
 STEPS = (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000)
 TIME_STEPS = (60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
@@ -29,6 +30,14 @@ def count_ticks(top: int, low: int, height: float) -> list[int]:
     if 0 < low < top and all(abs(t - low) * per >= LABEL_GAP for t in ticks):  # the min, where there is room
         ticks.append(low)  # (its dashed line and the legend say it anyway)
     return sorted(ticks)
+
+
+def minor(ticks: list[int], top: int, height: float) -> set[int]:
+    """The ticks a phone leaves unlabelled (the page's CSS hides them): all but every count ``PHONE_GAP`` apart,
+    0 and ``top``."""
+    per = height / max(top, 1)
+    step = next((s for s in STEPS if s * per >= PHONE_GAP), STEPS[-1])
+    return {t for t in ticks if t % step and t != top or t != top and 0 < (top - t) * per < PHONE_GAP}
 
 
 def time_range(changes: Sequence[float], others: Sequence[float], now: float, min_span: float) -> float:

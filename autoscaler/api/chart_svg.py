@@ -20,6 +20,9 @@ _MARKS = {
 }
 
 
+_MINOR = {True: ' class="minor"', False: ""}  # a tick a phone leaves unlabelled (base.html's CSS)
+
+
 def svg(name: str, c: dict[str, Any]) -> Markup:
     """The chart's SVG element."""
     left, right, top, bottom = c["left"], c["right"], c["plot_top"], c["plot_h"]
@@ -41,11 +44,13 @@ def svg(name: str, c: dict[str, Any]) -> Markup:
     if c["max_y"] is not None:
         out.append(f'<line class="max" x1="{left}" x2="{right}" y1="{c["max_y"]}" y2="{c["max_y"]}"/>')
     out.append(f'<g class="axis count-axis"><line x1="{left}" x2="{left}" y1="{top}" y2="{bottom}"/>')
-    out += [f'<text x="{left - 5}" y="{t["y"] + 4}" text-anchor="end">{t["label"]}</text>' for t in c["y_ticks"]]
+    out += [f'<text{_MINOR[t["minor"]]} x="{left - 5}" y="{t["y"] + 4}" text-anchor="end">{t["label"]}</text>'
+            for t in c["y_ticks"]]
     out.append(f'</g><g class="axis time-axis"><line x1="{left}" x2="{right}" y1="{bottom}" y2="{bottom}"/>')
     for t in c["x_ticks"]:
-        out.append(f'<text x="{t["x"]}" y="{bottom + 15}" text-anchor="{t["anchor"]}">{t["label"]} UTC</text>'
-                   f'<text class="sub" x="{t["x"]}" y="{bottom + 30}" text-anchor="{t["anchor"]}">{t["sub"]}</text>')
+        out.append(f'<g{_MINOR[t.get("minor", False)]}><text x="{t["x"]}" y="{bottom + 15}" '
+                   f'text-anchor="{t["anchor"]}">{t["label"]} UTC</text><text class="sub" x="{t["x"]}" '
+                   f'y="{bottom + 30}" text-anchor="{t["anchor"]}">{t["sub"]}</text></g>')
     out.append("</g>")
     value = c["value"]
     if value:
