@@ -5,7 +5,7 @@ import argparse
 import os
 import sys
 
-from autoscaler import cli
+from autoscaler import __version__, cli
 from autoscaler.config.load import ConfigError, load_config, warnings
 from autoscaler.logjson import escape_lines
 
@@ -73,6 +73,7 @@ def _refused(message: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autoscaler", description="gpu-pool-autoscaler tools")
+    parser.add_argument("--version", action="version", version=f"gpu-pool-autoscaler {__version__}")
     cli.common_options(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check-config", help="validate a config file")

@@ -119,10 +119,11 @@ def _pool_rows(pools: list[dict[str, Any]], wide: bool = False) -> str:
         last = p.get("last_event") or {}
         cool = p["cooldown"]
         rows.append([p["name"], p["provider"], "?" if p["current"] is None else p["current"], f"{p['min']}-{p['max']}",
-                     "yes" if p["busy"] else "no", "yes" if p["paused"] else "no", _short(p),
-                     f"{cool['scale_out_remaining_s']:.0f}s/{cool['scale_in_remaining_s']:.0f}s",
+                     "yes" if p["busy"] else "no", "yes" if p["paused"] else "no", _short(p), _gpus(p),
+                     p.get("dra") or "-", f"{cool['scale_out_remaining_s']:.0f}s/{cool['scale_in_remaining_s']:.0f}s",
                      last.get("outcome", "-"), _cut(last.get("reason"), wide)])
-    head = ["POOL", "PROVIDER", "CURRENT", "MIN-MAX", "BUSY", "PAUSED", "SHORT", "COOLDOWN(out/in)", "LAST", "REASON"]
+    head = ["POOL", "PROVIDER", "CURRENT", "MIN-MAX", "BUSY", "PAUSED", "SHORT", "GPUS(alloc/req/pend)", "DRA",
+            "COOLDOWN(out/in)", "LAST", "REASON"]
     if len({p.get("cluster") for p in pools} - {None}) > 1:  # a fleet: which cluster each pool's nodes join
         head.insert(2, "CLUSTER")
         for row, p in zip(rows, pools):
@@ -135,6 +136,26 @@ def _cluster(pool: dict[str, Any]) -> str:
     name = pool.get("cluster") or "-"
     since = pool.get("cluster_unreachable_since")
     return f"{name} (unreachable since {since})" if since else name
+
+
+def _gpus(pool: dict[str, Any]) -> str:
+    """The pool's GPUs from the stored node view, allocatable/requested/pending ("-": no node view; "?": pending
+    not counted)."""
+    gpus = pool.get("gpus")
+    if not gpus:
+        return "-"
+    pending = "?" if gpus.get("pending") is None else gpus["pending"]
+    return f"{gpus['allocatable']}/{gpus['requested']}/{pending}"
+
+
+def _dra_said(pool: dict[str, Any]) -> str:
+    """Whether the last listing read DRA, as a sentence for the `nodes` header."""
+    dra = pool.get("dra")
+    if dra == "read":
+        return "DRA read"
+    if dra == "not_read":
+        return f"DRA NOT read ({pool.get('dra_reason') or 'no reason given'}): GPUs held through claims are not counted"
+    return "DRA unused (device-plugin GPUs only)" if dra == "unused" else "DRA: not known"
 
 
 def _short(pool: dict[str, Any]) -> str:
@@ -189,8 +210,13 @@ def _nodes(args: argparse.Namespace) -> tuple[Any, str]:
              ", ".join(f"{g['namespace']}/{g['name']} ({g['resource']} {g['count']})" for g in n["gpu_pods"]) or "-",
              n["protected"] or "-", ("yes (us)" if n["cordoned_by_us"] else "yes") if n["cordoned"] else "no"]
             for n in data["nodes"]]
-    text = table(["NODE", "READY", "REMOVABLE / WHY", "GPU PODS", "PROTECTED", "CORDONED"], rows)
-    return data, (f"cluster {data['cluster']}\n{text}" if data.get("cluster") not in (None, "default") else text)
+    gpus = data.get("gpus")
+    head = (f"pool {data['name']}: GPUs {gpus['allocatable']} allocatable, {gpus['requested']} requested, "
+            f"{'?' if gpus.get('pending') is None else gpus['pending']} pending" if gpus else f"pool {data['name']}")
+    if data.get("cluster") not in (None, "default"):
+        head += f" (cluster {data['cluster']})"
+    return data, f"{head}; {_dra_said(data)}\n" + table(["NODE", "READY", "REMOVABLE / WHY", "GPU PODS", "PROTECTED",
+                                                          "CORDONED"], rows)
 
 
 def _repair(args: argparse.Namespace) -> tuple[Any, str]:

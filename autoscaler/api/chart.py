@@ -3,8 +3,11 @@
 Made to be read at a glance at 3 a.m.: the count asked for as a thick step line on an axis that starts at 0 and
 ends just above the counts drawn (a pool's far-away max would flatten a 2 -> 3 step to a pixel), the ready count and
 the nodes in flight where decisions recorded them, the demand or alert value on its own axis, and a marker on every
-decision: a triangle for a change (up or down), a red band for ``no_capacity``, a cross for a failure, a tick for a
-decision that changed nothing. Every marker says what it was in its tooltip.
+decision: a triangle for a change (up or down), a red band for ``no_capacity``, a cross for a failure, an orange
+diamond for a repair's replacement (``repair_started``) and a purple square for its removal (``repaired``), a tick
+for a decision that changed nothing. Every marker says what it was in its tooltip. The axes (a tick per node for a
+small pool, round clock times, a range that starts at the pool's first change) and which labels fit are
+``chart_axes.py``'s.
 """
 from __future__ import annotations
 
@@ -13,14 +16,18 @@ import functools
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
+from autoscaler.api.chart_axes import count_ticks, fits, minor, text_width, time_range, time_ticks
 from autoscaler.decide.inflight import from_scale_outs
 
 PLOT_W, PLOT_H = 720, 160  # the plot area; axes' labels, the legend and the markers' labels sit outside it
-LEFT, RIGHT, TOP, BOTTOM = 40, 70, 24, 36
+LEFT, RIGHT, TOP, BOTTOM = 40, 100, 24, 36  # RIGHT: "N now", then the value axis at the far right
 MIN_SPAN = 600.0  # seconds: a chart of a change made a minute ago still spreads over the width
-# a decision that changed the count, the size given back after a shortfall, an operator's correction
-COUNT_CHANGES = ("scaled", "no_capacity", "count_corrected")
-MARKED = {"scaled": "change", "no_capacity": "short", "failed": "failed", "dry_run": "dry"}
+# a decision that changed the count, the size given back after a shortfall, an operator's correction, a repair's
+# replacement asked for and the repaired node's removal
+COUNT_CHANGES = ("scaled", "no_capacity", "count_corrected", "repair_started", "repaired")
+MARKED = {"scaled": "change", "no_capacity": "short", "failed": "failed", "dry_run": "dry",
+          "repair_started": "replace", "repaired": "removed"}
+ON_LINE = ("up", "down", "dry", "replace", "removed")  # markers drawn on the count line (at the count they left)
 
 
 def span(seconds: float) -> str:
@@ -142,8 +149,11 @@ def chart(events: list[dict[str, Any]], low: int, high: int, now: float, current
         return None
     asked.append((now, current if current is not None else asked[-1][1]))
     decisions = [ev for ev in events if ev["outcome"] in MARKED or ev.get("action")]
-    t0 = min([asked[0][0]] + [ev["_t"] for ev in decisions] + [t for t, _ in s["value"]])
-    t0, t1 = min(t0, now - MIN_SPAN), now
+    moved = [t for t, _ in asked[:-1]] if shown_changes is None else []  # not the flat line drawn for no change
+    t0 = time_range(moved + [ev["_t"] for ev in decisions if ev["outcome"] in MARKED] + [t for t, _ in s["value"]],
+                    [ev["_t"] for ev in decisions], now, MIN_SPAN)
+    t1 = now
+    decisions = [ev for ev in decisions if ev["_t"] >= t0]  # an older "no change" is left out, not squeezed in
     if asked[0][0] > t0:  # the count before the first change, from the chart's left edge
         asked.insert(0, (t0, asked[0][1]))
     shown = [c for _, c in asked + s["ready"] + s["flight"]] + [low]
@@ -152,6 +162,8 @@ def chart(events: list[dict[str, Any]], low: int, high: int, now: float, current
         top = max(top, high)
     else:
         top = top + 1
+    ticks = count_ticks(top, low, PLOT_H)
+    phone_hides = minor(ticks, top, PLOT_H)
 
     def x_of(t: float) -> float:
         return round(LEFT + (t - t0) / (t1 - t0) * PLOT_W, 1)
@@ -167,9 +179,11 @@ def chart(events: list[dict[str, Any]], low: int, high: int, now: float, current
         "points": _steps(asked, x_of, y_of), "last_y": y_of(asked[-1][1]),
         "ready": _steps(s["ready"], x_of, y_of) if any(v for _, v in s["flight"]) else None,
         "flight": _area(s["flight"], x_of, y_of) if any(v for _, v in s["flight"]) else None,
-        "y_ticks": [{"y": y_of(c), "label": str(c)} for c in sorted({0, low, top})],
-        "grid": [y_of(c) for c in range(1, top) if top <= 12 and c != low],
+        "y_ticks": [{"y": y_of(c), "label": str(c), "minor": c in phone_hides} for c in ticks],
+        "grid": [y_of(c) for c in (range(1, top) if top <= 12 else ticks) if c not in (0, low, top)],
         "x_ticks": [{"x": LEFT, "label": _hhmm(t0), "sub": ago(now - t0), "anchor": "start"},
+                    *({"x": x_of(t), "label": _hhmm(t), "sub": ago(now - t), "anchor": "middle", "minor": True}
+                      for t in time_ticks(t0, t1, PLOT_W)),
                     {"x": LEFT + PLOT_W, "label": _hhmm(t1), "sub": "now", "anchor": "end"}],
         "changes": shown_changes if shown_changes is not None else
         sum(1 for ev in events if ev["outcome"] in COUNT_CHANGES and ev["to"] is not None),
@@ -177,7 +191,26 @@ def chart(events: list[dict[str, Any]], low: int, high: int, now: float, current
         "value": _value(s["value"], x_of, value_label),
     }
     out["shorts"] = sum(1 for m in out["markers"] if m["kind"] == "short")
+    out["repairs"] = sum(1 for m in out["markers"] if m["kind"] in ("replace", "removed"))
+    _place_labels(out)
     return out
+
+
+def _place_labels(c: dict[str, Any]) -> None:
+    """Which labels are drawn: "N now" always, then each "no capacity" over its band and each value beside its dot
+    where it covers nothing drawn before it (newest first: the latest is the one read); the rest keep their
+    tooltips. Marks each with ``label`` True or False."""
+    right = c["right"]
+    now_text = f'{c["last"]} now'
+    taken = [(right + 4, c["last_y"] - 10, right + 6 + text_width(now_text, 13), c["last_y"] + 6),
+             (c["left"], c["plot_h"] + 2, right, c["h"])]  # the time axis' labels
+    for m in reversed(c["markers"]):
+        if m["kind"] == "short":
+            w = text_width("no capacity")
+            m["label"] = fits((m["x"] - w / 2, TOP - 18, m["x"] + w / 2, TOP - 4), taken)
+    for v in reversed(c["value"]["points"] if c["value"] else []):
+        x, y = v["x"] + 6, v["y"] - 5
+        v["label"] = x + text_width(v["v"]) <= right + 4 and fits((x, y - 11, x + text_width(v["v"]), y + 2), taken)
 
 
 def _area(points: list[tuple[float, float]], x_of: Any, y_of: Any) -> str:
@@ -194,7 +227,7 @@ def _markers(decisions: list[dict[str, Any]], x_of: Any, y_of: Any, now: float) 
         up = ev["to"] is not None and ev["from"] is not None and ev["to"] > ev["from"]
         if kind == "change":
             kind = "up" if up else "down"
-        y = y_of(to) if to is not None and kind in ("up", "down", "dry") else None
+        y = y_of(to) if to is not None and kind in ON_LINE else None
         title = f"{ago(now - ev['_t'])} ({_hhmm(ev['_t'])} UTC): {ev['outcome']}"
         if ev["from"] is not None and ev["to"] is not None and ev["from"] != ev["to"]:
             title += f" {ev['from']} -> {ev['to']}"

@@ -118,8 +118,17 @@ def _body(model: type[BaseModel], optional: bool = False) -> Any:
 @bp.get("/pools")
 def list_pools() -> Response:
     svc = _svc()
-    return jsonify({"pools": svc.pools_json([spec for spec in svc.settings.pools.values()
-                                             if principal().sees(spec.name)])})
+    specs = [spec for spec in svc.settings.pools.values() if principal().sees(spec.name)]
+    pools = svc.pools_json(specs)
+    if any(spec.node_selector and svc.parts.cluster_for(spec) is not None for spec in specs):
+        views = svc.store.nodes_views()  # each pool's GPUs and whether DRA was read (`status` shows them), not its
+        for spec, pool in zip(specs, pools):  # nodes: those are GET of one pool's
+            view = views.get(spec.name) if spec.node_selector else None
+            if view is not None and view.gpus is not None:
+                pool["gpus"] = view.gpus
+            if view is not None and view.dra:
+                pool.update({"dra": view.dra, **({"dra_reason": view.dra_reason} if view.dra_reason else {})})
+    return jsonify({"pools": pools})
 
 
 @bp.get("/groups")

@@ -14,14 +14,17 @@ from urllib.parse import urlencode
 from flask import Blueprint, Response, current_app, render_template, request
 from markupsafe import Markup
 
+from autoscaler import __version__
 from autoscaler.answers import event_json
 from autoscaler.api import ApiError, require_auth
 from autoscaler.api.chart import ago, chart, minutes, span
 from autoscaler.api.chart_svg import svg
 from autoscaler.api.event_query import OUTCOMES, SOURCES, EventQuery, page, parse
 from autoscaler.api.guards import principal
+from autoscaler.config.durations import rfc3339
 from autoscaler.decide.groups import Member, choose
 from autoscaler.models import Action, Mode, PoolSpec
+from autoscaler.repair.alerts import xid_of
 from autoscaler.service import Service, Stored
 from autoscaler.store import EventRecord
 
@@ -35,6 +38,27 @@ __all__ = ["bp", "chart"]
 
 def _when(t: float | None, now: float) -> str | None:
     return None if t is None else ago(now - t)
+
+
+def _until(t: float, now: float) -> str:
+    """A time to come as a person says it: "in 9 min" (or "now" once it has passed)."""
+    return f"in {span(t - now)}" if t - now >= 1 else "now"
+
+
+def _repairs(spec: PoolSpec, stored: Stored, now: float) -> list[dict[str, Any]] | None:
+    """The pool's nodes in repair as the page lists them: since when (said relative, the time on hover), the XID
+    the alert reported (``repair/alerts.py`` keeps it in the reason), the replacement asked for and how much of
+    ``repair.grace`` is left for work that cannot move (after it, that work is evicted)."""
+    if spec.repair is None or stored.repairs is None:
+        return None
+    rows = []
+    for r in stored.repairs.get(spec.name, []):
+        ends = r.since + spec.repair.grace
+        rows.append({"node": r.node, "state": r.state, "since": ago(now - r.since), "since_at": rfc3339(r.since),
+                     "xid": xid_of(r.reason, r.node), "replacement": r.replacement, "reason": r.reason,
+                     "grace_left": _until(ends, now) if ends > now else "over", "grace_at": rfc3339(ends),
+                     "error": r.error or None})
+    return rows
 
 
 def _pool_view(spec: PoolSpec, pool: dict[str, Any], rows: list[EventRecord], stored: Stored,
@@ -52,6 +76,8 @@ def _pool_view(spec: PoolSpec, pool: dict[str, Any], rows: list[EventRecord], st
     state = stored.states.get(spec.name)
     pool["short_left"] = span(state.short_until - now) if pool.get("short_until") and state and state.short_until \
         else None
+    pool["repair_rows"] = _repairs(spec, stored, now)
+    pool["view_at"] = rfc3339(pool["view_read_at"]) if pool.get("view_read_at") else None
     cooldown = pool["cooldown"]
     pool["cooldown_text"] = {"out": minutes(cooldown["scale_out_remaining_s"]),
                              "in": minutes(cooldown["scale_in_remaining_s"])}
@@ -73,7 +99,7 @@ def _section(pool: dict[str, Any], events_args: str) -> SimpleNamespace:
 
 def _legend(drawn: dict[str, Any]) -> SimpleNamespace:
     value = drawn["value"]
-    return SimpleNamespace(ready=bool(drawn["ready"]), flight=bool(drawn["flight"]), shorts=drawn["shorts"],
+    return SimpleNamespace(ready=bool(drawn["ready"]), flight=bool(drawn["flight"]), shorts=drawn["shorts"], repairs=drawn["repairs"],
                            max=drawn["max"], max_y=drawn["max_y"], changes=drawn["changes"],
                            value=SimpleNamespace(label=value["label"], last=value["last"]) if value else None)
 
@@ -121,7 +147,7 @@ def _render(query: EventQuery, error: str | None = None) -> Response:
     rows, after = page(svc.store, query) if error is None else ([], None)
     events = [{**event_json(r), "ago": ago(now - r.time)} for r in rows]
     html = render_template("status.html", pools=shown, groups=_groups(svc, {p["name"]: p for p in pools}, stored, now),
-                           events=events, query=query, next=after, error=error, refresh=10,
+                           events=events, query=query, next=after, error=error, refresh=10, version=__version__,
                            outcomes=OUTCOMES, quick=QUICK_OUTCOMES, sources=SOURCES)
     return Response(html, status=400 if error else 200, mimetype="text/html")
 

@@ -139,7 +139,22 @@ def refused_for_capacity(spec: PoolSpec, plan: Decision, now: float,
     details: dict[str, object] = {**error_details(exc), "code": code, "message": message, "asked": plan.to,
                                   "delivered": plan.from_}
     change = PoolChange(short_until=now + spec.short_for, short_reason=f"{code}: {message}"[:500])
-    reason = (f"{plan.reason} refused for capacity or quota [{code}]: {redact_text(exc.message)}; passed over by "
-              f"its group for {spec.short_for:.0f}s")
+    reason = f"{plan.reason} refused for capacity or quota [{code}]: {redact_text(exc.message)}; {short_note(spec)}"
     return Decision(spec.name, plan.action, Outcome.NO_CAPACITY, plan.from_, plan.from_, reason,
                     details=details), change
+
+
+def short_note(spec: PoolSpec) -> str:
+    """What a shortfall's mark means for the pool, as its event says it: a pool in a fallback group is passed over by
+    that group for ``capacity.short_for``; a pool with no group is simply short of capacity for that long (no group
+    passes it over: an operator reading "passed over by its group" would look for a group that does not exist)."""
+    left = _minutes(spec.short_for)
+    return f"passed over by its group {spec.group} for {left}" if spec.group else f"short of capacity for {left}"
+
+
+def _minutes(seconds: float) -> str:
+    """A configured duration as a person reads it: "45s", "10 min", "2 h"."""
+    s = int(seconds)
+    if s % 3600 == 0 and s:
+        return f"{s // 3600} h"
+    return f"{s // 60} min" if s % 60 == 0 and s else f"{s}s"

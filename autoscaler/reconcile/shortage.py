@@ -13,7 +13,7 @@ import uuid
 from typing import Callable
 
 from autoscaler.engine.parts import Parts
-from autoscaler.pool.door import Door, changed
+from autoscaler.pool.door import Door, changed, short_note
 from autoscaler.engine.fallback import signal_for_rest
 from autoscaler.models import Action, CloudStatus, Decision, Outcome, PoolSpec, PoolState, Shortfall, Signal, Source
 from autoscaler.redact import redact_text
@@ -78,7 +78,7 @@ def _give_back(door: Door, provider: NodePoolProvider, spec: PoolSpec, state: Po
             details["give_back_error"] = exc.shown_code
     until = now + spec.short_for
     reason = (f"the cloud accepted {short.asked} node(s) and delivered {short.delivered} ({kind}: {short.code}: "
-              f"{redact_text(short.message)}); {note}; passed over by its group for {spec.short_for:.0f}s")
+              f"{redact_text(short.message)}); {note}; {short_note(spec)}")
     change = PoolChange(at=now, short_until=until, short_reason=f"{short.code}: {redact_text(short.message)}"[:500],
                         tracked_count=changed(provider, now, to).tracked_count if to != short.asked else None)
     return Decision(spec.name, Action.SCALE_OUT, Outcome.NO_CAPACITY, short.asked, to, reason,

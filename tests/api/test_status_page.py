@@ -96,7 +96,8 @@ def test_headless_chromium_renders_the_page_for_3am(tmp_path: Path) -> None:
     group = _text(re.search(r'<tr class="group" data-group="a100">.*?</tr>', html, re.S).group(0))  # type: ignore[union-attr]
     assert re.search(r"a100 1\. a100-spot 2/6 paused short → 2\. a100-ondemand 2/6 a100-ondemand "
                      r"a100-spot passed over: paused a100-ondemand 4 of 12 nodes \(32 GPUs\)", group), group
-    assert re.search(r"passed over by its group for another (2 h 5\d min|3 h)", text), text
+    assert re.search(r"short of capacity for another (2 h 5\d min|3 h) : SimulatedStockout: .* passed over by group "
+                     r"a100 until then", text), text
     assert re.search(r"last: paused 3 min ago", text) and "cooldown: scale-out ready, scale-in 6 min" in text
     assert re.search(r"train simulated \(tracked\) 6 nodes \(min 1, max 40\) 1 in flight cloud read (just now|\d+s ago)",
                      text)  # the server's reconciler has read it since

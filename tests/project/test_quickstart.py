@@ -76,8 +76,9 @@ def test_chart_axes_label_counts_and_times() -> None:
               {"outcome": "dry_run", "from": 3, "to": 4, "_t": 1_800_000_700.0}]
     drawn = chart(events, low=1, high=4, now=1_800_003_600.0)
     assert drawn is not None and drawn["last"] == 3 and drawn["changes"] == 2  # a dry run changes nothing
-    assert [t["label"] for t in drawn["y_ticks"]] == ["0", "1", "4"]
-    assert [t["label"] for t in drawn["x_ticks"]] == ["08:00", "09:00"]  # 1_800_000_000 is 08:00 UTC
+    assert [t["label"] for t in drawn["y_ticks"]] == ["0", "1", "2", "3", "4"]  # a tick per node of a small pool
+    times = [t["label"] for t in drawn["x_ticks"]]  # 1_800_000_000 is 08:00 UTC: the first change stands just right
+    assert times == ["07:57", "08:10", "08:20", "08:30", "08:40", "09:00"]  # of the axis, round times between
     ys = {t["label"]: t["y"] for t in drawn["y_ticks"]}
     assert ys["0"] > ys["1"] > ys["4"]  # counts grow upwards
     coords = [tuple(map(float, p.split(","))) for p in drawn["points"].split()]

@@ -38,10 +38,13 @@ def _alert(app: Flask, pool: str, action: str, fingerprint: str, step: int = 1, 
     return post(app.test_client(), "/webhook/alertmanager", am_payload(alert)).get_json()
 
 
-def write_night(db_url: str, end: float) -> Flask:
-    """Five hours of decisions ending at ``end``; the app that made them (its clock stopped at ``end``)."""
-    clock = FakeClock(end - 5 * HOUR)
-    app = make_app(db_url, clock, pools=copy.deepcopy(POOLS), groups=GROUPS, rules=[])
+def write_night(db_url: str, end: float, pools: list[dict[str, Any]] | None = None, clock: FakeClock | None = None,
+                **changes: Any) -> Flask:
+    """Five hours of decisions ending at ``end``; the app that made them (its clock, ``clock`` when given, stopped
+    at ``end``)."""
+    clock = clock or FakeClock()
+    clock.now = end - 5 * HOUR
+    app = make_app(db_url, clock, pools=copy.deepcopy(pools or POOLS), groups=GROUPS, rules=[], **changes)
     client = app.test_client()
     reconciler = app.extensions["autoscaler_reconciler"]
     _alert(app, "a100-spot", "scale_out", "s1", step=4)  # the spot cloud accepts 4, delivers 2
@@ -62,3 +65,61 @@ def write_night(db_url: str, end: float) -> Flask:
     client.post("/api/v1/pools/a100-spot/pause", json={"reason": PAUSE_REASON}, headers=AUTH)
     clock.advance(180)
     return app
+
+
+#: A night with a cluster: the a100 group and ``train`` as above, ``h100`` (DRA GPUs, a node in repair whose
+#: training Job keeps it within grace) and ``l4`` (no group, short of capacity).
+H100_LABELS = {"pool": "h100"}
+CLUSTER_POOLS: list[dict[str, Any]] = [
+    *POOLS,
+    {"name": "h100", "provider": "simulated", "min": 1, "max": 8, "gpus_per_node": 8, "node_selector": "pool=h100",
+     "repair": {"max_unhealthy": 1, "grace": "1h"},
+     "simulated": {"nodes": ["h100-0", "h100-1", "h100-2", "h100-3"]}},
+    {"name": "l4", "provider": "simulated", "min": 0, "max": 6, "gpus_per_node": 4,
+     "capacity": {"short_for": "30m"}, "simulated": {"initial_count": 0, "capacity": 1}},
+]
+
+
+def seed_cluster(kube: Any) -> None:
+    """Four DRA nodes of ``h100``: a training Job on h100-0 (the node that will be repaired), inference on h100-1,
+    and a pod waiting for two GPUs."""
+    for i in range(4):
+        kube.add_dra_node(f"h100-{i}", H100_LABELS, created=f"2026-11-0{i + 1}T00:00:00Z")
+    kube.add_claim_pod("train-0", "h100-0", gpus=8)
+    kube.add_claim_pod("serve-0", "h100-1", gpus=1, owner="ReplicaSet")
+    kube.add_claim_pod("wait-0", "", gpus=2, labels={"gpu-autoscaler/pool": "h100"})
+
+
+def cluster_config(db_url: str, kube: Any) -> dict[str, Any]:
+    return config(db_url, pools=copy.deepcopy(CLUSTER_POOLS), groups=GROUPS, rules=[],
+                  kubernetes={"host": kube.url, "token": kube.token})
+
+
+def write_cluster_night(db_url: str, end: float, kube: Any) -> Flask:
+    """:func:`write_night`'s five hours, then ``l4`` short (no group) 20 min ago and h100-0's repair (XID 79) 12 min
+    ago, the reconciler listing the cluster as it goes; the app that made them (its clock stopped at ``end``)."""
+    clock = FakeClock()
+    app = write_night(db_url, end - 30 * 60, pools=CLUSTER_POOLS, clock=clock,
+                      kubernetes={"host": kube.url, "token": kube.token})
+    reconciler = app.extensions["autoscaler_reconciler"]
+    reconciler.tick(clock())
+    clock.advance(10 * 60)
+    _alert(app, "l4", "scale_out", "l1", step=3)  # the cloud accepts 3, delivers 1: short, and no group to ask
+    clock.advance(30)
+    reconciler.tick(clock())
+    clock.advance(8 * 60)
+    alert = am_alert("GPUNodeUnhealthy", fingerprint="x79", autoscaler_pool="h100", autoscaler_action="repair",
+                     node="h100-0", xid="79")
+    post(app.test_client(), "/webhook/alertmanager", am_payload(alert))
+    clock.advance(end - clock())
+    reconciler.tick(clock())
+    reconciler.stop()  # its lease given up: the served service's reconciler takes over at once
+    return app
+
+
+def chromium(browser: str, profile: Any, width: int, height: int) -> list[str]:
+    """Debian's Chromium, headless, quiet, at a window of ``width`` x ``height`` CSS pixels."""
+    return [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--disable-dev-shm-usage", "--hide-scrollbars", f"--user-data-dir={profile}",
+            f"--window-size={width},{height}"]

@@ -66,7 +66,8 @@ def test_accepted_but_not_delivered_is_no_capacity_given_back_and_marked_short(t
     assert 'gpu_autoscaler_pool_short{pool="a100-spot"} 1.0' in text
     assert "gpu_autoscaler_pools_short 1.0" in text
     page = client.get("/", headers=AUTH).get_data(as_text=True)
-    assert "short of capacity until 2027-01-15T08:10:30.000Z: SimulatedStockout: simulated pool a100-spot" in page
+    assert ('short of capacity for another <span title="2027-01-15T08:10:30.000Z">10 min</span>: SimulatedStockout: '
+            "simulated pool a100-spot") in page  # relative, the time on hover (it was a raw timestamp)
     listing = _pool_rows(client.get("/api/v1/pools", headers=AUTH).get_json()["pools"]).splitlines()
     assert listing[0].split()[:7] == ["POOL", "PROVIDER", "CURRENT", "MIN-MAX", "BUSY", "PAUSED", "SHORT"]
     assert listing[1].split()[:8] == ["a100-spot", "simulated", "2", "0-6", "no", "no", "until",
