@@ -16,6 +16,12 @@ import tarfile
 from functools import lru_cache
 from pathlib import Path
 
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from autoscaler.store import SqlStore, tables
+from autoscaler.store.base import EventRecord, NodesView, PoolChange, PoolView
+from autoscaler.store.migrate import head_revision
 from tests.support.servers import ROOT
 
 SCHEMA_FILES = ("autoscaler/store/schema.py", "autoscaler/store/tables.py", "autoscaler/store/migrations/versions")
@@ -78,3 +84,34 @@ def build(commit: str, url: str, workdir: Path) -> None:
     done = subprocess.run([sys.executable, "-c", _BUILD, url], cwd=tree, env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, f"building the schema of {commit} failed:\n{done.stderr[-3000:]}"
+
+
+def usable(store: SqlStore) -> None:
+    """The schema is head's, the old rows are kept, and every kind of row the service writes can be written."""
+    with store.engine.connect() as conn:
+        ctx = MigrationContext.configure(conn)
+        assert compare_metadata(ctx, tables.metadata) == []
+        assert ctx.get_current_revision() == head_revision()
+    gpu = store.pool("gpu")
+    assert gpu.paused and gpu.pause_reason == "kept by the upgrade"
+    assert [e.reason for e in store.events("gpu", 10)] == ["old"]
+    store.ping()
+    store.save_nodes(NodesView("gpu", [{"name": "n1"}], None, 5.0))
+    assert store.nodes_view("gpu") == NodesView("gpu", [{"name": "n1"}], None, 5.0)
+    store.save_view(PoolView("gpu", 2, False, "", 0, None, 5.0))
+    assert store.views()["gpu"].current == 2
+    assert store.hold_lease("reconciler", "me", 5.0, 30.0)
+    store.add_recommendation("gpu", 5.0, 3, 0.0)
+    assert store.recommendations("gpu", 0.0) == [(5.0, 3)]
+    assert store.acquire("gpu", "owner", 5.0, 30.0) is not None
+    ev = EventRecord(time=6.0, pool="gpu", source="manual", action="scale_out", outcome="no_capacity", from_=2,
+                     to=2, reason="short")
+    store.finish("gpu", "owner", ev, PoolChange(at=6.0, short_until=66.0, short_reason="stockout"))
+    assert (store.pool("gpu").short_until, store.pool("gpu").short_reason) == (66.0, "stockout")
+
+
+
+def usable_again(store: SqlStore) -> None:
+    with store.engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), tables.metadata) == []
+    assert store.nodes_view("gpu") is not None and store.pool("gpu").short_reason == "stockout"

@@ -1,4 +1,5 @@
-"""Upgrades from every schema this repository ever shipped, on SQLite and PostgreSQL (issue 34, item 3).
+"""Upgrades from every schema this repository ever shipped, on SQLite (PostgreSQL: test_migrations_history_postgresql.py;
+issue 34, item 3).
 
 Each old schema is built by the code of the commit that shipped it (``tests/support/schema_history.py``), then this
 checkout's store opens it: the schema must be the one ``store/tables.py`` describes, whatever revision the old file
@@ -12,15 +13,11 @@ from typing import Any
 
 import pytest
 import requests
-from alembic.autogenerate import compare_metadata
-from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, text
 
-from autoscaler.store import SqlStore, tables
-from autoscaler.store.base import EventRecord, NodesView, PoolChange, PoolView
+from autoscaler.store import SqlStore
 from autoscaler.store.migrate import head_revision
-from tests.support import pg
-from tests.support.schema_history import build, revision_label, shipped_commits
+from tests.support.schema_history import build, revision_label, shipped_commits, usable, usable_again
 from tests.support.servers import Service
 from tests.support import AUTH, config
 
@@ -34,29 +31,6 @@ def test_the_history_holds_each_revision_and_the_two_builds_of_0004() -> None:
     assert {"0001_initial", "0002_recommendations", "0003_reconciler", "0004_capacity", "0004_node_views"} <= set(labels)
 
 
-def _usable(store: SqlStore) -> None:
-    """The schema is head's, the old rows are kept, and every kind of row the service writes can be written."""
-    with store.engine.connect() as conn:
-        ctx = MigrationContext.configure(conn)
-        assert compare_metadata(ctx, tables.metadata) == []
-        assert ctx.get_current_revision() == head_revision()
-    gpu = store.pool("gpu")
-    assert gpu.paused and gpu.pause_reason == "kept by the upgrade"
-    assert [e.reason for e in store.events("gpu", 10)] == ["old"]
-    store.ping()
-    store.save_nodes(NodesView("gpu", [{"name": "n1"}], None, 5.0))
-    assert store.nodes_view("gpu") == NodesView("gpu", [{"name": "n1"}], None, 5.0)
-    store.save_view(PoolView("gpu", 2, False, "", 0, None, 5.0))
-    assert store.views()["gpu"].current == 2
-    assert store.hold_lease("reconciler", "me", 5.0, 30.0)
-    store.add_recommendation("gpu", 5.0, 3, 0.0)
-    assert store.recommendations("gpu", 0.0) == [(5.0, 3)]
-    assert store.acquire("gpu", "owner", 5.0, 30.0) is not None
-    ev = EventRecord(time=6.0, pool="gpu", source="manual", action="scale_out", outcome="no_capacity", from_=2,
-                     to=2, reason="short")
-    store.finish("gpu", "owner", ev, PoolChange(at=6.0, short_until=66.0, short_reason="stockout"))
-    assert (store.pool("gpu").short_until, store.pool("gpu").short_reason) == (66.0, "stockout")
-
 
 @pytest.mark.parametrize("commit", COMMITS)
 def test_sqlite_file_of_every_shipped_schema_upgrades_to_head(commit: str, tmp_path: Path) -> None:
@@ -64,37 +38,15 @@ def test_sqlite_file_of_every_shipped_schema_upgrades_to_head(commit: str, tmp_p
     build(commit, url, tmp_path)
     store = SqlStore(url)
     try:
-        _usable(store)
+        usable(store)
     finally:
         store.close()
     again = SqlStore(url)  # a second start finds nothing to do and changes nothing
     try:
-        _usable_again(again)
+        usable_again(again)
     finally:
         again.close()
 
-
-def _usable_again(store: SqlStore) -> None:
-    with store.engine.connect() as conn:
-        assert compare_metadata(MigrationContext.configure(conn), tables.metadata) == []
-    assert store.nodes_view("gpu") is not None and store.pool("gpu").short_reason == "stockout"
-
-
-@pytest.mark.parametrize("commit", COMMITS)
-def test_postgresql_database_of_every_shipped_schema_upgrades_to_head(commit: str, tmp_path: Path) -> None:
-    pg.require_postgres()
-    with pg.temp_database() as name:
-        build(commit, pg.url_for(name).replace("postgresql://", "postgresql+psycopg://", 1), tmp_path)
-        store = SqlStore(pg.url_for(name))
-        try:
-            _usable(store)
-        finally:
-            store.close()
-        again = SqlStore(pg.url_for(name))
-        try:
-            _usable_again(again)
-        finally:
-            again.close()
 
 
 def _ready(server: Service) -> tuple[int, dict[str, Any]]:
