@@ -77,7 +77,10 @@ def claim_sql(keys: int, dialect: str) -> Any:
     ``longest`` is the longest window any claim of the pool holds, never the finder's own shorter one); RETURNING
     lists each key written with its claim (the caller's: claimed)."""
     now = now_sql(dialect)
-    rows = ", ".join(f"(:k{i}, :pool, {now} + :window, :claim)" for i in range(keys))
+    # SQLite evaluates an expression in a multi-row VALUES row by row, ten times slower than a bound value (3.3 s for
+    # 10,000 keys): there, where the caller's clock is the clock anyway, the expiry comes computed (``:expires_at``).
+    until = ":expires_at" if dialect == "sqlite" else f"{now} + :window"
+    rows = ", ".join(f"(:k{i}, :pool, {until}, :claim)" for i in range(keys))
     expired = f"dedup.expires_at <= {now}"
     return text(f"INSERT INTO dedup (key, pool, expires_at, claim) VALUES {rows} ON CONFLICT (key) DO UPDATE "
                 f"SET pool = CASE WHEN {expired} THEN excluded.pool ELSE dedup.pool END, "
@@ -93,7 +96,8 @@ def claim_params(pool: str, keys: tuple[str, ...], now: float, window: float, cl
     no bound, a held key is never brought back)."""
     hashed = sorted({hash_key(k) for k in keys})
     params: dict[str, Any] = {f"k{i}": k for i, k in enumerate(hashed)}
-    params.update(pool=pool, window=window, claim=claim, now=now, longest=max(window, longest) if longest is not None else None)
+    params.update(pool=pool, window=window, claim=claim, now=now, expires_at=now + window,
+                  longest=max(window, longest) if longest is not None else None)
     return len(hashed), params
 
 
