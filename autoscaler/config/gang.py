@@ -20,8 +20,8 @@ class ProvisioningRequestsConfig(Frozen):
     """Which ProvisioningRequests (``autoscaling.x-k8s.io/v1``) the service serves, and how long nodes it provisioned
     for one are kept for the pods that will come (``booking``)."""
 
-    class_name: str = Field(default=ATOMIC_CLASS, alias="class", min_length=1, max_length=253,
-                            description="spec.provisioningClassName of the requests served; others are left alone.")
+    class_: str = Field(default=ATOMIC_CLASS, alias="class", min_length=1, max_length=253,
+                       description="spec.provisioningClassName of the requests served; others are left alone.")
     booking: Duration = Field(default=600.0, description="How long provisioned nodes are kept for the request's "
                               "pods before they may go (BookingExpired).")
 

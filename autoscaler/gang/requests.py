@@ -50,7 +50,7 @@ def serve(parts: Parts, now: float) -> list[Decision]:
     except ClusterError as exc:
         log.warning("ProvisioningRequests not listed: %s; the next tick tries again", exc)
         return []
-    mine = [r for r in listed if r.class_name == config.class_name
+    mine = [r for r in listed if r.class_name == config.class_
             and not r.holds(FAILED) and not r.holds(BOOKING_EXPIRED)]
     if not mine:
         return []

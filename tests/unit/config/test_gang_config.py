@@ -28,7 +28,7 @@ def _cfg(**changes: Any) -> dict[str, Any]:
 def test_the_contract_example_is_valid() -> None:
     settings = build_settings(_cfg(), env={})
     assert settings.config.provisioning_requests is not None
-    assert settings.config.provisioning_requests.class_name == ATOMIC_CLASS
+    assert settings.config.provisioning_requests.class_ == ATOMIC_CLASS
     assert settings.config.provisioning_requests.booking == 900
     spec = settings.pools["h100-spot"]
     assert spec.node_labels == (("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),)
