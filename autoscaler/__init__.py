@@ -1,3 +1,3 @@
 """gpu-pool-autoscaler: alert-driven node-pool autoscaling for GPU clusters."""
 
-__version__ = "0.5.0"
+__version__ = "0.6.0"
