@@ -6,7 +6,6 @@ client-side deadline: 503 within ``statement_timeout`` and a little, and nothing
 The real PostgreSQL behind a stdlib TCP proxy that stalls."""
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any, Iterator
 
@@ -16,11 +15,12 @@ from autoscaler.store import SqlStore, StoreUnavailable
 from autoscaler.store.connections import StoreOptions
 from tests.support import pg
 from tests.support.fakes.tcpproxy import TcpProxy
-from tests.support import AUTH, FakeClock, am_alert, am_payload, events, make_app, post
+from tests.support import AUTH, FakeClock, am_alert, am_payload, answered_within, events, make_app, post
 
 pytestmark = pytest.mark.slow
 
 STATEMENT, CONNECT = 3.0, 2.0
+BOUND = f"statement_timeout {STATEMENT:g}s, connect_timeout {CONNECT:g}s"
 IN_TIME = STATEMENT + 1.5  # the deadline (statement_timeout + 1 s) and a margin for a loaded machine
 
 
@@ -29,25 +29,6 @@ def database() -> Iterator[str]:
     pg.require_postgres()
     with pg.temp_database() as name:
         yield name
-
-
-def _answered_within(seconds: float, fn: Any) -> tuple[float, Any]:
-    """``fn()`` on a thread: (how long it took, its result or exception); fails when it has no answer in time."""
-    done: list[Any] = []
-
-    def run() -> None:
-        try:
-            done.append(fn())
-        except Exception as exc:  # the outcome under test, compared by the caller
-            done.append(exc)
-
-    started = time.monotonic()
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(seconds)
-    took = time.monotonic() - started
-    assert done, f"no answer after {took:.1f}s (statement_timeout {STATEMENT:g}s, connect_timeout {CONNECT:g}s)"
-    return took, done[0]
 
 
 def test_an_alert_is_answered_503_in_time_and_never_acts_later(database: str) -> None:
@@ -69,7 +50,7 @@ def _stall_one_alert(client: Any, proxy: TcpProxy, clock: FakeClock) -> None:
 
     proxy.stall()
     try:
-        took, resp = _answered_within(25, lambda: post(
+        took, resp = answered_within(25, BOUND, lambda: post(
             client, "/webhook/alertmanager", am_payload(am_alert(fingerprint="stalled"))))
     finally:
         proxy.resume()
@@ -100,7 +81,7 @@ def test_every_store_call_has_the_deadline(database: str) -> None:
                 store.ping()  # a pooled connection that works, then the path stalls
                 proxy.stall()
                 try:
-                    took, got = _answered_within(25, call)
+                    took, got = answered_within(25, BOUND, call)
                 finally:
                     proxy.resume()
                 assert isinstance(got, StoreUnavailable), (name, got)

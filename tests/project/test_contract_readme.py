@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 import providers
 from autoscaler.config import Config
+from tests.support import md_section
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -127,31 +128,17 @@ def test_config_example_passes_check_config() -> None:
     assert len(result.stdout.strip().splitlines()) == 1 and "simulated" in result.stdout
 
 
-def _section(text: str, heading: str) -> str:
-    """The text under a README heading, up to the next heading of the same or a higher level."""
-    level = len(heading.split(" ", 1)[0])
-    lines = text.splitlines()
-    assert heading in lines, f"README has no heading {heading!r}"
-    out, fenced = [], False
-    for line in lines[lines.index(heading) + 1:]:
-        fenced ^= line.startswith("```")
-        if not fenced and re.match(rf"#{{1,{level}}} ", line):
-            break
-        out.append(line)
-    return "\n".join(out)
-
-
 def test_the_readme_keeps_the_essentials_and_points_to_the_reference() -> None:
     """The README lost its config reference to docs/config.md but keeps what a newcomer needs on one page: the two
     commands, a quick start with curl, Alertmanager and Grafana pointed at the service, and the link."""
     readme = (ROOT / "README.md").read_text()
-    commands = _section(readme, "## The two commands")
+    commands = md_section(readme, "## The two commands")
     assert "| `make run` |" in commands and "| `make test` |" in commands
-    quick = _section(readme, "## Quick start (60 seconds)")
+    quick = md_section(readme, "## Quick start (60 seconds)")
     assert quick.count("curl -s") >= 5 and "/webhook/alertmanager" in quick and "/webhook/grafana" in quick
-    alertmanager = _section(readme, "## Pointing Alertmanager at it")
+    alertmanager = md_section(readme, "## Pointing Alertmanager at it")
     assert "url: http://autoscaler:8080/webhook/alertmanager" in alertmanager and "repeat_interval:" in alertmanager
-    grafana = _section(readme, "## Pointing Grafana at it")
+    grafana = md_section(readme, "## Pointing Grafana at it")
     assert "http://autoscaler:8080/webhook/grafana" in grafana and "Contact points" in grafana
-    assert "](docs/config.md)" in _section(readme, "## Configuration")
+    assert "](docs/config.md)" in md_section(readme, "## Configuration")
     assert "| `server.lock_wait` |" not in readme  # the reference lives in one place

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from autoscaler.replay import tune_cli
+from tests.support import md_section
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDS = {1: "as many as", 2: "twice", 3: "three times"}
@@ -42,19 +43,6 @@ def _headings(text: str) -> list[str]:
     return out
 
 
-def _under(text: str, heading: str) -> str:
-    """The text under one heading, up to the next heading of the same or a higher level."""
-    lines, level = text.splitlines(), len(heading.split(" ", 1)[0])
-    assert heading in lines, f"no heading {heading!r}"
-    out, fenced = [], False
-    for line in lines[lines.index(heading) + 1:]:
-        fenced ^= line.startswith("```")
-        if not fenced and re.match(rf"#{{1,{level}}} ", line):
-            break
-        out.append(line)
-    return "\n".join(out)
-
-
 README = (ROOT / "README.md").read_text()
 CLOUD_OFF = "## Turn the cloud's own autoscaler off on these pools"
 CLOUD_PAGE_OFF = "## The cloud's own autoscaler off, and scaling from zero"
@@ -62,7 +50,7 @@ CLOUD_PAGE_OFF = "## The cloud's own autoscaler off, and scaling from zero"
 
 def test_readme_compares_it_with_the_other_autoscalers() -> None:
     """Each peer, on each point the operator chooses by, and when this one is the wrong choice."""
-    compares = _under(README, "## How it compares")
+    compares = md_section(README, "## How it compares")
     table = [line for line in compares.splitlines() if line.startswith("|")]
     header = table[0].lower()
     for peer in ("this service", "cluster-autoscaler", "karpenter", "keda", "the cloud's own"):
@@ -72,11 +60,11 @@ def test_readme_compares_it_with_the_other_autoscalers() -> None:
         assert any(point in row for row in rows), point
     assert all(line.count("|") == header.count("|") for line in table), "a row with a missing cell"
     assert "### When to pick which" in _headings(README) and "### When not to use it" in _headings(README)
-    assert len(re.findall(r"(?m)^- ", _under(README, "### When not to use it"))) >= 3
+    assert len(re.findall(r"(?m)^- ", md_section(README, "### When not to use it"))) >= 3
 
 
 def test_readme_and_each_cloud_page_say_to_turn_the_clouds_autoscaler_off() -> None:
-    off = _under(README, CLOUD_OFF)
+    off = md_section(README, CLOUD_OFF)
     for words in ("enableAutoScaling: false", "--disable-cluster-autoscaler", "--no-enable-autoscaling",
                   "auto_scaling.enable", "Karpenter", "cluster-autoscaler", "from zero"):
         assert words in off, words
@@ -86,7 +74,7 @@ def test_readme_and_each_cloud_page_say_to_turn_the_clouds_autoscaler_off() -> N
              "ack": ("auto_scaling.enable", "desired_size")}
     for cloud, must in pages.items():
         assert f"](docs/{cloud}.md#the-clouds-own-autoscaler-off-and-scaling-from-zero)" in off, cloud
-        section = _under((ROOT / "docs" / f"{cloud}.md").read_text(), CLOUD_PAGE_OFF)
+        section = md_section((ROOT / "docs" / f"{cloud}.md").read_text(), CLOUD_PAGE_OFF)
         for words in (*must, "GPUDemandPending", "schedules"):
             assert words in section, (cloud, words)
 
@@ -102,7 +90,7 @@ ROUNDS = ["Issue 37's goals on 25 unseen days", "Round 9: Alertmanager's timing 
 
 
 def _base_config() -> str:
-    found = re.search(r"```yaml\n(.*?)```", _under(TUNING.read_text(), "## Base config"), re.DOTALL)
+    found = re.search(r"```yaml\n(.*?)```", md_section(TUNING.read_text(), "## Base config"), re.DOTALL)
     assert found, "docs/tuning.md's Base config has no YAML block"
     return found.group(1)
 
@@ -114,7 +102,7 @@ def test_tuning_is_a_guide_in_the_order_an_operator_needs_it() -> None:
     history = _headings((ROOT / "BENCHMARKS.md").read_text())
     for name in ROUNDS:
         assert any(h.startswith("### ") and name in h for h in history), f"BENCHMARKS.md lacks {name!r}"
-    assert "tuned.yaml" in _under(TUNING.read_text(), "## What to apply")
+    assert "tuned.yaml" in md_section(TUNING.read_text(), "## What to apply")
 
 
 def test_the_guides_base_config_loads_and_replays(tmp_path: Path) -> None:
@@ -180,11 +168,11 @@ def test_links_of_the_moved_pages_resolve(tmp_path: Path) -> None:
 
 def test_dra_guide_says_how_to_check_it_works_and_what_a_mig_pool_divides_by() -> None:
     dra = (ROOT / "docs" / "dra.md").read_text()
-    check = _under(dra, "## Check it works")
+    check = md_section(dra, "## Check it works")
     for words in ("python -m autoscaler nodes", "GET /api/v1/pools/", '"dra": "read"', "gpu.nvidia.com",
                   "gpu_autoscaler_pool_gpus", '"dra": "not_read"', "NODE"):
         assert words in check, words
-    mig = _under(dra, "### MIG pools: `gpus_per_node`")
+    mig = md_section(dra, "### MIG pools: `gpus_per_node`")
     assert "gpus_per_node: 56" in mig and "nvidia.com/mig-" in mig
 
 
@@ -197,7 +185,7 @@ def test_upgrading_has_a_checklist_per_release_with_every_must_do() -> None:
             "### From 0.5 to 0.6": ("repeat_interval: 5m", "group_interval: 1m", "stabilization_window: 1m",
                                    "alertmanager-route.yml", "256 KiB", "check-config")}
     for heading, words in must.items():
-        items = _under(doc, heading)
+        items = md_section(doc, heading)
         assert len(re.findall(r"(?m)^\d+\. \*\*", items)) >= 4, heading  # numbered, each with its bold verb
         for word in words:
             assert word in items, (heading, word)

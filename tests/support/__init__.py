@@ -7,9 +7,11 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import re
+import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from flask import Flask
 from flask.testing import FlaskClient
@@ -154,3 +156,39 @@ def record_settled(store: Store, pool: str, keys: tuple[str, ...], claim: str, n
     written = store.shortcut(pool, lambda _quick: Shortcut(keys, claim, now, expires_at, event, duplicate))
     assert written is not None
     return written
+
+
+def answered_within(seconds: float, what: str, fn: Callable[[], Any]) -> tuple[float, Any]:
+    """``fn()`` on a thread: (how long it took, what it returned or raised); fails when it has no answer within
+    ``seconds`` (``what``: the bound the caller expects it within, for the message)."""
+    done: list[Any] = []
+
+    def run() -> None:
+        try:
+            done.append(fn())
+        except Exception as exc:  # the outcome under test, compared by the caller
+            done.append(exc)
+
+    started = time.monotonic()
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    took = time.monotonic() - started
+    assert done, f"no answer after {took:.1f}s ({what})"
+    return took, done[0]
+
+
+def md_section(text: str, heading: str) -> str:
+    """The Markdown text under ``heading`` (a whole line, ``## Name``), up to the next heading of the same or a higher
+    level outside code fences."""
+    level = len(heading.split(" ", 1)[0])
+    lines = text.splitlines()
+    assert heading in lines, f"no heading {heading!r}"
+    out, fenced = [], False
+    for line in lines[lines.index(heading) + 1:]:
+        fenced ^= line.startswith("```")
+        if not fenced and re.match(rf"#{{1,{level}}} ", line):
+            break
+        out.append(line)
+    return "\n".join(out)
+

@@ -4,10 +4,8 @@ per socket read: before, a scale-in decision on a trickled node list of four nod
 would have held its pool for about 20 minutes. The real kubernetes client against the fake API server."""
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,11 +15,12 @@ from autoscaler.cluster.nodes import ClusterError
 from autoscaler.config import KubernetesConfig
 from tests.support.fakes.httpbase import Reply, Request
 from tests.support.fakes.kube import FakeKube
-from tests.support import FakeClock, am_alert, am_payload, config, post
+from tests.support import FakeClock, am_alert, am_payload, answered_within, config, post
 
 POOL = {"pool": "gpu"}
 NAMES = ["gpu-a", "gpu-b", "gpu-c", "gpu-d"]
 TIMEOUT = 2.0
+BOUND = f"kubernetes.timeout {TIMEOUT:g}s; the old code read the trickle to its end, minutes later"
 
 
 class TricklingKube(FakeKube):
@@ -46,32 +45,12 @@ def _kube(what: str = "nodes", head: bool = False) -> TricklingKube:
     return fake
 
 
-def _within(seconds: float, fn: Any) -> tuple[float, Any]:
-    """``fn()`` run on a thread: (how long it took, what it returned or raised); fails if it runs past
-    ``seconds`` (the old code read the trickle to its end, minutes later)."""
-    done: list[Any] = []
-
-    def run() -> None:
-        try:
-            done.append(fn())
-        except Exception as exc:  # the outcome under test, compared by the caller
-            done.append(exc)
-
-    started = time.monotonic()
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(seconds)
-    took = time.monotonic() - started
-    assert done, f"no answer after {took:.1f}s (kubernetes.timeout {TIMEOUT:g}s)"
-    return took, done[0]
-
-
 @pytest.mark.parametrize("what, head", [("nodes", False), ("nodes", True), ("pods", False)],
                          ids=["node-list-body", "node-list-status-line", "pod-list-body"])
 def test_a_trickled_list_fails_the_pool_read_within_the_timeout(what: str, head: bool) -> None:
     with _kube(what, head) as kube:
         c = KubeCluster(KubernetesConfig(host=kube.url, token=kube.token, timeout=TIMEOUT))
-        took, got = _within(20, lambda: c.read_pool("gpu", POOL))
+        took, got = answered_within(20, BOUND, lambda: c.read_pool("gpu", POOL))
         assert isinstance(got, ClusterError), got
         assert f"no answer within kubernetes.timeout {TIMEOUT:g}s" in str(got), got
         assert took < 2 * TIMEOUT, took
@@ -85,7 +64,7 @@ def test_a_call_after_a_trickled_one_is_answered() -> None:
     """The cut connection is not handed to the next call; the next call has its own deadline."""
     with _kube() as kube:
         c = KubeCluster(KubernetesConfig(host=kube.url, token=kube.token, timeout=TIMEOUT))
-        assert isinstance(_within(20, lambda: c.read_pool("gpu", POOL))[1], ClusterError)
+        assert isinstance(answered_within(20, BOUND, lambda: c.read_pool("gpu", POOL))[1], ClusterError)
         kube.what = "nothing trickled"
         assert [v.name for v in c.read_pool("gpu", POOL).nodes] == NAMES
 
@@ -97,7 +76,7 @@ def test_the_scale_in_decision_on_a_trickled_node_list_records_a_failure(tmp_pat
         cfg = config(f"sqlite:///{tmp_path}/s.db", pools=[pool],
                      kubernetes={"host": kube.url, "token": kube.token, "timeout": TIMEOUT})
         client = create_app(cfg, clock=FakeClock(), startup_check=False).test_client()
-        took, resp = _within(20, lambda: post(client, "/webhook/alertmanager",
+        took, resp = answered_within(20, BOUND, lambda: post(client, "/webhook/alertmanager",
                                               am_payload(am_alert("GPUUtilizationLow", fingerprint="d"))))
         assert resp.status_code == 503, resp.get_data(as_text=True)  # failed: the sender retries
         d = resp.get_json()["decisions"][0]
