@@ -286,3 +286,50 @@ def test_the_pool_map_comes_from_values_and_passes_promtool(helm: str, tmp_path:
     assert out.returncode == 0, out.stdout + out.stderr
     wrong = run_tool([helm, "template", "x", str(CHART), "--set", "prometheusRule.poolMap.gpunp=9"])
     assert wrong.returncode != 0 and "poolMap" in wrong.stderr
+
+
+REMOTE = ["--set", "nodeAwareScaleIn.enabled=true",
+          "--set", "remoteClusters[0].name=eus", "--set", "remoteClusters[0].secretName=eus-kubeconfig",
+          "--set", "remoteClusters[0].context=prod-eus",
+          "--set", "remoteClusters[1].name=wus", "--set", "remoteClusters[1].secretName=wus-kubeconfig",
+          "--set", "remoteClusters[1].key=config",
+          "--set-json", 'config.file.pools=[{"name": "h100-local", "provider": "simulated", "min": 0, "max": 4, '
+                        '"cluster": "local", "node_selector": "pool=h100"}, {"name": "h100-eus", "provider": '
+                        '"simulated", "min": 0, "max": 4, "cluster": "eus", "node_selector": "pool=h100"}]',
+          "--set-json", "config.file.rules=[]"]
+
+
+def test_remote_clusters_are_mounted_from_their_secrets_and_named_in_the_config(helm: str) -> None:
+    """The fleet (docs/fleet.md): this cluster in-cluster as `local`, each remote cluster's kubeconfig Secret mounted
+    read-only and named in `clusters:`; the service's own loader takes the rendered config."""
+    docs = render(helm, *REMOTE)
+    config = config_of(docs)
+    assert "kubernetes" not in config
+    assert config["clusters"] == [
+        {"name": "local", "in_cluster": True},
+        {"name": "eus", "kubeconfig": "/etc/autoscaler-clusters/eus/kubeconfig", "context": "prod-eus"},
+        {"name": "wus", "kubeconfig": "/etc/autoscaler-clusters/wus/config"}]
+    settings = build_settings(config, env=ENV)
+    assert {name: spec.cluster for name, spec in settings.pools.items()} == {"h100-local": "local", "h100-eus": "eus"}
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["cluster-eus"]["secret"] == {"secretName": "eus-kubeconfig"}
+    assert volumes["cluster-wus"]["secret"] == {"secretName": "wus-kubeconfig"}
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["cluster-eus"] == {"name": "cluster-eus", "mountPath": "/etc/autoscaler-clusters/eus",
+                                     "readOnly": True}
+    assert one(docs, "ClusterRole")  # the local cluster's grants, as before; remote ones: deploy/kubernetes/remote
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--set", "remoteClusters[0].name=local", "--set", "remoteClusters[0].secretName=s"], "named twice"),
+    (["--set", "remoteClusters[0].name=eus", "--set", "remoteClusters[0].secretName=s",
+      "--set", "remoteClusters[1].name=eus", "--set", "remoteClusters[1].secretName=t"], "named twice"),
+    (["--set", "remoteClusters[0].name=eus"], "secretName"),
+    (["--set", "remoteClusters[0].name=E_US", "--set", "remoteClusters[0].secretName=s"], "does not match pattern"),
+    (["--set", "remoteClusters[0].name=eus", "--set", "remoteClusters[0].secretName=s",
+      "--set", "config.existingConfigMap=mine"], "write clusters: there"),
+])
+def test_remote_clusters_refuse_what_cannot_work(helm: str, args: list[str], says: str) -> None:
+    out = run_tool([helm, "template", "x", str(CHART), *args])
+    assert out.returncode != 0 and says in out.stderr, out.stderr

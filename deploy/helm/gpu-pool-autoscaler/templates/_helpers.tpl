@@ -51,7 +51,22 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $_ := set $store "url" "sqlite:///data/autoscaler.db" }}   {{- /* relative to the image's WORKDIR: /app/data */}}
 {{- end }}
 {{- $_ := set $cfg "store" $store }}
+{{- if .Values.remoteClusters }}
+{{- $clusters := list }}
 {{- if .Values.nodeAwareScaleIn.enabled }}
+{{- $local := deepCopy (default dict $cfg.kubernetes) }}
+{{- $_ := set $local "in_cluster" true }}
+{{- $_ := set $local "name" .Values.localCluster }}
+{{- $clusters = append $clusters $local }}
+{{- end }}
+{{- range .Values.remoteClusters }}
+{{- $one := dict "name" .name "kubeconfig" (printf "/etc/autoscaler-clusters/%s/%s" .name (default "kubeconfig" .key)) }}
+{{- with .context }}{{- $_ := set $one "context" . }}{{- end }}
+{{- $clusters = append $clusters $one }}
+{{- end }}
+{{- $_ := unset $cfg "kubernetes" }}
+{{- $_ := set $cfg "clusters" $clusters }}
+{{- else if .Values.nodeAwareScaleIn.enabled }}
 {{- $kube := deepCopy (default dict $cfg.kubernetes) }}
 {{- $_ := set $kube "in_cluster" true }}
 {{- $_ := set $cfg "kubernetes" $kube }}
@@ -69,6 +84,22 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- if and .Values.store.postgresql.enabled .Values.store.persistence.enabled }}
 {{- fail "store.persistence is the SQLite file's volume: with store.postgresql.enabled leave it off" }}
+{{- end }}
+{{- $names := list .Values.localCluster }}
+{{- range .Values.remoteClusters }}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]{0,53}[a-z0-9])?$" (toString .name)) }}
+{{- fail (printf "remoteClusters: name %q must be lower case letters, digits and '-' (it names the pod's volume cluster-<name>)" (toString .name)) }}
+{{- end }}
+{{- if has .name $names }}
+{{- fail (printf "remoteClusters: %q is named twice (localCluster is %q)" .name $.Values.localCluster) }}
+{{- end }}
+{{- if not .secretName }}
+{{- fail (printf "remoteClusters[%s]: secretName names the Secret that holds its kubeconfig" .name) }}
+{{- end }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- if and .Values.remoteClusters .Values.config.existingConfigMap }}
+{{- fail "remoteClusters writes clusters: into the chart's config: with config.existingConfigMap, write clusters: there and mount the Secrets yourself (docs/fleet.md)" }}
 {{- end }}
 {{- end }}
 
