@@ -74,13 +74,20 @@ def test_each_pool_scales_in_idle_nodes_of_its_own_cluster(tmp_path: Path) -> No
             wait_for(lambda: gauge(svc.url, "eus") == 1 and gauge(svc.url, "weu") == 1, 20,
                      "both clusters listed by the reconciler")
             pool_eus = requests.get(f"{svc.url}/api/v1/pools/gpu-eus", headers=AUTH, timeout=5).json()
+            cordoned = set(patched(weu)), set(patched(eus))
+            drained = requests.post(f"{svc.url}/api/v1/pools/gpu-eus/scale", headers=AUTH, timeout=60,
+                                    json={"action": "scale_in", "nodes": ["gpu-1"], "force": True}).json()
     assert first["outcome"] == "scaled" and second["outcome"] == "scaled", (first, second)
+    # a forced removal drains in the pool's own cluster: eus's training pod evicted, weu's (on its gpu-2) untouched
+    assert (drained["outcome"], drained["from"], drained["to"]) == ("scaled", 2, 1), drained
+    assert ("ml", "train") not in eus.pods and ("ml", "train") in weu.pods
     details = {e["pool"]: e["details"] for e in events}
     # weu: gpu-2 busy, so the newest idle one (gpu-1) went; eus: gpu-1 busy, so gpu-2 went
     assert details["gpu-weu"]["nodes"] == ["gpu-1"] and details["gpu-weu"]["cluster"] == "weu"
     assert details["gpu-eus"]["nodes"] == ["gpu-2"] and details["gpu-eus"]["cluster"] == "eus"
     # each cordon went to the pool's own cluster, never to the other (where a node of the same name runs work)
-    assert set(patched(weu)) == {"gpu-1"} and set(patched(eus)) == {"gpu-2"}
+    assert cordoned == ({"gpu-1"}, {"gpu-2"})
+    assert set(patched(weu)) == {"gpu-1"} and set(patched(eus)) == {"gpu-1", "gpu-2"}  # the drain's, in eus only
     assert weu.pods[("ml", "train")]["spec"]["nodeName"] == "gpu-2"
     assert [(p["name"], p["cluster"]) for p in groups[0]["pools"]] == [("gpu-weu", "weu"), ("gpu-eus", "eus")]
     assert pool_eus["cluster"] == "eus" and pool_eus["cluster_reachable"] is True
