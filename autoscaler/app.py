@@ -113,7 +113,7 @@ def create_app(config: Settings | dict[str, Any] | str | os.PathLike[str] | None
     engine = Engine(parts)
     service = Service(settings=settings, store=store, providers=built, engine=engine, parts=parts, events=events,
                       auth=Authenticator(settings.config.server.auth, wall, _hmac_nonce_cache(store, wall)),
-                      metrics=metrics, clock=wall,
+                      metrics=metrics, wall=wall,
                       sinks=sinks)
     metrics.add_collector(PoolStateCollector(service.pool_rows, wall, store.ping))
 

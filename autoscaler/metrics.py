@@ -101,10 +101,10 @@ class Metrics:
 class PoolStateCollector(Collector):
     """Gauges from the store: paused, tracked count, cooldown left, backoff, time since last scale."""
 
-    def __init__(self, read: Callable[[], Iterable[dict[str, Any]]], clock: Callable[[], float] = time.time,
+    def __init__(self, read: Callable[[], Iterable[dict[str, Any]]], wall: Callable[[], float] = time.time,
                  ping: Callable[[], None] | None = None) -> None:
         self.read = read
-        self.clock = clock
+        self.wall = wall
         self.ping = ping  # the readiness probe's question (the store takes a write), asked at each scrape
 
     def describe(self) -> list[Any]:

@@ -56,7 +56,7 @@ class Service:
     events: EventLog
     auth: Authenticator
     metrics: Metrics
-    clock: Callable[[], float]
+    wall: Callable[[], float]  # the wall clock: the store's and the events' time
     sinks: list[Any] = field(default_factory=list)
 
     def pool_json(self, spec: PoolSpec, with_last_event: bool = True, with_nodes: bool = False,
@@ -74,7 +74,7 @@ class Service:
         else:
             state = self.store.pool(spec.name)
         provider = self.providers[spec.name]
-        now = self.clock()
+        now = self.wall()
         view = (self.store.views() if views is None else views).get(spec.name)
         current: int | None = None
         busy = False
@@ -156,7 +156,7 @@ class Service:
             return {"nodes_error": "not listed yet: the reconciler lists the pool's nodes every "
                                    "server.reconcile_interval"}
         out: dict[str, Any] = {"nodes_read_at": view.read_at,
-                               "nodes_age_s": round(max(0.0, self.clock() - view.read_at), 1)}
+                               "nodes_age_s": round(max(0.0, self.wall() - view.read_at), 1)}
         if view.nodes or not view.error:  # a failed first listing shows no nodes, not "none"
             out["nodes"] = view.nodes
         if view.error:

@@ -26,7 +26,7 @@ def atomic_scale(svc: Service, name: str, req: Any, reason: str) -> Response:
     """The atomic scale-out of pool or group ``name`` (the caller checked the credential may act on it)."""
     check(req)
     ask = Ask(nodes=req.step, source=Source.MANUAL.value, reason=reason, force=req.force)
-    now = svc.clock()
+    now = svc.wall()
     with acting_as(principal().name):
         if name in svc.settings.groups:
             specs = [svc.settings.pools[p] for p in svc.settings.groups[name]]

@@ -100,7 +100,7 @@ def _operator(spec: Any, change: PoolChange, action: str, outcome: OperatorOutco
     who = _on_behalf_of()
     act = OperatorAct(spec.name, action, outcome, reason, principal().name,
                       details={"on_behalf_of": who} if who else None, **values)
-    svc.events.operator(act, change, svc.clock())
+    svc.events.operator(act, change, svc.wall())
 
 
 def _body(model: type[BaseModel], optional: bool = False) -> Any:

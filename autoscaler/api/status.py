@@ -135,7 +135,7 @@ def _member(pool: dict[str, Any], stored: Stored) -> Member:
 
 def _render(query: EventQuery, error: str | None = None) -> Response:
     svc: Service = current_app.extensions["autoscaler"]
-    now = svc.clock()
+    now = svc.wall()
     specs = [spec for spec in svc.settings.pools.values() if principal().sees(spec.name)]
     stored = Stored.read(svc.store, nodes=bool(svc.parts.clusters),
                          repairs=any(spec.repair is not None for spec in specs))

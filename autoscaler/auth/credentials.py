@@ -49,9 +49,9 @@ class AuthUnavailable(Exception):
 class Authenticator:
     """Checks a request's credentials against every configured method (constant-time comparisons)."""
 
-    def __init__(self, cfg: AuthConfig, clock: Callable[[], float], nonce_cache: NonceCache | None = None) -> None:
+    def __init__(self, cfg: AuthConfig, wall: Callable[[], float], nonce_cache: NonceCache | None = None) -> None:
         self.cfg = cfg
-        self.clock = clock
+        self.wall = wall
         self.nonce_cache = nonce_cache
         self.tokens: list[tuple[bytes, Principal]] = []
         self.users: list[tuple[bytes, bytes, Principal]] = []
@@ -61,7 +61,7 @@ class Authenticator:
                 self.tokens.append((entry.token.get_secret_value().encode(), who))
             elif isinstance(entry, BasicUser):
                 self.users.append((entry.username.encode(), entry.password.get_secret_value().encode(), who))
-        self.entra = EntraVerifier(cfg.entra_id, clock) if cfg.entra_id else None
+        self.entra = EntraVerifier(cfg.entra_id, wall) if cfg.entra_id else None
         webhook_only = frozenset({"webhook"})  # like an HMAC secret, these only ever send alerts
         self.entra_principal = Principal(cfg.entra_id.name, webhook_only) if cfg.entra_id else None
         self.query = cfg.query_token
@@ -160,7 +160,7 @@ class Authenticator:
                 return f"{hm.timestamp_header} is not a Unix timestamp"
             if sent > 1e11:  # milliseconds
                 sent /= 1000.0
-            if abs(self.clock() - sent) > hm.max_skew:
+            if abs(self.wall() - sent) > hm.max_skew:
                 return f"signature timestamp outside the allowed {hm.max_skew:.0f}s window (replay?)"
         raw = body() if callable(body) else body
         message = stamp.encode() + b":" + raw if hm.timestamp_header else raw

@@ -31,10 +31,10 @@ _CLAIM_PROBLEMS: list[tuple[type[Exception], str]] = [
 class EntraVerifier:
     """Checks one bearer token against ``server.auth.entra_id``; returns its claims or raises TokenRejected."""
 
-    def __init__(self, cfg: EntraId, clock: Callable[[], float], keys: SigningKeys | None = None) -> None:
+    def __init__(self, cfg: EntraId, wall: Callable[[], float], keys: SigningKeys | None = None) -> None:
         self.cfg = cfg
-        self.clock = clock
-        self.keys = keys or SigningKeys(cfg.keys_url(), cfg.keys_ttl, clock)
+        self.wall = wall
+        self.keys = keys or SigningKeys(cfg.keys_url(), cfg.keys_ttl, wall)
 
     def verify(self, token: str) -> dict[str, Any]:
         """The token's claims when every check passes."""
@@ -67,7 +67,7 @@ class EntraVerifier:
 
     def _check_time(self, claims: dict[str, Any]) -> None:
         """exp and nbf against the injected clock (PyJWT would read the wall clock)."""
-        now, leeway = self.clock(), self.cfg.leeway
+        now, leeway = self.wall(), self.cfg.leeway
         exp, nbf = claims.get("exp"), claims.get("nbf")
         if not isinstance(exp, (int, float)) or isinstance(exp, bool):
             raise TokenRejected("token 'exp' claim is not a time")

@@ -38,13 +38,13 @@ class KeysUnavailable(Exception):
 
 
 class SigningKeys:
-    """The tenant's signing keys by key ID, fetched from the JWK set URL and used for ``ttl`` seconds (``clock``
+    """The tenant's signing keys by key ID, fetched from the JWK set URL and used for ``ttl`` seconds (``wall``
     time); a key ID not in the set refetches it, at most once per ``min_refetch``; a failed fetch keeps the keys
     fetched before. ``deadline`` (and ``WAIT``) are real (monotonic) seconds."""
 
-    def __init__(self, url: str, ttl: float, clock: Callable[[], float], min_refetch: float = MIN_REFETCH,
+    def __init__(self, url: str, ttl: float, wall: Callable[[], float], min_refetch: float = MIN_REFETCH,
                  deadline: float = FETCH_DEADLINE) -> None:
-        self.url, self.ttl, self.clock, self.min_refetch = url, ttl, clock, min_refetch
+        self.url, self.ttl, self.wall, self.min_refetch = url, ttl, wall, min_refetch
         self.deadline, self.wait = deadline, WAIT
         self._keys: dict[str, jwt.PyJWK] = {}
         self._fetched_at: float | None = None
@@ -57,7 +57,7 @@ class SigningKeys:
     def key(self, kid: str) -> jwt.PyJWK:
         """The key with this ID; TokenRejected when the set has none, KeysUnavailable when there is no set."""
         with self._cond:
-            now = self.clock()
+            now = self.wall()
             stale = self._fetched_at is None or now - self._fetched_at >= self.ttl or kid not in self._keys
             if stale and self._running() is None and (self._tried_at is None
                                                       or now - self._tried_at >= self.min_refetch):
@@ -97,7 +97,7 @@ class SigningKeys:
             error = redact_text(f"{self.url}: {exc}")[:300]
         with self._cond:
             if keys is not None:
-                self._keys, self._fetched_at, self._error = keys, self.clock(), ""
+                self._keys, self._fetched_at, self._error = keys, self.wall(), ""
                 log.info("entra_id: %d signing keys fetched", len(keys))
             else:
                 self._error = error

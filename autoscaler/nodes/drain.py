@@ -26,12 +26,12 @@ def _blocking(view: NodeView) -> tuple[str, bool]:
 
 
 def drain(cluster: Cluster, spec: PoolSpec, view: NodeView, owner: str, renew: Callable[[], bool],
-          clock: Callable[[], float], sleep: Callable[[float], None]) -> str | None:
+          wall: Callable[[], float], sleep: Callable[[float], None]) -> str | None:
     """Cordon ``view`` and evict its pods until none is left: None when drained (the node stays cordoned for the
     removal), else why not (the node uncordoned). ClusterError propagates with the node still cordoned: the
     caller unwinds."""
-    cluster.cordon(view.name, owner, clock())
-    deadline = clock() + spec.drain_timeout
+    cluster.cordon(view.name, owner, wall())
+    deadline = wall() + spec.drain_timeout
     pending = view
     refused: dict[str, str] = {}
     while True:
@@ -46,10 +46,10 @@ def drain(cluster: Cluster, spec: PoolSpec, view: NodeView, owner: str, renew: C
         if again is None or not (again.pods or again.gpu_pods):
             return None
         pending = again
-        if clock() >= deadline or not renew():
+        if wall() >= deadline or not renew():
             key, gpu = _blocking(again)
             said = refused.get(key, "still running after its eviction")
-            why = "its lease was lost" if clock() < deadline else \
+            why = "its lease was lost" if wall() < deadline else \
                 f"gave up after drain_timeout {spec.drain_timeout:.0f}s"
             cluster.uncordon(view.name)
             return f"{why}: {'GPU pod' if gpu else 'pod'} {key} blocks the drain ({said})"

@@ -105,7 +105,7 @@ def test_a_body_that_does_not_come_in_time_is_408(tmp_path: Any) -> None:
 @pytest.mark.parametrize("stamp", ["nan", "NaN", "inf", "-inf", "1e999", "-1e999"])
 def test_non_finite_hmac_timestamp_is_refused(stamp: str) -> None:
     cfg = AuthConfig.model_validate({"grafana_hmac": {"secret": "s3cret", "timestamp_header": "X-Ts"}})
-    auth = Authenticator(cfg, clock=lambda: 1_800_000_000.0)
+    auth = Authenticator(cfg, wall=lambda: 1_800_000_000.0)
     body = b"{}"
     sig = hmac.new(b"s3cret", stamp.encode() + b":" + body, hashlib.sha256).hexdigest()
     assert auth.check({"X-Grafana-Alerting-Signature": sig, "X-Ts": stamp}, body) == \

@@ -104,7 +104,7 @@ def test_a_page_does_the_same_work_in_the_store_for_200_or_20_000_events_per_poo
     steps = []
     for older in (0, 19_800):
         client, engine = _app(tmp_path / str(older), 3)
-        now = client.application.extensions["autoscaler"].clock()
+        now = client.application.extensions["autoscaler"].wall()
         if older:
             _stored_events(engine, names, older, now - 3600, 10 * 3600)
         _stored_events(engine, names, 200, now, 3600)
