@@ -114,23 +114,10 @@ def _pool_of(parts: RepairParts, signal: Signal) -> tuple[PoolSpec | None, tuple
 
 def members_of(parts: RepairParts, group: str, node: str) -> list[PoolSpec]:
     """The members of ``group`` (with ``repair:``) that have a node named ``node`` in their own cluster (node names
-    may repeat across clusters); what a repair alert for the group could act on, for the webhook's check of a scoped
+    may repeat across clusters): what a repair alert for the group could act on, for the webhook's check of a scoped
     credential. A cluster that cannot be read says nothing."""
-    found: list[PoolSpec] = []
-    for name in parts.settings.groups.get(group, ()):
-        member = parts.settings.pools[name]
-        cluster = parts.cluster_for(member)
-        if member.repair is None or cluster is None:
-            continue
-        try:
-            view = cluster.node(node)
-        except ClusterError as exc:
-            log.warning("group repair: node %s unreadable in cluster %s: %s", node, member.cluster,
-                        redact_text(str(exc)))
-            continue
-        if view is not None and _in_pool(view, member):
-            found.append(member)
-    return found
+    members = [parts.settings.pools[name] for name in parts.settings.groups.get(group, ())]
+    return _holders(parts, [m for m in members if m.repair is not None], node)
 
 
 def _member_of(parts: RepairParts, members: list[PoolSpec], nodes: Sequence[str]) -> PoolSpec | None:
@@ -138,22 +125,29 @@ def _member_of(parts: RepairParts, members: list[PoolSpec], nodes: Sequence[str]
     repair then says the node is not the pool's), None when no member repairs nodes."""
     if not nodes or len(members) < 2:
         return members[0] if members else None
-    read: dict[str, NodeView | None] = {}  # each member's cluster asked once: node names repeat across clusters
+    return next(iter(_holders(parts, members, nodes[0])), members[0])
+
+
+def _holders(parts: RepairParts, members: list[PoolSpec], node: str) -> list[PoolSpec]:
+    """The ``members`` whose nodes ``node`` is of, each member's cluster asked once (node names repeat across
+    clusters); a cluster that cannot be read says nothing (logged)."""
+    read: dict[str, NodeView | None] = {}
+    found = []
     for member in members:
         cluster = parts.cluster_for(member)
         if cluster is None:
             continue
         if member.cluster not in read:
             try:
-                read[member.cluster] = cluster.node(nodes[0])
+                read[member.cluster] = cluster.node(node)
             except ClusterError as exc:
                 read[member.cluster] = None
-                log.warning("group repair: node %s unreadable in cluster %s: %s", nodes[0], member.cluster,
+                log.warning("group repair: node %s unreadable in cluster %s: %s", node, member.cluster,
                             redact_text(str(exc)))
         view = read[member.cluster]
         if view is not None and _in_pool(view, member):
-            return member
-    return members[0]
+            found.append(member)
+    return found
 
 
 def _in_pool(view: NodeView, spec: PoolSpec) -> bool:
