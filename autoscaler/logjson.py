@@ -2,8 +2,10 @@
 app's and gunicorn's loggers alike) and the plain key=value text format.
 
 Text: every interpolated field has its control characters escaped (newline, CR, ESC, NUL, every other C0 and C1
-control, DEL, U+2028/U+2029), so an alert name or a label cannot start a line of its own. JSON: ``json.dumps``
-escapes C0 controls; U+0085, U+2028 and U+2029 (line breaks to some readers) are escaped too. Both apply the
+control, DEL, U+2028/U+2029, and the bidirectional overrides, isolates and marks that make a terminal show text in
+another order than it was written), so an alert name or a label cannot start a line of its own or disguise one.
+JSON: ``json.dumps`` escapes C0 controls; U+0085, U+2028 and U+2029 (line breaks to some readers) and the bidi
+controls are escaped too. Both apply the
 process's redactor (``autoscaler.redact``) to the finished line.
 """
 from __future__ import annotations
@@ -22,8 +24,10 @@ TEXT_FORMAT = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
 #: headers, at INFO), so they say only warnings unless the operator asks for DEBUG (``quiet_sdks``).
 SDK_LOGGERS = ("azure", "msal", "alibabacloud", "botocore", "boto3", "google.auth", "google.api_core", "urllib3",
                "kubernetes.client.rest")
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-_JSON_BREAKS = re.compile("[\x7f-\x9f\u2028\u2029]")
+#: Bidirectional controls (Unicode's Bidi_Control: ALM, LRM, RLM, the embeddings and overrides, the isolates).
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f\u2028\u2029{_BIDI}]")
+_JSON_BREAKS = re.compile(f"[\x7f-\x9f\u2028\u2029{_BIDI}]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 

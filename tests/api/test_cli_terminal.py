@@ -16,8 +16,9 @@ from tests.support import TOKEN, am_alert, am_payload, make_app, post
 ERASE = "\x1b[2J\x1b[H"  # clear the screen, cursor home
 TITLE = "\x1b]0;owned\x07"  # set the window title
 C1 = "\x9b31m"  # CSI as one C1 character
-NAME = f"GPUHigh{ERASE}{TITLE}{C1}\u2028x"
-RAW = ("\x1b", "\x07", "\x9b", "\u2028")
+BIDI = "\u202e\u2066"  # right-to-left override, left-to-right isolate: text shown in another order (Trojan Source)
+NAME = f"GPUHigh{ERASE}{TITLE}{C1}\u2028x{BIDI}"
+RAW = ("\x1b", "\x07", "\x9b", "\u2028", "\u202e", "\u2066")
 
 
 @pytest.fixture
@@ -42,7 +43,7 @@ def test_tables_escape_what_the_sender_wrote(served: str, capsys: pytest.Capture
     code, out, err = _run(capsys, served, *args)
     assert code == 0, err
     assert not [c for c in RAW if c in out + err], repr(out)
-    assert "GPUHigh\\x1b[2J\\x1b[H\\x1b]0;owned\\x07\\x9b31m\\u2028x" in out, out
+    assert "GPUHigh\\x1b[2J\\x1b[H\\x1b]0;owned\\x07\\x9b31m\\u2028x\\u202e\\u2066" in out, out
 
 
 def test_json_stays_json_and_holds_no_raw_control(served: str, capsys: pytest.CaptureFixture[str]) -> None:

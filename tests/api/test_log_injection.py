@@ -11,8 +11,9 @@ import pytest
 from autoscaler.logjson import JsonFormatter, TextFormatter
 from tests.support import am_alert, am_payload, make_app, post
 
-HOSTILE = "x\nlevel=ERROR logger=autoscaler forged\r\x1b[31m\x00\x07\x85\u2028\u2029\x9b\x7fend"
-_BREAKS = ("\n", "\r", "\x1b", "\x00", "\x07", "\x85", "\u2028", "\u2029", "\x9b", "\x7f")
+HOSTILE = "x\nlevel=ERROR logger=autoscaler forged\r\x1b[31m\x00\x07\x85\u2028\u2029\x9b\x7f\u202e\u2067\u200fend"
+# C0, C1, DEL, line separators, and bidi overrides/isolates/marks (a log line shown in another order)
+_BREAKS = ("\n", "\r", "\x1b", "\x00", "\x07", "\x85", "\u2028", "\u2029", "\x9b", "\x7f", "\u202e", "\u2067", "\u200f")
 
 
 @pytest.mark.parametrize("msg, args", [
