@@ -89,6 +89,17 @@ def test_the_scaling_alerts_reach_the_service_and_anything_else_people(tmp_path:
     assert routed(config, {"alertname": "KubeNodeNotReady", "severity": "warning"}) == [HUMAN]
 
 
+@pytest.mark.parametrize("which", ["alertmanager", "grafana"])
+def test_the_repair_alerts_reach_the_service(tmp_path: Path, which: str) -> None:
+    """GPUNodeUnhealthy (``autoscaler_action: repair``) acts only if it reaches the service: the shipped routes used to
+    send it to people alone, so a pool with ``repair:`` never repaired until the operator edited the matcher."""
+    config = AM_CONFIG if which == "alertmanager" else grafana_as_alertmanager(tmp_path)
+    repairs = fired(TESTS / "gpu-repair-rules.test.yml")
+    assert {a["alertname"] for a in repairs} == {"GPUNodeUnhealthy"} and all(a["node"] for a in repairs)
+    for labels in repairs:
+        assert routed(config, labels) == [SERVICE], labels
+
+
 def test_the_placeholder_is_the_one_the_docs_point_at() -> None:
     doc = (ROOT / "docs" / "production.md").read_text()
     assert "## Who hears about the autoscaler itself" in doc
