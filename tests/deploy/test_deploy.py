@@ -239,7 +239,8 @@ def test_grafana_provisioning_parses_and_points_at_the_autoscaler() -> None:
     assert "kube_pod_status_phase" in queries["GPUDemandPending"]  # same queries as the Prometheus rules: test_rules
     policy = _docs(grafana / "provisioning" / "alerting" / "policies.yml")[0]["policies"][0]
     scaling = [r for r in policy["routes"] if r["receiver"] == contact["contactPoints"][0]["name"]]
-    assert [r["object_matchers"] for r in scaling] == [[["autoscaler_action", "=~", "scale_out|scale_in"]]]
+    assert [r["object_matchers"] for r in scaling] == [[["autoscaler_action", "=~", "scale_out|scale_in"]],
+                                                       [["autoscaler_action", "=", "repair"]]]  # the repair rule's
     assert policy["receiver"] == "oncall"  # the rest, the self-alerts first of all, go to people (test_alert_routing)
     dashboard = json.loads((grafana / "dashboards" / "gpu-autoscaler.json").read_text())
     assert "autoscaler_event" in dashboard["annotations"]["list"][0]["target"]["query"]
