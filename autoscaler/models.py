@@ -31,6 +31,7 @@ class Outcome(str, enum.Enum):
     SKIPPED_CANCELLED = "skipped_cancelled"  # a repeat of an alert whose repair an operator cancelled
     PROVISIONED = "provisioned"  # every node of an atomic (all-or-nothing) scale-out is GPU-ready
     ROLLED_BACK = "rolled_back"  # an atomic scale-out fell short by its deadline: the nodes that came removed
+    CAPACITY_REVOKED = "capacity_revoked"  # a node booked for a ProvisioningRequest was lost before its pods came
 
 
 class Action(str, enum.Enum):

@@ -1,6 +1,6 @@
 """ProvisioningRequests and PodTemplates through the official client (``CustomObjectsApi``, ``CoreV1Api``) for
 :class:`autoscaler.cluster.kube.KubeCluster`: one list of every namespace's requests a tick, a PodTemplate read per
-pod set of a request not taken yet, and the status written through the ``/status`` subresource with the
+pod set of a request not taken yet (and each DRA claim template its pod names), and the status written through the ``/status`` subresource with the
 resourceVersion it was read at. A conflict (409: another writer got in first) reads the request again and writes
 the condition onto what it holds now, once; nothing another writer wrote is overwritten."""
 from __future__ import annotations
@@ -23,6 +23,8 @@ class Calls(Protocol):
     def _api(self) -> Any: ...
 
     def custom_api(self) -> Any: ...
+
+    def resource_api(self) -> Any: ...
 
     def _call(self, what: str, fn: Any, *args: Any, raw: bool = False, gone_is_404: bool = False,
               deadline: float | None = None, let: tuple[int, ...] = (), **kwargs: Any) -> Any: ...
@@ -62,6 +64,12 @@ class KubeRequests:
     def pod_template(self, namespace: str, name: str) -> Mapping[str, Any]:
         return self.cluster._call(f"reading PodTemplate {namespace}/{name}",  # type: ignore[no-any-return]
                                   self.cluster._api().read_namespaced_pod_template, name, namespace, raw=True)
+
+    def claim_template(self, namespace: str, name: str) -> Mapping[str, Any]:
+        """A ResourceClaimTemplate (``resource.k8s.io/v1``) a pod of a new request asks its GPUs through."""
+        return self.cluster._call(f"reading ResourceClaimTemplate {namespace}/{name}",  # type: ignore[no-any-return]
+                                  self.cluster.resource_api().read_namespaced_resource_claim_template, name,
+                                  namespace, raw=True)
 
     def book(self, node: str, request: str | None) -> None:
         """Mark ``node`` booked for ``request`` (``namespace/name``), or take the mark off (None)."""

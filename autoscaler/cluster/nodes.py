@@ -7,7 +7,7 @@ table-tested without a cluster.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Collection, ContextManager, Iterable, Mapping, Protocol, Sequence
@@ -66,6 +66,7 @@ class NodeView:
     claims_unread: str = ""  # why its pods' claims keep it although DRA was not read (403), "" when none
     dra_unread: str = ""  # DRA's status ("403") when it was not read and the node has no device-plugin GPU
     booked: str = ""  # the ProvisioningRequest (``namespace/name``) the node is booked for, "" when none
+    gang: str = ""  # the atomic scale-out (gang id) still waiting that the node came for, "" when none
 
     @property
     def gpu_ready(self) -> bool:
@@ -93,6 +94,8 @@ class NodeView:
             return f"runs GPU pod {self.gpu_pods[0].describe()}{extra}"
         if self.booked:
             return f"booked for ProvisioningRequest {self.booked}"
+        if self.gang:
+            return f"came for atomic scale-out {self.gang}, still waiting for the rest of its nodes"
         return self.claims_unread or None
 
 
@@ -271,6 +274,15 @@ def node_view(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
         dra_unread=dra.unseen if dra is not None and dra.blind and gpus.allocatable <= 0 else "",
         booked=str((meta.get("annotations") or {}).get(BOOKED_ANNOTATION) or "")[:320],
     )
+
+
+def with_gangs(views: Sequence[NodeView], gangs: Iterable[tuple[str, Collection[str]]]) -> list[NodeView]:
+    """The pool's nodes, those that came for a waiting atomic scale-out (``gangs``: its id and the pool's node names
+    before the ask) marked ``gang``: kept from scale-in until it settles (docs/gang.md)."""
+    out = list(views)
+    for gang, known in gangs:
+        out = [replace(v, gang=gang) if v.name not in known and not v.gang else v for v in out]
+    return out
 
 
 # ---- victims ----------------------------------------------------------------------------------------------------

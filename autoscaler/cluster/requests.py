@@ -3,7 +3,8 @@
 A request's ``spec.podSets`` name PodTemplates of its namespace and how many pods of each; each template's pod asks
 for GPUs through an extended resource (``kubernetes.gpu_resources``) or a DRA claim template, and pins nodes with
 its ``nodeSelector``. Conditions are written as cluster-autoscaler writes them: ``Accepted``, ``Provisioned``,
-``Failed``, ``BookingExpired``, each ``{type, status, reason, message, lastTransitionTime, observedGeneration}``.
+``Failed``, ``BookingExpired``, ``CapacityRevoked``, each ``{type, status, reason, message, lastTransitionTime,
+observedGeneration}``. A pod consumes a request when Kueue annotated it so (:data:`CONSUMES`).
 """
 from __future__ import annotations
 
@@ -12,9 +13,16 @@ from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
 from autoscaler.cluster.gpus import extended_gpus
+from autoscaler.cluster.pods import PodFacts
 
 GROUP, VERSION, PLURAL = "autoscaling.x-k8s.io", "v1", "provisioningrequests"
 ACCEPTED, PROVISIONED, FAILED, BOOKING_EXPIRED = "Accepted", "Provisioned", "Failed", "BookingExpired"
+#: The capacity provisioned for the request is no longer there (a booked node lost): Kueue evicts the workload.
+CAPACITY_REVOKED = "CapacityRevoked"
+#: The pod annotation naming the request (its name, in the pod's namespace) a pod consumes: Kueue's since 0.14, and
+#: the older key that cluster-autoscaler still reads.
+CONSUMES = ("autoscaling.x-k8s.io/consume-provisioning-request",
+            "cluster-autoscaler.kubernetes.io/consume-provisioning-request")
 
 
 @dataclass(frozen=True)
@@ -72,12 +80,14 @@ def parse_request(raw: Mapping[str, Any]) -> ProvisioningRequest | None:
 
 @dataclass(frozen=True)
 class PodNeed:
-    """What one pod of a pod set needs: GPUs (0: unknown, asked through a DRA claim template: a whole node), the
-    labels its ``nodeSelector`` pins, and how it asks (a resource name or ``claim template <name>``)."""
+    """What one pod of a pod set needs: GPUs (0: not known yet, asked through DRA claim ``templates``, counted
+    from them; a whole node when they cannot be), the labels its ``nodeSelector`` pins, and how it asks (a resource
+    name or ``claim template <name>``)."""
 
     gpus: int
     selector: tuple[tuple[str, str], ...]
     how: str
+    templates: tuple[str, ...] = ()
 
 
 def pod_need(template: Mapping[str, Any], patterns: Sequence[str]) -> PodNeed | None:
@@ -91,8 +101,30 @@ def pod_need(template: Mapping[str, Any], patterns: Sequence[str]) -> PodNeed | 
     claims = [c.get("resourceClaimTemplateName") for c in spec.get("resourceClaims") or () if isinstance(c, Mapping)]
     claims = [c for c in claims if c]
     if claims:
-        return PodNeed(0, selector, f"claim template {claims[0]}")
+        return PodNeed(0, selector, f"claim template {claims[0]}", tuple(str(c) for c in claims))
     return None
+
+
+def template_gpus(template: Mapping[str, Any], gpu_classes: Sequence[str]) -> int | None:
+    """The GPU devices a ResourceClaimTemplate's claim asks for (its requests of a ``kubernetes.gpu_device_classes``
+    class, a ``firstAvailable`` request by its first GPU choice); None when one asks ``allocationMode: All`` (as
+    many as a node has: a whole node)."""
+    total = 0
+    for req in ((((template.get("spec") or {}).get("spec") or {}).get("devices") or {}).get("requests") or ()):
+        choices = [req.get("exactly") or req] + list(req.get("firstAvailable") or ())
+        chosen = next((c for c in choices if c.get("deviceClassName") in gpu_classes), None)
+        if chosen is None:
+            continue
+        if chosen.get("allocationMode") == "All":
+            return None
+        count = chosen.get("count")
+        total += int(count) if isinstance(count, int) and count > 0 else 1
+    return total
+
+
+def consumes(pod: PodFacts, request: ProvisioningRequest) -> bool:
+    """Whether the pod is one of the request's (annotated with its name, in its namespace)."""
+    return pod.namespace == request.namespace and any(pod.annotation(k) == request.name for k in CONSUMES)
 
 
 def nodes_needed(count: int, gpus: int, gpus_per_node: int) -> int:

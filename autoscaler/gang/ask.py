@@ -67,7 +67,7 @@ def ask_pool(parts: Parts, spec: PoolSpec, ask: Ask, now: float) -> Decision:
             return held.record(plan, ask.source, list(ask.alerts), now, PoolChange())
         current = cloud.current
         target = None if current is None else current + ask.nodes
-        blocked = _blocked(spec, state, cloud.busy, current, target, ask, now)
+        blocked = in_flight(parts, spec, ask) or _blocked(spec, state, cloud.busy, current, target, ask, now)
         if blocked is not None:
             return held.record(_decision(spec, ask, blocked[0], current, current, blocked[1]), ask.source,
                                list(ask.alerts), now, PoolChange())
@@ -103,6 +103,19 @@ def ask_pool(parts: Parts, spec: PoolSpec, ask: Ask, now: float) -> Decision:
         log.info("atomic scale-out pool=%s from=%d to=%d gang=%s", spec.name, current, reached, gang.id)
         return held.record(decision, ask.source, list(ask.alerts), now, changed(provider, now, reached,
                                                                               Action.SCALE_OUT))
+
+
+def in_flight(parts: Parts, spec: PoolSpec, ask: Ask) -> tuple[Outcome, str] | None:
+    """A gang still waiting on the pool (the nodes that come are counted as its: a second would mix them), or the
+    same request's gang waiting on any pool (asked by another worker meanwhile): the ask waits (busy)."""
+    for gang in parts.store.gangs():
+        if gang.pool == spec.name:
+            return Outcome.SKIPPED_BUSY, (f"an atomic scale-out of {gang.asked} node(s) still waits on pool "
+                                          f"{spec.name} (gang {gang.id}); asked once it is settled")
+        other = parts.settings.pools.get(gang.pool)
+        if ask.request and gang.request == ask.request and other is not None and other.cluster == spec.cluster:
+            return Outcome.SKIPPED_BUSY, f"ProvisioningRequest {ask.request} already waits on pool {gang.pool}"
+    return None
 
 
 def _blocked(spec: PoolSpec, state: PoolState, busy: bool, current: int | None, target: int | None, ask: Ask,
@@ -166,6 +179,7 @@ def passed_over(parts: Parts, spec: PoolSpec, ask: Ask, now: float) -> str:
         cloud = parts.providers[spec.name].status(state.tracked(), now)
     except ProviderError as exc:
         return f"unread ({redact_text(exc.message)[:120]})"
-    blocked = _blocked(spec, state, cloud.busy, cloud.current,
-                       None if cloud.current is None else cloud.current + ask.nodes, ask, now)
+    blocked = in_flight(parts, spec, ask) or _blocked(spec, state, cloud.busy, cloud.current,
+                                                      None if cloud.current is None else cloud.current + ask.nodes,
+                                                      ask, now)
     return blocked[1] if blocked is not None else ""

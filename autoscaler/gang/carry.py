@@ -1,7 +1,9 @@
 """Each tick, each waiting gang of a pool one step on: ``provisioned`` once every node asked is GPU-ready, or, past
 its deadline with fewer, the nodes that came removed by name (``Door.remove``), the pool's size back to what it was
-(``rolled_back``), and the group's next pool asked. Never both pools left grown: the next is asked only after the
-roll-back is recorded. A gang whose pool cannot be held this tick waits for the next."""
+(``rolled_back``), and the group's next pool asked (a ProvisioningRequest's by ``requests.py``, for that pool's own node count). Never both
+pools left grown: the next is asked only after the roll-back is recorded; and both ends take the pool's hold and
+settle the gang there, so a replica whose tick overran its lease never records ``provisioned`` for a gang another
+rolls back. A gang whose pool cannot be held this tick waits for the next."""
 from __future__ import annotations
 
 import logging
@@ -15,6 +17,7 @@ from autoscaler.gang.ask import Ask, ask_group
 from autoscaler.models import Action, Decision, Outcome, PoolSpec, Source
 from autoscaler.pool.door import changed, error_details
 from autoscaler.redact import redact_text
+from autoscaler.store import PoolChange
 from autoscaler.store.gangs import PROVISIONED, ROLLED_BACK, GangRecord
 from providers import NodeRef, ProviderError, RemovesNamedNodes
 
@@ -38,7 +41,8 @@ def carry_on(parts: Parts, spec: PoolSpec, now: float) -> list[Decision]:
         came = [n for n in nodes if n.name not in set(gang.known)]
         ready = [n for n in came if n.gpu_ready]
         if len(ready) >= gang.asked:
-            out.append(_provisioned(parts, spec, gang, ready, now))
+            done = _provisioned(parts, spec, gang, ready, now)
+            out += [done] if done is not None else []
         elif now >= gang.deadline:
             out += _roll_back(parts, spec, gang, came, len(ready), now)
     return out
@@ -50,15 +54,20 @@ def waiting(parts: Parts, spec: PoolSpec) -> bool:
 
 
 def _provisioned(parts: Parts, spec: PoolSpec, gang: GangRecord, ready: Sequence[NodeView],
-                 now: float) -> Decision:
+                 now: float) -> Decision | None:
+    """Under the pool's hold (None while another holds it: the next tick looks again), as the roll-back."""
     names = sorted(n.name for n in ready)[:gang.asked]
     reason = (f"all {gang.asked} node(s) of the atomic scale-out are GPU-ready after {now - gang.started:.0f}s"
               + (f" (ProvisioningRequest {gang.request})" if gang.request else ""))
     decision = Decision(spec.name, Action.SCALE_OUT, Outcome.PROVISIONED, gang.before, gang.target, reason,
                         details=_details(gang) | {"nodes": names})
-    if not parts.store.settle_gang(gang.id, PROVISIONED, now, reason, tuple(names)):
-        return decision  # another worker settled it first
-    return parts.events.record(decision, Source.RECONCILE.value, [], now)
+    held = parts.hold.take(spec.name, parts.hold.owner(f"gang:{uuid.uuid4().hex}"), parts.hold.deadline())
+    if held is None:
+        return None
+    with held:
+        if not parts.store.settle_gang(gang.id, PROVISIONED, now, reason, tuple(names)):
+            return None  # another worker settled it first
+        return held.record(decision, Source.RECONCILE.value, [], now, PoolChange())
 
 
 def _roll_back(parts: Parts, spec: PoolSpec, gang: GangRecord, came: Sequence[NodeView], ready: int,
@@ -98,11 +107,12 @@ def _roll_back(parts: Parts, spec: PoolSpec, gang: GangRecord, came: Sequence[No
         decision = Decision(spec.name, Action.SCALE_OUT, Outcome.ROLLED_BACK, current, reached,
                             why + (f"; {redact_text(str(problems))}" if problems else ""),
                             details=_details(gang) | {"nodes": removed, "ready": ready} | problems)
-        parts.store.settle_gang(gang.id, ROLLED_BACK, now, why)
+        if not parts.store.settle_gang(gang.id, ROLLED_BACK, now, why):
+            log.warning("gang pool=%s gang=%s settled by another worker during its roll-back", spec.name, gang.id)
         recorded = held.record(decision, Source.RECONCILE.value, [], now, changed(provider, now, reached))
     log.info("gang rolled back pool=%s gang=%s removed=%s", spec.name, gang.id, ",".join(removed) or "-")
     out = [recorded]
-    if gang.grp:
+    if gang.grp and not gang.request:  # a request's next pool is asked by its round, for that pool's own count
         ask = Ask(nodes=gang.asked, source=Source.RECONCILE.value, force=True, group=gang.grp, request=gang.request,
                   tried=gang.tried, reason=f"{spec.name} fell short of {gang.asked} node(s) at once; asked of group "
                                            f"{gang.grp}")

@@ -14,7 +14,7 @@ from autoscaler.clock import SYSTEM, Clock
 from autoscaler.models import CloudStatus, Outcome, PoolSpec
 from autoscaler.cluster.movable import Pick, pick_movable
 from autoscaler.cluster.nodes import (REMOVING, REPAIR_OWNER, Cluster, ClusterError, NodeGone, NodeView, going,
-                                      pick_victims, summary)
+                                      pick_victims, summary, with_gangs)
 from autoscaler.cluster.pods import Budget
 from autoscaler.nodes.drain import drain
 from autoscaler.pool.door import Door
@@ -123,7 +123,7 @@ class NodeScaleIn:
             swept, _ = self.sweep(spec, job.now, seen=job.seen)
             return Removal(Outcome.SKIPPED_IN_USE, job.current, "victims: alerted, and the alerts name no node "
                            "(label routing.node_label)", uncordoned=tuple(swept))
-        views = self.cluster.nodes(dict(spec.node_selector))
+        views = self._views(spec)
         swept, held = self.sweep(spec, job.now, views, job.seen)
         views = [replace(v, cordoned=False, cordoned_by_us=None, cordon_owner="") if v.name in swept else v
                  for v in views if v.name in swept or (going(v) is None and v.name not in held)]
@@ -135,6 +135,12 @@ class NodeScaleIn:
                            kept=tuple(kept_list), uncordoned=tuple(swept))
         result = self._cordon_and_remove(job, pick.idle, kept_list, drained)
         return replace(result, uncordoned=tuple(swept))
+
+    def _views(self, spec: PoolSpec) -> list[NodeView]:
+        """The pool's nodes with their pods, those a waiting atomic scale-out asked for kept (``with_gangs``)."""
+        views = self.cluster.nodes(dict(spec.node_selector))
+        gangs = self.removals.gangs(spec.name) if self.removals is not None else []
+        return with_gangs(views, ((g.id, set(g.known)) for g in gangs))
 
     def _pick(self, spec: PoolSpec, views: Sequence[NodeView], remove: int, alerted: Sequence[str]) -> Pick:
         """The victims of ``spec.victims``: idle (or alert-named) nodes, and with ``movable`` a node to drain."""
@@ -150,7 +156,7 @@ class NodeScaleIn:
 
     def preview(self, spec: PoolSpec, remove: int, alerted: Sequence[str]) -> Removal:
         """What :meth:`scale_in` would pick, changing nothing (a dry-run pool)."""
-        views = [v for v in self.cluster.nodes(dict(spec.node_selector)) if going(v) is None]
+        views = [v for v in self._views(spec) if going(v) is None]
         pick = self._pick(spec, views, remove, alerted)
         names = tuple(v.name for v in pick.idle) + ((pick.drain.name,) if pick.drain else ())
         said = f"would remove {', '.join(names)}" if names else "no node could go"

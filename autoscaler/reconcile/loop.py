@@ -38,7 +38,7 @@ from autoscaler.redact import redact_text
 from autoscaler.answers import dump, node_body
 from autoscaler.reconcile.retention import Pruner
 from autoscaler.decide.schedules import unusable
-from autoscaler.cluster.nodes import ClusterError, ClusterUnreachable, NodeView, PoolRead
+from autoscaler.cluster.nodes import ClusterError, ClusterUnreachable, NodeView, PoolRead, with_gangs
 from autoscaler.reconcile.fleet import Fleet
 from autoscaler.store import NodesView, PoolView, StoreUnavailable
 from providers import ProviderError
@@ -95,38 +95,47 @@ class Reconciler:
         specs = list(self.settings.pools.values()) if pools else []
         rounds = self.fleet.run(self.fleet.groups(specs), lambda name, group: self._round(name, group, now),
                                 self._wait())
-        done = {pool: part for each in rounds.values() for pool, part in each.items()}
+        done = {pool: part for each, _ in rounds.values() for pool, part in each.items()}
         for spec in specs:  # in config order, whichever cluster's thread ran the pool
             if spec.name in done:
                 out.views += done[spec.name].views
                 out.decisions += done[spec.name].decisions
-        out.decisions += gang_requests.serve(self.parts, now) if pools else []  # docs/gang.md
+        for name in rounds:  # then each cluster's ProvisioningRequests (docs/gang.md)
+            out.decisions += rounds[name][1]
         if self.pruner is not None:
             out.pruned = self.pruner.maybe_run(now)
         return out
 
-    def _round(self, cluster: str, specs: list[PoolSpec], now: float) -> dict[str, Tick]:
+    def _round(self, cluster: str, specs: list[PoolSpec], now: float) -> tuple[dict[str, Tick], list[Decision]]:
         """One cluster's pools (or those no cluster reads), each in turn; the DRA lists read at most once for all
-        of them, and once the cluster's API could not be reached the rest of its pools are not listed this tick."""
+        of them, and once the cluster's API could not be reached the rest of its pools are not listed this tick.
+        Then the cluster's ProvisioningRequests, served by its pools from their listing of this tick (not asked of
+        a cluster found unreachable): the decisions they made."""
         out: dict[str, Tick] = {}
         unreachable: list[str] = []
+        listed: dict[str, list[NodeView] | None] = {}
         with self._one_read(cluster):
             for spec in specs:
                 out[spec.name] = Tick(held=True)
-                self._pool(spec, now, out[spec.name], unreachable)
-        return out
+                self._pool(spec, now, out[spec.name], unreachable, listed)
+        served = gang_requests.serve(self.parts, cluster, specs, listed, now) if not unreachable else []
+        return out, served
 
     def _wait(self) -> float:
         """How long a tick waits for its clusters' rounds: a few of the slowest cluster's deadlines."""
         return max([30.0] + [3 * c.timeout for c in self.settings.config.cluster_settings().values()])
 
-    def _pool(self, spec: PoolSpec, now: float, out: Tick, unreachable: list[str] | None = None) -> None:
+    def _pool(self, spec: PoolSpec, now: float, out: Tick, unreachable: list[str] | None = None,
+              listings: dict[str, list[NodeView] | None] | None = None) -> None:
         """One pool's round: its stored state read once (again only after a repair step changed the pool), its
-        nodes listed once (the view, in flight, repairs and the headroom all read that listing), its cloud once."""
+        nodes listed once (the view, in flight, repairs, the headroom and the ProvisioningRequests' bookings all
+        read that listing: ``listings``), its cloud once."""
         self._log_unusable(spec, now)
         out.decisions += gang_carry.carry_on(self.parts, spec, now)  # all-or-nothing scale-outs: docs/gang.md
         state = self.store.pool(spec.name)
         listed = self.refresh_nodes(spec, now, unreachable)
+        if listings is not None:
+            listings[spec.name] = listed
         view, facts, short = self.refresh(spec, state, now, listed)
         out.views.append(view)
         carried = repair_carry.carry_on(self.parts.repairs, spec, now, listed)  # docs/repair.md
@@ -215,7 +224,7 @@ class Reconciler:
                 raise ClusterUnreachable(unreachable[0])
             read = (cluster.read_pool(spec.name, dict(spec.node_selector)) if cluster.capabilities.reads_pools
                     else PoolRead(cluster.nodes(dict(spec.node_selector)), None, ""))
-            listed = read.nodes
+            listed = with_gangs(read.nodes, ((g.id, set(g.known)) for g in self.store.gangs(spec.name)))
             gpus = {"allocatable": sum(v.gpu_allocatable for v in listed),
                     "requested": sum(v.gpus_used() for v in listed)} | (
                 {"pending": read.pending} if read.pending is not None else {})

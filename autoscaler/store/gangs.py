@@ -36,7 +36,8 @@ class GangRecord:
     tried: tuple[str, ...] = ()
     reason: str = ""
     updated_at: float = 0.0
-    nodes: tuple[str, ...] = ()  # the nodes that came, once provisioned (booked for the request)
+    nodes: tuple[str, ...] = ()  # once provisioned: the nodes still booked for the request (those its pods do not
+    # run on yet; a node drops out once they do, all of them when the booking ends or the capacity is revoked)
 
     @property
     def target(self) -> int:
@@ -78,6 +79,11 @@ class GangStore(abc.ABC):
         waiting any more (another worker settled it)."""
 
 
+    @abc.abstractmethod
+    def keep_booked(self, gang_id: str, nodes: tuple[str, ...], now: float) -> None:
+        """A provisioned gang's nodes still booked, now ``nodes`` (the others released)."""
+
+
 class SqlGangs(GangStore):
     """The methods over ``_tx`` of the SQL store they are mixed into."""
 
@@ -104,6 +110,13 @@ class SqlGangs(GangStore):
         with self._tx() as conn:
             done = conn.execute(update(t).where(t.c.id == gang_id, t.c.state == WAITING).values(**values))
         return bool(done.rowcount)
+
+
+    def keep_booked(self, gang_id: str, nodes: tuple[str, ...], now: float) -> None:
+        t = tables.gangs
+        values = storable(t, {"nodes": json.dumps(list(nodes)), "updated_at": now})
+        with self._tx() as conn:
+            conn.execute(update(t).where(t.c.id == gang_id, t.c.state == PROVISIONED).values(**values))
 
 
 class MemoryGangs(GangStore):
@@ -136,3 +149,10 @@ class MemoryGangs(GangStore):
                 return False
             rows[gang_id] = replace(held, state=state, updated_at=now, reason=reason, nodes=tuple(nodes))
             return True
+
+    def keep_booked(self, gang_id: str, nodes: tuple[str, ...], now: float) -> None:
+        rows = self._gang_table()
+        with self._gang_lock:
+            held = rows.get(gang_id)
+            if held is not None and held.state == PROVISIONED:
+                rows[gang_id] = replace(held, nodes=tuple(nodes), updated_at=now)

@@ -132,7 +132,7 @@ gangs = Table(  # all-or-nothing scale-outs (docs/gang.md): one row from the ask
     Column("tried", Text, nullable=False, default=""),  # pools of the group already tried, comma-separated
     Column("reason", Text, nullable=False, default=""),
     Column("updated_at", Float, nullable=False),
-    Column("nodes", Text, nullable=False, default="[]"),  # JSON: the nodes that came, once provisioned (booked)
+    Column("nodes", Text, nullable=False, default="[]"),  # JSON: once provisioned, the nodes still booked
 )
 
 removal_intents = Table(  # node removals about to be sent: kept until the cloud's view settles each (scale_in.py)

@@ -174,7 +174,8 @@ def test_rbac_grants_what_node_aware_scale_in_calls_and_no_more() -> None:
                       ("autoscaling.x-k8s.io", "provisioningrequests", "get"),  # all or nothing (docs/gang.md)
                       ("autoscaling.x-k8s.io", "provisioningrequests", "list"),
                       ("autoscaling.x-k8s.io", "provisioningrequests/status", "update"),
-                      ("autoscaling.x-k8s.io", "provisioningrequests/status", "patch"), ("", "podtemplates", "get")}
+                      ("autoscaling.x-k8s.io", "provisioningrequests/status", "patch"), ("", "podtemplates", "get"),
+                      ("resource.k8s.io", "resourceclaimtemplates", "get")}
     sa = _docs(K8S / "serviceaccount.yaml")[0]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],

@@ -32,13 +32,19 @@ def pools(spot_capacity: int | None = 2, spot_max: int = 8, ondemand_max: int = 
 class Rig:
     """The app, its clock, reconciler, client and the fake cluster."""
 
-    def __init__(self, tmp_path: Any, kube: FakeKube, clock: FakeClock | None = None, **changes: Any) -> None:
+    def __init__(self, tmp_path: Any, kube: FakeKube, clock: FakeClock | None = None,
+                 providers: dict[str, Any] | None = None, **changes: Any) -> None:
+        """``providers``: another rig's (one cloud that two replicas share); ``store_url``: the store (default a
+        SQLite file in ``tmp_path``); other keys replace the config's."""
         self.kube = kube
         self.clock = clock or FakeClock(NOW)
-        cfg = config(f"sqlite:///{tmp_path}/s.db", pools=pools(), groups=[{"name": "h100", "pools": ["spot",
-                                                                                                     "ondemand"]}],
-                     kubernetes={"host": kube.url, "token": kube.token}, rules=[], **changes)
-        self.app: Flask = create_app(cfg, clock=self.clock, startup_check=False)
+        keys: dict[str, Any] = {"pools": pools(), "groups": [{"name": "h100", "pools": ["spot", "ondemand"]}],
+                                "rules": []}
+        if "clusters" not in changes:  # several clusters (their pools name each) instead of the one
+            keys["kubernetes"] = {"host": kube.url, "token": kube.token}
+        store = changes.pop("store_url", f"sqlite:///{tmp_path}/s.db")
+        cfg = config(store, **(keys | changes))
+        self.app: Flask = create_app(cfg, clock=self.clock, providers=providers, startup_check=False)
         self.client: FlaskClient = self.app.test_client()
         self.reconciler: Reconciler = self.app.extensions["autoscaler_reconciler"]
 

@@ -224,7 +224,8 @@ class FakeKube(FakeHttpServer):
             if (answer := self.prs.serve(request)) is not None:
                 return answer
             if (answer := self.dra.serve(request)) is not None:
-                self.calls[f"LIST {request.path.rsplit('/', 1)[-1]}"] += 1
+                templated = "/resourceclaimtemplates/" in request.path
+                self.calls["GET resourceclaimtemplates" if templated else f"LIST {request.path.rsplit('/', 1)[-1]}"] += 1
                 return answer
             if (m := _EVICT.match(request.path)) and request.method == "POST":
                 self.calls["CREATE eviction"] += 1

@@ -19,6 +19,7 @@ from tests.support.fakes.httpbase import Reply, Request
 
 PATH = re.compile(r"^/apis/resource\.k8s\.io/v1(?:/namespaces/(?P<ns>[^/]+))?/(?P<kind>deviceclasses|resourceslices|"
                   r"resourceclaims)$")
+TEMPLATE = re.compile(r"^/apis/resource\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/resourceclaimtemplates/(?P<name>[^/]+)$")
 DRIVER = "gpu.nvidia.com"
 EXTENDED_CLAIM = "resource.kubernetes.io/extended-resource-claim"
 _KINDS = {"deviceclasses": "DeviceClass", "resourceslices": "ResourceSlice", "resourceclaims": "ResourceClaim"}
@@ -56,6 +57,7 @@ class DraObjects:
                                                                         for c in nvidia_classes()})
     slices: dict[str, dict[str, Any]] = field(default_factory=dict)
     claims: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    templates: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # ResourceClaimTemplates
     status: int = 200
 
     def add_slice(self, node: str, devices: list[dict[str, Any]], *, driver: str = DRIVER, pool: str | None = None,
@@ -96,12 +98,33 @@ class DraObjects:
                 "reservedFor": [{"resource": "pods", "name": p, "uid": f"uid-{namespace}-{p}"} for p in pods or []]}
         self.claims[(namespace, name)] = claim
 
+    def add_claim_template(self, name: str, *, namespace: str = "ml", requests: list[tuple[str, int]]
+                           | None = None) -> None:
+        """A ResourceClaimTemplate whose claim asks, per request, ``count`` devices of a class
+        (``requests``: [(class, count)], a count of 0 for ``allocationMode: All``; default one GPU)."""
+        asked = []
+        for i, (device_class, count) in enumerate(requests or [("gpu.nvidia.com", 1)]):
+            exactly: dict[str, Any] = {"deviceClassName": device_class,
+                                       "allocationMode": "ExactCount" if count else "All"}
+            if count:
+                exactly["count"] = count
+            asked.append({"name": f"req-{i}", "exactly": exactly})
+        self.templates[(namespace, name)] = {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-rct-{namespace}-{name}"},
+            "spec": {"spec": {"devices": {"requests": asked}}}}
+
     def serve(self, request: Request) -> Reply | None:
         """The answer to a ``resource.k8s.io/v1`` request, None for any other path."""
-        m = PATH.match(request.path)
+        from tests.support.fakes.kube import status
+
+        if (t := TEMPLATE.match(request.path)) is not None and request.method == "GET" and self.status == 200:
+            found = self.templates.get((t.group("ns"), t.group("name")))
+            return Reply(200, copy.deepcopy(found)) if found else status(
+                404, "NotFound", f'resourceclaimtemplates.resource.k8s.io "{t.group("name")}" not found')
+        m = PATH.match(request.path if t is None else "/apis/resource.k8s.io/v1/resourceclaims")
         if m is None:
             return None
-        from tests.support.fakes.kube import status
 
         if self.status == 404:
             return status(404, "NotFound", "the server could not find the requested resource")
