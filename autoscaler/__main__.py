@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
                      "(with --tune: tuned.yaml, frontier.csv, frontier.png, prometheus-rules.yml, tuning.json)")
     rep.add_argument("--overprovision", type=int, default=1, help="nodes of pause pods in the peer "
                      "cluster_autoscaler_overprovisioned (default 1; docs/replay.md)")
+    rep.add_argument("--gang", action="store_true", help="the trace is all-or-nothing requests "
+                     "(time,nodes,duration[,gpus_per_node]), replayed atomic and as plain scale-outs: summary.json, "
+                     "requests.csv (docs/gang.md)")
     tuning = rep.add_argument_group("tuning on history (--tune)")
     tuning.add_argument("--tune", action="store_true", help="search the pool's scaling settings and the replay "
                         "rules on the trace and write the best config")
@@ -137,6 +140,13 @@ def main(argv: list[str] | None = None) -> int:
         from autoscaler.replay import history
 
         return history.run(args)
+    if args.command == "replay" and args.gang:
+        if args.tune:
+            print("--gang and --tune do not go together", file=sys.stderr)
+            return 1
+        from autoscaler.replay.gang import gang_replay
+
+        return gang_replay(args.config, args.trace, args.out)
     if args.command == "replay" and args.tune:
         from autoscaler.replay import tune_cli, tune_files
         from autoscaler.replay.tune import default_workers
