@@ -94,7 +94,9 @@ def test_all_or_nothing_under_gunicorn(tmp_path: Path) -> None:
         kube.prs.add_request("job-a", [("train", 4)])  # 4 nodes: the spot pool delivers 2
         kube.prs.add_request("too-big", [("train", 9)])  # over both pools' max (8)
         kube.prs.add_request("not-ours", [("train", 1)], class_name="check-capacity.autoscaling.x-k8s.io")
-        svc = Service(config(tmp_path, kube), tmp_path, workers=1, graceful_timeout=1).start()
+        # graceful_timeout above the reconciler's 2 s join in worker_exit: a worker killed before it gives up the
+        # reconciler's lease leaves it to expire (60 s): the hard-kill case, not the restart this test is about
+        svc = Service(config(tmp_path, kube), tmp_path, workers=1, graceful_timeout=5).start()
         try:
             requests_served(svc, kube)
             by_hand(svc, kube)
