@@ -24,6 +24,7 @@ from autoscaler.api.chart_svg import svg
 from autoscaler.api.event_query import OUTCOMES, SOURCES, EventQuery, page, parse
 from autoscaler.api.guards import principal
 from autoscaler.api.status_pick import CHARTS, WINDOW, pick, tier, trouble
+from autoscaler.api.status_rows import row, table
 from autoscaler.config.durations import rfc3339
 from autoscaler.decide.groups import Member, choose
 from autoscaler.models import Action, Mode, PoolSpec
@@ -135,15 +136,6 @@ def _member(pool: dict[str, Any], stored: Stored) -> Member:
                   backoff_until=state.backoff_until if state else None)
 
 
-def _row(pool: dict[str, Any], troubles: list[str], last: EventRecord | None, now: float) -> SimpleNamespace:
-    """A pool the page does not chart, as a row of the pools' table: its count and state in a few words."""
-    marks = [*troubles, *(["paused"] if pool["paused"] else []), *(["busy"] if pool["busy"] else []),
-             *(["DRY-RUN"] if pool["dry_run"] else [])]
-    return SimpleNamespace(name=pool["name"], current=pool["current"], min=pool["min"], max=pool["max"],
-                           in_flight=pool["in_flight"], troubled=bool(troubles), marks=marks,
-                           cluster=pool.get("cluster"), last=last, last_ago=_when(last.time if last else None, now))
-
-
 def _render(query: EventQuery, error: str | None = None) -> Response:
     svc: Service = current_app.extensions["autoscaler"]
     now = svc.wall()
@@ -163,12 +155,12 @@ def _render(query: EventQuery, error: str | None = None) -> Response:
     pools = [_pool_view(specs[i], answers[i], recent.pop(specs[i].name, []), stored, now) for i in sorted(charted)]
     rest = query.args(pool="")  # the page's filters but the pool's, for each pool's link
     shown = [_section(pool, "&".join(filter(None, (urlencode({"pool": pool["name"]}), rest)))) for pool in pools]
-    rows = [_row(answers[i], troubles[i], lasts[i], now)
+    rows = [row(answers[i], troubles[i], lasts[i], now)
             for i in sorted(set(range(len(specs))) - charted, key=lambda i: (tiers[i], i))]
     troubled = [(spec.name, t) for spec, t in zip(specs, troubles) if t]
     events_rows, after = page(svc.store, query) if error is None else ([], None)
     events = [{**event_json(r), "ago": ago(now - r.time)} for r in events_rows]
-    html = render_template("status.html", pools=shown, rows=rows, names=[spec.name for spec in specs],
+    html = render_template("status.html", pools=shown, rows=table(rows), uncharted=len(rows), names=[spec.name for spec in specs],
                            troubled=troubled, charts=CHARTS, window_h=int(WINDOW // 3600),
                            groups=_groups(svc, {p["name"]: p for p in answers}, stored, now),
                            events=events, query=query, next=after, error=error, refresh=10, version=__version__,
@@ -178,7 +170,8 @@ def _render(query: EventQuery, error: str | None = None) -> Response:
 
 @bp.get("/")
 def status() -> Response:
-    """Every pool with its chart, the groups, and a page of the event log (``?pool=&outcome=&source=&before=``)."""
+    """Every pool (the ones that matter charted), the groups, and a page of the event log
+    (``?pool=&outcome=&source=&before=``; ``?pool=`` also charts that pool)."""
     try:
         require_auth("read")
         try:
