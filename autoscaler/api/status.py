@@ -136,6 +136,18 @@ def _member(pool: dict[str, Any], stored: Stored) -> Member:
                   backoff_until=state.backoff_until if state else None)
 
 
+def _chosen(specs: list[PoolSpec], answers: list[dict[str, Any]], stored: Stored, now: float,
+            wanted: str | None) -> tuple[set[int], list[list[str]], list[int]]:
+    """Which pools the page charts (their positions), what troubles each pool, and each pool's tier
+    (``status_pick.py``)."""
+    lasts = [stored.last_events.get(spec.name) for spec in specs]
+    troubles = [trouble(pool, last, now) for pool, last in zip(answers, lasts)]
+    tiers = [tier(pool, bool(t), last, now) for pool, t, last in zip(answers, troubles, lasts)]
+    activity = [max(pool["last_scale_at"] or 0, last.time if last else 0) for pool, last in zip(answers, lasts)]
+    return pick(tiers, activity, next((i for i, spec in enumerate(specs) if spec.name == wanted), None)), \
+        troubles, tiers
+
+
 def _render(query: EventQuery, error: str | None = None) -> Response:
     svc: Service = current_app.extensions["autoscaler"]
     now = svc.wall()
@@ -143,25 +155,20 @@ def _render(query: EventQuery, error: str | None = None) -> Response:
     stored = Stored.read(svc.store, nodes=bool(svc.parts.clusters),
                          repairs=any(spec.repair is not None for spec in specs))
     answers = svc.pools_json(specs, with_nodes=True, stored=stored)
-    lasts = [stored.last_events.get(spec.name) for spec in specs]
-    troubles = [trouble(pool, last, now) for pool, last in zip(answers, lasts)]
-    tiers = [tier(pool, bool(t), last, now) for pool, t, last in zip(answers, troubles, lasts)]
-    activity = [max(pool["last_scale_at"] or 0, last.time if last else 0) for pool, last in zip(answers, lasts)]
-    wanted = next((i for i, spec in enumerate(specs) if spec.name == query.pool), None)
-    charted = pick(tiers, activity, wanted)
-    recent = svc.store.recent_events(now - WINDOW, CHART_POINTS, pools=[specs[i].name for i in charted])
     for spec, pool in zip(specs, answers):
         pool["gpus_per_node"] = spec.gpus_per_node
+    charted, troubles, tiers = _chosen(specs, answers, stored, now, query.pool)
+    recent = svc.store.recent_events(now - WINDOW, CHART_POINTS, pools=[specs[i].name for i in charted])
     pools = [_pool_view(specs[i], answers[i], recent.pop(specs[i].name, []), stored, now) for i in sorted(charted)]
     rest = query.args(pool="")  # the page's filters but the pool's, for each pool's link
     shown = [_section(pool, "&".join(filter(None, (urlencode({"pool": pool["name"]}), rest)))) for pool in pools]
-    rows = [row(answers[i], troubles[i], lasts[i], now)
+    rows = [row(answers[i], troubles[i], stored.last_events.get(specs[i].name), now)
             for i in sorted(set(range(len(specs))) - charted, key=lambda i: (tiers[i], i))]
-    troubled = [(spec.name, t) for spec, t in zip(specs, troubles) if t]
     events_rows, after = page(svc.store, query) if error is None else ([], None)
     events = [{**event_json(r), "ago": ago(now - r.time)} for r in events_rows]
-    html = render_template("status.html", pools=shown, rows=table(rows), uncharted=len(rows), names=[spec.name for spec in specs],
-                           troubled=troubled, charts=CHARTS, window_h=int(WINDOW // 3600),
+    html = render_template("status.html", pools=shown, rows=table(rows), uncharted=len(rows),
+                           names=[spec.name for spec in specs], charts=CHARTS, window_h=int(WINDOW // 3600),
+                           troubled=[(spec.name, t) for spec, t in zip(specs, troubles) if t],
                            groups=_groups(svc, {p["name"]: p for p in answers}, stored, now),
                            events=events, query=query, next=after, error=error, refresh=10, version=__version__,
                            outcomes=OUTCOMES, quick=QUICK_OUTCOMES, sources=SOURCES)
