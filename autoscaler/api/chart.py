@@ -22,6 +22,8 @@ from autoscaler.decide.inflight import from_scale_outs
 PLOT_W, PLOT_H = 720, 160  # the plot area; axes' labels, the legend and the markers' labels sit outside it
 LEFT, RIGHT, TOP, BOTTOM = 40, 100, 24, 36  # RIGHT: "N now", then the value axis at the far right
 MIN_SPAN = 600.0  # seconds: a chart of a change made a minute ago still spreads over the width
+MARKS = 48  # a chart's markers at most, and its value dots: beyond, those of a kind in one stretch of time are one
+STRETCHES = (48, 24, 12, 6, 3, 1)  # the stretches tried, the narrowest first (7 kinds x 1 stretch fit MARKS)
 # a decision that changed the count, the size given back after a shortfall, an operator's correction, a repair's
 # replacement asked for and the repaired node's removal
 COUNT_CHANGES = ("scaled", "no_capacity", "count_corrected", "repair_started", "repaired")
@@ -187,11 +189,11 @@ def chart(events: list[dict[str, Any]], low: int, high: int, now: float, current
                     {"x": LEFT + PLOT_W, "label": _hhmm(t1), "sub": "now", "anchor": "end"}],
         "changes": shown_changes if shown_changes is not None else
         sum(1 for ev in events if ev["outcome"] in COUNT_CHANGES and ev["to"] is not None),
-        "markers": list(_markers(decisions, x_of, y_of, now)),
-        "value": _value(s["value"], x_of, value_label),
+        "markers": list(_markers(decisions, x_of, y_of, now, t0)),
+        "value": _value(s["value"], x_of, value_label, t0, now),
     }
-    out["shorts"] = sum(1 for m in out["markers"] if m["kind"] == "short")
-    out["repairs"] = sum(1 for m in out["markers"] if m["kind"] in ("replace", "removed"))
+    out["shorts"] = sum(m["n"] for m in out["markers"] if m["kind"] == "short")
+    out["repairs"] = sum(m["n"] for m in out["markers"] if m["kind"] in ("replace", "removed"))
     _place_labels(out)
     return out
 
@@ -219,23 +221,54 @@ def _area(points: list[tuple[float, float]], x_of: Any, y_of: Any) -> str:
     return f"{x_of(points[0][0])},{y_of(0)} {line} {x_of(points[-1][0])},{y_of(0)}"
 
 
-def _markers(decisions: list[dict[str, Any]], x_of: Any, y_of: Any, now: float) -> Iterable[dict[str, Any]]:
-    """One marker per decision: what it was, where, and a tooltip saying when and why."""
-    for ev in decisions:
-        kind = MARKED.get(ev["outcome"], "other")
+def _kind(ev: dict[str, Any]) -> str:
+    kind = MARKED.get(ev["outcome"], "other")
+    if kind == "change":
+        return "up" if ev["to"] is not None and ev["from"] is not None and ev["to"] > ev["from"] else "down"
+    return kind
+
+
+def _budget(items: list[tuple[str, float, Any]], t0: float, t1: float) -> list[list[tuple[str, float, Any]]]:
+    """``items`` (kind, time, what), oldest first, as the groups each marker stands for: one each while they fit
+    ``MARKS``; else those of a kind within one stretch of the time axis together, the stretches as narrow as the
+    budget lets (a page's cost then does not grow with the decisions a busy pool makes: issue 45, item 11)."""
+    if len(items) <= MARKS:
+        return [[item] for item in items]
+    for stretches in STRETCHES:
+        width = max(t1 - t0, 1e-9) / stretches
+        groups: dict[tuple[str, int], list[tuple[str, float, Any]]] = {}
+        for item in items:
+            groups.setdefault((item[0], min(int((item[1] - t0) / width), stretches - 1)), []).append(item)
+        if len(groups) <= MARKS:
+            break
+    return sorted(groups.values(), key=lambda g: g[-1][1])
+
+
+def _markers(decisions: list[dict[str, Any]], x_of: Any, y_of: Any, now: float,
+             t0: float) -> Iterable[dict[str, Any]]:
+    """One marker per decision, or per group of them beyond ``MARKS``: what it was, where (the newest's place), and a
+    tooltip saying when and why (a group: how many of each outcome, and the newest's why)."""
+    for group in _budget([(_kind(ev), ev["_t"], ev) for ev in decisions], t0, now):
+        kind, _, ev = group[-1]
         to = ev["to"] if ev["to"] is not None else ev["from"]
-        up = ev["to"] is not None and ev["from"] is not None and ev["to"] > ev["from"]
-        if kind == "change":
-            kind = "up" if up else "down"
         y = y_of(to) if to is not None and kind in ON_LINE else None
         title = f"{ago(now - ev['_t'])} ({_hhmm(ev['_t'])} UTC): {ev['outcome']}"
         if ev["from"] is not None and ev["to"] is not None and ev["from"] != ev["to"]:
             title += f" {ev['from']} -> {ev['to']}"
-        yield {"kind": kind, "x": x_of(ev["_t"]), "y": y, "title": f"{title}: {ev.get('reason', '')}"[:200]}
+        title = f"{title}: {ev.get('reason', '')}"
+        if len(group) > 1:
+            counts: dict[str, int] = {}
+            for _, _, e in group:
+                counts[e["outcome"]] = counts.get(e["outcome"], 0) + 1
+            title = (f"{len(group)} decisions {_hhmm(group[0][1])}-{_hhmm(ev['_t'])} UTC ("
+                     + ", ".join(f"{n} {o}" for o, n in counts.items()) + f"); the newest {title}")
+        yield {"kind": kind, "x": x_of(ev["_t"]), "y": y, "title": title[:200], "n": len(group)}
 
 
-def _value(points: list[tuple[float, float]], x_of: Any, label: str) -> dict[str, Any] | None:
-    """The alert's value (or demand) on the right-hand axis, 0 to just above its largest."""
+def _value(points: list[tuple[float, float]], x_of: Any, label: str, t0: float,
+           now: float) -> dict[str, Any] | None:
+    """The alert's value (or demand) on the right-hand axis, 0 to just above its largest; beyond ``MARKS`` dots,
+    the highest of each stretch of time (``_budget``)."""
     if not points:
         return None
     high = max(max(v for _, v in points), 1e-9)
@@ -243,7 +276,8 @@ def _value(points: list[tuple[float, float]], x_of: Any, label: str) -> dict[str
     def y_of(v: float) -> float:
         return round(TOP + PLOT_H - max(v, 0.0) / high * PLOT_H, 1)
 
-    return {"points": [{"x": x_of(t), "y": y_of(v), "v": f"{v:g}"} for t, v in points],
+    kept = [max(g, key=lambda item: item[2]) + (len(g),) for g in _budget([("v", t, v) for t, v in points], t0, now)]
+    return {"points": [{"x": x_of(t), "y": y_of(v), "v": f"{v:g}", "n": n} for _, t, v, n in kept],
             "label": label,
             "ticks": [{"y": y_of(0.0), "label": "0"}, {"y": y_of(high), "label": f"{high:g}"}],
             "last": f"{points[-1][1]:g}"}

@@ -57,7 +57,8 @@ def svg(name: str, c: dict[str, Any]) -> Markup:
         out.append('<g class="value">')
         label = escape(value["label"])
         for v in value["points"]:
-            out.append(f'<circle cx="{v["x"]}" cy="{v["y"]}" r="4"><title>{label} {v["v"]}</title></circle>')
+            most = f' (the highest of {v["n"]})' if v["n"] > 1 else ""
+            out.append(f'<circle cx="{v["x"]}" cy="{v["y"]}" r="4"><title>{label} {v["v"]}{most}</title></circle>')
             if v.get("label", True):
                 out.append(f'<text class="value-label" x="{v["x"] + 6}" y="{v["y"] - 5}">{v["v"]}</text>')
         out.append('<g class="axis value-axis">')

@@ -1,9 +1,11 @@
 """GET /: the operator's status page, server-rendered, no JavaScript, refreshing itself.
 
-Every pool with its chart (``autoscaler/api/chart.py``), each fallback group with the pool its next scale-out goes
-to, and the event log filtered and paged as ``GET /api/v1/events`` takes it (``autoscaler/api/event_query.py``).
-The page reads the store a fixed number of times whatever the number of pools: every pool's rows once
-(``service.Stored``), the recent events of all pools in one read, one page of events (issue 34, item 9).
+Every pool's state (a section with its chart for those that matter, ``status_pick.py``; a row of the pools' table
+for the rest), each fallback group with the pool its next scale-out goes to, and the event log filtered and paged
+as ``GET /api/v1/events`` takes it (``autoscaler/api/event_query.py``). The page reads the store a fixed number of
+times whatever the number of pools: every pool's rows once (``service.Stored``), the charted pools' recent events in
+one read, one page of events (issue 34, item 9); and draws at most ``CHARTS`` charts of at most ``chart.MARKS``
+markers each, whatever the history holds (issue 45, item 11).
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ from autoscaler.api.chart import ago, chart, minutes, span
 from autoscaler.api.chart_svg import svg
 from autoscaler.api.event_query import OUTCOMES, SOURCES, EventQuery, page, parse
 from autoscaler.api.guards import principal
+from autoscaler.api.status_pick import CHARTS, WINDOW, pick, tier, trouble
+from autoscaler.api.status_rows import row, table
 from autoscaler.config.durations import rfc3339
 from autoscaler.decide.groups import Member, choose
 from autoscaler.models import Action, Mode, PoolSpec
@@ -29,11 +33,11 @@ from autoscaler.service import Service, Stored
 from autoscaler.store import EventRecord
 
 bp = Blueprint("status", __name__)
-WINDOW, CHART_POINTS = 6 * 3600.0, 200  # a chart shows a pool's last 6 h, at most its 200 newest events
+CHART_POINTS = 200  # a chart shows a pool's last 6 h (WINDOW), at most its 200 newest events
 PAGE_EVENTS = 30
 QUICK_OUTCOMES = ("scaled", "no_capacity", "failed", "skipped_cooldown", "skipped_limit", "paused")
 
-__all__ = ["bp", "chart"]
+__all__ = ["CHARTS", "bp", "chart"]
 
 
 def _when(t: float | None, now: float) -> str | None:
@@ -85,7 +89,6 @@ def _pool_view(spec: PoolSpec, pool: dict[str, Any], rows: list[EventRecord], st
     pool["view_ago"] = _when(pool.get("view_read_at"), now)
     last = stored.last_events.get(spec.name)
     pool["last_ago"] = _when(last.time if last is not None else None, now)
-    pool["gpus_per_node"] = spec.gpus_per_node
     return pool
 
 
@@ -133,20 +136,40 @@ def _member(pool: dict[str, Any], stored: Stored) -> Member:
                   backoff_until=state.backoff_until if state else None)
 
 
+def _chosen(specs: list[PoolSpec], answers: list[dict[str, Any]], stored: Stored, now: float,
+            wanted: str | None) -> tuple[set[int], list[list[str]], list[int]]:
+    """Which pools the page charts (their positions), what troubles each pool, and each pool's tier
+    (``status_pick.py``)."""
+    lasts = [stored.last_events.get(spec.name) for spec in specs]
+    troubles = [trouble(pool, last, now) for pool, last in zip(answers, lasts)]
+    tiers = [tier(pool, bool(t), last, now) for pool, t, last in zip(answers, troubles, lasts)]
+    activity = [max(pool["last_scale_at"] or 0, last.time if last else 0) for pool, last in zip(answers, lasts)]
+    return pick(tiers, activity, next((i for i, spec in enumerate(specs) if spec.name == wanted), None)), \
+        troubles, tiers
+
+
 def _render(query: EventQuery, error: str | None = None) -> Response:
     svc: Service = current_app.extensions["autoscaler"]
     now = svc.wall()
     specs = [spec for spec in svc.settings.pools.values() if principal().sees(spec.name)]
     stored = Stored.read(svc.store, nodes=bool(svc.parts.clusters),
                          repairs=any(spec.repair is not None for spec in specs))
-    recent = svc.store.recent_events(now - WINDOW, CHART_POINTS)
     answers = svc.pools_json(specs, with_nodes=True, stored=stored)
-    pools = [_pool_view(spec, pool, recent.pop(spec.name, []), stored, now) for spec, pool in zip(specs, answers)]
+    for spec, pool in zip(specs, answers):
+        pool["gpus_per_node"] = spec.gpus_per_node
+    charted, troubles, tiers = _chosen(specs, answers, stored, now, query.pool)
+    recent = svc.store.recent_events(now - WINDOW, CHART_POINTS, pools=[specs[i].name for i in charted])
+    pools = [_pool_view(specs[i], answers[i], recent.pop(specs[i].name, []), stored, now) for i in sorted(charted)]
     rest = query.args(pool="")  # the page's filters but the pool's, for each pool's link
     shown = [_section(pool, "&".join(filter(None, (urlencode({"pool": pool["name"]}), rest)))) for pool in pools]
-    rows, after = page(svc.store, query) if error is None else ([], None)
-    events = [{**event_json(r), "ago": ago(now - r.time)} for r in rows]
-    html = render_template("status.html", pools=shown, groups=_groups(svc, {p["name"]: p for p in pools}, stored, now),
+    rows = [row(answers[i], troubles[i], stored.last_events.get(specs[i].name), now)
+            for i in sorted(set(range(len(specs))) - charted, key=lambda i: (tiers[i], i))]
+    events_rows, after = page(svc.store, query) if error is None else ([], None)
+    events = [{**event_json(r), "ago": ago(now - r.time)} for r in events_rows]
+    html = render_template("status.html", pools=shown, rows=table(rows), uncharted=len(rows),
+                           names=[spec.name for spec in specs], charts=CHARTS, window_h=int(WINDOW // 3600),
+                           troubled=[(spec.name, t) for spec, t in zip(specs, troubles) if t],
+                           groups=_groups(svc, {p["name"]: p for p in answers}, stored, now),
                            events=events, query=query, next=after, error=error, refresh=10, version=__version__,
                            outcomes=OUTCOMES, quick=QUICK_OUTCOMES, sources=SOURCES)
     return Response(html, status=400 if error else 200, mimetype="text/html")
@@ -154,7 +177,8 @@ def _render(query: EventQuery, error: str | None = None) -> Response:
 
 @bp.get("/")
 def status() -> Response:
-    """Every pool with its chart, the groups, and a page of the event log (``?pool=&outcome=&source=&before=``)."""
+    """Every pool (the ones that matter charted), the groups, and a page of the event log
+    (``?pool=&outcome=&source=&before=``; ``?pool=`` also charts that pool)."""
     try:
         require_auth("read")
         try:

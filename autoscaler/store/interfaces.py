@@ -89,10 +89,12 @@ class EventStore(abc.ABC):
         """Newest first; only ``outcomes`` (when given) and events from ``source`` (when given)."""
 
     @abc.abstractmethod
-    def recent_events(self, since: float, per_pool: int) -> dict[str, list[EventRecord]]:
+    def recent_events(self, since: float, per_pool: int,
+                      pools: Collection[str] | None = None) -> dict[str, list[EventRecord]]:
         """Each pool's events at or after ``since`` among its ``per_pool`` newest, newest first, in one read (pages):
-        the work is bounded by pools x ``per_pool``, however many events the store or the window holds. As the
-        charts read them: without their alerts (an empty list; ``events`` has them)."""
+        the work is bounded by pools x ``per_pool``, however many events the store or the window holds. ``pools``:
+        only these (None: every pool). As the charts read them: without their alerts (an empty list; ``events``
+        has them)."""
 
     @abc.abstractmethod
     def last_events(self) -> dict[str, EventRecord]:

@@ -212,13 +212,14 @@ class MemoryStore(MemoryGangs, Store):
     def _copy(event: EventRecord) -> EventRecord:
         return replace(event, alerts=list(event.alerts), details=dict(event.details))
 
-    def recent_events(self, since: float, per_pool: int) -> dict[str, list[EventRecord]]:
+    def recent_events(self, since: float, per_pool: int,
+                      pools: Collection[str] | None = None) -> dict[str, list[EventRecord]]:
         with self._lock:
             out: dict[str, list[EventRecord]] = {}
             seen: dict[str, int] = {}
             for event_id in sorted(self._events, reverse=True):
                 event = self._events[event_id]
-                if event.pool is None or event.pool not in self._pools:
+                if event.pool is None or event.pool not in self._pools or not (pools is None or event.pool in pools):
                     continue
                 seen[event.pool] = seen.get(event.pool, 0) + 1
                 if event.time >= since and seen[event.pool] <= per_pool:

@@ -45,10 +45,13 @@ class SqlReads:
             row = conn.execute(select(tables.events).where(tables.events.c.id == event_id)).first()
         return event_record(row) if row else None
 
-    def recent_events(self, since: float, per_pool: int) -> dict[str, list[EventRecord]]:
+    def recent_events(self, since: float, per_pool: int,
+                      pools: Collection[str] | None = None) -> dict[str, list[EventRecord]]:
         out: dict[str, list[EventRecord]] = {}
+        if pools is not None and not pools:
+            return out
         with self._read() as conn:
-            for row in conn.execute(_recent(conn.dialect.name, since, per_pool)).all():
+            for row in conn.execute(_recent(conn.dialect.name, since, per_pool, pools)).all():
                 out.setdefault(row.pool, []).append(event_record(row, alerts=False))
         return out
 
@@ -80,11 +83,12 @@ def _nodes(row: Any) -> NodesView:
     return nodes_of(row.pool, row.nodes, row.error, float(row.read_at))
 
 
-def _recent(dialect: str, since: float, per_pool: int) -> Any:
+def _recent(dialect: str, since: float, per_pool: int, pools: Collection[str] | None) -> Any:
     """Each pool's ``per_pool`` newest events, those at or after ``since``: one index range of ix_events_pool_id per
     pool, so the work grows with pools x per_pool, never with the events the window holds (ranking every one of
-    them with a window function took seconds at 100,000 events: issue 45, item 11)."""
+    them with a window function took seconds at 100,000 events: issue 45, item 11). ``pools``: only these."""
     p, t = tables.pools, tables.events
+    named = p.c.name.in_(sorted(pools)) if pools is not None else true()
     charted = [c for c in t.c if c.name != "alerts"]  # a chart never reads them; decoding them cost as much as
     # the details at 100,000 events
     if dialect == "postgresql":  # a LATERAL join: for each pool, a backward index scan stopped at per_pool rows.
@@ -93,7 +97,7 @@ def _recent(dialect: str, since: float, per_pool: int) -> Any:
         # filtered by pool: through the whole table for a pool whose events are old.
         newest = select(*charted).where(t.c.pool >= p.c.name, t.c.pool <= p.c.name) \
             .order_by(t.c.pool.desc(), t.c.id.desc()).limit(per_pool).lateral("newest")
-        return select(newest).select_from(p).join(newest, true()).where(newest.c.time >= since) \
+        return select(newest).select_from(p).join(newest, true()).where(named, newest.c.time >= since) \
             .order_by(newest.c.pool, newest.c.id.desc())
     # SQLite has no LATERAL: each pool's per_pool-th newest id (per_pool index entries read) bounds its range.
     # MATERIALIZED (SQLite 3.35+) makes the pools drive the join; as a plain subquery SQLite walked the window's
@@ -101,7 +105,7 @@ def _recent(dialect: str, since: float, per_pool: int) -> Any:
     x = t.alias("x")
     floor = select(x.c.id).where(x.c.pool == p.c.name).order_by(x.c.id.desc()).limit(1).offset(per_pool - 1) \
         .scalar_subquery()
-    bounds = select(p.c.name.label("bound_pool"), func.coalesce(floor, 0).label("floor")).cte("bounds")
+    bounds = select(p.c.name.label("bound_pool"), func.coalesce(floor, 0).label("floor")).where(named).cte("bounds")
     if sqlite3.sqlite_version_info >= (3, 35):  # older: the same rows, the slower plan
         bounds = bounds.prefix_with("MATERIALIZED")
     kept = (t.c.pool == bounds.c.bound_pool) & (t.c.id >= bounds.c.floor)

@@ -10,6 +10,7 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import event, insert
 
+from autoscaler.api.status import CHARTS
 from autoscaler.store import EventRecord, tables
 from autoscaler.store.rows import event_row
 from tests.support import AUTH, FakeClock, am_alert, am_payload, make_app, post
@@ -61,7 +62,8 @@ def test_a_page_reads_the_store_the_same_few_times_for_3_or_60_pools(tmp_path: P
     api = counted(small_engine, small, "/api/v1/pools"), counted(large_engine, large, "/api/v1/pools")
     assert api[0] == api[1] <= 3, api  # the API's list too (before: each pool's row and last event, 2 per pool)
     html = large.get("/", headers=AUTH).get_data(as_text=True)
-    assert html.count('class="pool"') == 60 and html.count("<svg") == 60
+    assert html.count('class="pool"') + html.count('class="pool-row"') == 60  # every pool: a section or a row
+    assert html.count("<svg") == CHARTS  # the charts the page draws at most (issue 45, item 11; before: 60)
 
 
 def _stored_events(engine: Any, pools: list[str], per_pool: int, now: float, spread: float) -> None:
