@@ -194,7 +194,9 @@ def test_read_only_disk_answers_503_and_writes_nothing(small_disk: Path) -> None
     assert "gpu_autoscaler_store_up 0.0" in client.get("/metrics").get_data(as_text=True)
 
     assert _mount("-o", "remount,rw", str(small_disk))
-    assert client.get("/readyz").status_code == 200
+    # the kernel is asked whether the file is writable at most every probe_interval (2 s, real time): ready again
+    # within it (a loaded machine took longer than the remount alone, and the cached "read-only" answered)
+    wait_for(lambda: client.get("/readyz").status_code == 200, 5.0, "/readyz ready once the disk is writable")
     pool = client.get("/api/v1/pools/gpu", headers=AUTH).get_json()
     assert pool["current"] == 3 and pool["paused"] is False  # the refused writes left nothing behind
     assert outcomes(client) == ["scaled"]
