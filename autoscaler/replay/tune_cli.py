@@ -18,6 +18,7 @@ from autoscaler.config.load import build_settings, load_replay_config, offline
 from autoscaler.replay.report import foresight_node_hours
 from autoscaler.replay.sim import gpus_per_node, replay_pool
 from autoscaler.replay.space import Candidate, Space, apply, busy_windows, describe, show
+from autoscaler.replay.outlook import outlook as outlook_of
 from autoscaler.replay.peers import peer_figures
 from autoscaler.replay.trace import ReplayError, Trace, load_trace
 from autoscaler.replay.robust import (STRESSED_FACTOR, Judged, Rule, as_json, burstiest_days, finalists, judge,
@@ -33,6 +34,7 @@ CHANGES_FACTOR = 2  # ... and is this many times the base config's direction cha
 #: margin; a stressed copy, standing in for the worst day never seen, twice the budget): days differ, and a cap at
 #: the budget itself on each of the history's days pushed the choice far under the budget on the average day.
 DAY_FACTOR = 1.5
+AS_IT_WAS = "history"  # the tuning span as it was, beside the stressed copies, where the outlook changed it
 
 
 def default_neighbours(candidates: int) -> int:
@@ -57,9 +59,10 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
          workers: int = 2, seed: int = 0, holdout: float = DEFAULT_HOLDOUT, margin: float = DEFAULT_MARGIN,
          neighbours: int | None = None, robust: bool = False, max_changes: float | None = None, stress: bool = True,
          utilization_expr: str = tune_files.UTILIZATION_EXPR, pending_expr: str = tune_files.PENDING_EXPR,
-         quiet: bool = False) -> dict[str, Any]:
+         quiet: bool = False, outlook: bool = True) -> dict[str, Any]:
     """Search, confirm and write DIR's files; returns what tuning.json holds. ConfigError / ReplayError on bad
-    input."""
+    input. ``outlook``: the candidates are judged on the tuning span as the weeks after it will look (outlook.py);
+    the report's figures are the history's as it was."""
     started = time.monotonic()
     raw, settings = _load(config_path)
     pool = replay_pool(settings)
@@ -75,11 +78,17 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
         if not quiet:
             print(f"tune: {text} ({time.monotonic() - started:.0f}s)", file=sys.stderr, flush=True)
 
+    ahead = outlook_of(trace, train) if outlook else None
+    history = trace  # as it was: the report's figures and the confirm span
+    if ahead is not None and ahead.changed:  # judged on the outlook; the held-back days are kept as they were
+        trace = Trace(trace.start, ahead.demand + trace.demand[train:])
     windows = busy_windows(trace.demand[:train], trace.start)
     space = Space(settings, pool, windows)
     base = describe(settings, pool, space.windows)
     stressed = stressed_copies(trace, train) if stress else {}
-    executor = make_pool(workers, raw, env, pool, trace, stressed)
+    copies = {**stressed, AS_IT_WAS: Trace(history.start, history.demand[:train])} if trace is not history \
+        else stressed
+    executor = make_pool(workers, raw, env, pool, trace, copies)
     try:
         base_score = evaluate_task((0, base, 0, train, None, None))[1]
         # Flapping has a price: by default at most twice the direction changes a day the base config made on the
@@ -118,33 +127,37 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
                 best, picked = pick(judged, rule.day_budget, rule.changes, rule.total,
                                     stressed_budget=rule.stressed_budget)
                 chosen, chosen_score = best.candidate, best.history
-        jobs = []
+        jobs: list[Any] = []
         if train < total:
             jobs += [(1, chosen, train, total, None, None), (2, base, train, total, None, None)]
+        if trace is not history:  # the report's tuning span: the history as it was, not the outlook
+            jobs += [(3, chosen, 0, train, None, None, AS_IT_WAS), (4, base, 0, train, None, None, AS_IT_WAS)]
         progress("scoring the base config and confirming on the rest of the history")
         scored = dict(replays(executor, jobs))
-        scored[0] = base_score
+        judged_score = chosen_score  # on the span the candidates were judged on
+        chosen_score, scored[0] = scored.pop(3, chosen_score), scored.pop(4, base_score)
     finally:
         if executor is not None:
             executor.shutdown()
     frontier = pareto(search.results)
+
     def budget(minutes: int) -> int:
         return int(max_saturated / 100.0 * minutes + 1e-9)
 
     spans: dict[str, dict[str, Any]] = {
         "tune": {"minutes": [0, train], "budget": budget(train), "choice_budget": search.budget(train).total,
                  "choice_budget_per_day": search.budget(train).per_day, "base": asdict(scored[0]),
-                 "tuned": asdict(chosen_score)}}
+                 "tuned": asdict(chosen_score), "tuned_on_outlook": asdict(judged_score)}}
     if train < total:
         spans["confirm"] = {"minutes": [train, total], "budget": budget(total - train),
                             "base": asdict(scored[2]), "tuned": asdict(scored[1])}
     low = settings.pools[pool].min
-    span_trace = Trace(trace.start, trace.demand[:train])
+    span_trace = Trace(history.start, history.demand[:train])
     data_peers = {name: peer_figures(run, gpus_per_node(settings, pool), foresight_node_hours(span_trace.demand, low))
                   for name, run in peers(settings, span_trace).items()}
     for span in spans.values():
         first, last = int(span["minutes"][0]), int(span["minutes"][1])
-        span["foresight_days"] = [foresight_node_hours(trace.demand[d:d + 1440], low)
+        span["foresight_days"] = [foresight_node_hours(history.demand[d:d + 1440], low)
                                   for d in range(first, last - 1439, 1440)]
     data = {"config": config_path, "trace": trace_path, "pool": pool, "max_saturated_pct": max_saturated,
             "margin": margin, "robust": robust, "max_direction_changes": max_changes, "day_budget": whole_day,
@@ -155,6 +168,7 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
             "stressed": {"days": sorted(burstiest_days(trace.demand, train)) if stressed else [],
                          "copies": list(stressed), "finalists": [as_json(j) for j in judged],
                          "not_judged": not_judged},
+            "outlook": ahead.as_json() if ahead is not None else None,
             "sampled": candidates, "replays": search.evaluated + len(jobs),
             "search_minutes_replayed": search.minutes_replayed,
             "seconds": round(time.monotonic() - started, 1), "workers": workers, "base": base, "tuned": chosen,
@@ -292,6 +306,7 @@ def run(args: Any) -> int:
     data = command(lambda: tune(args.config, args.trace, args.out, pct, candidates=args.candidates,
                                 workers=args.workers, seed=args.seed, holdout=args.holdout, margin=args.margin,
                                 robust=args.robust, max_changes=args.max_direction_changes, stress=args.stress,
+                                outlook=args.outlook,
                                 utilization_expr=args.utilization_expr, pending_expr=args.pending_expr),
                    args.config, args.out)
     if data is None:
