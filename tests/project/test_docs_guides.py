@@ -189,3 +189,21 @@ def test_upgrading_has_a_checklist_per_release_with_every_must_do() -> None:
         assert len(re.findall(r"(?m)^\d+\. \*\*", items)) >= 4, heading  # numbered, each with its bold verb
         for word in words:
             assert word in items, (heading, word)
+
+
+def named_paths(text: str) -> set[str]:
+    """The repository files a page names by path (``tests/…py``, ``bench/…py``, ``autoscaler/…py``, ``deploy/…``)."""
+    pattern = r"(?<![\w/.-])((?:tests|bench|autoscaler|providers|scripts|deploy)/[\w./-]*\w\.(?:py|ya?ml|json|md))"
+    return set(re.findall(pattern, text))
+
+
+def test_every_file_a_page_names_exists() -> None:
+    """A page that names a test or module by path names one that is there (the suite's rooms moved files).
+    BENCHMARKS.md is a log of rounds (it names files of their day); bench/results/ holds what a bench writes."""
+    assert named_paths("see `tests/test_gone.py` and tests/e2e/test_x.py, not a/tests/y.py") == {
+        "tests/test_gone.py", "tests/e2e/test_x.py"}
+    pages = [ROOT / "README.md", ROOT / "SECURITY.md", *sorted((ROOT / "docs").glob("*.md"))]
+    missing = {page.name: sorted(p for p in named_paths(page.read_text())
+                                 if not (ROOT / p).exists() and not p.startswith("bench/results/"))
+               for page in pages}
+    assert not any(missing.values()), {k: v for k, v in missing.items() if v}
