@@ -177,6 +177,7 @@ class SimulatedProvider(RemovingProvider):
         self.sync(current)
         names = machines(nodes, lambda node: node.name if node.name in self._names else None, self.where, "node")
         self._names = [name for name in self._names if name not in names]
+        self._asked = len(self._names)  # the size is now what is left: the removed machines are not owed
         log.info("provider=simulated pool=%s action=scale_in from=%d to=%d nodes=%s", self.pool, current,
                  len(self._names), ",".join(names) or "-")
         return len(self._names)

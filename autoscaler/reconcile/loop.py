@@ -143,7 +143,9 @@ class Reconciler:
             out.decisions += carried
             state = self.store.pool(spec.name)
         if short is not None:  # the cloud accepted a size it could not deliver: say so, give back, ask the group
-            if not gang_carry.waiting(self.parts, spec):  # a gang's pool: the gang's deadline settles it
+            if gang_carry.waiting(self.parts, spec):  # a gang's pool: rolled back now (the cloud said no more)
+                out.decisions += gang_carry.fell_short(self.parts, spec, short, now, listed)
+            else:
                 out.decisions += self._short(spec, now, short)
             return
         decision = self._floor(spec, state, view, facts, now) or self._headroom(spec, state, view, now, listed)

@@ -10,7 +10,7 @@ from tests.support.gang_rig import PROVISION, Rig
 from tests.support import events
 
 
-def test_a_pool_that_delivers_fewer_is_rolled_back_by_name(tmp_path: Path) -> None:
+def test_a_pool_whose_cloud_reports_a_shortfall_is_rolled_back_at_once(tmp_path: Path) -> None:
     with FakeKube() as kube:
         rig = Rig(tmp_path, kube)
         answer = rig.atomic("spot", 4)
@@ -19,17 +19,32 @@ def test_a_pool_that_delivers_fewer_is_rolled_back_by_name(tmp_path: Path) -> No
         assert (got["outcome"], got["from"], got["to"]) == ("scaled", 0, 4)
         came = rig.arrive("spot")
         assert came == ["spot-node-0001", "spot-node-0002"]  # the spot cloud delivered 2 of 4
-        assert rig.tick() == []  # within provision_time: it waits, no no_capacity give-back meanwhile
-        assert rig.provider("spot").asked() == 4
-        assert rig.tick(PROVISION) == [("spot", "rolled_back")]
+        # the cloud says it cannot deliver the rest: rolled back now, not billed until provision_time
+        assert rig.tick() == [("spot", "rolled_back")]
         rolled = events(rig.client, pool="spot")[0]
         assert rolled["outcome"] == "rolled_back" and rolled["source"] == "reconcile"
         assert (rolled["from"], rolled["to"]) == (4, 0)
         assert rolled["details"]["nodes"] == came and rolled["details"]["ready"] == 2
+        assert rolled["details"]["code"] == "SimulatedStockout" and "SimulatedStockout" in rolled["reason"]
         assert rig.provider("spot").node_names() == () and rig.provider("spot").asked() == 0
         assert rig.current("spot") == 0
         assert [e["outcome"] for e in events(rig.client)] == ["rolled_back", "scaled"]  # no no_capacity, no retry
+        state = rig.app.extensions["autoscaler"].store.pool("spot")
+        assert state.short_until is not None and "SimulatedStockout" in state.short_reason  # passed over a while
         assert rig.tick(PROVISION) == []  # settled once
+
+
+def test_nodes_never_ready_are_rolled_back_by_name_at_the_deadline(tmp_path: Path) -> None:
+    with FakeKube() as kube:
+        rig = Rig(tmp_path, kube)
+        assert rig.atomic("ondemand", 3).get_json()["outcome"] == "scaled"
+        came = rig.arrive("ondemand", ready=False)  # the cloud delivered all 3: no shortfall, but never Ready
+        assert rig.tick() == []  # within provision_time: it waits
+        assert rig.tick(PROVISION) == [("ondemand", "rolled_back")]
+        rolled = events(rig.client, pool="ondemand")[0]
+        assert (rolled["from"], rolled["to"], rolled["details"]["nodes"]) == (3, 0, came)
+        assert "within 600s (provision_time)" in rolled["reason"]
+        assert rig.provider("ondemand").node_names() == () and rig.current("ondemand") == 0
 
 
 def test_all_ready_is_provisioned_and_kept(tmp_path: Path) -> None:
@@ -54,7 +69,7 @@ def test_a_group_rolls_the_spot_pool_back_before_asking_the_next(tmp_path: Path)
         assert (got["pool"], got["outcome"], got["to"]) == ("spot", "scaled", 4)
         assert events(rig.client, pool="spot")[0]["details"]["group"] == "h100"
         rig.arrive("spot")
-        assert rig.tick(PROVISION + 1) == [("spot", "rolled_back"), ("ondemand", "scaled")]
+        assert rig.tick() == [("spot", "rolled_back"), ("ondemand", "scaled")]  # the cloud's shortfall: at once
         assert rig.provider("spot").asked() == 0 and rig.provider("ondemand").asked() == 4
         first, then = events(rig.client, pool="spot")[0], events(rig.client, pool="ondemand")[0]
         assert first["id"] < then["id"], "never both pools grown: the spot pool is back before on-demand is asked"
