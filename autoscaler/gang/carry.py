@@ -11,20 +11,21 @@ import logging
 import uuid
 from dataclasses import replace
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from autoscaler.cluster.nodes import ClusterError, NodeView
 from autoscaler.decide.inflight import NOT_REGISTERED
 from autoscaler.engine.parts import Parts
 from autoscaler.gang.ask import Ask, ask_group
-from autoscaler.models import Action, Decision, Outcome, PoolSpec, Shortfall, Source
+from autoscaler.models import Action, CloudStatus, Decision, Outcome, PoolSpec, Shortfall, Source
 from autoscaler.pool.door import changed, error_details
 from autoscaler.redact import redact_text
 from autoscaler.store import PoolChange
-from autoscaler.store.gangs import PROVISIONED, ROLLED_BACK, GangRecord
+from autoscaler.store.gangs import FAILED, PROVISIONED, ROLLED_BACK, GangRecord
 from providers import NodeRef, ProviderError, RemovesNamedNodes
 
 log = logging.getLogger(__name__)
+SAY_EVERY = 300.0  # a roll-back refused again is said by an event at most this often (seconds)
 
 
 def carry_on(parts: Parts, spec: PoolSpec, now: float) -> list[Decision]:
@@ -67,6 +68,13 @@ def fell_short(parts: Parts, spec: PoolSpec, short: Shortfall, now: float,
     return out
 
 
+def given_up(parts: Parts, spec: PoolSpec) -> bool:
+    """Whether the pool's latest gang was given up (settled ``failed`` past its deadline: its roll-back refused):
+    a shortfall of the pool is then that gang's, whose group's next pool was already asked for all of it."""
+    gangs = parts.store.gangs(spec.name, waiting=False)
+    return bool(gangs) and gangs[-1].state == FAILED and gangs[-1].updated_at >= gangs[-1].deadline
+
+
 def waiting(parts: Parts, spec: PoolSpec) -> bool:
     """Whether a gang waits on the pool (its shortfall is then the gang's to settle, not the capacity check's)."""
     return bool(parts.store.gangs(spec.name))
@@ -91,9 +99,12 @@ def _provisioned(parts: Parts, spec: PoolSpec, gang: GangRecord, ready: Sequence
 
 def _roll_back(parts: Parts, spec: PoolSpec, gang: GangRecord, came: Sequence[NodeView], ready: int,
                now: float, short: Shortfall | None = None) -> list[Decision]:
-    """Under the pool's hold: the nodes that came removed by name, the size back to ``before``, recorded; then the
-    group's next pool asked (after the record: never both grown). ``short``: the cloud's shortfall that ends the gang
-    before its deadline (the pool is then marked short, as ``no_capacity`` marks it)."""
+    """Under the pool's hold: the nodes that came removed by name (a removal the cloud refuses for good, such as
+    ``NodeNotInPool``, lowers the size instead), the size back to ``before``, recorded; then the group's next pool
+    asked (after the record: never both grown). ``short``: the cloud's shortfall that ends the gang before its
+    deadline (the pool is then marked short, as ``no_capacity`` marks it). A roll-back refused is tried again at
+    the next tick, said by an event at most every ``SAY_EVERY`` seconds, and given up ``provision_time`` past the
+    deadline (``_refused``)."""
     held = parts.hold.take(spec.name, parts.hold.owner(f"gang:{uuid.uuid4().hex}"), parts.hold.deadline())
     if held is None:
         return []
@@ -104,47 +115,93 @@ def _roll_back(parts: Parts, spec: PoolSpec, gang: GangRecord, came: Sequence[No
         try:
             cloud = provider.status(held.state.tracked(), now)
         except ProviderError as exc:
-            log.warning("gang pool=%s: status unread (%s); roll-back at the next tick", spec.name, exc.message)
-            return []
-        current = reached = cloud.current if cloud.current is not None else gang.target
-        removed: list[str] = []
-        problems: dict[str, object] = {}
-        try:
-            if came and isinstance(provider, RemovesNamedNodes) and provider.capabilities.removes_named_nodes:
-                refs = [NodeRef(n.name, n.provider_id) for n in came]
-                reached = parts.door.remove(spec, provider, refs, current, now, cloud)
-                removed = [r.name for r in refs]
-            if reached != gang.before:
-                reached = parts.door.scale(spec, provider, reached, gang.before, now, None)
-        except ProviderError as exc:
-            if not removed:  # nothing changed: try again at the next tick
-                log.warning("gang pool=%s: roll-back refused (%s); again at the next tick", spec.name, exc.message)
-                return []
-            problems = {"error": error_details(exc)}
-        said = (f"the cloud cannot deliver the rest ({short.code}: {redact_text(short.message)}): {ready} of "
-                f"{gang.asked} node(s) GPU-ready after {now - gang.started:.0f}s" if short is not None else
-                f"{ready} of {gang.asked} node(s) GPU-ready within {spec.provision_time:.0f}s (provision_time)")
-        why = (f"atomic scale-out fell short: {said}; removed {', '.join(removed) or 'no node'} by name, "
-               f"size back from {current} to {reached}")
-        decision = Decision(spec.name, Action.SCALE_OUT, Outcome.ROLLED_BACK, current, reached,
-                            why + (f"; {redact_text(str(problems))}" if problems else ""),
-                            details=_details(gang) | {"nodes": removed, "ready": ready} | problems
-                            | ({"code": short.code} if short is not None else {}))
-        change = changed(provider, now, reached)
-        if short is not None:
-            change = replace(change, short_until=now + spec.short_for,
-                             short_reason=f"{short.code}: {redact_text(short.message)}"[:500])
-        if not parts.store.settle_gang(gang.id, ROLLED_BACK, now, why):
-            log.warning("gang pool=%s gang=%s settled by another worker during its roll-back", spec.name, gang.id)
-        recorded = held.record(decision, Source.RECONCILE.value, [], now, change)
-    log.info("gang rolled back pool=%s gang=%s removed=%s", spec.name, gang.id, ",".join(removed) or "-")
-    out = [recorded]
+            out, ask_next = _refused(parts, held, spec, gang, exc, None, now)
+        else:
+            out, ask_next = _undo(parts, held, spec, gang, came, ready, now, short, cloud)
+    if not out or not ask_next:
+        return out
     if gang.grp and not gang.request:  # a request's next pool is asked by its round, for that pool's own count
         ask = Ask(nodes=gang.asked, source=Source.RECONCILE.value, force=True, group=gang.grp, request=gang.request,
                   tried=gang.tried, reason=f"{spec.name} fell short of {gang.asked} node(s) at once; asked of group "
                                            f"{gang.grp}")
         out.append(ask_group(parts, gang.grp, ask, now))
     return out
+
+
+def _undo(parts: Parts, held: Any, spec: PoolSpec, gang: GangRecord, came: Sequence[NodeView], ready: int,
+          now: float, short: Shortfall | None, cloud: CloudStatus) -> tuple[list[Decision], bool]:
+    """The roll-back's calls and record, under ``held`` (``cloud``: the pool's status read under it); and whether
+    the group's next pool may be asked."""
+    provider = parts.providers[spec.name]
+    current = reached = cloud.current if cloud.current is not None else gang.target
+    removed: list[str] = []
+    problems: dict[str, object] = {}
+    lowered = ""
+    try:
+        if came and isinstance(provider, RemovesNamedNodes) and provider.capabilities.removes_named_nodes:
+            refs = [NodeRef(n.name, n.provider_id) for n in came]
+            try:
+                reached = parts.door.remove(spec, provider, refs, current, now, cloud)
+                removed = [r.name for r in refs]
+            except ProviderError as exc:
+                if exc.retryable:
+                    raise
+                problems = {"error": error_details(exc)}  # refused for good: the size lowered (the cloud's pick)
+                lowered = f"removal by name refused ({redact_text(exc.message)}): size lowered instead; "
+        if reached != gang.before:
+            reached = parts.door.scale(spec, provider, reached, gang.before, now, None)
+    except ProviderError as exc:
+        if not removed:  # nothing changed: tried again at the next tick, within bounds
+            return _refused(parts, held, spec, gang, exc, current, now)
+        problems = {"error": error_details(exc)}
+    said = (f"the cloud cannot deliver the rest ({short.code}: {redact_text(short.message)}): {ready} of "
+            f"{gang.asked} node(s) GPU-ready after {now - gang.started:.0f}s" if short is not None else
+            f"{ready} of {gang.asked} node(s) GPU-ready within {spec.provision_time:.0f}s (provision_time)")
+    why = (f"atomic scale-out fell short: {said}; {lowered}removed {', '.join(removed) or 'no node'} by name, "
+           f"size back from {current} to {reached}")
+    decision = Decision(spec.name, Action.SCALE_OUT, Outcome.ROLLED_BACK, current, reached,
+                        why + (f"; {redact_text(str(problems))}" if problems and not lowered else ""),
+                        details=_details(gang) | {"nodes": removed, "ready": ready} | problems
+                        | ({"code": short.code} if short is not None else {}))
+    change = changed(provider, now, reached)
+    if short is not None:
+        change = replace(change, short_until=now + spec.short_for,
+                         short_reason=f"{short.code}: {redact_text(short.message)}"[:500])
+    if not parts.store.settle_gang(gang.id, ROLLED_BACK, now, why):
+        log.warning("gang pool=%s gang=%s settled by another worker during its roll-back", spec.name, gang.id)
+    recorded = held.record(decision, Source.RECONCILE.value, [], now, change)
+    log.info("gang rolled back pool=%s gang=%s removed=%s", spec.name, gang.id, ",".join(removed) or "-")
+    return [recorded], True
+
+
+def _refused(parts: Parts, held: Any, spec: PoolSpec, gang: GangRecord, exc: ProviderError, current: int | None,
+             now: float) -> tuple[list[Decision], bool]:
+    """A roll-back the cloud refused (or whose pool could not be read): tried again at the next tick, said by a
+    ``failed`` event the first time and then at most every ``SAY_EVERY`` seconds; once ``provision_time`` has
+    passed beyond the deadline the gang is settled ``failed`` (the pool may keep the nodes that came: the event
+    says so) and the group's next pool may be asked (the bool)."""
+    message = redact_text(exc.message)
+    limit = gang.deadline + spec.provision_time
+    size = f"size {current}" if current is not None else "its size unread"
+    details = _details(gang) | {"error": error_details(exc)}
+    if now >= limit:
+        reason = (f"atomic scale-out {gang.id}: its roll-back was refused until provision_time past its deadline "
+                  f"({message}); settled failed: pool {spec.name} may still hold the nodes that came ({size}), "
+                  "see to them by hand")
+        if not parts.store.settle_gang(gang.id, FAILED, now, reason[:500]):
+            return [], False
+        log.warning("gang pool=%s gang=%s: roll-back given up (%s)", spec.name, gang.id, message)
+        decision = Decision(spec.name, Action.SCALE_OUT, Outcome.FAILED, current, current, reason, details=details)
+        return [held.record(decision, Source.RECONCILE.value, [], now, PoolChange())], True
+    log.warning("gang pool=%s gang=%s: roll-back refused (%s); again at the next tick", spec.name, gang.id, message)
+    if gang.updated_at > gang.started and now - gang.updated_at < SAY_EVERY:
+        return [], False
+    parts.store.touch_gang(gang.id, now)
+    reason = (f"atomic scale-out {gang.id}: roll-back refused ({message}); tried again each tick, settled failed "
+              f"{limit - now:.0f}s from now if still refused ({size})")
+    decision = Decision(spec.name, Action.SCALE_OUT, Outcome.FAILED, current, current, reason,
+                        details=details | {"retrying": True})
+    return [held.record(decision, Source.RECONCILE.value, [], now, PoolChange())], False
 
 
 def _details(gang: GangRecord) -> dict[str, object]:

@@ -169,7 +169,8 @@ class Reconciler:
         recorded = shortage.check(self.parts, spec, now, short if short.code == NOT_REGISTERED else None)
         if recorded is None:
             return []
-        fallback = shortage.fall_back(self.engine.handle, spec, recorded)
+        given_up = gang_carry.given_up(self.parts, spec)  # its gang's next pool was asked for all of it already
+        fallback = None if given_up else shortage.fall_back(self.engine.handle, spec, recorded)
         return [recorded] + ([fallback] if fallback is not None else [])
 
     def refresh(self, spec: PoolSpec, state: PoolState, now: float,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.support.fakes.kube import FakeKube
-from tests.support.gang_rig import PROVISION, Rig
+from tests.support.gang_rig import H100, PROVISION, Rig, pools
 from tests.support import events
 
 
@@ -132,3 +132,42 @@ def test_a_group_asks_only_pools_the_credential_may_act_on(tmp_path: Path) -> No
         refused = post(rig.client, "/api/v1/pools/spot/scale", {"action": "scale_out", "step": 2, "atomic": True},
                        headers={"Authorization": "Bearer ondemand-only-7"})
         assert refused.status_code == 403
+
+
+def test_a_removal_by_name_refused_for_good_lowers_the_size_instead(tmp_path: Path) -> None:
+    with FakeKube() as kube:
+        rig = Rig(tmp_path, kube, pools=pools(spot_capacity=None))
+        assert rig.atomic("spot", 4).get_json()["outcome"] == "scaled"
+        rig.arrive("spot", only=2)
+        kube.add_node("spot-stray", {"pool": "spot", **H100}, ready=True)  # in the cluster, not in the cloud's pool
+        assert rig.tick(PROVISION) == [("spot", "rolled_back")]  # not retried each tick: NodeNotInPool is for good
+        rolled = events(rig.client, pool="spot")[0]
+        assert rolled["details"]["error"]["code"] == "NodeNotInPool"
+        assert (rolled["from"], rolled["to"]) == (4, 0) and rolled["details"]["nodes"] == []
+        assert "size lowered" in rolled["reason"]
+        assert rig.provider("spot").node_names() == () and rig.current("spot") == 0
+        assert rig.tick(PROVISION) == []
+
+
+def test_a_roll_back_refused_each_tick_is_said_now_and_then_and_settled_failed(tmp_path: Path) -> None:
+    busy = pools(spot_capacity=None)
+    busy[0]["simulated"]["busy_seconds"] = 10 * PROVISION  # the cloud says busy at every read: every change refused
+    with FakeKube() as kube:
+        rig = Rig(tmp_path, kube, pools=busy)
+        assert rig.atomic("h100", 4).get_json()["pool"] == "spot"
+        rig.arrive("spot", only=2)
+        assert rig.tick() == []
+        assert rig.tick(PROVISION) == [("spot", "failed")]  # the first refusal: an event the operator sees
+        said = events(rig.client, pool="spot")[0]
+        assert "roll-back" in said["reason"] and said["details"]["gang"] and said["details"]["error"]
+        assert rig.tick() == []  # refused again, said at most once every 5 min
+        assert rig.tick(300) == [("spot", "failed")]
+        # provision_time past the deadline: the gang settled failed, the group's next pool asked
+        # (the 2 spot nodes that never registered are its no_capacity, not asked of the group again)
+        assert rig.tick(300) == [("spot", "failed"), ("ondemand", "scaled"), ("spot", "no_capacity")]
+        gave_up = events(rig.client, pool="spot")[1]
+        assert "settled failed" in gave_up["reason"] and "still" in gave_up["reason"]
+        assert rig.tick() == []  # settled: no more attempts
+        assert [e["outcome"] for e in events(rig.client, pool="spot")] == ["no_capacity", "failed", "failed", "failed",
+                                                                          "scaled"]
+        assert rig.provider("ondemand").asked() == 4
