@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autoscaler.models import Action, Outcome, Signal, Source
 from tests.support.fakes.kube import FakeKube
 from tests.support.gang_rig import H100, PROVISION, Rig, pools
 from tests.support import events
@@ -171,3 +172,27 @@ def test_a_roll_back_refused_each_tick_is_said_now_and_then_and_settled_failed(t
         assert [e["outcome"] for e in events(rig.client, pool="spot")] == ["no_capacity", "failed", "failed", "failed",
                                                                           "scaled"]
         assert rig.provider("ondemand").asked() == 4
+
+
+def test_a_plain_scale_out_waits_while_a_gang_waits_on_its_pool(tmp_path: Path) -> None:
+    from tests.support import post
+
+    with FakeKube() as kube:
+        rig = Rig(tmp_path, kube, pools=pools(spot_capacity=None))
+        assert rig.atomic("spot", 3).get_json()["outcome"] == "scaled"
+        plain = post(rig.client, "/api/v1/pools/spot/scale", {"action": "scale_out", "step": 2, "force": True})
+        got = plain.get_json()
+        assert got["outcome"] == "skipped_busy" and "atomic scale-out" in got["reason"], got
+        assert events(rig.client, pool="spot")[0]["details"]["gang"] and rig.provider("spot").asked() == 3  # nothing asked: the gang's 3 stay its own
+        # an alert routed to the group passes the pool over for the next
+        alert = Signal(pool="h100", action=Action.SCALE_OUT, source=Source.ALERTMANAGER, step=2, reason="alert")
+        routed = rig.app.extensions["autoscaler"].engine.handle(alert)
+        assert (routed.pool, routed.outcome) == ("ondemand", Outcome.SCALED), routed
+        assert "an atomic scale-out waits on it" in routed.reason
+        rig.arrive("ondemand")
+        came = rig.arrive("spot", only=2)
+        assert rig.tick(PROVISION) == [("spot", "rolled_back")]
+        assert events(rig.client, pool="spot")[0]["details"]["nodes"] == came  # only the gang's, never another's
+        assert rig.provider("spot").asked() == 0
+        after = post(rig.client, "/api/v1/pools/spot/scale", {"action": "scale_out", "step": 2, "force": True})
+        assert after.get_json()["outcome"] == "scaled"  # settled: plain scale-outs go again
