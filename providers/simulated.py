@@ -126,6 +126,7 @@ class SimulatedProvider(RemovingProvider):
         self._at: float | None = None  # the time of the change being made (the capacity depends on it)
         self._seen: float | None = None  # the latest time a read or a change was made at
         self._asked = settings.initial_count  # the count last asked for (the names may be fewer: a stockout)
+        self.reads = 0  # status calls answered (what a tick costs the cloud: bench/gang_ticks.py)
         self.sync(settings.initial_count)
 
     def check(self) -> None:
@@ -133,6 +134,7 @@ class SimulatedProvider(RemovingProvider):
 
     def status(self, tracked: Tracked, now: float) -> CloudStatus:
         """The asked-for count; once the cloud is no longer busy with it, what it could not deliver."""
+        self.reads += 1
         count = tracked.count_or(self.settings.initial_count)
         self.sync(count, now)
         busy = self.settings.provision_seconds if self.settings.busy_seconds is None else self.settings.busy_seconds
