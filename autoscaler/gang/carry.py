@@ -48,7 +48,7 @@ def carry_on(parts: Parts, spec: PoolSpec, now: float) -> list[Decision]:
             done = _provisioned(parts, spec, gang, ready, now)
             out += [done] if done is not None else []
         elif now >= gang.deadline:
-            out += _roll_back(parts, spec, gang, came, len(ready), now)
+            out += _roll_back(parts, spec, gang, came, len(ready), now, left=_left(gang, nodes))
     return out
 
 
@@ -64,8 +64,15 @@ def fell_short(parts: Parts, spec: PoolSpec, short: Shortfall, now: float,
     for gang in parts.store.gangs(spec.name):
         if short.delivered < gang.target:
             came = [n for n in listed if n.name not in set(gang.known)]
-            out += _roll_back(parts, spec, gang, came, sum(1 for n in came if n.gpu_ready), now, short)
+            out += _roll_back(parts, spec, gang, came, sum(1 for n in came if n.gpu_ready), now, short,
+                              _left(gang, listed))
     return out
+
+
+def _left(gang: GangRecord, nodes: Sequence[NodeView]) -> int:
+    """How many of the pool's nodes from before the ask have left it since (a job's nodes removed by name while
+    the gang waited): the roll-back's size goes back to ``before`` less these."""
+    return len(set(gang.known) - {n.name for n in nodes})
 
 
 def given_up(parts: Parts, spec: PoolSpec) -> bool:
@@ -98,11 +105,12 @@ def _provisioned(parts: Parts, spec: PoolSpec, gang: GangRecord, ready: Sequence
 
 
 def _roll_back(parts: Parts, spec: PoolSpec, gang: GangRecord, came: Sequence[NodeView], ready: int,
-               now: float, short: Shortfall | None = None) -> list[Decision]:
+               now: float, short: Shortfall | None = None, left: int = 0) -> list[Decision]:
     """Under the pool's hold: the nodes that came removed by name (a removal the cloud refuses for good, such as
     ``NodeNotInPool``, lowers the size instead), the size back to ``before``, recorded; then the group's next pool
     asked (after the record: never both grown). ``short``: the cloud's shortfall that ends the gang before its
-    deadline (the pool is then marked short, as ``no_capacity`` marks it). A roll-back refused is tried again at
+    deadline (the pool is then marked short, as ``no_capacity`` marks it); ``left``: the pool's nodes from before
+    the ask gone since (the size goes back to ``before`` less these). A roll-back refused is tried again at
     the next tick, said by an event at most every ``SAY_EVERY`` seconds, and given up ``provision_time`` past the
     deadline (``_refused``)."""
     held = parts.hold.take(spec.name, parts.hold.owner(f"gang:{uuid.uuid4().hex}"), parts.hold.deadline())
@@ -117,7 +125,7 @@ def _roll_back(parts: Parts, spec: PoolSpec, gang: GangRecord, came: Sequence[No
         except ProviderError as exc:
             out, ask_next = _refused(parts, held, spec, gang, exc, None, now)
         else:
-            out, ask_next = _undo(parts, held, spec, gang, came, ready, now, short, cloud)
+            out, ask_next = _undo(parts, held, spec, gang, came, ready, now, short, cloud, max(0, gang.before - left))
     if not out or not ask_next:
         return out
     if gang.grp and not gang.request:  # a request's next pool is asked by its round, for that pool's own count
@@ -129,9 +137,9 @@ def _roll_back(parts: Parts, spec: PoolSpec, gang: GangRecord, came: Sequence[No
 
 
 def _undo(parts: Parts, held: Any, spec: PoolSpec, gang: GangRecord, came: Sequence[NodeView], ready: int,
-          now: float, short: Shortfall | None, cloud: CloudStatus) -> tuple[list[Decision], bool]:
-    """The roll-back's calls and record, under ``held`` (``cloud``: the pool's status read under it); and whether
-    the group's next pool may be asked."""
+          now: float, short: Shortfall | None, cloud: CloudStatus, back: int) -> tuple[list[Decision], bool]:
+    """The roll-back's calls and record, under ``held`` (``cloud``: the pool's status read under it; ``back``: the
+    size to go back to); and whether the group's next pool may be asked."""
     provider = parts.providers[spec.name]
     current = reached = cloud.current if cloud.current is not None else gang.target
     removed: list[str] = []
@@ -148,8 +156,8 @@ def _undo(parts: Parts, held: Any, spec: PoolSpec, gang: GangRecord, came: Seque
                     raise
                 problems = {"error": error_details(exc)}  # refused for good: the size lowered (the cloud's pick)
                 lowered = f"removal by name refused ({redact_text(exc.message)}): size lowered instead; "
-        if reached != gang.before:
-            reached = parts.door.scale(spec, provider, reached, gang.before, now, None)
+        if reached > back:  # never grown by a roll-back
+            reached = parts.door.scale(spec, provider, reached, back, now, None)
     except ProviderError as exc:
         if not removed:  # nothing changed: tried again at the next tick, within bounds
             return _refused(parts, held, spec, gang, exc, current, now)

@@ -196,3 +196,25 @@ def test_a_plain_scale_out_waits_while_a_gang_waits_on_its_pool(tmp_path: Path) 
         assert rig.provider("spot").asked() == 0
         after = post(rig.client, "/api/v1/pools/spot/scale", {"action": "scale_out", "step": 2, "force": True})
         assert after.get_json()["outcome"] == "scaled"  # settled: plain scale-outs go again
+
+
+def test_a_roll_back_after_older_nodes_left_the_pool_asks_no_machine_back(tmp_path: Path) -> None:
+    """A job's nodes removed by name while another gang waits on the pool: the roll-back's size goes back to what
+    the pool held before less what left meanwhile, never above it (no machine asked that nobody wants)."""
+    with FakeKube() as kube:
+        rig = Rig(tmp_path, kube, pools=pools(spot_capacity=None))
+        assert rig.atomic("spot", 2).get_json()["outcome"] == "scaled"
+        older = rig.arrive("spot")
+        assert rig.tick() == [("spot", "provisioned")]
+        assert rig.atomic("spot", 4, force=True).get_json()["to"] == 6  # before: 2
+        rig.arrive("spot", only=4)  # 2 of the 4 new ones register
+        done = rig.app.extensions["autoscaler"].engine.handle(Signal(
+            pool="spot", action=Action.SCALE_IN, source=Source.MANUAL, nodes=tuple(older), step=2, force=True,
+            reason="the first job is done"))
+        assert done.outcome is Outcome.SCALED and rig.current("spot") == 4
+        for name in older:
+            kube.nodes.pop(name)
+        assert rig.tick(PROVISION) == [("spot", "rolled_back")]
+        rolled = events(rig.client, pool="spot")[0]
+        assert (rolled["from"], rolled["to"]) == (4, 0), rolled["reason"]
+        assert rig.provider("spot").node_names() == () and rig.current("spot") == 0

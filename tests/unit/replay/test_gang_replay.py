@@ -87,3 +87,15 @@ def test_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     bad = str(write_trace(tmp_path, f"{T0},4,1h", f"{T0},0,1h"))
     assert main(["replay", "--gang", "--config", cfg, "--trace", bad, "--out", str(tmp_path / "o2")]) == 1
     assert "gangs.csv line 3: nodes '0' must be from 1 to" in capsys.readouterr().err
+
+
+def test_overlapping_requests_on_one_pool_finish_and_leave_no_node(tmp_path: Path) -> None:
+    """Requests that overlap on the pools (each asked while another's gang waits or its job runs): every one
+    starts, and each job's nodes all go when it is done (10 node-h of jobs, little more billed)."""
+    rows = (f"{T0},4,1h", "2026-01-05T00:10:00Z,2,1h", "2026-01-05T00:20:00Z,4,1h", "2026-01-05T00:21:00Z,2,1h")
+    data = run_gang_replay(str(write_config(tmp_path)), str(write_trace(tmp_path, *rows)), str(tmp_path / "out"))
+    for mode in ("atomic", "plain"):
+        figures = data[mode]
+        assert figures["started"] == figures["requests"] == 4, (mode, figures)
+        assert 12 <= figures["node_hours"] <= 12.5, (mode, figures)  # 12 node-h of jobs, boots waited a little
+        assert figures["waiting_node_hours_past_provision_time"] == 0
