@@ -2,11 +2,11 @@
 code (``python -m autoscaler replay --gang``), atomic against plain scale-outs, on an H100 group whose spot pool
 delivers at most 6 nodes (none from 09:00 to 13:00: a stockout) and whose on-demand pool delivers any size.
 
-Requests: a seeded day, one every 3 h from 00:30, 2, 4 or 8 nodes, running 30 min to 2.5 h (never two at once: with
-overlapping gangs on one pool the replay does not finish yet, see BENCHMARKS.md).
+Requests: a seeded day from 00:30, 2, 4 or 8 nodes, running 30 min to 2.5 h: one every 3 h (never two at once), or
+with ``--every 40m`` one every 40 min on average (they overlap on the pools).
 Spot boots in 3 min, on-demand in 5 min; provision_time 10 min on both; the reconciler ticks every 30 s.
 
-``python -m bench.gang_replay [--seed 1] [--json]``
+``python -m bench.gang_replay [--seed 1] [--every 40m] [--json]``
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from autoscaler.config.durations import rfc3339
+from autoscaler.config.durations import parse_duration, rfc3339
 from autoscaler.replay.gang import run_gang_replay
 
 DAY = "2026-01-05"
@@ -42,11 +42,13 @@ def config() -> dict[str, Any]:
             "groups": [{"name": "h100", "pools": ["h100-spot", "h100-ondemand"]}]}
 
 
-def trace(seed: int) -> list[str]:
+def trace(seed: int, every: float = 0.0) -> list[str]:
+    """A day of requests: one every 3 h from 00:30 (never two at once), or, with ``every`` (seconds), one every
+    ``every`` on average (exponential gaps: requests overlap on the pools)."""
     rnd = random.Random(seed)
     rows, t = [], START
     while True:
-        t += 3 * 3600 if rows else 1800  # one at a time: concurrent gangs on one pool do not finish yet (below)
+        t += (rnd.expovariate(1 / every) if every else 3 * 3600) if rows else 1800
         if t >= START + 86400:
             return rows
         rows.append(f"{rfc3339(round(t)).replace('.000Z', 'Z')},{rnd.choice((2, 4, 8))},{rnd.randint(30, 150)}m")
@@ -55,12 +57,14 @@ def trace(seed: int) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--every", default="", help="mean gap between requests, e.g. 40m (default: one every 3 h, "
+                                                    "never two at once)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         cfg, path = Path(tmp) / "gang.yaml", Path(tmp) / "gangs.csv"
         cfg.write_text(yaml.safe_dump(config()))
-        rows = trace(args.seed)
+        rows = trace(args.seed, parse_duration(args.every) if args.every else 0.0)
         path.write_text("time,nodes,duration\n" + "\n".join(rows) + "\n")
         started = time.monotonic()
         data = run_gang_replay(str(cfg), str(path), str(Path(tmp) / "out"))

@@ -1,7 +1,7 @@
 """What a reconciler tick costs at the Kubernetes API with 0, 10 and 500 ProvisioningRequests (issue 48's closing
 note): the real app in-process, the real kubernetes client against the fake API server (which counts every call),
-two simulated H100 pools in a group (tests/support/gang_rig.py). Each request asks for 1 node of 8 GPUs; the calls
-are counted over one tick in each state:
+two simulated H100 pools in a group (tests/support/gang_rig.py), whose status calls the simulated cloud counts. Each
+request asks for 1 node of 8 GPUs; the calls are counted over one tick in each state:
 
 - ``new``: the first tick over requests too large for any pool (sized from their PodTemplate, then Failed);
 - ``finished``: the next tick (every request Failed);
@@ -29,12 +29,16 @@ PRS = {"provisioning_requests": {"booking": "1h"}}
 
 
 def _calls(kube: FakeKube, rig: Rig) -> dict[str, Any]:
-    """One tick's calls: the total and by method and resource."""
-    start = len(kube.log)
+    """One tick's calls: the total and by method and resource; and the cloud status calls (both pools)."""
+    start, reads = len(kube.log), _reads(rig)
     rig.tick()
     made = kube.log[start:]
     kinds = Counter(f"{method} {_resource(path)}" for method, path in made)
-    return {"total": len(made), "by_call": dict(sorted(kinds.items()))}
+    return {"total": len(made), "by_call": dict(sorted(kinds.items())), "cloud_status": _reads(rig) - reads}
+
+
+def _reads(rig: Rig) -> int:
+    return sum(rig.provider(pool).reads for pool in ("spot", "ondemand"))
 
 
 def _resource(path: str) -> str:
@@ -99,7 +103,8 @@ def main() -> None:
         print(json.dumps(out, indent=2))
         return
     for n, states in out.items():
-        print(f"{n} requests: " + "; ".join(f"{state} {v['total']} {v['by_call']}" for state, v in states.items()))
+        print(f"{n} requests: " + "; ".join(f"{state} {v['total']} {v['by_call']} cloud status {v['cloud_status']}"
+                                            for state, v in states.items()))
 
 
 if __name__ == "__main__":

@@ -111,9 +111,12 @@ class SimulatedSettings(BaseModel):
 class SimulatedProvider(RemovingProvider):
     """The core tracks the count and when it changed; the provider keeps names for that many nodes.
 
-    The names live in this process, oldest first. Each call first brings them to the count the core passes in
-    (generated names added, the newest dropped), so a process that missed a change made by another worker agrees
-    on the count again, though not necessarily on which names a named removal took.
+    The names live in this process, oldest first, and are a machine's for the pool's life: the cloud names a machine
+    once. Each read shows the count the core passes in (so a process that missed a change made by another worker
+    agrees on the count again): machines beyond it are hidden, not dropped, and shown again by a later read of a
+    larger count before any new name is made; so a read passed a stale count (a tick that read the store before a
+    change was stored and the cloud after it) never renames the pool's machines. A change (scale, named removal)
+    starts from the count it is given: the machines hidden beyond it are gone, and a new machine gets a new name.
     """
 
     capabilities = Capabilities(removes_named_nodes=True, reports_count=False)
@@ -122,10 +125,12 @@ class SimulatedProvider(RemovingProvider):
         self.pool = pool
         self.settings = settings
         self._names: list[str] = list(settings.nodes or ())
+        self._hidden: list[str] = []  # machines a read's count did not show (oldest first): shown again, not renamed
         self._serial = 0
         self._at: float | None = None  # the time of the change being made (the capacity depends on it)
         self._seen: float | None = None  # the latest time a read or a change was made at
         self._asked = settings.initial_count  # the count last asked for (the names may be fewer: a stockout)
+        self.reads = 0  # status calls answered (what a tick costs the cloud: bench/gang_ticks.py)
         self.sync(settings.initial_count)
 
     def check(self) -> None:
@@ -133,6 +138,7 @@ class SimulatedProvider(RemovingProvider):
 
     def status(self, tracked: Tracked, now: float) -> CloudStatus:
         """The asked-for count; once the cloud is no longer busy with it, what it could not deliver."""
+        self.reads += 1
         count = tracked.count_or(self.settings.initial_count)
         self.sync(count, now)
         busy = self.settings.provision_seconds if self.settings.busy_seconds is None else self.settings.busy_seconds
@@ -168,15 +174,17 @@ class SimulatedProvider(RemovingProvider):
     def _resize(self, status: CloudStatus, current: int, target: int) -> int:
         """New nodes get the next generated names up to the capacity; a scale-in drops the newest (the cloud's
         pick, here)."""
-        self.sync(current, self._at)
+        self._commit(current, self._at)
+        del self._names[max(target, 0):]
         self.sync(target, self._at)
         return target
 
     def _remove(self, status: CloudStatus, nodes: Sequence[NodeRef], current: int) -> int:
         """Remove exactly the named nodes; a name the pool does not have fails the whole call, nothing removed."""
-        self.sync(current)
+        self._commit(current)
         names = machines(nodes, lambda node: node.name if node.name in self._names else None, self.where, "node")
         self._names = [name for name in self._names if name not in names]
+        self._asked = len(self._names)  # the size is now what is left: the removed machines are not owed
         log.info("provider=simulated pool=%s action=scale_in from=%d to=%d nodes=%s", self.pool, current,
                  len(self._names), ",".join(names) or "-")
         return len(self._names)
@@ -193,18 +201,27 @@ class SimulatedProvider(RemovingProvider):
         """The pool's nodes, oldest first (the last is the newest)."""
         return tuple(self._names)
 
+    def _commit(self, current: int, now: float | None = None) -> None:
+        """A change starts from ``current`` machines: those hidden beyond it are gone for good."""
+        self.sync(current, now)
+        self._hidden.clear()
+
     def sync(self, count: int, now: float | None = None) -> None:
-        """Bring the names to ``count``: the newest names dropped, generated names added up to the capacity at
-        ``now`` (else at the latest time seen; nodes the pool has stay when a stockout starts)."""
+        """Show ``count`` names: the newest hidden (not dropped) beyond it, hidden ones shown again first, then
+        generated names added up to the capacity at ``now`` (else at the latest time seen; nodes the pool has stay
+        when a stockout starts)."""
         if now is not None:
             self._seen = now if self._seen is None else max(self._seen, now)
         self._asked = max(count, 0)
-        del self._names[max(count, 0):]
+        while len(self._names) > self._asked:
+            self._hidden.insert(0, self._names.pop())
+        while len(self._names) < self._asked and self._hidden:
+            self._names.append(self._hidden.pop(0))
         cap = self.settings.capacity_at(self._seen) if self._seen is not None else None
         while len(self._names) < (count if cap is None else min(count, max(cap, len(self._names)))):
             self._serial += 1
             name = f"{self.pool}-node-{self._serial:04d}"
-            if name not in self._names:
+            if name not in self._names and name not in self._hidden:
                 self._names.append(name)
 
 

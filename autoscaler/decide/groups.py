@@ -30,6 +30,7 @@ class Member:
     short_reason: str = ""
     backoff_until: float | None = None
     in_scope: bool = True  # False: the credential that sent the signal may not act on this pool
+    gang: str = ""  # an atomic scale-out waiting on the pool (its id): a plain scale-out waits for it to settle
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ def _passed_over(member: Member, action: Action, now: float) -> str:
             return f"short of capacity for another {member.short_until - now:.0f}s{why}"
         if member.backoff_until is not None and member.backoff_until > now:
             return f"backing off after failures for another {member.backoff_until - now:.0f}s"
+        if member.gang:
+            return f"an atomic scale-out waits on it (gang {member.gang})"
         if member.current >= member.max:
             return f"at max ({member.max})"
         return ""

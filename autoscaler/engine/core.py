@@ -19,6 +19,7 @@ from autoscaler.decide.policy import decide, shortcut
 from autoscaler.redact import redact_text
 from autoscaler.nodes.removals import Seen
 from autoscaler.store import PoolChange, PoolView, QuickState, StoreUnavailable
+from autoscaler.store.gangs import GangRecord
 from providers import ProviderError
 
 log = logging.getLogger(__name__)
@@ -212,6 +213,7 @@ class Engine:
         if plan.details.get("recommendation") is not None:
             self.store.add_recommendation(spec.name, now, int(plan.details["recommendation"]), now - window)
         plan = said_by(signal, plan)
+        plan = _gang_first(self.store.gangs(spec.name), plan, now) if _grows(plan) else plan
         by_name = named and plan.action is Action.SCALE_IN
         if plan.outcome is Outcome.SCALED and by_name:
             decision, change = self.node_actions.remove(attempt, plan, state.failures, held.lease)
@@ -237,3 +239,20 @@ class Engine:
 def _in_group(signal: Signal, decision: Decision) -> Decision:
     """A decision taken for a group names the group in its details (the pool that acted is its ``pool``)."""
     return replace(decision, details={**decision.details, "group": signal.group}) if signal.group else decision
+
+
+def _grows(plan: Decision) -> bool:
+    return plan.outcome is Outcome.SCALED and plan.from_ is not None and plan.to is not None and plan.to > plan.from_
+
+
+def _gang_first(gangs: Sequence[GangRecord], plan: Decision, now: float) -> Decision:
+    """A plain scale-out of a pool an atomic scale-out waits on waits too (``skipped_busy``, retried once the gang
+    is settled): the nodes that come could not be told from the gang's, which counts every new node as its own and
+    removes them on a roll-back (docs/gang.md)."""
+    if not gangs:
+        return plan
+    gang = gangs[0]
+    return replace(plan, outcome=Outcome.SKIPPED_BUSY, to=plan.from_, retry_after=max(30.0, gang.deadline - now),
+                   reason=f"{plan.reason}: an atomic scale-out of {gang.asked} node(s) waits on pool {plan.pool} "
+                          f"(gang {gang.id}); asked once it is settled (its nodes are told apart only so)",
+                   details={**plan.details, "gang": gang.id})

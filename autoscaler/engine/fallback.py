@@ -29,8 +29,9 @@ def member(store: Store, provider: NodePoolProvider, spec: PoolSpec, now: float)
             short_until, short_reason = max(short_until or 0.0, now + 1), cloud.shortfall.code
     except ProviderError:
         current = None
+    gangs = store.gangs(spec.name)
     return Member(spec.name, current, spec.min, spec.max, paused=state.paused, short_until=short_until,
-                  short_reason=short_reason, backoff_until=state.backoff_until)
+                  short_reason=short_reason, backoff_until=state.backoff_until, gang=gangs[0].id if gangs else "")
 
 
 def route(settings: Settings, store: Store, providers: Mapping[str, NodePoolProvider], signal: Signal,

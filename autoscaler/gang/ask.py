@@ -14,7 +14,7 @@ from typing import Any
 from autoscaler.cluster.nodes import ClusterError
 from autoscaler.decide.policy import cooldown_remaining
 from autoscaler.engine.parts import Parts
-from autoscaler.models import Action, Alert, Decision, Outcome, PoolSpec, PoolState
+from autoscaler.models import Action, Alert, CloudStatus, Decision, Outcome, PoolSpec, PoolState
 from autoscaler.pool.door import changed, error_details, failed
 from autoscaler.redact import redact_text
 from autoscaler.store import PoolChange
@@ -170,15 +170,25 @@ def ask_group(parts: Parts, group: str, ask: Ask, now: float) -> Decision:
     return parts.events.record(plan, ask.source, list(ask.alerts), now)
 
 
-def passed_over(parts: Parts, spec: PoolSpec, ask: Ask, now: float) -> str:
-    """Why the group's choice passes this pool over for the gang ("" to ask it)."""
+def passed_over(parts: Parts, spec: PoolSpec, ask: Ask, now: float,
+                seen: dict[str, CloudStatus | ProviderError] | None = None) -> str:
+    """Why the group's choice passes this pool over for the gang ("" to ask it). ``seen``: the pools' cloud status
+    as read earlier in the same round (the ProvisioningRequests' round reads each pool's once, however many requests
+    wait), kept in it."""
     state = parts.store.pool(spec.name)
     if state.short_until is not None and now < state.short_until:
         return f"short of capacity ({state.short_reason or 'no reason given'})"
-    try:
-        cloud = parts.providers[spec.name].status(state.tracked(), now)
-    except ProviderError as exc:
-        return f"unread ({redact_text(exc.message)[:120]})"
+    read = seen.get(spec.name) if seen is not None else None
+    if read is None:
+        try:
+            read = parts.providers[spec.name].status(state.tracked(), now)
+        except ProviderError as exc:
+            read = exc
+        if seen is not None:
+            seen[spec.name] = read
+    if isinstance(read, ProviderError):
+        return f"unread ({redact_text(read.message)[:120]})"
+    cloud = read
     blocked = in_flight(parts, spec, ask) or _blocked(spec, state, cloud.busy, cloud.current,
                                                       None if cloud.current is None else cloud.current + ask.nodes,
                                                       ask, now)

@@ -14,17 +14,19 @@ fell short it is ``Failed``. A request whose pools are busy, paused, short or se
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+import weakref
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence, cast
 
 from autoscaler.cluster.nodes import ClusterError, NodeView, parse_time
 from autoscaler.cluster.requests import (ACCEPTED, BOOKING_EXPIRED, CAPACITY_REVOKED, FAILED, PROVISIONED,
-                                         ProvisioningRequest, condition, consumes, nodes_needed, pod_need,
-                                         template_gpus)
+                                         PodNeed, ProvisioningRequest, condition, consumes, nodes_needed,
+                                         pod_need, template_gpus)
 from autoscaler.engine.parts import Parts
 from autoscaler.gang.ask import Ask, ask_pool, passed_over
-from autoscaler.models import Action, Decision, Outcome, PoolSpec, Source
+from autoscaler.models import Action, CloudStatus, Decision, Outcome, PoolSpec, Source
 from autoscaler.store.gangs import PROVISIONED as GANG_PROVISIONED, WAITING, GangRecord
+from providers import ProviderError
 
 log = logging.getLogger(__name__)
 FINISHED = (FAILED, BOOKING_EXPIRED, CAPACITY_REVOKED)
@@ -46,17 +48,30 @@ class Plan:
 @dataclass(frozen=True)
 class Round:
     """One cluster's round: its name, its node-aware pools and their nodes as this tick listed them (None: not
-    listed)."""
+    listed); the pools' cloud status read in it (each pool's once, however many requests wait) and the requests'
+    sizes kept across rounds (``sized``)."""
 
     cluster: str
     pools: Mapping[str, PoolSpec]
     listed: Mapping[str, Sequence[NodeView] | None]
+    seen: dict[str, CloudStatus | ProviderError] = field(default_factory=dict)
+    sized: dict[tuple[str, str], tuple[str, Needs]] = field(default_factory=dict)
+
+
+#: A request's pod sets as counted: (pods, what one pod needs) each; empty: no GPU asked.
+Needs = tuple[tuple[int, PodNeed], ...]
+#: Each cluster reader's sizes of the requests it serves, by ``(namespace, name)``: the resourceVersion they were
+#: counted at and the needs. A request's spec and the PodTemplates Kueue writes for it do not change (a new
+#: resourceVersion is counted again): a request waiting for room costs no PodTemplate read a tick.
+_SIZED: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], tuple[str, Needs]]] = weakref.WeakKeyDictionary()
 
 
 def serve(parts: Parts, cluster_name: str, specs: Sequence[PoolSpec],
-          listed: Mapping[str, Sequence[NodeView] | None], now: float) -> list[Decision]:
+          listed: Mapping[str, Sequence[NodeView] | None], now: float,
+          seen: Mapping[str, CloudStatus] | None = None) -> list[Decision]:
     """One round over one cluster's ProvisioningRequests (one list, within the cluster's own timeout), served by
-    ``specs``, that cluster's pools; the decisions recorded."""
+    ``specs``, that cluster's pools; the decisions recorded. ``seen``: the pools' cloud status as their rounds of this
+    tick read it (a pool not in it is read once, here, however many requests wait)."""
     config = parts.settings.config.provisioning_requests
     cluster = parts.clusters.get(cluster_name)
     if config is None or cluster is None or not cluster.capabilities.reads_requests:
@@ -75,7 +90,10 @@ def serve(parts: Parts, cluster_name: str, specs: Sequence[PoolSpec],
     for gang in parts.store.gangs(waiting=False):
         if gang.request and gang.pool in pools:  # node names and request names repeat across clusters
             gangs.setdefault(gang.request, []).append(gang)
-    where = Round(cluster_name, pools, listed)
+    sized = _SIZED.setdefault(reader, {})
+    for gone in set(sized) - {(r.namespace, r.name) for r in mine}:  # finished or deleted: forgotten
+        del sized[gone]
+    where = Round(cluster_name, pools, listed, dict(seen or {}), sized)
     out: list[Decision] = []
     for request in mine:
         try:
@@ -119,7 +137,7 @@ def _one(parts: Parts, reader: Any, where: Round, request: ProvisioningRequest, 
     if latest is not None and not [name for name in plan.pools if name not in tried]:
         write(FAILED, True, "CapacityIsNotFound", f"every pool tried fell short: {', '.join(latest.tried)}")
         return []
-    asked = _ask(parts, request, plan, tried, now)
+    asked = _ask(parts, where, request, plan, tried, now)
     taken = next((d for d in asked if d.outcome is Outcome.SCALED), None)
     if taken is not None and not request.holds(ACCEPTED):
         write(ACCEPTED, True, "Accepted", f"asked of pool {taken.pool}, all {plan.nodes[str(taken.pool)]} node(s) at once"
@@ -164,7 +182,8 @@ def _unbook(parts: Parts, reader: Any, gangs: Sequence[GangRecord], now: float, 
             parts.store.keep_booked(gang.id, (), now)
 
 
-def _ask(parts: Parts, request: ProvisioningRequest, plan: Plan, tried: Sequence[str], now: float) -> list[Decision]:
+def _ask(parts: Parts, where: Round, request: ProvisioningRequest, plan: Plan, tried: Sequence[str],
+         now: float) -> list[Decision]:
     """The request asked of the first of its pools not tried yet that can hold it now, for that pool's own node
     count (nothing recorded while none can)."""
     assert plan.nodes is not None
@@ -175,26 +194,16 @@ def _ask(parts: Parts, request: ProvisioningRequest, plan: Plan, tried: Sequence
         ask = Ask(nodes=plan.nodes[name], source=Source.RECONCILE.value, force=True, request=request.key,
                   reason=f"ProvisioningRequest {request.key}", group=plan.group,
                   tried=tuple(tried) + tuple(n for n in plan.unmatched if n not in tried))
-        if passed_over(parts, spec, ask, now):
+        if passed_over(parts, spec, ask, now, where.seen):
             continue
+        where.seen.pop(name, None)  # asked: its status changes
         return [ask_pool(parts, spec, ask, now)]
     return []
 
 
 def _plan(parts: Parts, reader: Any, where: Round, request: ProvisioningRequest) -> Plan:
-    """The request's pools among the cluster's, or why none can ever hold it (a PodTemplate read per pod set, and a
-    ResourceClaimTemplate read per DRA claim template its pod names)."""
-    settings = parts.settings.config.cluster_settings().get(where.cluster)
-    patterns = tuple(settings.gpu_resources) if settings is not None else ("nvidia.com/gpu",)
-    classes = tuple(settings.gpu_device_classes) if settings is not None else ()
-    needs = []
-    for pod_set in request.pod_sets:
-        need = pod_need(reader.pod_template(request.namespace, pod_set.template), patterns)
-        if need is not None and need.templates:
-            gpus = _claimed(reader, request.namespace, need.templates, classes)
-            need = None if gpus == 0 else replace(need, gpus=gpus or 0)  # None: a whole node
-        if need is not None:
-            needs.append((pod_set.count, need))
+    """The request's pools among the cluster's, or why none can ever hold it (sized by ``_needs``)."""
+    needs = _needs(parts, reader, where, request)
     if not needs:
         return Plan(never="its pods ask for no GPU", reason_code="NoGPUsAsked")
     matching: dict[str, int] = {}
@@ -219,6 +228,28 @@ def _plan(parts: Parts, reader: Any, where: Round, request: ProvisioningRequest)
         unmatched = tuple(n for n in parts.settings.groups[group] if n not in fits)  # other clusters' too
         return Plan(order, group, unmatched, matching)
     return Plan(tuple(fits), "", (), matching)
+
+
+def _needs(parts: Parts, reader: Any, where: Round, request: ProvisioningRequest) -> Needs:
+    """What each pod set of the request needs: a PodTemplate read per pod set (and a ResourceClaimTemplate read per
+    DRA claim template its pod names) the first time the request is seen at its resourceVersion, then kept."""
+    key = (request.namespace, request.name)
+    kept = where.sized.get(key)
+    if kept is not None and kept[0] == request.resource_version:
+        return kept[1]
+    settings = parts.settings.config.cluster_settings().get(where.cluster)
+    patterns = tuple(settings.gpu_resources) if settings is not None else ("nvidia.com/gpu",)
+    classes = tuple(settings.gpu_device_classes) if settings is not None else ()
+    needs = []
+    for pod_set in request.pod_sets:
+        need = pod_need(reader.pod_template(request.namespace, pod_set.template), patterns)
+        if need is not None and need.templates:
+            gpus = _claimed(reader, request.namespace, need.templates, classes)
+            need = None if gpus == 0 else replace(need, gpus=gpus or 0)  # None: a whole node
+        if need is not None:
+            needs.append((pod_set.count, need))
+    where.sized[key] = (request.resource_version, tuple(needs))
+    return tuple(needs)
 
 
 def _claimed(reader: Any, namespace: str, templates: Sequence[str], classes: Sequence[str]) -> int | None:

@@ -114,11 +114,12 @@ class Reconciler:
         out: dict[str, Tick] = {}
         unreachable: list[str] = []
         listed: dict[str, list[NodeView] | None] = {}
+        seen: dict[str, CloudStatus] = {}
         with self._one_read(cluster):
             for spec in specs:
                 out[spec.name] = Tick(held=True)
-                self._pool(spec, now, out[spec.name], unreachable, listed)
-        served = gang_requests.serve(self.parts, cluster, specs, listed, now) if not unreachable else []
+                self._pool(spec, now, out[spec.name], unreachable, listed, seen)
+        served = gang_requests.serve(self.parts, cluster, specs, listed, now, seen) if not unreachable else []
         return out, served
 
     def _wait(self) -> float:
@@ -126,10 +127,12 @@ class Reconciler:
         return max([30.0] + [3 * c.timeout for c in self.settings.config.cluster_settings().values()])
 
     def _pool(self, spec: PoolSpec, now: float, out: Tick, unreachable: list[str] | None = None,
-              listings: dict[str, list[NodeView] | None] | None = None) -> None:
+              listings: dict[str, list[NodeView] | None] | None = None,
+              seen: dict[str, CloudStatus] | None = None) -> None:
         """One pool's round: its stored state read once (again only after a repair step changed the pool), its
         nodes listed once (the view, in flight, repairs, the headroom and the ProvisioningRequests' bookings all
-        read that listing: ``listings``), its cloud once."""
+        read that listing: ``listings``), its cloud once (kept in ``seen`` for the ProvisioningRequests' round when
+        nothing changed the pool after the read)."""
         self._log_unusable(spec, now)
         out.decisions += gang_carry.carry_on(self.parts, spec, now)  # all-or-nothing scale-outs: docs/gang.md
         state = self.store.pool(spec.name)
@@ -143,12 +146,16 @@ class Reconciler:
             out.decisions += carried
             state = self.store.pool(spec.name)
         if short is not None:  # the cloud accepted a size it could not deliver: say so, give back, ask the group
-            if not gang_carry.waiting(self.parts, spec):  # a gang's pool: the gang's deadline settles it
+            if gang_carry.waiting(self.parts, spec):  # a gang's pool: rolled back now (the cloud said no more)
+                out.decisions += gang_carry.fell_short(self.parts, spec, short, now, listed)
+            else:
                 out.decisions += self._short(spec, now, short)
             return
         decision = self._floor(spec, state, view, facts, now) or self._headroom(spec, state, view, now, listed)
         if decision is not None:
             out.decisions.append(decision)
+        elif seen is not None and not carried and view.error is None and view.read_at == now:
+            seen[spec.name] = CloudStatus(current=view.current, busy=view.busy, detail=view.detail)
 
     def _one_read(self, name: str) -> ContextManager[None]:
         cluster = self.parts.clusters.get(name)
@@ -167,7 +174,8 @@ class Reconciler:
         recorded = shortage.check(self.parts, spec, now, short if short.code == NOT_REGISTERED else None)
         if recorded is None:
             return []
-        fallback = shortage.fall_back(self.engine.handle, spec, recorded)
+        given_up = gang_carry.given_up(self.parts, spec)  # its gang's next pool was asked for all of it already
+        fallback = None if given_up else shortage.fall_back(self.engine.handle, spec, recorded)
         return [recorded] + ([fallback] if fallback is not None else [])
 
     def refresh(self, spec: PoolSpec, state: PoolState, now: float,

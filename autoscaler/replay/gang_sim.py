@@ -10,8 +10,10 @@ Two runs of the same trace, each with the real engine, reconciler and simulated 
   nodes that came stay, a shortfall is asked of the group's next pool by the reconciler; the job starts once as
   many nodes as it needs are ready.
 
-A request the group cannot take now (busy, at max) is asked again at each tick. Each new node goes to the earliest
-request still short of nodes (in the atomic run, one whose gang waits on that node's pool). Once the job has run for
+A request the group cannot take now (busy, at max) is asked again at each tick; in the plain run, so is one left
+short with nothing more on its way (the cloud fell short and the group could not take the rest), for what it lacks. Each new node goes to the earliest
+request still short of nodes (in the atomic run, the one whose gang waits on that node's pool: a pool serves one gang
+at a time; once provisioned, a job holds exactly the nodes its gang's ``provisioned`` names). Once the job has run for
 its ``duration``, its nodes are removed by name (a forced manual scale-in). Node-hours count GPU-ready nodes, as the
 replay's ``node_hours``; a node *waits* from ready until its job starts (or it is removed), and waits *past
 provision_time* after its pool's ``provision_time`` from when it was asked for.
@@ -183,8 +185,8 @@ def _ask(parts: Parts, engine: Engine, name: str, job: Job, mode: str, now: floa
         if name in parts.settings.groups:
             return ask_group(parts, name, ask, now)
         return ask_pool(parts, parts.settings.pools[name], ask, now)
-    return engine.handle(Signal(pool=name, action=Action.SCALE_OUT, source=Source.MANUAL, step=job.nodes,
-                                reason=reason))
+    return engine.handle(Signal(pool=name, action=Action.SCALE_OUT, source=Source.MANUAL,
+                                step=job.nodes - len(job.held), reason=reason))  # asked again: what it lacks
 
 
 class _Book:
@@ -241,27 +243,48 @@ class _Book:
                 continue
             if d.outcome is Outcome.SCALED:
                 job.pools.add(str(d.pool))
-            if d.outcome is Outcome.PROVISIONED:
+            if d.outcome is Outcome.PROVISIONED:  # its nodes are those the service provisioned for it
+                nodes = [str(n) for n in d.details.get("nodes") or ()]
+                for name in job.held:
+                    if name not in nodes:
+                        self.owner.pop(name, None)
+                for name in nodes:
+                    other = self.owner.get(name)
+                    if other is not None and other is not job and name in other.held:
+                        other.held.remove(name)
+                    self.owner[name] = job
+                job.held = nodes
                 self._start(job, now)
         if self.mode == "atomic":  # every pool it was asked of fell short: asked again at the next tick
             waiting = {g.request for g in self.store.gangs()}
             for job in self.jobs:
                 if job.taken is not None and job.started is None and job.ended is None and job.key not in waiting:
                     job.taken, job.pools = None, set()
+        waits = {g.pool: g.request for g in self.store.gangs()} if self.mode == "atomic" else {}
         for name, pool in owners.items():
             if name in self.pool_of:
                 continue
             self.pool_of[name] = pool
             job = next((j for j in self.jobs if j.taken is not None and j.started is None and j.ended is None
-                        and len(j.held) < j.nodes and (self.mode == "plain" or pool in j.pools)), None)
+                        and len(j.held) < j.nodes and (self.mode == "plain" or waits.get(pool) == j.key)), None)
             if job is not None:
                 self.owner[name] = job
                 job.held.append(name)
+        if self.mode == "plain" and not any(self._coming(p) for p in self.members):
+            for job in self.jobs:  # short, and nothing more on its way (the group could not take the rest): again
+                if job.taken is not None and job.started is None and job.ended is None and len(job.held) < job.nodes:
+                    job.taken = None
         if self.mode == "plain":
             for job in self.jobs:
                 if job.started is None and job.ended is None and len(job.held) >= job.nodes:
                     ready = max(self.cluster.ready_at(n) for n in job.held)
                     self._start(job, max(ready, now))
+
+    def _coming(self, pool: str) -> int:
+        """Nodes of the pool on their way to no one yet: asked of the cloud and not delivered, or not held."""
+        provider = self.providers[pool]
+        assert isinstance(provider, SimulatedProvider)
+        return provider.undelivered() + sum(1 for n, p in self.pool_of.items() if p == pool and n not in self.owner)
 
     def _start(self, job: Job, when: float) -> None:
         job.started = when
@@ -280,7 +303,8 @@ class _Book:
             names = tuple(n for n in job.held if self.pool_of.get(n) == pool)
             if names:
                 out.append(engine.handle(Signal(pool=pool, action=Action.SCALE_IN, source=Source.MANUAL,
-                                                nodes=names, force=True, reason=f"job of line {job.row.line} done")))
+                                                nodes=names, step=len(names), force=True,
+                                                reason=f"job of line {job.row.line} done")))
         self.follow(now, out)
         return out
 

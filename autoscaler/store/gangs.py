@@ -78,6 +78,9 @@ class GangStore(abc.ABC):
         """Move a waiting gang to ``state`` (``nodes``: those that came, when provisioned); False when it is not
         waiting any more (another worker settled it)."""
 
+    @abc.abstractmethod
+    def touch_gang(self, gang_id: str, now: float) -> None:
+        """A waiting gang's ``updated_at`` set to ``now`` (when its refused roll-back was last said)."""
 
     @abc.abstractmethod
     def keep_booked(self, gang_id: str, nodes: tuple[str, ...], now: float) -> None:
@@ -111,6 +114,10 @@ class SqlGangs(GangStore):
             done = conn.execute(update(t).where(t.c.id == gang_id, t.c.state == WAITING).values(**values))
         return bool(done.rowcount)
 
+    def touch_gang(self, gang_id: str, now: float) -> None:
+        t = tables.gangs
+        with self._tx() as conn:
+            conn.execute(update(t).where(t.c.id == gang_id, t.c.state == WAITING).values(updated_at=now))
 
     def keep_booked(self, gang_id: str, nodes: tuple[str, ...], now: float) -> None:
         t = tables.gangs
@@ -149,6 +156,13 @@ class MemoryGangs(GangStore):
                 return False
             rows[gang_id] = replace(held, state=state, updated_at=now, reason=reason, nodes=tuple(nodes))
             return True
+
+    def touch_gang(self, gang_id: str, now: float) -> None:
+        rows = self._gang_table()
+        with self._gang_lock:
+            held = rows.get(gang_id)
+            if held is not None and held.state == WAITING:
+                rows[gang_id] = replace(held, updated_at=now)
 
     def keep_booked(self, gang_id: str, nodes: tuple[str, ...], now: float) -> None:
         rows = self._gang_table()

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autoscaler.models import Action, Outcome, Signal, Source
 from tests.support.fakes.kube import FakeKube
-from tests.support.gang_rig import PROVISION, Rig
+from tests.support.gang_rig import H100, PROVISION, Rig, pools
 from tests.support import events
 
 
-def test_a_pool_that_delivers_fewer_is_rolled_back_by_name(tmp_path: Path) -> None:
+def test_a_pool_whose_cloud_reports_a_shortfall_is_rolled_back_at_once(tmp_path: Path) -> None:
     with FakeKube() as kube:
         rig = Rig(tmp_path, kube)
         answer = rig.atomic("spot", 4)
@@ -19,17 +20,32 @@ def test_a_pool_that_delivers_fewer_is_rolled_back_by_name(tmp_path: Path) -> No
         assert (got["outcome"], got["from"], got["to"]) == ("scaled", 0, 4)
         came = rig.arrive("spot")
         assert came == ["spot-node-0001", "spot-node-0002"]  # the spot cloud delivered 2 of 4
-        assert rig.tick() == []  # within provision_time: it waits, no no_capacity give-back meanwhile
-        assert rig.provider("spot").asked() == 4
-        assert rig.tick(PROVISION) == [("spot", "rolled_back")]
+        # the cloud says it cannot deliver the rest: rolled back now, not billed until provision_time
+        assert rig.tick() == [("spot", "rolled_back")]
         rolled = events(rig.client, pool="spot")[0]
         assert rolled["outcome"] == "rolled_back" and rolled["source"] == "reconcile"
         assert (rolled["from"], rolled["to"]) == (4, 0)
         assert rolled["details"]["nodes"] == came and rolled["details"]["ready"] == 2
+        assert rolled["details"]["code"] == "SimulatedStockout" and "SimulatedStockout" in rolled["reason"]
         assert rig.provider("spot").node_names() == () and rig.provider("spot").asked() == 0
         assert rig.current("spot") == 0
         assert [e["outcome"] for e in events(rig.client)] == ["rolled_back", "scaled"]  # no no_capacity, no retry
+        state = rig.app.extensions["autoscaler"].store.pool("spot")
+        assert state.short_until is not None and "SimulatedStockout" in state.short_reason  # passed over a while
         assert rig.tick(PROVISION) == []  # settled once
+
+
+def test_nodes_never_ready_are_rolled_back_by_name_at_the_deadline(tmp_path: Path) -> None:
+    with FakeKube() as kube:
+        rig = Rig(tmp_path, kube)
+        assert rig.atomic("ondemand", 3).get_json()["outcome"] == "scaled"
+        came = rig.arrive("ondemand", ready=False)  # the cloud delivered all 3: no shortfall, but never Ready
+        assert rig.tick() == []  # within provision_time: it waits
+        assert rig.tick(PROVISION) == [("ondemand", "rolled_back")]
+        rolled = events(rig.client, pool="ondemand")[0]
+        assert (rolled["from"], rolled["to"], rolled["details"]["nodes"]) == (3, 0, came)
+        assert "within 600s (provision_time)" in rolled["reason"]
+        assert rig.provider("ondemand").node_names() == () and rig.current("ondemand") == 0
 
 
 def test_all_ready_is_provisioned_and_kept(tmp_path: Path) -> None:
@@ -54,7 +70,7 @@ def test_a_group_rolls_the_spot_pool_back_before_asking_the_next(tmp_path: Path)
         assert (got["pool"], got["outcome"], got["to"]) == ("spot", "scaled", 4)
         assert events(rig.client, pool="spot")[0]["details"]["group"] == "h100"
         rig.arrive("spot")
-        assert rig.tick(PROVISION + 1) == [("spot", "rolled_back"), ("ondemand", "scaled")]
+        assert rig.tick() == [("spot", "rolled_back"), ("ondemand", "scaled")]  # the cloud's shortfall: at once
         assert rig.provider("spot").asked() == 0 and rig.provider("ondemand").asked() == 4
         first, then = events(rig.client, pool="spot")[0], events(rig.client, pool="ondemand")[0]
         assert first["id"] < then["id"], "never both pools grown: the spot pool is back before on-demand is asked"
@@ -117,3 +133,88 @@ def test_a_group_asks_only_pools_the_credential_may_act_on(tmp_path: Path) -> No
         refused = post(rig.client, "/api/v1/pools/spot/scale", {"action": "scale_out", "step": 2, "atomic": True},
                        headers={"Authorization": "Bearer ondemand-only-7"})
         assert refused.status_code == 403
+
+
+def test_a_removal_by_name_refused_for_good_lowers_the_size_instead(tmp_path: Path) -> None:
+    with FakeKube() as kube:
+        rig = Rig(tmp_path, kube, pools=pools(spot_capacity=None))
+        assert rig.atomic("spot", 4).get_json()["outcome"] == "scaled"
+        rig.arrive("spot", only=2)
+        kube.add_node("spot-stray", {"pool": "spot", **H100}, ready=True)  # in the cluster, not in the cloud's pool
+        assert rig.tick(PROVISION) == [("spot", "rolled_back")]  # not retried each tick: NodeNotInPool is for good
+        rolled = events(rig.client, pool="spot")[0]
+        assert rolled["details"]["error"]["code"] == "NodeNotInPool"
+        assert (rolled["from"], rolled["to"]) == (4, 0) and rolled["details"]["nodes"] == []
+        assert "size lowered" in rolled["reason"]
+        assert rig.provider("spot").node_names() == () and rig.current("spot") == 0
+        assert rig.tick(PROVISION) == []
+
+
+def test_a_roll_back_refused_each_tick_is_said_now_and_then_and_settled_failed(tmp_path: Path) -> None:
+    busy = pools(spot_capacity=None)
+    busy[0]["simulated"]["busy_seconds"] = 10 * PROVISION  # the cloud says busy at every read: every change refused
+    with FakeKube() as kube:
+        rig = Rig(tmp_path, kube, pools=busy)
+        assert rig.atomic("h100", 4).get_json()["pool"] == "spot"
+        rig.arrive("spot", only=2)
+        assert rig.tick() == []
+        assert rig.tick(PROVISION) == [("spot", "failed")]  # the first refusal: an event the operator sees
+        said = events(rig.client, pool="spot")[0]
+        assert "roll-back" in said["reason"] and said["details"]["gang"] and said["details"]["error"]
+        assert rig.tick() == []  # refused again, said at most once every 5 min
+        assert rig.tick(300) == [("spot", "failed")]
+        # provision_time past the deadline: the gang settled failed, the group's next pool asked
+        # (the 2 spot nodes that never registered are its no_capacity, not asked of the group again)
+        assert rig.tick(300) == [("spot", "failed"), ("ondemand", "scaled"), ("spot", "no_capacity")]
+        gave_up = events(rig.client, pool="spot")[1]
+        assert "settled failed" in gave_up["reason"] and "still" in gave_up["reason"]
+        assert rig.tick() == []  # settled: no more attempts
+        assert [e["outcome"] for e in events(rig.client, pool="spot")] == ["no_capacity", "failed", "failed", "failed",
+                                                                          "scaled"]
+        assert rig.provider("ondemand").asked() == 4
+
+
+def test_a_plain_scale_out_waits_while_a_gang_waits_on_its_pool(tmp_path: Path) -> None:
+    from tests.support import post
+
+    with FakeKube() as kube:
+        rig = Rig(tmp_path, kube, pools=pools(spot_capacity=None))
+        assert rig.atomic("spot", 3).get_json()["outcome"] == "scaled"
+        plain = post(rig.client, "/api/v1/pools/spot/scale", {"action": "scale_out", "step": 2, "force": True})
+        got = plain.get_json()
+        assert got["outcome"] == "skipped_busy" and "atomic scale-out" in got["reason"], got
+        assert events(rig.client, pool="spot")[0]["details"]["gang"] and rig.provider("spot").asked() == 3  # nothing asked: the gang's 3 stay its own
+        # an alert routed to the group passes the pool over for the next
+        alert = Signal(pool="h100", action=Action.SCALE_OUT, source=Source.ALERTMANAGER, step=2, reason="alert")
+        routed = rig.app.extensions["autoscaler"].engine.handle(alert)
+        assert (routed.pool, routed.outcome) == ("ondemand", Outcome.SCALED), routed
+        assert "an atomic scale-out waits on it" in routed.reason
+        rig.arrive("ondemand")
+        came = rig.arrive("spot", only=2)
+        assert rig.tick(PROVISION) == [("spot", "rolled_back")]
+        assert events(rig.client, pool="spot")[0]["details"]["nodes"] == came  # only the gang's, never another's
+        assert rig.provider("spot").asked() == 0
+        after = post(rig.client, "/api/v1/pools/spot/scale", {"action": "scale_out", "step": 2, "force": True})
+        assert after.get_json()["outcome"] == "scaled"  # settled: plain scale-outs go again
+
+
+def test_a_roll_back_after_older_nodes_left_the_pool_asks_no_machine_back(tmp_path: Path) -> None:
+    """A job's nodes removed by name while another gang waits on the pool: the roll-back's size goes back to what
+    the pool held before less what left meanwhile, never above it (no machine asked that nobody wants)."""
+    with FakeKube() as kube:
+        rig = Rig(tmp_path, kube, pools=pools(spot_capacity=None))
+        assert rig.atomic("spot", 2).get_json()["outcome"] == "scaled"
+        older = rig.arrive("spot")
+        assert rig.tick() == [("spot", "provisioned")]
+        assert rig.atomic("spot", 4, force=True).get_json()["to"] == 6  # before: 2
+        rig.arrive("spot", only=4)  # 2 of the 4 new ones register
+        done = rig.app.extensions["autoscaler"].engine.handle(Signal(
+            pool="spot", action=Action.SCALE_IN, source=Source.MANUAL, nodes=tuple(older), step=2, force=True,
+            reason="the first job is done"))
+        assert done.outcome is Outcome.SCALED and rig.current("spot") == 4
+        for name in older:
+            kube.nodes.pop(name)
+        assert rig.tick(PROVISION) == [("spot", "rolled_back")]
+        rolled = events(rig.client, pool="spot")[0]
+        assert (rolled["from"], rolled["to"]) == (4, 0), rolled["reason"]
+        assert rig.provider("spot").node_names() == () and rig.current("spot") == 0

@@ -12,7 +12,7 @@ import pytest
 from autoscaler.gang.carry import carry_on
 from tests.support import pg
 from tests.support.fakes.kube import FakeKube
-from tests.support.gang_rig import PROVISION, Rig
+from tests.support.gang_rig import PROVISION, Rig, pools
 from tests.support import events
 
 
@@ -26,13 +26,14 @@ def database() -> Iterator[str]:
 def test_the_next_holder_carries_the_gang_and_the_old_one_records_nothing(tmp_path: Path, database: str) -> None:
     url = pg.url_for(database)
     with FakeKube() as kube:
-        first = Rig(tmp_path / "a", kube, store_url=url)
+        quiet = pools(spot_capacity=None)  # the cloud reports no shortfall: the gang waits for its deadline
+        first = Rig(tmp_path / "a", kube, store_url=url, pools=quiet)
         second = Rig(tmp_path / "b", kube, clock=first.clock, providers=first.app.extensions["autoscaler"].providers,
-                     store_url=url)
+                     store_url=url, pools=quiet)
         second.reconciler.owner += ":replica-b"  # another process (one test process runs both)
         try:
             assert first.atomic("h100", 4).get_json()["pool"] == "spot"
-            first.arrive("spot")  # 2 of 4
+            first.arrive("spot", only=2)  # 2 of 4 register
             assert first.tick() == []  # the first replica holds the reconciler lease; the gang waits
             first.reconciler.stop()  # ... and goes away: the lease moves
             assert second.tick(PROVISION) == [("spot", "rolled_back"), ("ondemand", "scaled")]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.support.fakes.kube import FakeKube
-from tests.support.gang_rig import H100, PROVISION, Rig
+from tests.support.gang_rig import H100, Rig
 from tests.support.rbac import asked, expected
 from tests.support import AUTH, post
 
@@ -28,9 +28,9 @@ def test_the_spot_pool_falls_short_then_on_demand_provisions_it(tmp_path: Path) 
         assert rig.tick() == [("spot", "scaled")]
         assert rig.provider("spot").asked() == 4
         assert kube.prs.conditions("job-a") == {"SomeoneElse": "True", "Accepted": "True"}  # read again, not overwritten
-        came = rig.arrive("spot")  # 2 of 4
-        assert rig.tick() == [] and "Provisioned" not in kube.prs.conditions("job-a")
-        assert rig.tick(PROVISION) == [("spot", "rolled_back"), ("ondemand", "scaled")]
+        came = rig.arrive("spot")  # 2 of 4, and the cloud says it cannot deliver the rest: rolled back at once
+        assert rig.tick() == [("spot", "rolled_back"), ("ondemand", "scaled")]
+        assert "Provisioned" not in kube.prs.conditions("job-a")
         assert rig.provider("spot").node_names() == () and rig.provider("spot").asked() == 0
         assert all(name in kube.nodes for name in came)  # the fake cluster keeps them: the cloud removed the machines
         rig.arrive("ondemand", only=3)
@@ -109,3 +109,25 @@ def test_what_a_tick_costs(tmp_path: Path) -> None:
     assert ten == (base + 2 * 10, base)  # a new request: its PodTemplate read and its status written, once
     assert many == (base + 2 * 500, base)
     print(f"API calls a tick: 0 requests {none}, 10 {ten}, 500 {many} (first tick, next tick)")
+
+
+def test_requests_waiting_for_room_cost_no_template_read_and_one_cloud_read_a_pool(tmp_path: Path) -> None:
+    with FakeKube() as kube:
+        rig = Rig(tmp_path, kube, **PRS)
+        for i in range(20):
+            kube.prs.add_template(f"t{i}", gpus=8, node_selector=dict(H100))
+            kube.prs.add_request(f"r{i}", [(f"t{i}", 1)])
+        for pool in ("spot", "ondemand"):  # both pools could hold each request, but not now
+            assert post(rig.client, f"/api/v1/pools/{pool}/pause", {"reason": "test"}).status_code == 200
+        assert rig.tick() == []  # each template read once
+        calls, reads = dict(kube.prs.calls), [rig.provider(p).reads for p in ("spot", "ondemand")]
+        assert rig.tick() == []
+        assert kube.prs.calls["GET podtemplates"] == calls["GET podtemplates"]  # unchanged requests: not read again
+        assert [rig.provider(p).reads - r for p, r in zip(("spot", "ondemand"), reads)] == [1, 1]  # one a pool
+        kube.prs.add_template("t0", gpus=8, node_selector=dict(H100))  # the same template written again ...
+        kube.prs.add_request("r0", [("t0", 2)])  # ... and the request (a new resourceVersion): sized again
+        assert rig.tick() == [] and kube.prs.calls["GET podtemplates"] == calls["GET podtemplates"] + 1
+        for pool in ("spot", "ondemand"):
+            assert post(rig.client, f"/api/v1/pools/{pool}/resume", {}).status_code == 200
+        assert rig.tick() == [("spot", "scaled"), ("ondemand", "scaled")]  # r0 of 2 nodes, r1: one pool each
+        assert rig.provider("spot").asked() == 2

@@ -74,6 +74,21 @@ def test_count_semantics_unchanged_names_follow_the_tracked_count() -> None:
     assert provider.node_names() == ("gpu-node-0001",)
 
 
+def test_a_stale_read_never_renames_the_machines() -> None:
+    """A tick that read the pool's count before a change was stored and asks the cloud after it passes the old count:
+    the cloud's machines keep their names (a read never renames them); the next read with the count shows them."""
+    provider = make()
+    assert provider.scale(0, 4, 0.0) == 4
+    made = provider.node_names()
+    assert provider.status(Tracked(0, None), 1.0).current == 0  # the stale read: the count is the store's
+    assert provider.node_names() == ()
+    assert provider.status(Tracked(4, 0.0), 2.0).current == 4
+    assert provider.node_names() == made == ("gpu-node-0001", "gpu-node-0002", "gpu-node-0003", "gpu-node-0004")
+    assert provider.remove_nodes([NodeRef("gpu-node-0002")], current=4, now=3.0) == 3
+    assert provider.scale(3, 4, 4.0) == 4
+    assert provider.node_names()[-1] == "gpu-node-0005", "a machine removed by a change is gone: never reused"
+
+
 def pool_problems(simulated: dict[str, Any]) -> list[str]:
     raw = copy.deepcopy(BASE_CONFIG)
     raw["pools"][0]["simulated"] = simulated

@@ -41,13 +41,14 @@ def test_one_gang_of_4_on_a_spot_pool_that_delivers_2(tmp_path: Path) -> None:
     data = run_gang_replay(str(write_config(tmp_path)), str(write_trace(tmp_path, f"{T0},4,1h")),
                            str(tmp_path / "out"))
     atomic, plain = data["atomic"], data["plain"]
-    # atomic: spot asked 4 at t=0, its 2 ready at 120 s wait until the deadline (300 s: provision_time), removed by
-    # name; on-demand asked 4 at 300, ready at 480: provisioned at the 480 s tick, the job runs an hour
+    # atomic: spot asked 4 at t=0, busy until 120 s; the 120 s tick reads the cloud's shortfall (2 of 4): the 2
+    # nodes (ready at 120) are removed by name at once, on-demand asked 4 at 120, ready at 300: provisioned at the
+    # 300 s tick, the job runs an hour; nothing billed while waiting
     assert atomic["outcomes"] == {"provisioned": 1, "rolled_back": 1, "scaled": 3}  # 2 asks + the job's scale-in
-    assert atomic["waiting_node_hours"] == pytest.approx(2 * 180 / 3600)
+    assert atomic["waiting_node_hours"] == 0
     assert atomic["waiting_node_hours_past_provision_time"] == 0
-    assert atomic["node_hours"] == pytest.approx((2 * 180 + 4 * 3600) / 3600)
-    assert atomic["mean_start_delay_seconds"] == 480
+    assert atomic["node_hours"] == pytest.approx(4 * 3600 / 3600)
+    assert atomic["mean_start_delay_seconds"] == 300
     # plain: spot asked 4 at 0, delivers 2 (ready 120); the 120 s tick reads the shortfall (busy until then), gives
     # the 2 back and asks on-demand for them (ready 300): the job starts at 300 on 2 spot + 2 on-demand nodes
     assert plain["waiting_node_hours"] == pytest.approx(2 * 180 / 3600)
@@ -82,7 +83,19 @@ def test_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     cfg, trace = str(write_config(tmp_path)), str(write_trace(tmp_path, f"{T0},4,1h"))
     assert main(["replay", "--gang", "--config", cfg, "--trace", trace, "--out", str(tmp_path / "out")]) == 0
     said = capsys.readouterr().out
-    assert "billed while waiting for the rest of a gang 0.10 node-h, 0.00 past provision_time" in said
+    assert "billed while waiting for the rest of a gang 0.00 node-h, 0.00 past provision_time" in said
     bad = str(write_trace(tmp_path, f"{T0},4,1h", f"{T0},0,1h"))
     assert main(["replay", "--gang", "--config", cfg, "--trace", bad, "--out", str(tmp_path / "o2")]) == 1
     assert "gangs.csv line 3: nodes '0' must be from 1 to" in capsys.readouterr().err
+
+
+def test_overlapping_requests_on_one_pool_finish_and_leave_no_node(tmp_path: Path) -> None:
+    """Requests that overlap on the pools (each asked while another's gang waits or its job runs): every one
+    starts, and each job's nodes all go when it is done (10 node-h of jobs, little more billed)."""
+    rows = (f"{T0},4,1h", "2026-01-05T00:10:00Z,2,1h", "2026-01-05T00:20:00Z,4,1h", "2026-01-05T00:21:00Z,2,1h")
+    data = run_gang_replay(str(write_config(tmp_path)), str(write_trace(tmp_path, *rows)), str(tmp_path / "out"))
+    for mode in ("atomic", "plain"):
+        figures = data[mode]
+        assert figures["started"] == figures["requests"] == 4, (mode, figures)
+        assert 12 <= figures["node_hours"] <= 12.5, (mode, figures)  # 12 node-h of jobs, boots waited a little
+        assert figures["waiting_node_hours_past_provision_time"] == 0
