@@ -59,7 +59,8 @@ def register(sub: Any) -> None:
     scale.add_argument("--force", action="store_true", help="skip cooldown and backoff (never min/max or pause); "
                        "with --node: evict the node's GPU pods (PodDisruptionBudgets respected)")
     scale.add_argument("--node", action="append", default=None, help="scale in: remove this node (repeatable)")
-    nodes = sub.add_parser("nodes", help="a pool's Kubernetes nodes: ready, removable or why not, GPU pods, protected, cordoned")
+    nodes = sub.add_parser("nodes", help="a pool's Kubernetes nodes: ready, removable or why not, GPU pods, "
+                           "protected, cordoned")
     _common(nodes)
     nodes.add_argument("pool")
     repair = sub.add_parser("repair", help="start a node's repair by hand (cordon, replacement, drain, removal), "

@@ -114,7 +114,8 @@ def gunicorn_logconfig(level: str = "INFO", fmt: str = "json", access: bool = Tr
         "handlers": {"stderr": handler},
         "root": {"level": level, "handlers": ["stderr"]},
         "loggers": {
-            "gunicorn.error": {"level": level, "handlers": ["stderr"], "propagate": False, "qualname": "gunicorn.error"},
+            "gunicorn.error": {"level": level, "handlers": ["stderr"], "propagate": False,
+                               "qualname": "gunicorn.error"},
             "gunicorn.access": {"level": "INFO" if access else "WARNING", "handlers": ["stderr"], "propagate": False,
                                 "qualname": "gunicorn.access"},
         },

@@ -11,10 +11,10 @@ What counts as a secret of the config:
   ``secret``, ``password``, ``key``, ``credential``, ``auth``, ``signature``, ``cookie``);
 - of every URL there (and of ``store.url``): the userinfo's password (a username is not a secret, unless it stands
   alone and is not a plain word: a token written as ``https://TOKEN@host``), every query value, the fragment, and
-  every path segment that is not a plain word. **A plain word** is shorter than 8 characters, or uses one class of letters only
-  (all lower or all upper case) with at most ``-``, ``_`` and ``.`` between them (``scale-out``, ``trigger``,
-  ``hooks``); a segment of 8 or more characters that mixes classes (``a1b2c3d4``, ``AbCdEfGh``) or is 24 or more
-  characters long is a secret. A ``{placeholder}`` splits a segment; configured pool names and actions are words.
+  every path segment that is not a plain word. **A plain word** is shorter than 8 characters, or uses one class of
+  letters only (all lower or all upper case) with at most ``-``, ``_`` and ``.`` between them (``scale-out``,
+  ``trigger``, ``hooks``); a segment of 8 or more characters that mixes classes (``a1b2c3d4``, ``AbCdEfGh``) or is 24 or
+  more characters long is a secret. A ``{placeholder}`` splits a segment; configured pool names and actions are words.
 In a request's query string (gunicorn's access lines) the ``query_token``'s parameter is masked by name, and any
 value that holds a secret once percent-decoded.
 Values shorter than ``MIN_SECRET`` characters are not replaced by value (replacing every ``abc`` would garble every

@@ -112,7 +112,8 @@ class Router:
         return [self._named_nodes(item) for item in out]
 
     def _named_nodes(self, item: Signal | Unacted) -> Signal | Unacted:
-        """A scale-in (or repair) signal carries the nodes its alerts name (``routing.node_label``), first-seen order."""
+        """A scale-in (or repair) signal carries the nodes its alerts name (``routing.node_label``), first-seen
+        order."""
         if not isinstance(item, Signal) or item.action not in (Action.SCALE_IN, Action.REPAIR):
             return item
         names = [a.labels.get(self.routing.node_label, "").strip() for a in item.alerts]

@@ -132,7 +132,8 @@ def table(res: dict[str, Any]) -> list[str]:
             continue
         v = res[name]
         rows.append(f"{name:24s} {v['changed_to_active_s']['median']:8.2f} s          "
-                    f"{v['active_to_received_s']['median']:7.2f} s      {v['received_to_provider_ms']['median']:7.1f} ms"
+                    f"{v['active_to_received_s']['median']:7.2f} s      "
+                    f"{v['received_to_provider_ms']['median']:7.1f} ms"
                     f"         {v['total_s']['median']:6.2f} s  [{v['total_s']['min']:.2f}-{v['total_s']['max']:.2f}]")
     rows.append("published defaults: " + ", ".join(f"{k} {v:.0f}s" for k, v in res["alternatives_defaults_s"].items()))
     return rows

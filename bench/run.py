@@ -22,7 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(unknown)}")
     info = machine()
-    print(f"machine: {info['cpu']}, {info['cores']} cores, Python {info['python']}, load {info['loadavg_at_start']:.2f}")
+    print(f"machine: {info['cpu']}, {info['cores']} cores, Python {info['python']}, "
+          f"load {info['loadavg_at_start']:.2f}")
     failed = 0
     for name in args.names:
         module: Any = importlib.import_module(f"bench.{name}")

@@ -6,9 +6,9 @@ the MIGs' ``targetSize`` (Compute ``instanceGroupManagers.get`` over REST, with 
 a target must be a multiple of the pool's zone count (``skipped_limit`` otherwise). A node goes by name with the
 zone's MIG ``deleteInstances``, which lowers that MIG's targetSize by one.
 
-The SDKs are imported inside functions. Their own retries are off (``retry=None`` per call); :func:`providers.retry.call`
-is the one retry layer. Credentials come from google-auth's default chain (GOOGLE_APPLICATION_CREDENTIALS,
-workload identity, the metadata server, gcloud's ADC), never from the config.
+The SDKs are imported inside functions. Their own retries are off (``retry=None`` per call);
+:func:`providers.retry.call` is the one retry layer. Credentials come from google-auth's default chain
+(GOOGLE_APPLICATION_CREDENTIALS, workload identity, the metadata server, gcloud's ADC), never from the config.
 """
 from __future__ import annotations
 

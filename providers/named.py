@@ -39,7 +39,8 @@ def agreed(node: NodeRef, by_name: str | None, by_id: str | None, where: str) ->
     ones, since removing either could take the wrong machine."""
     if by_name and by_id and by_name != by_id:
         raise PermanentError(f"{where}: node {node.name} is machine {by_name} but its providerID "
-                             f"{node.provider_id} points at {by_id}; refusing to remove either", code=Code.NODE_MISMATCH)
+                             f"{node.provider_id} points at {by_id}; refusing to remove either",
+                             code=Code.NODE_MISMATCH)
     return by_name or by_id
 
 

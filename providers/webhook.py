@@ -56,7 +56,8 @@ class WebhookSettings(BaseModel):
 
     url: SecretStr = Field(description="Endpoint to call; may hold {pool} {action} {from} {to} {step}; never logged.")
     method: Literal["POST", "PUT", "GET"] = Field(default="POST", description="GET sends no body.")
-    headers: dict[str, SecretStr] = Field(default_factory=dict, description="Sent with every call; values never logged.")
+    headers: dict[str, SecretStr] = Field(default_factory=dict,
+                                          description="Sent with every call; values never logged.")
     body_template: str = Field(default=DEFAULT_BODY, description="Body with {pool} {action} {from} {to} {step}.")
     content_type: str = Field(default="application/json", description="JSON bodies are checked at start-up.")
     timeout: Duration = Field(default=5, gt=0, description="Total time of one HTTP attempt, answer included.")

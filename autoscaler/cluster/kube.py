@@ -1,13 +1,14 @@
 """The cluster as the node-aware scale-in sees it, through the official ``kubernetes`` client.
 
 The client is imported inside functions, so it loads only when the config has a ``kubernetes:`` section. Reads
-ask for raw JSON (``_preload_content=False``) and hand plain dicts to :mod:`autoscaler.cluster.nodes`, which decides what
-they mean. A pool's read is one node list by label selector and one list of the cluster's unfinished pods (in pages
+ask for raw JSON (``_preload_content=False``) and hand plain dicts to :mod:`autoscaler.cluster.nodes`, which decides
+what they mean. A pool's read is one node list by label selector and one list of the cluster's unfinished pods (in pages
 of ``_PAGE``), grouped by node here, under one deadline (``kubernetes.timeout`` for the whole read, each call's
-connecting, headers and body included): the first call that fails fails the read at once. A re-read is one node GET and one pod list by field selector. ``victims:
-movable`` also lists PodDisruptionBudgets, once per decision that weighs a busy node. Where a node has no
-device-plugin GPU or a pod asks through a claim, the read adds the DRA lists (:mod:`autoscaler.cluster.kube_dra`);
-while they are refused (403), the pod-less ``marked`` list reads the pods too, to see which nodes hold claims.
+connecting, headers and body included): the first call that fails fails the read at once. A re-read is one node GET and
+one pod list by field selector. ``victims: movable`` also lists PodDisruptionBudgets, once per decision that weighs a
+busy node. Where a node has no device-plugin GPU or a pod asks through a claim, the read adds the DRA lists
+(:mod:`autoscaler.cluster.kube_dra`); while they are refused (403), the pod-less ``marked`` list reads the pods too, to
+see which nodes hold claims.
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """What the service sees of a pool's Kubernetes nodes, and which of them may go (pure: stdlib and models only).
 
-The cluster itself (list, cordon, evict) is behind :class:`Cluster`; ``autoscaler/cluster/kube.py`` implements it with the
-official client, the replay with an in-memory one. This module turns the API's plain JSON (camelCase keys, as
-the API server sends them) into :class:`NodeView` facts and picks victims from them, so every rule here is
-table-tested without a cluster.
+The cluster itself (list, cordon, evict) is behind :class:`Cluster`; ``autoscaler/cluster/kube.py`` implements it with
+the official client, the replay with an in-memory one. This module turns the API's plain JSON (camelCase keys, as the
+API server sends them) into :class:`NodeView` facts and picks victims from them, so every rule here is table-tested
+without a cluster.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The config file's shape as pydantic models, one module per section (validation only; the core reads
-``models.PoolSpec``). A leaf: nothing here looks up the provider registry; the loader (``autoscaler.config.load``) passes
-the provider names in the validation context and validates each provider's own section itself."""
+``models.PoolSpec``). A leaf: nothing here looks up the provider registry; the loader (``autoscaler.config.load``)
+passes the provider names in the validation context and validates each provider's own section itself."""
 from __future__ import annotations
 
 from collections import Counter
@@ -17,16 +17,16 @@ from autoscaler.config.pools import (DefaultsConfig, DirectionConfig, PoolConfig
                                        Victims)
 from autoscaler.config.replay import ReplayConfig, ReplayRule
 from autoscaler.config.routing import RoutingConfig, RuleConfig
-from autoscaler.config.server import (AZURE_ACTION_GROUPS_APP, SCOPES, AuthConfig, BasicUser, BearerToken, EntraId, GrafanaHmac,
-                                        InfluxConfig, QueryToken, Scope, ServerConfig, StoreConfig,
-                                        credential_problems)
+from autoscaler.config.server import (AZURE_ACTION_GROUPS_APP, SCOPES, AuthConfig, BasicUser, BearerToken, EntraId,
+                                      GrafanaHmac, InfluxConfig, QueryToken, Scope, ServerConfig, StoreConfig,
+                                      credential_problems)
 
 __all__ = ["AZURE_ACTION_GROUPS_APP", "AuthConfig", "BasicUser", "BearerToken", "CapacityConfig", "Config", "Count",
-           "DEFAULT_GPU_RESOURCES", "DefaultsConfig", "DirectionConfig", "EntraId", "GrafanaHmac", "GroupConfig", "InfluxConfig",
-           "ClusterConfig", "DEFAULT_CLUSTER", "KubernetesConfig", "MAX_MATCHED_LABEL", "MAX_NODES", "POOL_NAME", "PoolConfig", "QueryToken", "ReplayConfig",
-           "ReplayRule", "RoutingConfig", "RuleConfig", "SCOPES", "ScaleInConfig",
-           "ScheduleConfig", "Scope", "ServerConfig", "Step", "StoreConfig", "Victims", "credential_problems",
-           "group_problems", "reference_problems", "regex_risk"]
+           "DEFAULT_GPU_RESOURCES", "DefaultsConfig", "DirectionConfig", "EntraId", "GrafanaHmac", "GroupConfig",
+           "InfluxConfig", "ClusterConfig", "DEFAULT_CLUSTER", "KubernetesConfig", "MAX_MATCHED_LABEL", "MAX_NODES",
+           "POOL_NAME", "PoolConfig", "QueryToken", "ReplayConfig", "ReplayRule", "RoutingConfig", "RuleConfig",
+           "SCOPES", "ScaleInConfig", "ScheduleConfig", "Scope", "ServerConfig", "Step", "StoreConfig", "Victims",
+           "credential_problems", "group_problems", "reference_problems", "regex_risk"]
 
 
 class Config(Frozen):

@@ -1,4 +1,5 @@
-"""Load the YAML config, substitute ``${VAR}`` (``autoscaler/config/envsubst.py``), validate it into frozen typed objects.
+"""Load the YAML config, substitute ``${VAR}`` (``autoscaler/config/envsubst.py``), validate it into frozen typed
+objects.
 
 Every problem is reported with its path in the file, e.g. ``pools[1].max: must be >= min (3)``.
 """

@@ -7,8 +7,8 @@ the hour repeated in autumn happens at both occurrences (the window stays open f
 after the second). Overlapping windows: the highest ``min`` wins; the pool's own ``min`` is the lowest floor.
 
 A window whose starts cannot be computed (croniter finds none: ``0 0 30 2 *``; check-config refuses those it can
-see, ``config.cron.starts_within``) is ignored, and said in the floor's reason: it never takes the tick, the API or another pool
-down (``unusable`` lists them for the reconciler's log).
+see, ``config.cron.starts_within``) is ignored, and said in the floor's reason: it never takes the tick, the API or
+another pool down (``unusable`` lists them for the reconciler's log).
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """The engine's door to node-aware scale-in: each step of a leased decision that touches the pool's nodes.
 
 Where ``kubernetes:`` is configured, a pool's nodes have a selector and its provider removes named nodes, a
-scale-in names its nodes (``autoscaler/nodes/scale_in.py`` over ``autoscaler/cluster/nodes.py``). This module answers, for the
-engine: whether a pool names its nodes, the pool's node list (for nodes in flight), the stale-cordon sweep, a dry
-run's preview and the removal itself as the ``Decision`` and ``PoolChange`` to record. A cluster that cannot be read
+scale-in names its nodes (``autoscaler/nodes/scale_in.py`` over ``autoscaler/cluster/nodes.py``). This module answers,
+for the engine: whether a pool names its nodes, the pool's node list (for nodes in flight), the stale-cordon sweep, a
+dry run's preview and the removal itself as the ``Decision`` and ``PoolChange`` to record. A cluster that cannot be read
 is logged or turned into a decision here, its message redacted.
 """
 from __future__ import annotations

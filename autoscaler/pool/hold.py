@@ -135,7 +135,8 @@ class Held:
         return self.record(decision, attempt.source, attempt.alerts, attempt.now, change, confirm=confirm)
 
     def record(self, decision: Decision, source: str, alerts: list[Alert], now: float, change: PoolChange, *,
-               confirm: DedupConfirm | None = None, release: bool = True, repairs: RepairMark | None = None) -> Decision:
+               confirm: DedupConfirm | None = None, release: bool = True,
+               repairs: RepairMark | None = None) -> Decision:
         """Record an event of this hold with its change to the pool, through the final write (``EventLog.finish``:
         retried while the lease holds, since the cloud may have acted and its record must not be lost, then kept).
         ``release`` (the default) gives the lease back in the same transaction and ends the hold's renewal; False

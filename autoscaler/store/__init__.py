@@ -14,7 +14,7 @@ def open_store(url: str, options: StoreOptions | None = None) -> Store:
     return SqlStore(url, options)
 
 
-__all__ = ["DedupConfirm", "DedupStore", "EventRecord", "EventStore", "NodesView", "PoolChange", "PoolStore", "PoolView",
-           "QuickState", "RemovalIntent", "RemovalStore", "RepairAlert", "RepairMark", "RepairRecord", "RepairStore", "Shortcut",
-           "Store",
-           "StoreOptions", "StoreUnavailable", "SqlStore", "ViewStore", "open_store"]
+__all__ = ["DedupConfirm", "DedupStore", "EventRecord", "EventStore", "NodesView", "PoolChange", "PoolStore",
+           "PoolView", "QuickState", "RemovalIntent", "RemovalStore", "RepairAlert", "RepairMark", "RepairRecord",
+           "RepairStore", "Shortcut", "Store", "StoreOptions", "StoreUnavailable", "SqlStore", "ViewStore",
+           "open_store"]

@@ -170,8 +170,8 @@ class QuickState:
 
 @dataclass(frozen=True)
 class Shortcut:
-    """What a decision the stored state settled writes (``DedupStore.shortcut``): its dedup keys, claimed under ``claim``
-    from ``now`` until ``expires_at``, and its event, or ``duplicate`` when every key was already claimed."""
+    """What a decision the stored state settled writes (``DedupStore.shortcut``): its dedup keys, claimed under
+    ``claim`` from ``now`` until ``expires_at``, and its event, or ``duplicate`` when every key was already claimed."""
 
     keys: tuple[str, ...]
     claim: str

@@ -3,9 +3,10 @@
 Why it exists (measured, BENCHMARKS.md "tuning on history"): a replay spends most of its time in SQLite
 transactions, and the tuner runs thousands of replays. This store keeps the same rows as ``SqlStore`` (the pool row
 by column name, derived from ``tables``), with the same semantics method by method, so the engine, the policy and
-the event log are the service's own and a replay decides exactly as on SQLite (tests/unit/store/test_store_memory.py runs the
-same trace through both and compares every event). One lock makes each method one atomic step, like a transaction.
-One process: the caller's ``now`` is the clock, as on SQLite; what is held is bounded as there (``expiry.py``).
+the event log are the service's own and a replay decides exactly as on SQLite (tests/unit/store/test_store_memory.py
+runs the same trace through both and compares every event). One lock makes each method one atomic step, like a
+transaction. One process: the caller's ``now`` is the clock, as on SQLite; what is held is bounded as there
+(``expiry.py``).
 """
 from __future__ import annotations
 

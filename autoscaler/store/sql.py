@@ -68,7 +68,8 @@ def _finish_sql(fields: tuple[str, ...], release: bool = True) -> Any:
     if release:
         values.update(lease_owner=case((ours, None), else_=p.lease_owner),
                       lease_until=case((ours, None), else_=p.lease_until))
-    return update(tables.pools).where(p.name == bindparam("p_name")).values(**values, last_event_id=bindparam("p_event"))
+    return (update(tables.pools).where(p.name == bindparam("p_name"))
+            .values(**values, last_event_id=bindparam("p_event")))
 
 
 class SqlStore(SqlRemovals, SqlRepairs, SqlGangs, SqlReads, Store):

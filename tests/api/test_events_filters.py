@@ -132,7 +132,8 @@ def test_api_filters_by_outcome_and_source(client: Any) -> None:
 def test_api_pages_with_next_until_null(client: Any) -> None:
     seen, before, pages = [], None, 0
     while True:
-        query = {"pool": "gpu", "outcome": "skipped_cooldown", "limit": "2"} | ({"before": str(before)} if before else {})
+        query = ({"pool": "gpu", "outcome": "skipped_cooldown", "limit": "2"}
+                 | ({"before": str(before)} if before else {}))
         body = _get(client, **query).get_json()
         seen += body["events"]
         pages += 1

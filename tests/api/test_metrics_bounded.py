@@ -24,7 +24,8 @@ def test_two_thousand_unknown_pools_keep_metrics_bounded(tmp_path: Any) -> None:
     assert "pool-0-0" not in text
     unknown = [line for line in text.splitlines()
                if line.startswith("gpu_autoscaler_decisions_total{") and 'pool="_unknown"' in line]
-    assert unknown == ['gpu_autoscaler_decisions_total{action="scale_out",outcome="unknown_pool",pool="_unknown"} 2001.0']
+    assert unknown == ['gpu_autoscaler_decisions_total{action="scale_out",outcome="unknown_pool",'
+                       'pool="_unknown"} 2001.0']
 
 
 def test_reasons_stay_short_whatever_the_alerts_say(tmp_path: Any) -> None:

@@ -99,8 +99,8 @@ def test_headless_chromium_renders_the_page_for_3am(tmp_path: Path) -> None:
     assert re.search(r"short of capacity for another (2 h 5\d min|3 h) : SimulatedStockout: .* passed over by group "
                      r"a100 until then", text), text
     assert re.search(r"last: paused 3 min ago", text) and "cooldown: scale-out ready, scale-in 6 min" in text
-    assert re.search(r"train simulated \(tracked\) 6 nodes \(min 1, max 40\) 1 in flight cloud read (just now|\d+s ago)",
-                     text)  # the server's reconciler has read it since
+    assert re.search(r"train simulated \(tracked\) 6 nodes \(min 1, max 40\) 1 in flight "
+                     r"cloud read (just now|\d+s ago)", text)  # the server's reconciler has read it since
     assert html.count("<svg") == 3 and html.count('class="short"') == 1 and ">no capacity</text>" in html
     assert "demand (GPUs) (right axis, last 8)" in text and "no_capacity (1)" in text and "in flight" in text
     assert 'class="mark up"' in html and 'class="mark down"' in html  # the 2 -> 3 -> 2 step, both ways marked

@@ -100,8 +100,8 @@ def _sqlite_steps(engine: Any, client: FlaskClient, path: str) -> int:
 
 def test_a_page_does_the_same_work_in_the_store_for_200_or_20_000_events_per_pool(tmp_path: Path) -> None:
     """Issue 45, item 11: the charts' read ranked every event of the 6-hour window to keep each pool's newest 200
-    (800 pools, 100,000 events: 6.5 s a page). Both stores hold each pool's 200 newest events in the last hour, what its chart
-    draws; the second also 19,800 older per pool, half of them inside the window."""
+    (800 pools, 100,000 events: 6.5 s a page). Both stores hold each pool's 200 newest events in the last hour, what its
+    chart draws; the second also 19,800 older per pool, half of them inside the window."""
     names = ["p0000", "p0001", "p0002"]
     steps = []
     for older in (0, 19_800):

@@ -104,7 +104,8 @@ def test_the_page_lists_repairs_gpus_dra_and_the_version(tmp_path: Path) -> None
     assert 'title="2027-01-15T08:48:30.000Z">in 48 min' in row.group(1)  # grace ends (repair.grace 1h)
     h100 = _text(_section(html, "h100"))
     assert "GPUs: 32 allocatable, 9 requested, 2 pending" in h100 and "DRA read (resource.k8s.io/v1)" in h100
-    assert re.search(r'cloud read <span title="\d{4}-[^"]+Z">(just now|[^<]+ ago)</span>', html)  # relative, time on hover
+    assert re.search(r'cloud read <span title="\d{4}-[^"]+Z">(just now|[^<]+ ago)</span>',
+                     html)  # relative, time on hover
     assert "DRA not read : 403: the service account may not list deviceclasses" in refused, refused
     assert "claims' GPUs are not counted" in refused
     # the chart: the repair's replacement 4 -> 5 marked on the count line, said in the legend

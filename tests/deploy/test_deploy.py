@@ -81,7 +81,8 @@ def test_one_image_name_everywhere() -> None:
     assert compose["image"] == deployment["image"] == f"{values['image']['repository']}:{chart['appVersion']}" == image
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^IMAGE \?= gpu-pool-autoscaler:\$\(VERSION\)$", makefile, re.M)
-    assert re.search(r"^VERSION := .*__version__", makefile, re.M) and "docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) ." in makefile
+    assert (re.search(r"^VERSION := .*__version__", makefile, re.M)
+            and "docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) ." in makefile)
 
 
 def test_applying_the_manifests_folder_never_touches_the_secret() -> None:

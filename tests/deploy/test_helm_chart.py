@@ -210,7 +210,8 @@ def test_prometheusrule_takes_the_dra_demand_rule_instead(helm: str, tmp_path: P
     path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     out = run_tool([promtool, "check", "rules", str(path)])
     assert out.returncode == 0, out.stdout + out.stderr
-    bad = run_tool([helm, "template", "x", str(CHART), *value_set("default"), "--set", "prometheusRule.demandSource=dcgm"])
+    bad = run_tool([helm, "template", "x", str(CHART), *value_set("default"), "--set",
+                    "prometheusRule.demandSource=dcgm"])
     assert bad.returncode != 0 and "demandSource" in bad.stderr, bad.stderr
 
 
@@ -260,7 +261,8 @@ def test_notes_say_how_to_reach_the_page_and_point_alertmanager(helm: str) -> No
 
 
 def _pool_map(rule: dict[str, Any]) -> dict[str, str]:
-    entries = [r["labels"] for g in rule["spec"]["groups"] for r in g["rules"] if r.get("record") == "autoscaler_pool_map"]
+    entries = [r["labels"] for g in rule["spec"]["groups"] for r in g["rules"]
+               if r.get("record") == "autoscaler_pool_map"]
     return {e["cloud_pool"]: e["autoscaler_pool"] for e in entries}
 
 

@@ -58,7 +58,8 @@ def test_make_release_passes_when_they_agree_and_names_each_place_when_not() -> 
                   "deployment.yaml"):
         assert place in bad.stderr, bad.stderr
     assert f"{__version__} (want 99.0.0)" in bad.stderr
-    other_tag = make("release", f"VERSION={__version__}", f"IMAGE=registry.example.com/gpu-pool-autoscaler:{__version__}-rc1")
+    other_tag = make("release", f"VERSION={__version__}",
+                     f"IMAGE=registry.example.com/gpu-pool-autoscaler:{__version__}-rc1")
     assert other_tag.returncode != 0 and "the image tag (IMAGE)" in other_tag.stderr, other_tag.stderr
     not_semver = make("release", "VERSION=v1")
     assert not_semver.returncode != 0 and "not a semantic version" in not_semver.stderr

@@ -64,8 +64,10 @@ def settings(hook: FakeHookServer, db: Path, tmp_path: Path, monkeypatch: pytest
     path = tmp_path / "config.yaml"
     path.write_text(CONFIG.replace("DB", str(db)))
     monkeypatch.setenv("E2E_TOKEN", TOKEN)
-    monkeypatch.setenv("ACK_SCALE_OUT_URL", hook.hook_url(query=f"triggerUrl=dGVzdA%3D%3D&secret={SECRET}&type=scale_out"))
-    monkeypatch.setenv("ACK_SCALE_IN_URL", hook.hook_url(query=f"triggerUrl=dGVzdA%3D%3D&secret={SECRET}&type=scale_in"))
+    monkeypatch.setenv("ACK_SCALE_OUT_URL",
+                       hook.hook_url(query=f"triggerUrl=dGVzdA%3D%3D&secret={SECRET}&type=scale_out"))
+    monkeypatch.setenv("ACK_SCALE_IN_URL",
+                       hook.hook_url(query=f"triggerUrl=dGVzdA%3D%3D&secret={SECRET}&type=scale_in"))
     return load_config(str(path))
 
 

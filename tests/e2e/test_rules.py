@@ -1,5 +1,5 @@
-"""The scaling rules, proven with promtool's rule unit tests on the exporters' real label sets (deploy/prometheus/tests),
-and the Grafana and Azure Monitor forms of the same rules checked against the same inputs."""
+"""The scaling rules, proven with promtool's rule unit tests on the exporters' real label sets
+(deploy/prometheus/tests), and the Grafana and Azure Monitor forms of the same rules checked against the same inputs."""
 from __future__ import annotations
 
 import json

@@ -94,7 +94,8 @@ def test_the_page_at_3am_on_a_laptop_and_a_phone(tmp_path: Path) -> None:
     cells = [_text(c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row.group(1), re.S)]
     assert cells[0:2] == ["h100-0", "waiting"] and cells[3:5] == ["79", "pool size 5"], cells
     assert re.fullmatch(r"1[12] min ago", cells[2]) and re.fullmatch(r"in 4[89] min", cells[5]), cells
-    assert re.search(r'<td class="when" title="\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z">1[12] min ago</td>', row.group(1))
+    assert re.search(r'<td class="when" title="\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z">1[12] min ago</td>',
+                     row.group(1))
     l4 = _text(_section(html, "l4"))
     assert re.search(r"short of capacity for another 1[012] min : SimulatedStockout", l4), l4
     assert "passed over" not in l4 and "group" not in l4

@@ -1,5 +1,5 @@
-"""Every YAML example of CONTRACT.md (kept verbatim in tests/support/configs/contract_*.yaml) validates as part of a config,
-through ``python -m autoscaler check-config``, and means what the CONTRACT says it means."""
+"""Every YAML example of CONTRACT.md (kept verbatim in tests/support/configs/contract_*.yaml) validates as part of a
+config, through ``python -m autoscaler check-config``, and means what the CONTRACT says it means."""
 from __future__ import annotations
 
 from pathlib import Path

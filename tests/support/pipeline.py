@@ -182,7 +182,8 @@ def start_prometheus(workdir: Path, scrape_target: str | dict[str, str], alertma
         "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
         "rule_files": [str(workdir / "rules.yml")],
         "alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]},
-        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [target]}]} for job, target in targets.items()],
+        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [target]}]}
+                           for job, target in targets.items()],
     }
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
     return _started(Process("prometheus", [

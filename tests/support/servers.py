@@ -88,8 +88,8 @@ class Service:
             args += ["--graceful-timeout", str(self.graceful_timeout)]
         self.log = open(self.log_path, "ab")
         self._log_from = self.log.tell()  # this start's lines (a restart appends to the same log)
-        self.proc = subprocess.Popen([*self.wrapper, *args, self.app], cwd=self.root, env={**env, **self.extra_env}, stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen([*self.wrapper, *args, self.app], cwd=self.root, env={**env, **self.extra_env},
+                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         return self
 
     def wait_ready(self, timeout: float = 30.0) -> "Service":

@@ -2,7 +2,8 @@
 
 The labels are dcgm-exporter's own (internal/pkg/rendermetrics/render_metrics.go): ``gpu``, ``UUID``,
 ``pci_bus_id``, ``device``, ``modelName`` and ``Hostname``, the node's name (the NODE_NAME its Helm chart and the GPU
-Operator set). No pool label: the rules find the pool through kube-state-metrics (``tests.support.fakes.kube_state_metrics``).
+Operator set). No pool label: the rules find the pool through kube-state-metrics
+(``tests.support.fakes.kube_state_metrics``).
 """
 from __future__ import annotations
 
@@ -78,4 +79,5 @@ class DcgmExporter(FakeHttpServer):
 def h100_pool(pool: str, nodes: int = 2, gpus_per_node: int = 2) -> list[Gpu]:
     """GPUs of a pool of ``nodes`` nodes, as dcgm-exporter on each node would label them (AKS-style node names)."""
     return [Gpu(index=i, uuid=f"GPU-{pool}-{n:02d}{i:02d}-5f3c-4b1e-9a2d-000000000000",
-                hostname=f"aks-{pool}-12345678-vmss{n:06d}", pool=pool) for n in range(nodes) for i in range(gpus_per_node)]
+                hostname=f"aks-{pool}-12345678-vmss{n:06d}", pool=pool)
+            for n in range(nodes) for i in range(gpus_per_node)]

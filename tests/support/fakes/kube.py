@@ -4,9 +4,8 @@ It serves what the node-aware scale-in uses: list/get/patch nodes (``labelSelect
 (``fieldSelector`` on ``spec.nodeName``, ``status.phase``, ``metadata.*``; ``limit`` and ``continue`` pages), list
 PodDisruptionBudgets (policy/v1), and the Eviction subresource, which answers 429 for a pod a budget protects
 (a budget object whose selector matches the pod and that allows no disruption, or the ``pdb`` refusal count). Pods
-carry owner references (controller), labels, requests, volumes and affinity. It checks the bearer token, answers errors as
-``Status`` objects, counts calls per verb and resource, and has hooks to land a pod while a node is being
-cordoned.
+carry owner references (controller), labels, requests, volumes and affinity. It checks the bearer token, answers errors
+as ``Status`` objects, counts calls per verb and resource, and has hooks to land a pod while a node is being cordoned.
 """
 from __future__ import annotations
 
@@ -225,7 +224,8 @@ class FakeKube(FakeHttpServer):
                 return answer
             if (answer := self.dra.serve(request)) is not None:
                 templated = "/resourceclaimtemplates/" in request.path
-                self.calls["GET resourceclaimtemplates" if templated else f"LIST {request.path.rsplit('/', 1)[-1]}"] += 1
+                self.calls["GET resourceclaimtemplates" if templated
+                           else f"LIST {request.path.rsplit('/', 1)[-1]}"] += 1
                 return answer
             if (m := _EVICT.match(request.path)) and request.method == "POST":
                 self.calls["CREATE eviction"] += 1

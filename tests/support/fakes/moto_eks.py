@@ -7,7 +7,7 @@ ties the node group to its ASG both ways: a new desired size goes to the ASG, an
 by ``TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=True)``) shows as the node group's
 ``desiredSize``. This module adds those, on moto's own backends, before it starts moto's server:
 
-    python -m tests.support.fakes.moto_eks -p PORT        # env MOTO_EKS_UPDATE_SECONDS: how long an update stays InProgress
+    python -m tests.support.fakes.moto_eks -p PORT  # env MOTO_EKS_UPDATE_SECONDS: how long an update stays InProgress
 
 The ASG itself (launch template, instances) is built by :func:`create_node_group` through moto's public EC2 and
 Auto Scaling APIs, as an operator's cloud would have it. Usage from tests: :class:`MotoServer`.
@@ -200,8 +200,8 @@ def asg_instances(endpoint: str, asg: str, region: str = "us-east-1") -> list[tu
 
 
 class MotoServer:
-    """``python -m tests.support.fakes.moto_eks`` on a free port; a context manager. ``update_seconds``: how long each node
-    group update stays InProgress."""
+    """``python -m tests.support.fakes.moto_eks`` on a free port; a context manager. ``update_seconds``: how long each
+    node group update stays InProgress."""
 
     def __init__(self, workdir: Path, update_seconds: float = 0.0) -> None:
         from tests.support.servers import free_port

@@ -125,7 +125,8 @@ def test_unicode_in_labels_and_pool_names(client: FlaskClient) -> None:
     decision = resp.get_json()["decisions"][0]
     assert decision["outcome"] == "unknown_pool" and "gpu-ä" in decision["reason"]
     assert client.get("/api/v1/pools/gpu-ä", headers=AUTH).status_code == 404
-    assert client.post("/api/v1/pools/%F0%9F%94%A5/scale", json={"action": "scale_out"}, headers=AUTH).status_code == 404
+    assert client.post("/api/v1/pools/%F0%9F%94%A5/scale", json={"action": "scale_out"},
+                       headers=AUTH).status_code == 404
     events = client.get("/api/v1/events?pool=gpu-ä", headers=AUTH).get_json()["events"]
     assert events[0]["alerts"][0]["alertname"] == "GPU🔥Höhe"
     resp = client.post("/api/v1/pools/gpu/pause", json={"reason": "Wartung 🛠"}, headers=AUTH)
@@ -190,7 +191,8 @@ def test_ten_thousand_alerts_in_one_notification(tmp_path: Path, record_property
     record_property("seconds", round(elapsed, 2))
     record_property("cpu_seconds", round(cpu, 2))
     record_property("peak_mib", round(peak / 2**20, 1))
-    print(f"10,000 alerts: {len(body) / 2**20:.1f} MiB body, {elapsed:.2f}s ({cpu:.2f}s CPU), peak {peak / 2**20:.1f} MiB traced")
+    print(f"10,000 alerts: {len(body) / 2**20:.1f} MiB body, {elapsed:.2f}s ({cpu:.2f}s CPU), "
+          f"peak {peak / 2**20:.1f} MiB traced")
     assert resp.status_code == 200, resp.get_json()
     answer = resp.get_json()
     assert answer["received"] == 10_000

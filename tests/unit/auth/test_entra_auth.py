@@ -19,7 +19,8 @@ from tests.support import AUTH, BASE_CONFIG, FakeClock
 TENANT = "72f988bf-86f1-41af-91ab-2d7cd011db47"
 AUDIENCE = "api://gpu-autoscaler"
 HOOK = "/webhook/azure-monitor"
-BODY = json.loads((Path(__file__).resolve().parents[3] / "tests" / "support" / "payloads" / "azure_monitor" / "prometheus_fired.json").read_text())
+BODY = json.loads((Path(__file__).resolve().parents[3] / "tests" / "support" / "payloads" / "azure_monitor" /
+                   "prometheus_fired.json").read_text())
 
 
 def new_key() -> rsa.RSAPrivateKey:

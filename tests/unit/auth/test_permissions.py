@@ -166,8 +166,8 @@ def test_pool_scoped_reader_sees_only_its_pools(client: FlaskClient) -> None:
     pytest.param({"token": "t-1", "name": "x", "pools": ["nope"]}, "no pool named 'nope'", id="unknown-pool"),
     pytest.param({"token": "", "name": "x"}, "empty", id="empty-token"),
     pytest.param({"token": "t-1", "name": "bearer_tokens[0]"}, "duplicate", id="duplicate-name"),
-    pytest.param({"token": "plain-1", "name": "x", "scopes": ["read"]}, "the same token as server.auth.bearer_tokens[0]",
-                 id="same-token-twice"),
+    pytest.param({"token": "plain-1", "name": "x", "scopes": ["read"]},
+                 "the same token as server.auth.bearer_tokens[0]", id="same-token-twice"),
 ])
 def test_bad_scoped_credentials_are_config_errors(tmp_path: Path, entry: dict[str, Any], problem: str) -> None:
     cfg = config(f"sqlite:///{tmp_path}/s.db", server={"auth": {"bearer_tokens": ["plain-1", entry]}})

@@ -20,7 +20,8 @@ from tests.support import AUTH, BASE_CONFIG, logging_kept
 
 SECRET = "Az-mon_7f3c9e2b4d6a8f10.c5e7"
 HOOK = "/webhook/azure-monitor"
-BODY = json.loads((Path(__file__).resolve().parents[3] / "tests" / "support" / "payloads" / "azure_monitor" / "prometheus_fired.json").read_text())
+BODY = json.loads((Path(__file__).resolve().parents[3] / "tests" / "support" / "payloads" / "azure_monitor" /
+                   "prometheus_fired.json").read_text())
 
 
 @pytest.fixture
@@ -52,8 +53,8 @@ def test_the_query_token_may_only_send_webhooks(app: Flask) -> None:
     assert client.post(f"/api/v1/pools/gpu/pause?token={SECRET}", json={}).status_code == 403
     # routing parameters ride along in the same URL
     resp = client.post(f"{HOOK}?pool=spare&action=scale_out&token={SECRET}",
-                       json=json.loads((Path(__file__).resolve().parents[3] / "tests" / "support" / "payloads" / "azure_monitor" /
-                                        "log_alert_fired.json").read_text()))
+                       json=json.loads((Path(__file__).resolve().parents[3] / "tests" / "support" / "payloads" /
+                                        "azure_monitor" / "log_alert_fired.json").read_text()))
     assert resp.get_json()["decisions"][0]["pool"] == "spare"
 
 

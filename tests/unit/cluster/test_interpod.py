@@ -16,9 +16,10 @@ from autoscaler.cluster.topology import HOSTNAME, ZONE
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
-def pod(name: str, *, app: str = "infer", namespace: str = "ml", gpus: int = 1, anti: list[dict[str, Any]] | None = None,
-        affinity: list[dict[str, Any]] | None = None, spread: list[dict[str, Any]] | None = None,
-        labels: dict[str, str] | None = None, node_selector: dict[str, str] | None = None) -> PodFacts:
+def pod(name: str, *, app: str = "infer", namespace: str = "ml", gpus: int = 1,
+        anti: list[dict[str, Any]] | None = None, affinity: list[dict[str, Any]] | None = None,
+        spread: list[dict[str, Any]] | None = None, labels: dict[str, str] | None = None,
+        node_selector: dict[str, str] | None = None) -> PodFacts:
     spec: dict[str, Any] = {"containers": [{"name": "main", "resources": {
         "requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": str(gpus)} if gpus else {}}}]}
     rules: dict[str, Any] = {}
@@ -93,7 +94,8 @@ FIT_CASES = [
                  [node("n1", pod("q", app="other")), node("n2", pod("c", app="cache"))], "n2",
                  id="affinity-needs-peer"),
     pytest.param([pod("web-1", app="web", affinity=[term(app="cache")])], [node("n1", pod("q", app="other"))],
-                 "required pod affinity: no matching pod in its kubernetes.io/hostname n1", id="affinity-no-peer-anywhere"),
+                 "required pod affinity: no matching pod in its kubernetes.io/hostname n1",
+                 id="affinity-no-peer-anywhere"),
     pytest.param([pod("web-1", app="web", affinity=[term(app="web")])], [node("n1")], "n1",
                  id="affinity-first-of-its-group-goes-anywhere"),
     pytest.param([pod("web-1", app="web", affinity=[term(ZONE, app="cache")])],
@@ -193,8 +195,10 @@ def test_a_spread_deployment_frees_one_node_onto_a_free_one() -> None:
         return {"metadata": {"name": f"train-{i}", "namespace": "ml", "labels": {"app": "train"},
                              "ownerReferences": [{"kind": "Job", "name": "j", "controller": True}]},
                 "spec": {"nodeName": f"n{i}", "containers": [
-                    {"name": "main", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}, "status": {"phase": "Running"}}
-    views: list[NodeView] = [node_view(raw_node(f"n{i}", i + 1), [raw_replica(f"infer-{i}", f"n{i}") if i < 3 else job(i)],
+                    {"name": "main", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]},
+                "status": {"phase": "Running"}}
+    views: list[NodeView] = [node_view(raw_node(f"n{i}", i + 1),
+                                       [raw_replica(f"infer-{i}", f"n{i}") if i < 3 else job(i)],
                                        ("nvidia.com/gpu",)) for i in range(5)]
     pick = pick_movable(views, 1, (), 1)
     assert pick.drain is not None and pick.drain.name == "n2" and pick.idle == []

@@ -29,7 +29,8 @@ def test_every_problem_in_one_run(tmp_path: Path, capsys: pytest.CaptureFixture[
     for expected in ("pools: duplicate pool names: gpu",  # ... and every cross-field rule beside it
                      "rules[0].pool: no pool named 'nowhere'",
                      "server.auth.bearer_tokens[0].pools: no pool named 'ghost'",
-                     "server.auth.bearer_tokens[1].name: duplicate credential name 'a' (also server.auth.bearer_tokens[0])",
+                     "server.auth.bearer_tokens[1].name: duplicate credential name 'a' "
+                     "(also server.auth.bearer_tokens[0])",
                      "pools[1].simulated.initial_count: Input should be greater than or equal to 0"):
         assert expected in lines
     assert any(line.startswith("pools[2].webhook.url: ") for line in lines)
@@ -52,7 +53,8 @@ def test_short_secrets_are_warned_about(tmp_path: Path, capsys: pytest.CaptureFi
                     "pools:\n  - {name: p, provider: simulated, min: 0, max: 1}\n")
     assert main(["check-config", str(path)]) == 0
     err = capsys.readouterr().err.splitlines()
-    assert [line.split(":")[1] for line in err] == [" server.auth.bearer_tokens[0].token", " server.auth.basic[0].password"]
+    assert [line.split(":")[1] for line in err] == [" server.auth.bearer_tokens[0].token",
+                                                     " server.auth.basic[0].password"]
 
 
 def test_a_pools_provider_section_is_reported_beside_its_own_limits(tmp_path: Path,

@@ -67,7 +67,8 @@ def test_check_config_cli_names_the_key(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(cfg({"provider": "aks", "aks": AKS, "repair": {"grace": "1h"}}, False)))
     out = subprocess.run([sys.executable, "-m", "autoscaler", "check-config", str(path)], capture_output=True,
                          text=True, timeout=60, check=False)
-    assert out.returncode == 1 and "pools[0].repair: needs the top-level `kubernetes:` section" in out.stdout + out.stderr
+    assert (out.returncode == 1
+            and "pools[0].repair: needs the top-level `kubernetes:` section" in out.stdout + out.stderr)
 
 
 def test_a_replayed_rule_cannot_repair() -> None:

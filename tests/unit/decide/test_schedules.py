@@ -74,4 +74,5 @@ def test_effective_min(pool: PoolSpec, now: float, floor: int) -> None:
 def test_reason_names_the_window_in_local_time() -> None:
     floor, how = effective_min(spec(OFFICE), local("2025-07-07 09:00"))
     assert floor == 4
-    assert how == "schedule '0 8 * * 1-5' (Europe/Warsaw) opened 2025-07-07 08:00 CEST, min 4 until 2025-07-07 19:00 CEST"
+    assert how == ("schedule '0 8 * * 1-5' (Europe/Warsaw) opened 2025-07-07 08:00 CEST, "
+                   "min 4 until 2025-07-07 19:00 CEST")

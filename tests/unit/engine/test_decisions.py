@@ -162,7 +162,8 @@ def test_simulated_provision_time_makes_pool_busy(make_app: Callable[..., Flask]
     client = make_app(pools=raw_config["pools"]).test_client()
     post(client, "/webhook/alertmanager", am_payload(am_alert(fingerprint="1")))
     assert pool(client)["busy"] is True
-    assert decisions(post(client, "/webhook/alertmanager", am_payload(am_alert(fingerprint="2"))))[0][2] == "skipped_busy"
+    assert decisions(post(client, "/webhook/alertmanager",
+                          am_payload(am_alert(fingerprint="2"))))[0][2] == "skipped_busy"
     clock.advance(121)
     assert decisions(post(client, "/webhook/alertmanager", am_payload(am_alert(fingerprint="3"))))[0][2] == "scaled"
 

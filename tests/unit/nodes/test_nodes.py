@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from autoscaler.cluster.nodes import (CORDON_ANNOTATION, GpuPod, NodeView, cordon_mark, gpu_pod, node_view, pick_victims,
-                              pod_protection)
+from autoscaler.cluster.nodes import (CORDON_ANNOTATION, GpuPod, NodeView, cordon_mark, gpu_pod, node_view,
+                                      pick_victims, pod_protection)
 
 GPU_PATTERNS = ("nvidia.com/gpu", "nvidia.com/mig-*")
 

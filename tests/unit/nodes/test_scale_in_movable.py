@@ -125,7 +125,8 @@ def test_force_drains_every_pod_and_respects_a_cpu_pods_budget(tmp_path: Any, ku
 
 def test_dry_run_names_the_node_it_would_drain(tmp_path: Any, kube: FakeKube, receiver: WebhookReceiver) -> None:
     d = scale_in(make(tmp_path, kube, receiver.url, None, dry_run=True))
-    assert d["outcome"] == "dry_run" and "would remove gpunp-2 (draining gpunp-2 first: 1 pods would move)" in d["reason"]
+    assert (d["outcome"] == "dry_run"
+            and "would remove gpunp-2 (draining gpunp-2 first: 1 pods would move)" in d["reason"])
     assert kube.calls["PATCH nodes"] == 0 and kube.calls["CREATE eviction"] == 0
 
 

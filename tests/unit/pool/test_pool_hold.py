@@ -72,7 +72,8 @@ def _sources() -> list[tuple[Path, str]]:
 
 
 def test_only_the_hold_takes_or_gives_back_a_pools_lease() -> None:
-    """``Store.acquire``/``renew``/``release`` and ``Lease`` are called in pool/hold.py alone (the store implements them)."""
+    """``Store.acquire``/``renew``/``release`` and ``Lease`` are called in pool/hold.py alone (the store implements
+    them)."""
     calls = re.compile(r"\.(acquire|renew|release)\(\s*(pool|spec\.name|self\.pool|name)\b|\bLease\(")
     offenders = [f"{p.relative_to(ROOT)}:{n}" for p, text in _sources() if p.name != "hold.py"
                  and "/store/" not in str(p) for n, line in enumerate(text.splitlines(), 1) if calls.search(line)]

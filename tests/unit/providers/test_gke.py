@@ -168,7 +168,8 @@ def test_5xx_is_retried_and_429_is_not_hammered(gke: FakeGke) -> None:
                                         "status": "RESOURCE_EXHAUSTED"}}))
     with pytest.raises(ProviderError) as info:
         provider(gke).status(NO_TRACK, NOW)
-    assert info.value.retryable and info.value.cloud_code == "RESOURCE_EXHAUSTED" and "Quota exceeded" in info.value.message
+    assert (info.value.retryable and info.value.cloud_code == "RESOURCE_EXHAUSTED"
+            and "Quota exceeded" in info.value.message)
 
 
 def test_a_wrong_token_is_refused_and_never_shown(gke: FakeGke) -> None:

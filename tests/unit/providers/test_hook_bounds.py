@@ -33,7 +33,8 @@ def webhook(url: str, clock: FakeClock | None = None, **overrides: Any) -> Webho
 
 
 def ack_hook(url: str, clock: FakeClock | None = None, **overrides: Any) -> AckHookProvider:
-    settings = {"scale_out_url": url + "/hook/trigger?secret=s-out-1", "scale_in_url": url + "/hook/trigger?secret=s-in-1",
+    settings = {"scale_out_url": url + "/hook/trigger?secret=s-out-1",
+                "scale_in_url": url + "/hook/trigger?secret=s-in-1",
                 "initial_count": 6, "timeout": "1s", "retry_budget": "2s", **overrides}
     return AckHookProvider("gpu", AckHookSettings.model_validate(settings), clock=clock or FakeClock())
 

@@ -125,7 +125,8 @@ def test_count_url_reads_the_size(endpoint: FakeHookServer, sleeps: list[float])
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
-    pytest.param({"body_template": '{"p": "{pool}", "n": {replicas}}'}, "unknown placeholder", id="unknown-placeholder"),
+    pytest.param({"body_template": '{"p": "{pool}", "n": {replicas}}'}, "unknown placeholder",
+                 id="unknown-placeholder"),
     pytest.param({"body_template": '{"p": {pool}}'}, "not valid JSON", id="unquoted-string-placeholder"),
     pytest.param({"url": "file:///etc/passwd"}, "http(s) URL", id="not-http"),
     pytest.param({"tracks_count": False}, "needs count_url", id="untracked-without-count-url"),
@@ -140,5 +141,6 @@ def test_settings_are_checked(overrides: dict[str, Any], message: str) -> None:
 
 def test_registry_builds_it() -> None:
     factory = providers.factory("webhook")
-    provider = factory.build("p", factory.settings_model.model_validate({"url": "https://ci.example.com/x"}), FakeClock())
+    provider = factory.build("p", factory.settings_model.model_validate({"url": "https://ci.example.com/x"}),
+                             FakeClock())
     assert provider.capabilities.reports_count is False

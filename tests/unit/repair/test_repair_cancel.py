@@ -1,7 +1,8 @@
 """A repair an operator cancelled stays cancelled while the alert that asked for it keeps firing (issue 46, item 1):
 Alertmanager's repeats of the same alert (same fingerprint and ``startsAt``) answer ``skipped_cancelled`` and touch
 nothing; once it resolves, a new firing starts a repair again. Through the app on a hand-moved clock, the real
-kubernetes client against the fake API server and the webhook provider against a receiver (as tests/unit/repair/test_repair.py).
+kubernetes client against the fake API server and the webhook provider against a receiver (as
+tests/unit/repair/test_repair.py).
 """
 from __future__ import annotations
 

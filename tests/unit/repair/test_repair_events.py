@@ -1,7 +1,7 @@
 """What a repair's events tell the operator at 3 a.m. (issue 46, item 1): the XID that started it (the alert's
 ``xid`` label, or the number in its summary), the pods the repair evicted, and no warning when a cloud that
-removes a node at once has taken it before the service marks it. As tests/unit/repair/test_repair.py: the app on a hand-moved
-clock, the real kubernetes client against the fake API server, the webhook provider against a receiver."""
+removes a node at once has taken it before the service marks it. As tests/unit/repair/test_repair.py: the app on a
+hand-moved clock, the real kubernetes client against the fake API server, the webhook provider against a receiver."""
 from __future__ import annotations
 
 import logging

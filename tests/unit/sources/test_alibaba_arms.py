@@ -11,7 +11,8 @@ from flask import Flask
 
 from tests.support import BASE_CONFIG, events, post
 
-SAMPLE = json.loads((Path(__file__).resolve().parents[3] / "tests" / "support" / "payloads" / "alibaba" / "arms_alertmanager_content.json").read_text())
+SAMPLE = json.loads((Path(__file__).resolve().parents[3] / "tests" / "support" / "payloads" / "alibaba" /
+                     "arms_alertmanager_content.json").read_text())
 
 
 def test_the_rendered_body_scales_by_its_labels_and_value(make_app: Callable[..., Flask]) -> None:

@@ -36,7 +36,8 @@ def test_managed_prometheus_alert_scales_by_its_labels(app: Flask) -> None:
     assert (decision["from"], decision["to"]) == (2, 3)
     [event] = events(client, pool="gpu")
     assert event["source"] == "azure_monitor"
-    assert event["alerts"] == [{"alertname": "GPUUtilizationHigh", "fingerprint": "6c4a9e0f-1d2b-4c3a-9e8f-0a1b2c3d4e5f"}]
+    assert event["alerts"] == [{"alertname": "GPUUtilizationHigh",
+                                "fingerprint": "6c4a9e0f-1d2b-4c3a-9e8f-0a1b2c3d4e5f"}]
 
 
 def test_azure_retry_of_the_same_firing_is_a_duplicate_and_resolved_never_scales(app: Flask) -> None:

@@ -76,7 +76,8 @@ def _post(client: FlaskClient, name: str, query: str = "", headers: dict[str, st
 
 
 def test_every_corpus_file_has_a_case() -> None:
-    on_disk = {str(p.relative_to(PAYLOADS)) for d in ("grafana", "alertmanager") for p in (PAYLOADS / d).rglob("*.json")}
+    on_disk = {str(p.relative_to(PAYLOADS)) for d in ("grafana", "alertmanager")
+               for p in (PAYLOADS / d).rglob("*.json")}
     assert on_disk == set(CASES) | set(IGNORED_LEGACY_STATES)
 
 
@@ -129,7 +130,8 @@ def _signed(body: bytes, stamp: str, secret: str = HMAC_SECRET) -> dict[str, str
     return {"X-Grafana-Alerting-Signature": digest, "X-Grafana-Alerting-Timestamp": stamp}
 
 
-@pytest.mark.parametrize("name", ["grafana/unified_11x_group_firing.json", "grafana/legacy_8x_alerting_routing_tags.json"])
+@pytest.mark.parametrize("name", ["grafana/unified_11x_group_firing.json",
+                                  "grafana/legacy_8x_alerting_routing_tags.json"])
 def test_hmac_signed_grafana_request_is_accepted(app: Flask, name: str) -> None:
     body = (PAYLOADS / name).read_bytes()
     resp = _post(app.test_client(), name, headers=_signed(body, str(int(NOW))))

@@ -1,5 +1,5 @@
-"""Upgrades from every schema this repository ever shipped, on SQLite (PostgreSQL: test_migrations_history_postgresql.py;
-issue 34, item 3).
+"""Upgrades from every schema this repository ever shipped, on SQLite (PostgreSQL:
+test_migrations_history_postgresql.py; issue 34, item 3).
 
 Each old schema is built by the code of the commit that shipped it (``tests/support/schema_history.py``), then this
 checkout's store opens it: the schema must be the one ``store/tables.py`` describes, whatever revision the old file
@@ -28,7 +28,8 @@ COMMITS = [pytest.param(c, id=f"{c}-{revision_label(c)}") for c in shipped_commi
 def test_the_history_holds_each_revision_and_the_two_builds_of_0004() -> None:
     labels = [revision_label(c) for c in shipped_commits()]
     assert labels[0] == "create_all" and labels[-1].startswith(head_revision())  # HEAD's own schema is the last
-    assert {"0001_initial", "0002_recommendations", "0003_reconciler", "0004_capacity", "0004_node_views"} <= set(labels)
+    assert {"0001_initial", "0002_recommendations", "0003_reconciler", "0004_capacity",
+            "0004_node_views"} <= set(labels)
 
 
 

@@ -191,7 +191,8 @@ def test_a_plan_that_fails_leaves_nothing_written(store: SqlStore) -> None:
 
 def test_settle_without_keys_records_the_event(store: SqlStore) -> None:
     store.ensure_pools(["gpu"])
-    event_id, duplicate = record_settled(store, "gpu", (), "c1", 100.0, 700.0, _shortcut_event(100.0), _duplicate(100.0))
+    event_id, duplicate = record_settled(store, "gpu", (), "c1", 100.0, 700.0, _shortcut_event(100.0),
+                                         _duplicate(100.0))
     assert not duplicate and store.pool("gpu").last_event_id == event_id
 
 
@@ -203,7 +204,8 @@ def test_concurrent_settles_of_one_notification_record_one_event_and_duplicates(
 
     def shortcut(i: int) -> None:
         start.wait()
-        _, duplicate = record_settled(store, "gpu", keys, f"c{i}", 100.0, 700.0, _shortcut_event(100.0), _duplicate(100.0))
+        _, duplicate = record_settled(store, "gpu", keys, f"c{i}", 100.0, 700.0, _shortcut_event(100.0),
+                                      _duplicate(100.0))
         results.append(duplicate)
 
     threads = [threading.Thread(target=shortcut, args=(i,)) for i in range(6)]
