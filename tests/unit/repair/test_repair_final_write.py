@@ -38,7 +38,8 @@ def test_a_repair_start_whose_record_meets_a_database_outage_is_recorded_once_it
                              "node_selector": "agentpool=gpunp", "repair": {"max_unhealthy": 1},
                              "webhook": {"url": f"{hook.url}/scale", "initial_count": 3, "timeout": "5s"}}])
         cfg["store"] = {**cfg["store"], "connect_timeout": "1s"}
-        client = create_app(cfg, startup_check=False).test_client()
+        app = create_app(cfg, startup_check=False)
+        client = app.test_client()
         started = time.monotonic()
         answer = post(client, "/webhook/alertmanager", am_payload(am_alert(
             "GPUNodeUnhealthy", autoscaler_pool="gpu", autoscaler_action="repair", node="gpunp-0")))
@@ -52,3 +53,4 @@ def test_a_repair_start_whose_record_meets_a_database_outage_is_recorded_once_it
         assert [(e["outcome"], e["from"], e["to"]) for e in events] == [("repair_started", 3, 4)]
         pool = client.get("/api/v1/pools/gpu", headers=AUTH).get_json()
         assert [r["node"] for r in pool["repairs"]] == ["gpunp-0"] and pool["last_event"]["id"] == events[0]["id"]
+        app.extensions["autoscaler"].store.close()  # its pooled connections closed here, not by a later test's GC
