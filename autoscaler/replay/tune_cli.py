@@ -22,7 +22,7 @@ from autoscaler.replay.outlook import outlook as outlook_of
 from autoscaler.replay.peers import peer_figures
 from autoscaler.replay.trace import ReplayError, Trace, load_trace
 from autoscaler.replay.robust import (STRESSED_FACTOR, Judged, Rule, as_json, burstiest_days, finalists, judge,
-                                      pick, stress_note, stressed_copies)
+                                      settle, stress_note, stressed_copies)
 from autoscaler.replay.tune import Budget, Score, Search, choose, evaluate_task, make_pool, pareto, replays
 from autoscaler.replay import command, peers, tune_files
 
@@ -120,12 +120,12 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
             progress(f"judging {len(finals)} finalists on the worst of the history's days and "
                      f"{len(stressed)} stressed copies of its {len(next(iter(stressed.values())).demand) // 1440} "
                      "burstiest days")
-            rule = Rule(history_day, math.ceil(limit), stage.total, STRESSED_FACTOR * whole_day)
+            rule = Rule(history_day, math.ceil(limit), stage.total, STRESSED_FACTOR * whole_day,
+                        ceiling=peer_ceiling(settings, Trace(trace.start, trace.demand[:train])))
             judged = judge(executor, finals, search.results, train, stressed, holds=rule.holds)
             not_judged = len(finals) - len(judged)
             if judged:
-                best, picked = pick(judged, rule.day_budget, rule.changes, rule.total,
-                                    stressed_budget=rule.stressed_budget)
+                best, picked = settle(executor, judged, rule, train, stressed)
                 chosen, chosen_score = best.candidate, best.history
         jobs: list[Any] = []
         if train < total:
@@ -178,6 +178,13 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
            env)
     data["seconds"] = round(time.monotonic() - started, 1)
     return data
+
+
+def peer_ceiling(settings: Any, span: Trace) -> float:
+    """The node-hours cluster-autoscaler with one node of pause pods keeps on the span the candidates are judged
+    on: the pick's near-equal stay under it where they can (robust.pick's ``ceiling``)."""
+    run = peers(settings, span)["cluster_autoscaler_overprovisioned"]
+    return sum(run.ready) / 60.0
 
 
 def _about(data: dict[str, Any]) -> list[str]:
