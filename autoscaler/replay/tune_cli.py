@@ -83,7 +83,7 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
     if ahead is not None and ahead.changed:  # judged on the outlook; the held-back days are kept as they were
         trace = Trace(trace.start, ahead.demand + trace.demand[train:])
     windows = busy_windows(trace.demand[:train], trace.start)
-    space = Space(settings, pool, windows)
+    space = Space(settings, pool, windows, level=sum(trace.demand[:train]) / train)
     base = describe(settings, pool, space.windows)
     stressed = stressed_copies(trace, train) if stress else {}
     copies = {**stressed, AS_IT_WAS: Trace(history.start, history.demand[:train])} if trace is not history \

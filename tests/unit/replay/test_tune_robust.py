@@ -10,7 +10,7 @@ import yaml
 from autoscaler.config.load import build_settings
 from autoscaler.replay.robust import (JUDGE_WAVE, Judged, Rule, burstiest_days, busier, finalists, judge, noisier,
                                       pick, settle, sharper, steadier, stressed_copies)
-from autoscaler.replay.space import Space
+from autoscaler.replay.space import ABOVE, BELOW, Space, fine_thresholds
 from autoscaler.replay.trace import Trace, parse_time
 from autoscaler.replay.tune import NEAR, Budget, Score, choose, make_pool
 from tests.support.replay_cases import BASE
@@ -228,3 +228,15 @@ def test_the_near_equal_stay_under_cluster_autoscaler_with_a_pause_node() -> Non
     assert pick([lean, spare], 14, 6, ceiling=49 * 120)[0] is lean
     assert pick([lean, spare], 14, 6, ceiling=48 * 120)[0] is spare  # none under it: steadiness as before
     assert settle(None, [lean, spare], Rule(14, 6, ceiling=49 * 120), 1440, {})[0] is lean
+
+
+def test_a_large_pool_s_space_holds_thresholds_that_follow_whole_nodes() -> None:
+    """Issue 47, real weeks (a service at 47-48 nodes, 98% busy): with above <= 95 and below <= 70 every candidate
+    kept a spare node or more (1.04x foresight, above cluster-autoscaler with a pause node, 1.03x). A history
+    whose mean level is 47.3 nodes adds above 99 (half a node short of full) and below 95 and 97 (two and a half,
+    one and a half nodes idle); a small pool's grids are as they were."""
+    settings = build_settings(yaml.safe_load(BASE), env={}, replay=True)
+    small, large = Space(settings, "gpu", level=5.0), Space(settings, "gpu", level=47.3)
+    assert small.grid("rules.0.above") == ABOVE and small.grid("rules.1.below") == BELOW
+    assert large.grid("rules.0.above") == (*ABOVE, 99) and large.grid("rules.1.below") == (*BELOW, 95, 97)
+    assert fine_thresholds(19.9) == ((), ())
