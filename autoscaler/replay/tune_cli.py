@@ -22,7 +22,7 @@ from autoscaler.replay.outlook import outlook as outlook_of
 from autoscaler.replay.peers import peer_figures
 from autoscaler.replay.trace import ReplayError, Trace, load_trace
 from autoscaler.replay.robust import (STRESSED_FACTOR, Judged, Rule, as_json, burstiest_days, finalists, judge,
-                                      settle, stress_note, stressed_copies)
+                                      leaves_a_node_waiting, settle, stress_note, stressed_copies)
 from autoscaler.replay.tune import Budget, Score, Search, choose, evaluate_task, make_pool, pareto, replays
 from autoscaler.replay import command, peers, tune_files
 
@@ -108,7 +108,14 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
             search.results.append((base, base_score))  # for a costlier choice it would itself have beaten
         whole_day = int(max_saturated / 100.0 * 1440 + 1e-9)
         history_day = whole_day if robust else search.budget(train).per_day or whole_day
-        chosen, chosen_score, within = choose(search.results, search.budget(train), whole_day if robust else None)
+        # never a pending threshold that lets a whole node of work wait with no headroom (robust.leaves_a_node_waiting)
+        gpus, level = gpus_per_node(settings, pool), sum(trace.demand[:train]) / train
+
+        def allowed(candidate: Candidate) -> bool:
+            return not leaves_a_node_waiting(candidate, gpus, level)
+
+        choosable = [cs for cs in search.results if allowed(cs[0])] or search.results
+        chosen, chosen_score, within = choose(choosable, search.budget(train), whole_day if robust else None)
         judged: list[Judged] = []
         not_judged = 0
         stage = {"every_day": search.budget(train),
@@ -116,7 +123,7 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
                  "changes_over": replace(search.budget(train), changes=None)}.get(within)
         picked = None
         if stressed and stage is not None:
-            finals = finalists(space, search.results, stage)
+            finals = finalists(space, choosable, stage)
             progress(f"judging {len(finals)} finalists on the worst of the history's days and "
                      f"{len(stressed)} stressed copies of its {len(next(iter(stressed.values())).demand) // 1440} "
                      "burstiest days")
@@ -125,7 +132,7 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
             judged = judge(executor, finals, search.results, train, stressed, holds=rule.holds)
             not_judged = len(finals) - len(judged)
             if judged:
-                best, picked = settle(executor, judged, rule, train, stressed)
+                best, picked = settle(executor, judged, rule, train, stressed, allowed)
                 chosen, chosen_score = best.candidate, best.history
         jobs: list[Any] = []
         if train < total:
