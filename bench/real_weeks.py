@@ -230,11 +230,12 @@ def row(name: str, r: dict[str, Any]) -> str:
             f"{ours['worst_day_saturated_pct']:.2f}%), {ours['changes_per_day']:.1f} | {over['x']:.2f}x "
             f"@{over['saturated_pct']:.2f}%, {over['changes_per_day']:.1f} | {ca['x']:.2f}x @{ca['saturated_pct']:.2f}%"
             f", {ca['changes_per_day']:.1f} | {ideal_['x']:.2f}x @{ideal_['saturated_pct']:.2f}%, "
-            f"{ideal_['changes_per_day']:.1f} |")
+            f"{ideal_['changes_per_day']:.1f} | {r['tune']['cpu_s']:.0f} s |")
 
 
 HEADER = ("| trace | ours: node-hours / foresight @ saturated, changes a day | cluster-autoscaler + 1 pause node | "
-          "cluster-autoscaler | ideal reactive, cheapest within budget |", "| --- | --- | --- | --- | --- |")
+          "cluster-autoscaler | ideal reactive, cheapest within budget | tune CPU |",
+          "| --- | --- | --- | --- | --- | --- |")
 
 
 def main(argv: list[str] | None = None) -> int:

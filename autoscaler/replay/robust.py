@@ -144,6 +144,7 @@ class Rule:
     changes: int | None
     total: int | None = None
     stressed_budget: int | None = None
+    ceiling: float | None = None  # node-hours on the tuning span the near-equal keep under (``pick``)
 
     def holds(self, judged: Judged) -> bool:
         return judged.holds(self.day_budget, self.changes, self.total, self.stressed_budget)
@@ -158,17 +159,25 @@ def steadiness(candidate: Candidate) -> tuple[float, ...]:
 
 
 def pick(judged: Sequence[Judged], day_budget: int, changes: int | None,
-         total: int | None = None, stressed_budget: int | None = None) -> tuple[Judged, str]:
+         total: int | None = None, stressed_budget: int | None = None,
+         ceiling: float | None = None) -> tuple[Judged, str]:
     """The steadiest of the near-equal cheapest whose worst day of the history keeps ``day_budget`` saturated
     minutes and whose stressed days keep ``stressed_budget`` (default twice ``day_budget``; and, with ``changes``,
     that many direction changes; with ``total``, whose whole span keeps that many: a steadier variant the search
     never scored must keep the margin its choices kept); none: the least saturated worst day. The flag says which:
-    ``robust``, ``robust_changes_over`` (none calm enough) or ``robust_over``."""
+    ``robust``, ``robust_changes_over`` (none calm enough) or ``robust_over``.
+
+    ``ceiling``: the node-hours on the tuning span of the peer the user would otherwise run (cluster-autoscaler
+    with one pause node, issue 47): where the cheapest that holds is under it, the near-equal are only those under
+    it too, so the steadiness bought with NEAR never costs more than that peer on the history (on a large pool,
+    NEAR's 3% is more than a spare node)."""
     for flag, limit in (("robust", changes), ("robust_changes_over", None)):
         ok = [j for j in judged if j.holds(day_budget, limit, total, stressed_budget)]
         if ok:
             cheapest = min(j.history.cost for j in ok)
             near = [j for j in ok if j.history.cost <= cheapest * (1 + NEAR) + 1e-9]
+            if ceiling is not None and any(j.history.node_hours < ceiling for j in near):
+                near = [j for j in near if j.history.node_hours < ceiling]
             return min(near, key=lambda j: (j.worst_changes, *steadiness(j.candidate), j.history.cost)), flag
     return min(judged, key=lambda j: (j.worst_day, j.history.cost)), "robust_over"
 
@@ -237,6 +246,56 @@ def judge(pool: ProcessPoolExecutor | None, cands: list[Candidate], known: Seque
     return [judged[i] for i in sorted(judged)]
 
 
+def leaves_a_node_waiting(candidate: Candidate, gpus_per_node: int | None, level: float = 0.0) -> bool:
+    """Whether a pending-GPUs scale-out threshold (``rules.i.pending_above``) of a whole node's GPUs or more goes
+    with less than a node of ``scale_out.headroom`` (a fraction of it taken of ``level``, the history's mean demand
+    in nodes): up to a node of work then waits for as long as demand stays within a node of the pool, and what that
+    costs depends on where demand happens to sit between whole nodes, which a week does not pin down (issue 47: on
+    the GPU cluster's real weeks, 2.06% saturated on days 1-5, 5.33% on the 27 days after, 0.27% the same settings
+    at 0). The choice passes such candidates over (tune_cli, ``settle``)."""
+    if not gpus_per_node or not any(key.endswith(".pending_above") and value >= gpus_per_node
+                                    for key, value in candidate.items()):
+        return False
+    room = candidate.get("scale_out.headroom") or {}
+    spare = (room.get("nodes", 0) + room.get("fraction", 0) * level + room.get("gpus", 0) / gpus_per_node)
+    return spare < 1
+
+
+def without_headroom(candidate: Candidate) -> Candidate | None:
+    """The same settings with no ``scale_out.headroom`` (None: it has none)."""
+    if candidate.get("scale_out.headroom") is None:
+        return None
+    return {**candidate, "scale_out.headroom": None}
+
+
+def _figures(score: Score) -> tuple[Any, ...]:
+    return (score.node_hours, score.saturated_minutes, score.direction_changes, score.interrupted, score.days,
+            score.day_changes)
+
+
+def settle(pool: ProcessPoolExecutor | None, judged: Sequence[Judged], rule: Rule, train: int,
+           stressed: dict[str, Trace], allowed: Callable[[Candidate], bool] | None = None) -> tuple[Judged, str]:
+    """``pick``, but never a headroom the history did not use (issue 47, real weeks). A headroom acts only through
+    an alert-driven decision, so on a history where the pick's scale-out never fired (a small pool whose work stays
+    under its alert) it costs nothing there, and the steadiest of the near-equal is the one with the most; the
+    first burst after it raises the pool to need + headroom for good (scale-ins stop at it). So the pick's
+    same settings without headroom are replayed on the tuning span and the stressed copies: where every figure is
+    the same, the headroom bought nothing the history shows, and that twin takes its place (its steadiness that of
+    no headroom); then pick again, until the pick's headroom, if any, changed something. ``allowed``: a twin it
+    rejects (``leaves_a_node_waiting``) is not taken."""
+    finals = list(judged)
+    while True:
+        best, flag = pick(finals, rule.day_budget, rule.changes, rule.total, rule.stressed_budget, rule.ceiling)
+        plain = without_headroom(best.candidate)
+        if plain is None or (allowed is not None and not allowed(plain)):
+            return best, flag
+        twin = judge(pool, [plain], [], train, stressed)[0]
+        if (_figures(twin.history), [_figures(s) for s in twin.stressed]) != \
+                (_figures(best.history), [_figures(s) for s in best.stressed]):
+            return best, flag
+        finals = [twin if j is best else j for j in finals if j.candidate != plain or j is best]
+
+
 def as_json(j: Judged) -> dict[str, Any]:
     """One finalist in tuning.json: its settings, cost on the tuning span and worst days."""
     return {"settings": settings_text(j.candidate), "cost": round(j.history.cost, 2),
@@ -269,4 +328,4 @@ def stress_note(data: dict[str, Any]) -> str:
 
 
 __all__ = ["FINALISTS", "JUDGE_WAVE", "Judged", "Rule", "STRESSES", "as_json", "burstiest_days", "finalists", "judge",
-           "pick", "steadier", "steadiness", "stress_note", "stressed_copies"]
+           "leaves_a_node_waiting", "pick", "settle", "steadier", "steadiness", "stress_note", "stressed_copies"]

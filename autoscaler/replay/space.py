@@ -52,6 +52,23 @@ FOR = {Action.SCALE_OUT: (0, 30, 60, 120, 180, 300), Action.SCALE_IN: (60, 120, 
 #: A pending-GPUs scale-out rule's ``for``: pending GPUs are work already waiting (not a utilisation to debounce),
 #: so every second of ``for`` is a second of saturation on every scale-out; ``pending_above`` filters the noise.
 PENDING_FOR = (0, 30, 60, 90, 120, 180)
+#: A large pool's utilisation thresholds (issue 47, real weeks): at ``n`` nodes one node is 100/n points of
+#: utilisation, finer than ABOVE's and BELOW's steps once n >= FINE_NODES, where a pool at 47-48 nodes could only
+#: keep a spare node (above 95 fires at 98%; below 70 never does). There the rules' grids also hold the thresholds
+#: of a scaler that follows whole nodes, as cluster-autoscaler does: scale out half a node short of full, scale in
+#: with one and a half (and two and a half) nodes idle, at the history's mean level.
+FINE_NODES = 20.0
+
+
+def fine_thresholds(level: float) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The ABOVE and BELOW values added for a history whose mean demand is ``level`` nodes (none under
+    FINE_NODES, nor any a grid holds already)."""
+    if level < FINE_NODES:
+        return (), ()
+    node = 100.0 / level
+    above = tuple(v for v in (round(100 - node / 2),) if max(ABOVE) < v < 100)
+    below = tuple(sorted({v for v in (round(100 - 2.5 * node), round(100 - 1.5 * node)) if max(BELOW) < v < 100}))
+    return above, below
 
 
 #: The busy-hours headroom window (``window.*``): a daily schedule window, from the hour of the day (UTC) where the
@@ -103,19 +120,21 @@ def modes() -> tuple[str, ...]:
 class Space:
     """The knobs of one config's replay pool and rules, their grids, and how to sample and mutate candidates."""
 
-    def __init__(self, settings: Settings, pool: str, windows: Sequence[str] = ()) -> None:
+    def __init__(self, settings: Settings, pool: str, windows: Sequence[str] = (), level: float = 0.0) -> None:
+        """``windows``: the history's busy-hours windows; ``level``: its mean demand in nodes (fine_thresholds)."""
         assert settings.config.replay is not None
         self.pool = pool
         # the busy-hours window (busy_windows of the history), for a pool with no schedule of its own
         self.windows = tuple(windows) if not settings.pools[pool].schedules else ()
         offered = modes()
+        fine_above, fine_below = fine_thresholds(level)
         self.rules: dict[str, tuple[Any, ...]] = {}
         pending_out = False
         for i, rule in enumerate(settings.config.replay.rules):
             if rule.above is not None:
-                self.rules[f"rules.{i}.above"] = ABOVE
+                self.rules[f"rules.{i}.above"] = ABOVE + fine_above
             elif rule.below is not None:
-                self.rules[f"rules.{i}.below"] = BELOW
+                self.rules[f"rules.{i}.below"] = BELOW + fine_below
             elif getattr(rule, "pending_above", None) is not None:
                 self.rules[f"rules.{i}.pending_above"] = PENDING_ABOVE
                 pending_out = pending_out or rule.action is Action.SCALE_OUT

@@ -22,7 +22,7 @@ from autoscaler.replay.outlook import outlook as outlook_of
 from autoscaler.replay.peers import peer_figures
 from autoscaler.replay.trace import ReplayError, Trace, load_trace
 from autoscaler.replay.robust import (STRESSED_FACTOR, Judged, Rule, as_json, burstiest_days, finalists, judge,
-                                      pick, stress_note, stressed_copies)
+                                      leaves_a_node_waiting, settle, stress_note, stressed_copies)
 from autoscaler.replay.tune import Budget, Score, Search, choose, evaluate_task, make_pool, pareto, replays
 from autoscaler.replay import command, peers, tune_files
 
@@ -83,7 +83,7 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
     if ahead is not None and ahead.changed:  # judged on the outlook; the held-back days are kept as they were
         trace = Trace(trace.start, ahead.demand + trace.demand[train:])
     windows = busy_windows(trace.demand[:train], trace.start)
-    space = Space(settings, pool, windows)
+    space = Space(settings, pool, windows, level=sum(trace.demand[:train]) / train)
     base = describe(settings, pool, space.windows)
     stressed = stressed_copies(trace, train) if stress else {}
     copies = {**stressed, AS_IT_WAS: Trace(history.start, history.demand[:train])} if trace is not history \
@@ -108,7 +108,14 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
             search.results.append((base, base_score))  # for a costlier choice it would itself have beaten
         whole_day = int(max_saturated / 100.0 * 1440 + 1e-9)
         history_day = whole_day if robust else search.budget(train).per_day or whole_day
-        chosen, chosen_score, within = choose(search.results, search.budget(train), whole_day if robust else None)
+        # never a pending threshold that lets a whole node of work wait with no headroom (robust.leaves_a_node_waiting)
+        gpus, level = gpus_per_node(settings, pool), sum(trace.demand[:train]) / train
+
+        def allowed(candidate: Candidate) -> bool:
+            return not leaves_a_node_waiting(candidate, gpus, level)
+
+        choosable = [cs for cs in search.results if allowed(cs[0])] or search.results
+        chosen, chosen_score, within = choose(choosable, search.budget(train), whole_day if robust else None)
         judged: list[Judged] = []
         not_judged = 0
         stage = {"every_day": search.budget(train),
@@ -116,16 +123,16 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
                  "changes_over": replace(search.budget(train), changes=None)}.get(within)
         picked = None
         if stressed and stage is not None:
-            finals = finalists(space, search.results, stage)
+            finals = finalists(space, choosable, stage)
             progress(f"judging {len(finals)} finalists on the worst of the history's days and "
                      f"{len(stressed)} stressed copies of its {len(next(iter(stressed.values())).demand) // 1440} "
                      "burstiest days")
-            rule = Rule(history_day, math.ceil(limit), stage.total, STRESSED_FACTOR * whole_day)
+            rule = Rule(history_day, math.ceil(limit), stage.total, STRESSED_FACTOR * whole_day,
+                        ceiling=peer_ceiling(settings, Trace(trace.start, trace.demand[:train])))
             judged = judge(executor, finals, search.results, train, stressed, holds=rule.holds)
             not_judged = len(finals) - len(judged)
             if judged:
-                best, picked = pick(judged, rule.day_budget, rule.changes, rule.total,
-                                    stressed_budget=rule.stressed_budget)
+                best, picked = settle(executor, judged, rule, train, stressed, allowed)
                 chosen, chosen_score = best.candidate, best.history
         jobs: list[Any] = []
         if train < total:
@@ -178,6 +185,13 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
            env)
     data["seconds"] = round(time.monotonic() - started, 1)
     return data
+
+
+def peer_ceiling(settings: Any, span: Trace) -> float:
+    """The node-hours cluster-autoscaler with one node of pause pods keeps on the span the candidates are judged
+    on: the pick's near-equal stay under it where they can (robust.pick's ``ceiling``)."""
+    run = peers(settings, span)["cluster_autoscaler_overprovisioned"]
+    return sum(run.ready) / 60.0
 
 
 def _about(data: dict[str, Any]) -> list[str]:
