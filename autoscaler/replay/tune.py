@@ -279,9 +279,16 @@ def candidate_key(candidate: Candidate) -> str:
     return repr(sorted(candidate.items()))
 
 
+#: Minutes replayed by ``replays`` in this process since it started (every replay of a tune goes through it): a
+#: count of the tune's work that does not depend on the machine's load, beside its CPU seconds.
+REPLAYED = [0]
+
+
 def replays(pool: ProcessPoolExecutor | None, tasks: Sequence[Task]) -> list[tuple[int, Score]]:
     """Each task evaluated, in the worker processes or (no pool) in this one; in the order of ``tasks``."""
-    return list(pool.map(evaluate_task, tasks) if pool is not None else map(evaluate_task, tasks))
+    done = list(pool.map(evaluate_task, tasks) if pool is not None else map(evaluate_task, tasks))
+    REPLAYED[0] += sum(score.minutes for _, score in done)
+    return done
 
 
 def pareto(results: list[tuple[Candidate, Score]]) -> list[tuple[Candidate, Score]]:

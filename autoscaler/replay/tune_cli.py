@@ -23,7 +23,7 @@ from autoscaler.replay.peers import peer_figures
 from autoscaler.replay.trace import ReplayError, Trace, load_trace
 from autoscaler.replay.robust import (STRESSED_FACTOR, Judged, Rule, as_json, burstiest_days, finalists, judge,
                                       pick, stress_note, stressed_copies)
-from autoscaler.replay.tune import Budget, Score, Search, choose, evaluate_task, make_pool, pareto, replays
+from autoscaler.replay.tune import REPLAYED, Budget, Score, Search, choose, make_pool, pareto, replays
 from autoscaler.replay import command, peers, tune_files
 
 DEFAULT_HOLDOUT = 2 / 7
@@ -63,7 +63,7 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
     """Search, confirm and write DIR's files; returns what tuning.json holds. ConfigError / ReplayError on bad
     input. ``outlook``: the candidates are judged on the tuning span as the weeks after it will look (outlook.py);
     the report's figures are the history's as it was."""
-    started = time.monotonic()
+    started, replayed = time.monotonic(), REPLAYED[0]
     raw, settings = _load(config_path)
     pool = replay_pool(settings)
     trace = load_trace(trace_path)
@@ -90,7 +90,7 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
         else stressed
     executor = make_pool(workers, raw, env, pool, trace, copies)
     try:
-        base_score = evaluate_task((0, base, 0, train, None, None))[1]
+        base_score = replays(None, [(0, base, 0, train, None, None)])[0][1]
         # Flapping has a price: by default at most twice the direction changes a day the base config made on the
         # history (at least MIN_CHANGES); --max-direction-changes sets the limit instead.
         days = max(train / 1440, 1.0)
@@ -170,7 +170,7 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
                          "not_judged": not_judged},
             "outlook": ahead.as_json() if ahead is not None else None,
             "sampled": candidates, "replays": search.evaluated + len(jobs),
-            "search_minutes_replayed": search.minutes_replayed,
+            "search_minutes_replayed": search.minutes_replayed, "minutes_replayed": REPLAYED[0] - replayed,
             "seconds": round(time.monotonic() - started, 1), "workers": workers, "base": base, "tuned": chosen,
             "peers": data_peers,
             "spans": spans}
