@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 from autoscaler.config.load import build_settings, offline
 from autoscaler.replay.report import figures, foresight_node_hours
 from autoscaler.models import Outcome
+from autoscaler.replay.pooled import NAME as POOLED
 from autoscaler.replay.sim import Minute, Run, simulate
 from autoscaler.replay.space import Candidate, Space, apply
 from autoscaler.replay.trace import STEP, Trace
@@ -90,16 +91,22 @@ class _Stop:
 
     budget: int
     bound: Bound | None
+    per_day: int | None = None  # and on any whole day (None: no daily limit)
     saturated: int = 0
+    day_saturated: int = 0
     ready_minutes: int = 0
     minutes: int = 0
     why: str = ""
 
     def __call__(self, minute: Minute) -> bool:
-        self.saturated += minute.demand > minute.ready + 1e-9
+        short = minute.demand > minute.ready + 1e-9
+        self.saturated += short
         self.ready_minutes += minute.ready
+        if not self.minutes % 1440:
+            self.day_saturated = 0
+        self.day_saturated += short
         self.minutes += 1
-        if self.saturated > self.budget:
+        if self.saturated > self.budget or (self.per_day is not None and self.day_saturated > self.per_day):
             self.why = "saturated"
         elif self.bound is not None and self.ready_minutes / 60.0 > self._limit(self.bound) + 1e-9:
             self.why = "node_hours"
@@ -122,14 +129,14 @@ def _init(raw: dict[str, Any], env: dict[str, str], pool: str, trace: Trace,
 
 
 def evaluate(candidate: Candidate, begin: int, end: int, budget: int | None, bound: Bound | None,
-             stress: str = "") -> Score:
-    """Replay minutes [begin, end) of the trace (``stress``: of that stressed copy, see robust.py) with the
-    candidate (``budget``/``bound``: stop early; None: never)."""
+             stress: str = "", per_day: int | None = None) -> Score:
+    """Replay minutes [begin, end) of the trace (``stress``: of that copy, a stressed one (robust.py) or the pooled
+    days (pooled.py)) with the candidate (``budget``/``bound``/``per_day``: stop early; None: never)."""
     raw = apply(_WORK["raw"], _WORK["pool"], candidate)
     settings = build_settings(offline(raw), env=_WORK["env"], replay=True)
     trace: Trace = _WORK["stressed"][stress] if stress else _WORK["trace"]
     span = Trace(trace.start + STEP * begin, trace.demand[begin:end])
-    stop = _Stop(budget, bound) if budget is not None else None
+    stop = _Stop(budget, bound, per_day) if budget is not None else None
     run = simulate(settings, span, store=MemoryStore(), stop=stop)
     data = figures(run)
     days = [run.minutes[i:i + 1440] for i in range(0, len(run.minutes) - 1439, 1440)]
@@ -155,12 +162,14 @@ def changes_by_day(run: Run, days: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-Task = tuple[int, Candidate, int, int, int | None, Bound | None] | tuple[int, Candidate, int, int, None, None, str]
+Task = (tuple[int, Candidate, int, int, int | None, Bound | None]
+        | tuple[int, Candidate, int, int, int | None, Bound | None, str]
+        | tuple[int, Candidate, int, int, int | None, Bound | None, str, int | None])
 
 
 def evaluate_task(task: Task) -> tuple[int, Score]:
-    index, candidate, begin, end, budget, bound, *stress = task
-    return index, evaluate(candidate, begin, end, budget, bound, *stress)
+    index, candidate, begin, end, budget, bound, *rest = task
+    return index, evaluate(candidate, begin, end, budget, bound, *rest)
 
 
 # -- the search ---------------------------------------------------------------------------------------
@@ -180,6 +189,9 @@ class Search:
     neighbours: int = 120
     rounds: int = 4
     seed: int = 0
+    #: minutes of the pooled copy of the span the workers hold (pooled.py; 0: none): the first rungs screen on its
+    #: prefixes, days made of every searched day's hours, instead of the span's first days
+    pooled: int = 0
     results: list[tuple[Candidate, Score]] = field(default_factory=list)
     evaluated: int = 0
     minutes_replayed: int = 0  # over every replay, early-stopped ones counted as far as they went
@@ -212,7 +224,8 @@ class Search:
         for depth, minutes in enumerate(rungs):
             final = depth == len(rungs) - 1
             progress(f"rung {depth + 1}/{len(rungs)}: {len(alive)} candidates on {minutes / 1440:.1f} days")
-            scores = self._score(pool, alive, minutes, early=not final)
+            scores = self._score(pool, alive, minutes, early=not final,
+                                 copy=POOLED if not final and minutes <= self.pooled else "")
             ranked = sorted(zip(alive, scores), key=lambda cs: cs[1].rank(self.budget(minutes)))
             if final:
                 self.results += ranked
@@ -234,7 +247,11 @@ class Search:
             if near:
                 progress(f"neighbours {round_ + 1}/{self.rounds}: {len(near)} candidates near the best on "
                          f"{self.train_minutes / 1440:.1f} days")
-                scores = self._score(pool, near, self.train_minutes, early=True, bound=self._near_bound(budget))
+                bound = self._near_bound(budget)
+                # with a feasible candidate known, one over a day's limit could be neither the choice nor a
+                # finalist (both are drawn from the feasible): it stops there, as it stops over the span's budget
+                scores = self._score(pool, near, self.train_minutes, early=True, bound=bound,
+                                     per_day=budget.per_day if bound is not None else None)
                 self.results += [(c, s) for c, s in zip(near, scores) if not s.stopped]
 
     def _near_bound(self, budget: Budget) -> Bound | None:
@@ -252,9 +269,10 @@ class Search:
         return tuple(hours + slack for hours in itertools.accumulate(h for h, _ in best.days))
 
     def _score(self, pool: ProcessPoolExecutor | None, cands: list[Candidate], minutes: int,
-               early: bool, bound: Bound | None = None) -> list[Score]:
-        """Score every candidate on the first ``minutes``; with ``early``, each stops once it cannot be the best
-        (``bound``: a fixed node-hours bound instead of the best feasible of these candidates).
+               early: bool, bound: Bound | None = None, copy: str = "", per_day: int | None = None) -> list[Score]:
+        """Score every candidate on the first ``minutes`` (``copy``: of that copy of the span, the pooled days);
+        with ``early``, each stops once it cannot be the best (``bound``: a fixed node-hours bound instead of the
+        best feasible of these candidates; ``per_day``: once over that many saturated minutes on a whole day).
 
         Candidates go in waves of WAVE; the bound (best feasible node-hours) tightens between waves only, so the
         results do not depend on the number of processes or on which finished first."""
@@ -263,8 +281,9 @@ class Search:
         best: float | None = None
         for first in range(0, len(cands), WAVE):
             limit = bound if bound is not None else best
-            tasks = [(i, cands[i], 0, minutes, budget.total if early else None, limit if early else None)
-                     for i in range(first, min(first + WAVE, len(cands)))]
+            tasks: list[Task] = [(i, cands[i], 0, minutes, budget.total if early else None,
+                                  limit if early else None, copy, per_day if early else None)
+                                 for i in range(first, min(first + WAVE, len(cands)))]
             for _, score in replays(pool, tasks):
                 scores.append(score)
                 self.evaluated += 1
