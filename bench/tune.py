@@ -72,6 +72,8 @@ FAMILIES = {
 }
 SERVING_GOAL = Goal(2.2, 2.0, 8)
 RULES: dict[str, dict[str, Any]] = {"default": {}, "no_stress": {"stress": False}}
+#: more ways to tune, for ``--tune --rule`` only (not part of ``bench.run tune``): the search before issue 47 item 2
+VARIANTS: dict[str, dict[str, Any]] = {**RULES, "pooled": {"pooled": True}}
 DAYS, VARIANT_DAYS = 20, 5
 
 
@@ -190,13 +192,14 @@ def run(smoke: bool = False, runs: int = 1, only: tuple[str, ...] = (),
                 cpu, own = _cpu_seconds(), time.process_time()
                 data = tune(fam.base, path, os.path.join(tmp, family, rule), fam.budget,
                             candidates=27 if smoke else 243, neighbours=6 if smoke else None, workers=2, quiet=True,
-                            seed=seed, **RULES[rule])
+                            seed=seed, **VARIANTS[rule])
                 cpu, own = _cpu_seconds() - cpu, time.process_time() - own
                 tuned = load_replay_config(os.path.join(tmp, family, rule, "tuned.yaml"))[1]
                 judged[rule] = [judge_day(tuned, d)["run"] for _, d in days]
                 entry["rules"][rule] = {"tune_cpu_s": round(cpu, 1), "tune_own_cpu_s": round(own, 1),
                                         "tune_wall_s": data["seconds"], "replays": data["replays"],
-                                        "minutes_replayed": data["minutes_replayed"], "choice": data["choice"],
+                                        "minutes_replayed": data["minutes_replayed"],
+                                        "decisions_replayed": data["decisions_replayed"], "choice": data["choice"],
                                         "stress_choice": data["stress_choice"],
                                         "direction_change_limit": data["direction_change_limit"],
                                         "tuned": data["tuned"], "spans": data["spans"]}
@@ -222,7 +225,8 @@ def table(res: dict[str, Any]) -> list[str]:
                     f"<= {g['changes']} changes; {len(f['days'])} unseen days)")
         for rule, r in f["rules"].items():
             rows.append(f"  {rule}: tune {r['tune_cpu_s']:.1f} CPU-s ({r['tune_wall_s']:.0f}s wall, "
-                        f"{r['replays']} replays, {r['minutes_replayed']:,} minutes replayed), choice "
+                        f"{r['replays']} replays, {r['minutes_replayed']:,} minutes and {r['decisions_replayed']:,} decisions "
+                        "replayed), choice "
                         f"{r['choice']}/{r['stress_choice']}, change limit {r['direction_change_limit']:g}/day")
         rows.append("  run                                 goal met  in budget  worst sat%  worst x  worst chg  "
                     "mean x  mean sat%  mean chg")
@@ -246,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--family", required=True, choices=sorted(FAMILIES))
     parser.add_argument("--tune", action="store_true",
                         help="tune the family's week and judge the choice (bench.run tune for one family)")
-    parser.add_argument("--rule", choices=sorted(RULES), default="default", help="with --tune: the choice rule")
+    parser.add_argument("--rule", choices=sorted(VARIANTS), default="default",
+                        help="with --tune: the choice rule (pooled: the default with the search's first rungs on "
+                        "pooled days, --pooled)")
     parser.add_argument("--seed", type=int, default=0, help="with --tune: the search's seed")
     args = parser.parse_args(argv)
     if args.tune:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 from autoscaler.config.load import build_settings, offline
 from autoscaler.replay.report import figures, foresight_node_hours
 from autoscaler.models import Outcome
-from autoscaler.replay.pooled import NAME as POOLED
+from autoscaler.replay.pooled import NAME as POOLED, scored
 from autoscaler.replay.sim import Minute, Run, simulate
 from autoscaler.replay.space import Candidate, Space, apply
 from autoscaler.replay.trace import STEP, Trace
@@ -56,6 +56,7 @@ class Score:
     foresight: float = 0.0  # the perfect-foresight node-hours of the minutes replayed (report.foresight_node_hours)
     interrupted: float = 0.0  # node-minutes of GPU work cut by node removals (report's interrupted_node_minutes)
     day_changes: tuple[int, ...] = ()  # direction changes of each whole day of the span
+    decisions: int = 0  # the engine's decisions in the replay (what most of a replay's CPU goes to)
 
     @property
     def cost(self) -> float:
@@ -92,6 +93,7 @@ class _Stop:
     budget: int
     bound: Bound | None
     per_day: int | None = None  # and on any whole day (None: no daily limit)
+    counted: Sequence[bool] | None = None  # which minutes count (the pooled days' warm-ups do not); None: all
     saturated: int = 0
     day_saturated: int = 0
     ready_minutes: int = 0
@@ -99,9 +101,10 @@ class _Stop:
     why: str = ""
 
     def __call__(self, minute: Minute) -> bool:
-        short = minute.demand > minute.ready + 1e-9
+        counts = self.counted is None or self.counted[self.minutes]
+        short = counts and minute.demand > minute.ready + 1e-9
         self.saturated += short
-        self.ready_minutes += minute.ready
+        self.ready_minutes += minute.ready if counts else 0
         if not self.minutes % 1440:
             self.day_saturated = 0
         self.day_saturated += short
@@ -136,8 +139,13 @@ def evaluate(candidate: Candidate, begin: int, end: int, budget: int | None, bou
     settings = build_settings(offline(raw), env=_WORK["env"], replay=True)
     trace: Trace = _WORK["stressed"][stress] if stress else _WORK["trace"]
     span = Trace(trace.start + STEP * begin, trace.demand[begin:end])
-    stop = _Stop(budget, bound, per_day) if budget is not None else None
+    counted = scored(len(trace.demand) // 1440)[begin:end] if stress == POOLED else None
+    stop = _Stop(budget, bound, per_day, counted) if budget is not None else None
     run = simulate(settings, span, store=MemoryStore(), stop=stop)
+    if counted is not None:  # the pooled days' warm-ups replayed, not counted
+        run = replace(run, minutes=[m for m, c in zip(run.minutes, counted) if c],
+                      decisions=[(t, d) for t, d in run.decisions if counted[min(int((t - span.start) // STEP),
+                                                                                   len(counted) - 1)]])
     data = figures(run)
     days = [run.minutes[i:i + 1440] for i in range(0, len(run.minutes) - 1439, 1440)]
     per_day = tuple((round(sum(m.ready for m in day) / 60.0, 2), sum(1 for m in day if m.demand > m.ready + 1e-9))
@@ -147,7 +155,7 @@ def evaluate(candidate: Candidate, begin: int, end: int, budget: int | None, bou
     return Score(data["node_hours"], data["saturated_minutes"], data["direction_changes"], data["minutes"],
                  stop.why if stop and run.stopped else "", worst, per_day,
                  foresight_node_hours([m.demand for m in run.minutes], low), run.interrupted_node_minutes,
-                 changes_by_day(run, len(days)))
+                 changes_by_day(run, len(days)), len(run.decisions))
 
 
 def changes_by_day(run: Run, days: int) -> tuple[int, ...]:
@@ -226,7 +234,8 @@ class Search:
             progress(f"rung {depth + 1}/{len(rungs)}: {len(alive)} candidates on {minutes / 1440:.1f} days")
             scores = self._score(pool, alive, minutes, early=not final,
                                  copy=POOLED if not final and minutes <= self.pooled else "")
-            ranked = sorted(zip(alive, scores), key=lambda cs: cs[1].rank(self.budget(minutes)))
+            counted = self._counted(minutes) if not final and minutes <= self.pooled else minutes
+            ranked = sorted(zip(alive, scores), key=lambda cs: cs[1].rank(self.budget(counted)))
             if final:
                 self.results += ranked
             else:
@@ -254,6 +263,10 @@ class Search:
                                      per_day=budget.per_day if bound is not None else None)
                 self.results += [(c, s) for c, s in zip(near, scores) if not s.stopped]
 
+    def _counted(self, minutes: int) -> int:
+        """The minutes that count among the first ``minutes`` of the pooled days (their warm-ups do not)."""
+        return sum(scored(self.pooled // 1440)[:minutes])
+
     def _near_bound(self, budget: Budget) -> Bound | None:
         """Where a neighbour stops for cost: once its node-hours by the end of a day of the span exceed the best
         feasible candidate's by then, plus NEAR of the best's whole span (a costlier neighbour could be
@@ -276,7 +289,7 @@ class Search:
 
         Candidates go in waves of WAVE; the bound (best feasible node-hours) tightens between waves only, so the
         results do not depend on the number of processes or on which finished first."""
-        budget = self.budget(minutes)
+        budget = self.budget(self._counted(minutes) if copy == POOLED else minutes)
         scores: list[Score] = []
         best: float | None = None
         for first in range(0, len(cands), WAVE):
@@ -298,15 +311,17 @@ def candidate_key(candidate: Candidate) -> str:
     return repr(sorted(candidate.items()))
 
 
-#: Minutes replayed by ``replays`` in this process since it started (every replay of a tune goes through it): a
-#: count of the tune's work that does not depend on the machine's load, beside its CPU seconds.
-REPLAYED = [0]
+#: Minutes replayed and the engine's decisions in them, by ``replays`` in this process since it started (every
+#: replay of a tune goes through it): counts of the tune's work that do not depend on the machine's load, beside its
+#: CPU seconds.
+REPLAYED = [0, 0]
 
 
 def replays(pool: ProcessPoolExecutor | None, tasks: Sequence[Task]) -> list[tuple[int, Score]]:
     """Each task evaluated, in the worker processes or (no pool) in this one; in the order of ``tasks``."""
     done = list(pool.map(evaluate_task, tasks) if pool is not None else map(evaluate_task, tasks))
     REPLAYED[0] += sum(score.minutes for _, score in done)
+    REPLAYED[1] += sum(score.decisions for _, score in done)
     return done
 
 

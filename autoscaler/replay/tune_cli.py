@@ -60,12 +60,13 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
          workers: int = 2, seed: int = 0, holdout: float = DEFAULT_HOLDOUT, margin: float = DEFAULT_MARGIN,
          neighbours: int | None = None, robust: bool = False, max_changes: float | None = None, stress: bool = True,
          utilization_expr: str = tune_files.UTILIZATION_EXPR, pending_expr: str = tune_files.PENDING_EXPR,
-         quiet: bool = False, outlook: bool = True, pooled: bool = True) -> dict[str, Any]:
+         quiet: bool = False, outlook: bool = True, pooled: bool = False) -> dict[str, Any]:
     """Search, confirm and write DIR's files; returns what tuning.json holds. ConfigError / ReplayError on bad
     input. ``outlook``: the candidates are judged on the tuning span as the weeks after it will look (outlook.py);
     the report's figures are the history's as it was. ``pooled``: the search's first rungs screen on days pooled
-    from every searched day (pooled.py; False: on the span's first days, the search before issue 47 item 2)."""
-    started, replayed = time.monotonic(), REPLAYED[0]
+    from every searched day (pooled.py; measured, not better: BENCHMARKS.md round 11), not on the span's first
+    days."""
+    started, replayed = time.monotonic(), list(REPLAYED)
     raw, settings = _load(config_path)
     pool = replay_pool(settings)
     trace = load_trace(trace_path)
@@ -175,7 +176,8 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
                          "not_judged": not_judged},
             "outlook": ahead.as_json() if ahead is not None else None,
             "sampled": candidates, "replays": search.evaluated + len(jobs),
-            "search_minutes_replayed": search.minutes_replayed, "pooled": search.pooled > 0, "minutes_replayed": REPLAYED[0] - replayed,
+            "search_minutes_replayed": search.minutes_replayed, "pooled": search.pooled > 0,
+            "minutes_replayed": REPLAYED[0] - replayed[0], "decisions_replayed": REPLAYED[1] - replayed[1],
             "seconds": round(time.monotonic() - started, 1), "workers": workers, "base": base, "tuned": chosen,
             "peers": data_peers,
             "spans": spans}
