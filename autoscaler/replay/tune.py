@@ -148,12 +148,12 @@ def evaluate(candidate: Candidate, begin: int, end: int, budget: int | None, bou
                                                                                    len(counted) - 1)]])
     data = figures(run)
     days = [run.minutes[i:i + 1440] for i in range(0, len(run.minutes) - 1439, 1440)]
-    per_day = tuple((round(sum(m.ready for m in day) / 60.0, 2), sum(1 for m in day if m.demand > m.ready + 1e-9))
-                    for day in days)
-    worst = max((sat for _, sat in per_day), default=0)
+    daily = tuple((round(sum(m.ready for m in day) / 60.0, 2), sum(1 for m in day if m.demand > m.ready + 1e-9))
+                  for day in days)
+    worst = max((sat for _, sat in daily), default=0)
     low = settings.pools[_WORK["pool"]].min
     return Score(data["node_hours"], data["saturated_minutes"], data["direction_changes"], data["minutes"],
-                 stop.why if stop and run.stopped else "", worst, per_day,
+                 stop.why if stop and run.stopped else "", worst, daily,
                  foresight_node_hours([m.demand for m in run.minutes], low), run.interrupted_node_minutes,
                  changes_by_day(run, len(days)), len(run.decisions))
 
