@@ -167,10 +167,10 @@ def _cpu_seconds() -> float:
 
 
 def run(smoke: bool = False, runs: int = 1, only: tuple[str, ...] = (),
-        rules: tuple[str, ...] = tuple(RULES), seed: int = 0) -> dict[str, Any]:
+        rules: tuple[str, ...] = tuple(RULES), seed: int = 0, candidates: int = 243) -> dict[str, Any]:
     """Tune each family once per choice rule (a week; smoke: two days, few candidates) and judge it on unseen
     days, beside the base config and the peers (``only``: these families; ``rules``: these choice rules; ``seed``:
-    the search's)."""
+    the search's; ``candidates``: its draws)."""
     out: dict[str, Any] = {"cpu_limit_s": CPU_LIMIT_S, "families": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for family, fam in FAMILIES.items():
@@ -191,7 +191,8 @@ def run(smoke: bool = False, runs: int = 1, only: tuple[str, ...] = (),
             for rule in rules:
                 cpu, own = _cpu_seconds(), time.process_time()
                 data = tune(fam.base, path, os.path.join(tmp, family, rule), fam.budget,
-                            candidates=27 if smoke else 243, neighbours=6 if smoke else None, workers=2, quiet=True,
+                            candidates=27 if smoke else candidates, neighbours=6 if smoke else None, workers=2,
+                            quiet=True,
                             seed=seed, **VARIANTS[rule])
                 cpu, own = _cpu_seconds() - cpu, time.process_time() - own
                 tuned = load_replay_config(os.path.join(tmp, family, rule, "tuned.yaml"))[1]
@@ -254,9 +255,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --tune: the choice rule (pooled: the default with the search's first rungs on "
                         "pooled days, --pooled)")
     parser.add_argument("--seed", type=int, default=0, help="with --tune: the search's seed")
+    parser.add_argument("--candidates", type=int, default=243, help="with --tune: the search's draws")
     args = parser.parse_args(argv)
     if args.tune:
-        res = run(only=(args.family,), rules=(args.rule,), seed=args.seed)
+        res = run(only=(args.family,), rules=(args.rule,), seed=args.seed, candidates=args.candidates)
         print("\n".join(table(res)))
         return 0
     if not args.config:
