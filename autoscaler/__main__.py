@@ -113,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
                         "cheapest on the worst of the history's days and of stressed copies of its burstiest days, "
                         "preferring the steadiest of near-equal settings (default); --no-stress: the cheapest "
                         "within the budget (docs/tuning.md)")
+    tuning.add_argument("--pooled", action=argparse.BooleanOptionalAction, default=False, help="the search's "
+                        "first rungs screen candidates on days pooled from every searched day, not on the history's "
+                        "first days (default: off; docs/tuning.md)")
     tuning.add_argument("--outlook", action=argparse.BooleanOptionalAction, default=True, help="judge the "
                         "candidates on the history as the weeks after it will look: moved along its own trend, a "
                         "one-off peak capped (default); --no-outlook: on the history as it was (docs/tuning.md)")

@@ -18,6 +18,7 @@ import math
 import os
 import resource
 import tempfile
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -71,6 +72,8 @@ FAMILIES = {
 }
 SERVING_GOAL = Goal(2.2, 2.0, 8)
 RULES: dict[str, dict[str, Any]] = {"default": {}, "no_stress": {"stress": False}}
+#: more ways to tune, for ``--tune --rule`` only (not part of ``bench.run tune``): the search before issue 47 item 2
+VARIANTS: dict[str, dict[str, Any]] = {**RULES, "pooled": {"pooled": True}}
 DAYS, VARIANT_DAYS = 20, 5
 
 
@@ -163,12 +166,16 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def run(smoke: bool = False, runs: int = 1) -> dict[str, Any]:
+def run(smoke: bool = False, runs: int = 1, only: tuple[str, ...] = (),
+        rules: tuple[str, ...] = tuple(RULES), seed: int = 0, candidates: int = 243) -> dict[str, Any]:
     """Tune each family once per choice rule (a week; smoke: two days, few candidates) and judge it on unseen
-    days, beside the base config and the peers."""
+    days, beside the base config and the peers (``only``: these families; ``rules``: these choice rules; ``seed``:
+    the search's; ``candidates``: its draws)."""
     out: dict[str, Any] = {"cpu_limit_s": CPU_LIMIT_S, "families": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for family, fam in FAMILIES.items():
+            if only and family not in only:
+                continue
             week = [round(d, 2) for d in generate(family, days=2 if smoke else 7, seed=fam.week_seed)]
             path = os.path.join(tmp, f"{family}-week.csv")
             write_trace(path, week)
@@ -181,16 +188,19 @@ def run(smoke: bool = False, runs: int = 1) -> dict[str, Any]:
             for name, cells in zip(("cluster_autoscaler", "cluster_autoscaler_overprovisioned"),
                                    zip(*[peer_day(base, d).values() for _, d in days])):
                 judged[name] = list(cells)
-            for rule, options in RULES.items():
-                cpu = _cpu_seconds()
+            for rule in rules:
+                cpu, own = _cpu_seconds(), time.process_time()
                 data = tune(fam.base, path, os.path.join(tmp, family, rule), fam.budget,
-                            candidates=27 if smoke else 243, neighbours=6 if smoke else None, workers=2, quiet=True,
-                            **options)
-                cpu = _cpu_seconds() - cpu
+                            candidates=27 if smoke else candidates, neighbours=6 if smoke else None, workers=2,
+                            quiet=True,
+                            seed=seed, **VARIANTS[rule])
+                cpu, own = _cpu_seconds() - cpu, time.process_time() - own
                 tuned = load_replay_config(os.path.join(tmp, family, rule, "tuned.yaml"))[1]
                 judged[rule] = [judge_day(tuned, d)["run"] for _, d in days]
-                entry["rules"][rule] = {"tune_cpu_s": round(cpu, 1), "tune_wall_s": data["seconds"],
-                                        "replays": data["replays"], "choice": data["choice"],
+                entry["rules"][rule] = {"tune_cpu_s": round(cpu, 1), "tune_own_cpu_s": round(own, 1),
+                                        "tune_wall_s": data["seconds"], "replays": data["replays"],
+                                        "minutes_replayed": data["minutes_replayed"],
+                                        "decisions_replayed": data["decisions_replayed"], "choice": data["choice"],
                                         "stress_choice": data["stress_choice"],
                                         "direction_change_limit": data["direction_change_limit"],
                                         "tuned": data["tuned"], "spans": data["spans"]}
@@ -215,7 +225,9 @@ def table(res: dict[str, Any]) -> list[str]:
         rows.append(f"{family} (budget {f['budget_pct']:g}%, goal <= {g['ratio']}x, <= {g['saturated_pct']}%, "
                     f"<= {g['changes']} changes; {len(f['days'])} unseen days)")
         for rule, r in f["rules"].items():
-            rows.append(f"  {rule}: tune {r['tune_cpu_s']:.1f} CPU-s ({r['tune_wall_s']:.0f}s wall), choice "
+            rows.append(f"  {rule}: tune {r['tune_cpu_s']:.1f} CPU-s ({r['tune_wall_s']:.0f}s wall, "
+                        f"{r['replays']} replays, {r['minutes_replayed']:,} minutes and {r['decisions_replayed']:,} decisions "
+                        "replayed), choice "
                         f"{r['choice']}/{r['stress_choice']}, change limit {r['direction_change_limit']:g}/day")
         rows.append("  run                                 goal met  in budget  worst sat%  worst x  worst chg  "
                     "mean x  mean sat%  mean chg")
@@ -235,9 +247,22 @@ def main(argv: list[str] | None = None) -> int:
     """Replay one config on a family's unseen days (e.g. another tuner's tuned.yaml); prints JSON: the verdict, the
     node-hours above foresight by band (``excess``: boot, scale-in lag, spare) and each day's figures."""
     parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--config", required=True)
+    parser.add_argument("--config", help="the config to judge (without: --tune)")
     parser.add_argument("--family", required=True, choices=sorted(FAMILIES))
+    parser.add_argument("--tune", action="store_true",
+                        help="tune the family's week and judge the choice (bench.run tune for one family)")
+    parser.add_argument("--rule", choices=sorted(VARIANTS), default="default",
+                        help="with --tune: the choice rule (pooled: the default with the search's first rungs on "
+                        "pooled days, --pooled)")
+    parser.add_argument("--seed", type=int, default=0, help="with --tune: the search's seed")
+    parser.add_argument("--candidates", type=int, default=243, help="with --tune: the search's draws")
     args = parser.parse_args(argv)
+    if args.tune:
+        res = run(only=(args.family,), rules=(args.rule,), seed=args.seed, candidates=args.candidates)
+        print("\n".join(table(res)))
+        return 0
+    if not args.config:
+        parser.error("--config or --tune")
     fam = FAMILIES[args.family]
     settings = load_replay_config(args.config)[1]
     judged = [judge_day(settings, d) for _, d in unseen(args.family, fam, False)]

@@ -113,12 +113,13 @@ class ReplayCluster:
         want = max(round(demand * self.gpus_per_node), 0)
         if want != len(self._arrived):
             self._changes += 1
-        while len(self._arrived) < want:
-            self._serial += 1
-            self._arrived.append(self._serial)
-            self._where[self._serial] = None
-            self.waiting += 1
-            self._queue.append(self._serial)  # the newest serial: still a heap
+        if want > len(self._arrived):  # new pods, in one batch: the newest serials, so the queue is still a heap
+            new = range(self._serial + 1, self._serial + 1 + want - len(self._arrived))
+            self._serial = new[-1]
+            self._arrived.extend(new)
+            self._where.update(dict.fromkeys(new))
+            self.waiting += len(new)
+            self._queue.extend(new)
         while len(self._arrived) > want:
             pod = self._arrived.popleft()
             self._pods.pop(pod, None)
@@ -138,26 +139,33 @@ class ReplayCluster:
             return
         if self._stuck is not None and self._stuck[0] == self._changes and now < self._stuck[1]:
             return
-        free = {n.name: self.gpus_per_node - len(n.pods) for n in self._nodes.values()
-                if n.ready_at <= now and n.cordon is None}
-        queue = self._queue
+        # The schedulable nodes with a free GPU, a heap by score then age (the first of equals is the oldest node,
+        # the earliest in ``_nodes``): the most free GPUs first, or with ``pack`` the fewest.
+        sign = 1 if self.pack else -1
+        fits = [(sign * (self.gpus_per_node - len(n.pods)), age, n.name)
+                for age, n in enumerate(self._nodes.values())
+                if n.ready_at <= now and n.cordon is None and len(n.pods) < self.gpus_per_node]
+        heapq.heapify(fits)
+        queue, where, nodes = self._queue, self._where, self._nodes
         while queue:
             pod = queue[0]
-            if self._where.get(pod, "") is not None:  # finished while it waited (its arrival is gone): skip it
+            if where.get(pod, "") is not None:  # finished while it waited (its arrival is gone): skip it
                 heapq.heappop(queue)
                 continue
-            fits = [name for name in free if free[name] > 0]
             if not fits:
-                booting = [n.ready_at for n in self._nodes.values() if n.ready_at > now]
+                booting = [n.ready_at for n in nodes.values() if n.ready_at > now]
                 self._stuck = (self._changes, min(booting, default=math.inf))
                 return
             heapq.heappop(queue)
-            # the first of equals is the oldest node
-            best = min(fits, key=free.__getitem__) if self.pack else max(fits, key=free.__getitem__)
-            free[best] -= 1
+            score, age, best = fits[0]
+            left = sign * score - 1  # its free GPUs once this pod runs there
+            if left > 0:
+                heapq.heapreplace(fits, (sign * left, age, best))
+            else:
+                heapq.heappop(fits)
             self.waiting -= 1
-            self._where[pod] = best
-            self._nodes[best].pods[pod] = now
+            where[pod] = best
+            nodes[best].pods[pod] = now
 
     def ready(self, now: float) -> int:
         return bisect_right(self._ready_times, now)

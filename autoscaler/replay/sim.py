@@ -181,8 +181,12 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     reconciler = Reconciler(parts, engine)
     reconcile_every = settings.config.server.reconcile_interval or 30.0
     emulator = AlertEmulator(cfg, settings.config.routing, use_steps=use_steps)
-    queue: list[tuple[float, int, int]] = [(trace.start + STEP * i, SAMPLE, i) for i in range(len(trace.demand))]
+    # Each minute's sample is queued when the one before it is taken (a SAMPLE sorts first at its instant, so it is
+    # always taken in time): the queue holds a few events, not a week's minutes.
+    queue: list[tuple[float, int, int]] = [(trace.start, SAMPLE, 0)] if trace.demand else []
     queue.append((trace.start, EVALUATE, 0))
+    demands, first, count, end = trace.demand, trace.start, len(trace.demand), trace.end
+    single = len(members) == 1  # one pool: every node is its own, its ready nodes are all the ready nodes
     spec = settings.pools[pool]
     # a window that raises the floor needs a tick to enforce it (its floor depends on the time: every tick looks); a
     # window that only sets the headroom is read by each decision (and topped up below when the cluster is read)
@@ -220,22 +224,28 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
             if minutes and outcomes:
                 minutes[-1] = minutes[-1].with_outcomes(outcomes)
             outcomes = []
-            demand = trace.demand[index]
+            if index + 1 < count:
+                heapq.heappush(queue, (first + STEP * (index + 1), SAMPLE, index + 1))
+            demand = demands[index]
             nodes.set_demand(demand, now)
             ready = nodes.ready(now)
-            by_pool = nodes.ready_by_pool(now)
-            minutes.append(Minute(now, demand, ready, nodes.requested, utilization(demand, ready), (),
-                                  tuple((name, by_pool.get(name, 0)) for name in members)))
+            if single:
+                shares: tuple[tuple[str, int], ...] = ((pool, ready),)
+            else:
+                by_pool = nodes.ready_by_pool(now)
+                shares = tuple((name, by_pool.get(name, 0)) for name in members)
+            minutes.append(Minute(now, demand, ready, nodes.requested, utilization(demand, ready), (), shares))
             if stop is not None and stop(minutes[-1]):
                 stopped = True
                 break
         elif kind == EVALUATE:
-            demand, ready = trace.at(now), nodes.ready(now)
+            at = int((now - first) // STEP)  # trace.at(now), inline: twice a minute of every replay
+            demand, ready = demands[at] if 0 <= at < count else 0.0, nodes.ready(now)
             pending = pending_gpus(demand, ready, gpus)
             for item in emulator.evaluate(now, utilization(demand, ready), pending):
                 heapq.heappush(queue, (item[0], FLUSH, item[1]))
             nxt = now + cfg.evaluation_interval
-            if nxt < trace.end:
+            if nxt < end:
                 heapq.heappush(queue, (nxt, EVALUATE, 0))
         elif kind == RECONCILE:
             # A tick only for the headroom is run when the cluster shows it short: the others decide nothing (and a
@@ -259,11 +269,11 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
                 decisions += [(now, decision) for decision in ticked]
                 outcomes += [decision.outcome.value for decision in ticked]
                 nodes.follow(*follow_at(now))
-            if now + reconcile_every < trace.end:
+            if now + reconcile_every < end:
                 heapq.heappush(queue, (now + reconcile_every, RECONCILE, 0))
         else:
             body, again = emulator.flush(now, index)
-            if again is not None and again < trace.end:
+            if again is not None and again < end:
                 heapq.heappush(queue, (again, FLUSH, index))
             if body is not None:
                 notifications.append((now, body))

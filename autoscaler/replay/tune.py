@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 from autoscaler.config.load import build_settings, offline
 from autoscaler.replay.report import figures, foresight_node_hours
 from autoscaler.models import Outcome
+from autoscaler.replay.pooled import NAME as POOLED, scored
 from autoscaler.replay.sim import Minute, Run, simulate
 from autoscaler.replay.space import Candidate, Space, apply
 from autoscaler.replay.trace import STEP, Trace
@@ -55,6 +56,7 @@ class Score:
     foresight: float = 0.0  # the perfect-foresight node-hours of the minutes replayed (report.foresight_node_hours)
     interrupted: float = 0.0  # node-minutes of GPU work cut by node removals (report's interrupted_node_minutes)
     day_changes: tuple[int, ...] = ()  # direction changes of each whole day of the span
+    decisions: int = 0  # the engine's decisions in the replay (what most of a replay's CPU goes to)
 
     @property
     def cost(self) -> float:
@@ -90,16 +92,24 @@ class _Stop:
 
     budget: int
     bound: Bound | None
+    per_day: int | None = None  # and on any whole day (None: no daily limit)
+    counted: Sequence[bool] | None = None  # which minutes count (the pooled days' warm-ups do not); None: all
     saturated: int = 0
+    day_saturated: int = 0
     ready_minutes: int = 0
     minutes: int = 0
     why: str = ""
 
     def __call__(self, minute: Minute) -> bool:
-        self.saturated += minute.demand > minute.ready + 1e-9
-        self.ready_minutes += minute.ready
+        counts = self.counted is None or self.counted[self.minutes]
+        short = counts and minute.demand > minute.ready + 1e-9
+        self.saturated += short
+        self.ready_minutes += minute.ready if counts else 0
+        if not self.minutes % 1440:
+            self.day_saturated = 0
+        self.day_saturated += short
         self.minutes += 1
-        if self.saturated > self.budget:
+        if self.saturated > self.budget or (self.per_day is not None and self.day_saturated > self.per_day):
             self.why = "saturated"
         elif self.bound is not None and self.ready_minutes / 60.0 > self._limit(self.bound) + 1e-9:
             self.why = "node_hours"
@@ -122,25 +132,30 @@ def _init(raw: dict[str, Any], env: dict[str, str], pool: str, trace: Trace,
 
 
 def evaluate(candidate: Candidate, begin: int, end: int, budget: int | None, bound: Bound | None,
-             stress: str = "") -> Score:
-    """Replay minutes [begin, end) of the trace (``stress``: of that stressed copy, see robust.py) with the
-    candidate (``budget``/``bound``: stop early; None: never)."""
+             stress: str = "", per_day: int | None = None) -> Score:
+    """Replay minutes [begin, end) of the trace (``stress``: of that copy, a stressed one (robust.py) or the pooled
+    days (pooled.py)) with the candidate (``budget``/``bound``/``per_day``: stop early; None: never)."""
     raw = apply(_WORK["raw"], _WORK["pool"], candidate)
     settings = build_settings(offline(raw), env=_WORK["env"], replay=True)
     trace: Trace = _WORK["stressed"][stress] if stress else _WORK["trace"]
     span = Trace(trace.start + STEP * begin, trace.demand[begin:end])
-    stop = _Stop(budget, bound) if budget is not None else None
+    counted = scored(len(trace.demand) // 1440)[begin:end] if stress == POOLED else None
+    stop = _Stop(budget, bound, per_day, counted) if budget is not None else None
     run = simulate(settings, span, store=MemoryStore(), stop=stop)
+    if counted is not None:  # the pooled days' warm-ups replayed, not counted
+        run = replace(run, minutes=[m for m, c in zip(run.minutes, counted) if c],
+                      decisions=[(t, d) for t, d in run.decisions if counted[min(int((t - span.start) // STEP),
+                                                                                   len(counted) - 1)]])
     data = figures(run)
     days = [run.minutes[i:i + 1440] for i in range(0, len(run.minutes) - 1439, 1440)]
-    per_day = tuple((round(sum(m.ready for m in day) / 60.0, 2), sum(1 for m in day if m.demand > m.ready + 1e-9))
-                    for day in days)
-    worst = max((sat for _, sat in per_day), default=0)
+    daily = tuple((round(sum(m.ready for m in day) / 60.0, 2), sum(1 for m in day if m.demand > m.ready + 1e-9))
+                  for day in days)
+    worst = max((sat for _, sat in daily), default=0)
     low = settings.pools[_WORK["pool"]].min
     return Score(data["node_hours"], data["saturated_minutes"], data["direction_changes"], data["minutes"],
-                 stop.why if stop and run.stopped else "", worst, per_day,
+                 stop.why if stop and run.stopped else "", worst, daily,
                  foresight_node_hours([m.demand for m in run.minutes], low), run.interrupted_node_minutes,
-                 changes_by_day(run, len(days)))
+                 changes_by_day(run, len(days)), len(run.decisions))
 
 
 def changes_by_day(run: Run, days: int) -> tuple[int, ...]:
@@ -155,12 +170,14 @@ def changes_by_day(run: Run, days: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-Task = tuple[int, Candidate, int, int, int | None, Bound | None] | tuple[int, Candidate, int, int, None, None, str]
+Task = (tuple[int, Candidate, int, int, int | None, Bound | None]
+        | tuple[int, Candidate, int, int, int | None, Bound | None, str]
+        | tuple[int, Candidate, int, int, int | None, Bound | None, str, int | None])
 
 
 def evaluate_task(task: Task) -> tuple[int, Score]:
-    index, candidate, begin, end, budget, bound, *stress = task
-    return index, evaluate(candidate, begin, end, budget, bound, *stress)
+    index, candidate, begin, end, budget, bound, *rest = task
+    return index, evaluate(candidate, begin, end, budget, bound, *rest)
 
 
 # -- the search ---------------------------------------------------------------------------------------
@@ -180,6 +197,9 @@ class Search:
     neighbours: int = 120
     rounds: int = 4
     seed: int = 0
+    #: minutes of the pooled copy of the span the workers hold (pooled.py; 0: none): the first rungs screen on its
+    #: prefixes, days made of every searched day's hours, instead of the span's first days
+    pooled: int = 0
     results: list[tuple[Candidate, Score]] = field(default_factory=list)
     evaluated: int = 0
     minutes_replayed: int = 0  # over every replay, early-stopped ones counted as far as they went
@@ -212,8 +232,10 @@ class Search:
         for depth, minutes in enumerate(rungs):
             final = depth == len(rungs) - 1
             progress(f"rung {depth + 1}/{len(rungs)}: {len(alive)} candidates on {minutes / 1440:.1f} days")
-            scores = self._score(pool, alive, minutes, early=not final)
-            ranked = sorted(zip(alive, scores), key=lambda cs: cs[1].rank(self.budget(minutes)))
+            scores = self._score(pool, alive, minutes, early=not final,
+                                 copy=POOLED if not final and minutes <= self.pooled else "")
+            counted = self._counted(minutes) if not final and minutes <= self.pooled else minutes
+            ranked = sorted(zip(alive, scores), key=lambda cs: cs[1].rank(self.budget(counted)))
             if final:
                 self.results += ranked
             else:
@@ -234,8 +256,16 @@ class Search:
             if near:
                 progress(f"neighbours {round_ + 1}/{self.rounds}: {len(near)} candidates near the best on "
                          f"{self.train_minutes / 1440:.1f} days")
-                scores = self._score(pool, near, self.train_minutes, early=True, bound=self._near_bound(budget))
+                bound = self._near_bound(budget)
+                # with a feasible candidate known, one over a day's limit could be neither the choice nor a
+                # finalist (both are drawn from the feasible): it stops there, as it stops over the span's budget
+                scores = self._score(pool, near, self.train_minutes, early=True, bound=bound,
+                                     per_day=budget.per_day if bound is not None else None)
                 self.results += [(c, s) for c, s in zip(near, scores) if not s.stopped]
+
+    def _counted(self, minutes: int) -> int:
+        """The minutes that count among the first ``minutes`` of the pooled days (their warm-ups do not)."""
+        return sum(scored(self.pooled // 1440)[:minutes])
 
     def _near_bound(self, budget: Budget) -> Bound | None:
         """Where a neighbour stops for cost: once its node-hours by the end of a day of the span exceed the best
@@ -252,19 +282,21 @@ class Search:
         return tuple(hours + slack for hours in itertools.accumulate(h for h, _ in best.days))
 
     def _score(self, pool: ProcessPoolExecutor | None, cands: list[Candidate], minutes: int,
-               early: bool, bound: Bound | None = None) -> list[Score]:
-        """Score every candidate on the first ``minutes``; with ``early``, each stops once it cannot be the best
-        (``bound``: a fixed node-hours bound instead of the best feasible of these candidates).
+               early: bool, bound: Bound | None = None, copy: str = "", per_day: int | None = None) -> list[Score]:
+        """Score every candidate on the first ``minutes`` (``copy``: of that copy of the span, the pooled days);
+        with ``early``, each stops once it cannot be the best (``bound``: a fixed node-hours bound instead of the
+        best feasible of these candidates; ``per_day``: once over that many saturated minutes on a whole day).
 
         Candidates go in waves of WAVE; the bound (best feasible node-hours) tightens between waves only, so the
         results do not depend on the number of processes or on which finished first."""
-        budget = self.budget(minutes)
+        budget = self.budget(self._counted(minutes) if copy == POOLED else minutes)
         scores: list[Score] = []
         best: float | None = None
         for first in range(0, len(cands), WAVE):
             limit = bound if bound is not None else best
-            tasks = [(i, cands[i], 0, minutes, budget.total if early else None, limit if early else None)
-                     for i in range(first, min(first + WAVE, len(cands)))]
+            tasks: list[Task] = [(i, cands[i], 0, minutes, budget.total if early else None,
+                                  limit if early else None, copy, per_day if early else None)
+                                 for i in range(first, min(first + WAVE, len(cands)))]
             for _, score in replays(pool, tasks):
                 scores.append(score)
                 self.evaluated += 1
@@ -279,9 +311,18 @@ def candidate_key(candidate: Candidate) -> str:
     return repr(sorted(candidate.items()))
 
 
+#: Minutes replayed and the engine's decisions in them, by ``replays`` in this process since it started (every
+#: replay of a tune goes through it): counts of the tune's work that do not depend on the machine's load, beside its
+#: CPU seconds.
+REPLAYED = [0, 0]
+
+
 def replays(pool: ProcessPoolExecutor | None, tasks: Sequence[Task]) -> list[tuple[int, Score]]:
     """Each task evaluated, in the worker processes or (no pool) in this one; in the order of ``tasks``."""
-    return list(pool.map(evaluate_task, tasks) if pool is not None else map(evaluate_task, tasks))
+    done = list(pool.map(evaluate_task, tasks) if pool is not None else map(evaluate_task, tasks))
+    REPLAYED[0] += sum(score.minutes for _, score in done)
+    REPLAYED[1] += sum(score.decisions for _, score in done)
+    return done
 
 
 def pareto(results: list[tuple[Candidate, Score]]) -> list[tuple[Candidate, Score]]:

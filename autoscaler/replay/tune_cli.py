@@ -19,11 +19,12 @@ from autoscaler.replay.report import foresight_node_hours
 from autoscaler.replay.sim import gpus_per_node, replay_pool
 from autoscaler.replay.space import Candidate, Space, apply, busy_windows, describe, show
 from autoscaler.replay.outlook import outlook as outlook_of
+from autoscaler.replay.pooled import NAME as POOLED, pooled as pooled_days
 from autoscaler.replay.peers import peer_figures
 from autoscaler.replay.trace import ReplayError, Trace, load_trace
 from autoscaler.replay.robust import (STRESSED_FACTOR, Judged, Rule, as_json, burstiest_days, finalists, judge,
                                       leaves_a_node_waiting, settle, stress_note, stressed_copies)
-from autoscaler.replay.tune import Budget, Score, Search, choose, evaluate_task, make_pool, pareto, replays
+from autoscaler.replay.tune import REPLAYED, Budget, Score, Search, choose, make_pool, pareto, replays
 from autoscaler.replay import command, peers, tune_files
 
 DEFAULT_HOLDOUT = 2 / 7
@@ -59,11 +60,13 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
          workers: int = 2, seed: int = 0, holdout: float = DEFAULT_HOLDOUT, margin: float = DEFAULT_MARGIN,
          neighbours: int | None = None, robust: bool = False, max_changes: float | None = None, stress: bool = True,
          utilization_expr: str = tune_files.UTILIZATION_EXPR, pending_expr: str = tune_files.PENDING_EXPR,
-         quiet: bool = False, outlook: bool = True) -> dict[str, Any]:
+         quiet: bool = False, outlook: bool = True, pooled: bool = False) -> dict[str, Any]:
     """Search, confirm and write DIR's files; returns what tuning.json holds. ConfigError / ReplayError on bad
     input. ``outlook``: the candidates are judged on the tuning span as the weeks after it will look (outlook.py);
-    the report's figures are the history's as it was."""
-    started = time.monotonic()
+    the report's figures are the history's as it was. ``pooled``: the search's first rungs screen on days pooled
+    from every searched day (pooled.py; measured, not better: BENCHMARKS.md round 11), not on the span's first
+    days."""
+    started, replayed = time.monotonic(), list(REPLAYED)
     raw, settings = _load(config_path)
     pool = replay_pool(settings)
     trace = load_trace(trace_path)
@@ -87,10 +90,13 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
     base = describe(settings, pool, space.windows)
     stressed = stressed_copies(trace, train) if stress else {}
     copies = {**stressed, AS_IT_WAS: Trace(history.start, history.demand[:train])} if trace is not history \
-        else stressed
+        else dict(stressed)
+    days_pooled = pooled_days(trace, train) if pooled else None
+    if days_pooled is not None:
+        copies[POOLED] = days_pooled
     executor = make_pool(workers, raw, env, pool, trace, copies)
     try:
-        base_score = evaluate_task((0, base, 0, train, None, None))[1]
+        base_score = replays(None, [(0, base, 0, train, None, None)])[0][1]
         # Flapping has a price: by default at most twice the direction changes a day the base config made on the
         # history (at least MIN_CHANGES); --max-direction-changes sets the limit instead.
         days = max(train / 1440, 1.0)
@@ -102,7 +108,7 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
         day_pct = max_saturated * (1 - margin) if robust else max_saturated * DAY_FACTOR
         search = Search(space, train, max_saturated * (1 - margin), day_pct=day_pct, changes_per_day=limit,
                         candidates=candidates, neighbours=default_neighbours(candidates) if neighbours is None
-                        else neighbours, seed=seed)
+                        else neighbours, seed=seed, pooled=len(days_pooled.demand) if days_pooled else 0)
         search.run(executor, progress)
         if all(cand != base for cand, _ in search.results):  # the base config is a candidate too: never passed over
             search.results.append((base, base_score))  # for a costlier choice it would itself have beaten
@@ -177,7 +183,8 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
                          "not_judged": not_judged},
             "outlook": ahead.as_json() if ahead is not None else None,
             "sampled": candidates, "replays": search.evaluated + len(jobs),
-            "search_minutes_replayed": search.minutes_replayed,
+            "search_minutes_replayed": search.minutes_replayed, "pooled": search.pooled > 0,
+            "minutes_replayed": REPLAYED[0] - replayed[0], "decisions_replayed": REPLAYED[1] - replayed[1],
             "seconds": round(time.monotonic() - started, 1), "workers": workers, "base": base, "tuned": chosen,
             "peers": data_peers,
             "spans": spans}
@@ -320,7 +327,7 @@ def run(args: Any) -> int:
     data = command(lambda: tune(args.config, args.trace, args.out, pct, candidates=args.candidates,
                                 workers=args.workers, seed=args.seed, holdout=args.holdout, margin=args.margin,
                                 robust=args.robust, max_changes=args.max_direction_changes, stress=args.stress,
-                                outlook=args.outlook,
+                                outlook=args.outlook, pooled=args.pooled,
                                 utilization_expr=args.utilization_expr, pending_expr=args.pending_expr),
                    args.config, args.out)
     if data is None:
