@@ -75,7 +75,8 @@ def main() -> None:
     print(f"{len(rows)} requests replayed twice in {took:.1f}s")
     for mode in ("atomic", "plain"):
         f = data[mode]
-        print(f"{mode:7s} billed while waiting {f['waiting_node_hours']:.2f} node-h ({f['waiting_node_hours_past_provision_time']:.2f}"
+        print(f"{mode:7s} billed while waiting {f['waiting_node_hours']:.2f} node-h "
+              f"({f['waiting_node_hours_past_provision_time']:.2f}"
               f" past provision_time), node-h {f['node_hours']:.2f}, started {f['started']}/{f['requests']}, start "
               f"delay mean {f['mean_start_delay_seconds']}s max {f['max_start_delay_seconds']}s, {f['outcomes']}")
 

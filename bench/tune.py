@@ -226,7 +226,8 @@ def table(res: dict[str, Any]) -> list[str]:
                     f"<= {g['changes']} changes; {len(f['days'])} unseen days)")
         for rule, r in f["rules"].items():
             rows.append(f"  {rule}: tune {r['tune_cpu_s']:.1f} CPU-s ({r['tune_wall_s']:.0f}s wall, "
-                        f"{r['replays']} replays, {r['minutes_replayed']:,} minutes and {r['decisions_replayed']:,} decisions "
+                        f"{r['replays']} replays, {r['minutes_replayed']:,} minutes and "
+                        f"{r['decisions_replayed']:,} decisions "
                         "replayed), choice "
                         f"{r['choice']}/{r['stress_choice']}, change limit {r['direction_change_limit']:g}/day")
         rows.append("  run                                 goal met  in budget  worst sat%  worst x  worst chg  "

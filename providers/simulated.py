@@ -155,8 +155,9 @@ class SimulatedProvider(RemovingProvider):
             return None
         cap = self.settings.capacity_at(now)
         return Shortfall(asked=asked, delivered=delivered, code=STOCKOUT,
-                         message=f"simulated pool {self.pool} can deliver at most {cap if cap is not None else delivered}"
-                                 f" node(s) now; {asked} asked for, {delivered} delivered")
+                         message=f"simulated pool {self.pool} can deliver at most "
+                                 f"{cap if cap is not None else delivered} node(s) now; {asked} asked for, "
+                                 f"{delivered} delivered")
 
     @property
     def where(self) -> str:

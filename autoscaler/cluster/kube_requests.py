@@ -1,8 +1,8 @@
 """ProvisioningRequests and PodTemplates through the official client (``CustomObjectsApi``, ``CoreV1Api``) for
 :class:`autoscaler.cluster.kube.KubeCluster`: one list of every namespace's requests a tick, a PodTemplate read per
-pod set of a request not taken yet (and each DRA claim template its pod names), and the status written through the ``/status`` subresource with the
-resourceVersion it was read at. A conflict (409: another writer got in first) reads the request again and writes
-the condition onto what it holds now, once; nothing another writer wrote is overwritten."""
+pod set of a request not taken yet (and each DRA claim template its pod names), and the status written through the
+``/status`` subresource with the resourceVersion it was read at. A conflict (409: another writer got in first) reads
+the request again and writes the condition onto what it holds now, once; nothing another writer wrote is overwritten."""
 from __future__ import annotations
 
 import logging

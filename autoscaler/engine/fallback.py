@@ -1,4 +1,5 @@
-"""A signal for a fallback group becomes a signal for one of its pools (``autoscaler/decide/groups.py`` chooses, purely).
+"""A signal for a fallback group becomes a signal for one of its pools (``autoscaler/decide/groups.py`` chooses,
+purely).
 
 Each member is read as a decision would read it: its stored state (paused, backing off, short of capacity) and its
 cloud's count now; a pool whose cloud reports nodes it could not deliver, not yet recorded by the reconciler, is

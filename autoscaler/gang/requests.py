@@ -140,8 +140,9 @@ def _one(parts: Parts, reader: Any, where: Round, request: ProvisioningRequest, 
     asked = _ask(parts, where, request, plan, tried, now)
     taken = next((d for d in asked if d.outcome is Outcome.SCALED), None)
     if taken is not None and not request.holds(ACCEPTED):
-        write(ACCEPTED, True, "Accepted", f"asked of pool {taken.pool}, all {plan.nodes[str(taken.pool)]} node(s) at once"
-              if plan.nodes else "asked")
+        said = (f"asked of pool {taken.pool}, all {plan.nodes[str(taken.pool)]} node(s) at once" if plan.nodes
+                else "asked")
+        write(ACCEPTED, True, "Accepted", said)
     return asked
 
 

@@ -88,7 +88,8 @@ def replay(config_path: str, trace_path: str, out_dir: str, overprovision: int =
     step = data["baselines"]["fixed_step"]
     ratio = f"{data['vs_foresight']:.2f}x " if data["vs_foresight"] is not None else ""
     print(f"replayed {data['minutes']} min in {time.monotonic() - started:.1f}s -> {out_dir}: "
-          f"{data['node_hours']:.1f} node-h ({ratio}the foresight limit {data['foresight_node_hours']:.1f}; static peak {static['node_hours']:.1f}, fixed step "
+          f"{data['node_hours']:.1f} node-h ({ratio}the foresight limit {data['foresight_node_hours']:.1f}; "
+          f"static peak {static['node_hours']:.1f}, fixed step "
           f"{step['node_hours']:.1f}), saturated {data['saturated_minutes']} min (fixed step "
           f"{step['saturated_minutes']}), unmet demand {data['unmet_demand_gpu_minutes']:.0f} GPU-min, "
           f"{data['scale_actions']} scale actions, interrupted work "

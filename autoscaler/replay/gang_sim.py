@@ -11,7 +11,8 @@ Two runs of the same trace, each with the real engine, reconciler and simulated 
   many nodes as it needs are ready.
 
 A request the group cannot take now (busy, at max) is asked again at each tick; in the plain run, so is one left
-short with nothing more on its way (the cloud fell short and the group could not take the rest), for what it lacks. Each new node goes to the earliest
+short with nothing more on its way (the cloud fell short and the group could not take the rest), for what it lacks.
+Each new node goes to the earliest
 request still short of nodes (in the atomic run, the one whose gang waits on that node's pool: a pool serves one gang
 at a time; once provisioned, a job holds exactly the nodes its gang's ``provisioned`` names). Once the job has run for
 its ``duration``, its nodes are removed by name (a forced manual scale-in). Node-hours count GPU-ready nodes, as the

@@ -2,7 +2,8 @@
 a slice of each of them, for the search's first rungs (tune.py).
 
 Off by default (``replay --tune --pooled``): measured on the bench weeks it chose worse settings, not better
-(BENCHMARKS.md "Round 11"). Why it was tried: successive halving screens many candidates on a short prefix of the history. With
+(BENCHMARKS.md "Round 11"). Why it was tried: successive halving screens many candidates on a short prefix of the
+history. With
 the plain prefix that prefix is the first day, so a candidate survives the first rung by how it does on day 1 alone,
 against a budget meant for the span's average day: a busy first day throws away settings that hold on the span,
 a quiet one keeps settings that break on the others. A pooled day is a stratified sample of the span instead: its

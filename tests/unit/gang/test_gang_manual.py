@@ -183,7 +183,8 @@ def test_a_plain_scale_out_waits_while_a_gang_waits_on_its_pool(tmp_path: Path) 
         plain = post(rig.client, "/api/v1/pools/spot/scale", {"action": "scale_out", "step": 2, "force": True})
         got = plain.get_json()
         assert got["outcome"] == "skipped_busy" and "atomic scale-out" in got["reason"], got
-        assert events(rig.client, pool="spot")[0]["details"]["gang"] and rig.provider("spot").asked() == 3  # nothing asked: the gang's 3 stay its own
+        # nothing asked: the gang's 3 stay its own
+        assert events(rig.client, pool="spot")[0]["details"]["gang"] and rig.provider("spot").asked() == 3
         # an alert routed to the group passes the pool over for the next
         alert = Signal(pool="h100", action=Action.SCALE_OUT, source=Source.ALERTMANAGER, step=2, reason="alert")
         routed = rig.app.extensions["autoscaler"].engine.handle(alert)

@@ -27,7 +27,8 @@ def test_the_spot_pool_falls_short_then_on_demand_provisions_it(tmp_path: Path) 
         kube.prs.conflicts = 1  # another writer changes the request between our read and our write
         assert rig.tick() == [("spot", "scaled")]
         assert rig.provider("spot").asked() == 4
-        assert kube.prs.conditions("job-a") == {"SomeoneElse": "True", "Accepted": "True"}  # read again, not overwritten
+        # read again, not overwritten
+        assert kube.prs.conditions("job-a") == {"SomeoneElse": "True", "Accepted": "True"}
         came = rig.arrive("spot")  # 2 of 4, and the cloud says it cannot deliver the rest: rolled back at once
         assert rig.tick() == [("spot", "rolled_back"), ("ondemand", "scaled")]
         assert "Provisioned" not in kube.prs.conditions("job-a")

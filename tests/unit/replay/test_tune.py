@@ -92,8 +92,8 @@ def test_choice_is_the_cheapest_within_budget_and_the_frontier_is_pareto(tuned: 
     saturated = [int(r["saturated_minutes"]) for r in rows]
     assert hours == sorted(hours) and all(a > b for a, b in zip(saturated, saturated[1:]))
     within = [h for h, s in zip(hours, saturated) if s <= tune["choice_budget"]]
-    # The robust choice (tests/unit/replay/test_tune_robust.py) takes one of the finalists judged on stressed copies of the
-    # history, never one cheaper than the cheapest within the budget.
+    # The robust choice (tests/unit/replay/test_tune_robust.py) takes one of the finalists judged on stressed copies
+    # of the history, never one cheaper than the cheapest within the budget.
     assert data["stress_choice"] in ("robust", "robust_changes_over", "robust_over")
     assert settings_text(data["tuned"]) in [j["settings"] for j in data["stressed"]["finalists"]]
     assert tune["tuned"]["node_hours"] >= min(within) - 0.01
@@ -456,7 +456,8 @@ def test_a_pending_rule_searches_demand_mode_and_writes_a_pending_alert(tmp_path
                  "--workers", "2"]) == 0
     assert main(["check-config", str(out / "tuned.yaml")]) == 0
     high = yaml.safe_load((out / "prometheus-rules.yml").read_text())["groups"][0]["rules"][0]
-    assert high["expr"].startswith('autoscaler_pool:gpus_pending:sum{autoscaler_pool="gpu"} > ') and high["labels"]["autoscaler_action"] == "scale_out"
+    assert high["expr"].startswith('autoscaler_pool:gpus_pending:sum{autoscaler_pool="gpu"} > ')
+    assert high["labels"]["autoscaler_action"] == "scale_out"
     checked = subprocess.run([require_binary(*PROMTOOL), "check", "rules", str(out / "prometheus-rules.yml")],
                              capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -99,8 +99,8 @@ def test_the_screened_search_keeps_the_exhaustive_best(busy_first_day: dict[str,
 
 
 def test_a_pooled_screen_counts_only_the_slices_not_their_warm_ups(busy_first_day: dict[str, Any]) -> None:
-    """``--pooled`` (not the default: BENCHMARKS.md round 11): the first rung replays the pooled days and counts the minutes of the slices only, and its
-    budget is a share of those."""
+    """``--pooled`` (not the default: BENCHMARKS.md round 11): the first rung replays the pooled days and counts the
+    minutes of the slices only, and its budget is a share of those."""
     cand = busy_first_day["cands"][0]
     counted = sum(scored(3)[:2160])
     score = evaluate(cand, 0, 2160, None, None, NAME)
