@@ -200,6 +200,9 @@ class Search:
     #: minutes of the pooled copy of the span the workers hold (pooled.py; 0: none): the first rungs screen on its
     #: prefixes, days made of every searched day's hours, instead of the span's first days
     pooled: int = 0
+    #: the candidates the choice may take (None: any); the others are never drawn nor replayed, so that they take
+    #: no place among those ranked (issue 47: robust.leaves_a_node_waiting on the GPU cluster's real weeks)
+    allowed: Callable[[Candidate], bool] | None = None
     results: list[tuple[Candidate, Score]] = field(default_factory=list)
     evaluated: int = 0
     minutes_replayed: int = 0  # over every replay, early-stopped ones counted as far as they went
@@ -227,7 +230,8 @@ class Search:
             cand = self.space.sample(rng)
             if candidate_key(cand) not in seen:
                 seen.add(candidate_key(cand))
-                alive.append(cand)
+                if self.allowed is None or self.allowed(cand):
+                    alive.append(cand)
         rungs = self.rungs()
         for depth, minutes in enumerate(rungs):
             final = depth == len(rungs) - 1
@@ -252,7 +256,8 @@ class Search:
                     cand = self.space.mutate(rng, cand)
                 if candidate_key(cand) not in seen:
                     seen.add(candidate_key(cand))
-                    near.append(cand)
+                    if self.allowed is None or self.allowed(cand):
+                        near.append(cand)
             if near:
                 progress(f"neighbours {round_ + 1}/{self.rounds}: {len(near)} candidates near the best on "
                          f"{self.train_minutes / 1440:.1f} days")

@@ -106,20 +106,21 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
         # day of it: days differ, and the days the search never saw must hold the budget too.
         # Robust: the worst day decides, with the margin on each day (the span's total is then within it too).
         day_pct = max_saturated * (1 - margin) if robust else max_saturated * DAY_FACTOR
-        search = Search(space, train, max_saturated * (1 - margin), day_pct=day_pct, changes_per_day=limit,
-                        candidates=candidates, neighbours=default_neighbours(candidates) if neighbours is None
-                        else neighbours, seed=seed, pooled=len(days_pooled.demand) if days_pooled else 0)
-        search.run(executor, progress)
-        if all(cand != base for cand, _ in search.results):  # the base config is a candidate too: never passed over
-            search.results.append((base, base_score))  # for a costlier choice it would itself have beaten
-        whole_day = int(max_saturated / 100.0 * 1440 + 1e-9)
-        history_day = whole_day if robust else search.budget(train).per_day or whole_day
         # never a pending threshold that lets a whole node of work wait with no headroom (robust.leaves_a_node_waiting)
         gpus, level = gpus_per_node(settings, pool), sum(trace.demand[:train]) / train
 
         def allowed(candidate: Candidate) -> bool:
             return not leaves_a_node_waiting(candidate, gpus, level)
 
+        search = Search(space, train, max_saturated * (1 - margin), day_pct=day_pct, changes_per_day=limit,
+                        candidates=candidates, neighbours=default_neighbours(candidates) if neighbours is None
+                        else neighbours, seed=seed, pooled=len(days_pooled.demand) if days_pooled else 0,
+                        allowed=allowed)
+        search.run(executor, progress)
+        if all(cand != base for cand, _ in search.results):  # the base config is a candidate too: never passed over
+            search.results.append((base, base_score))  # for a costlier choice it would itself have beaten
+        whole_day = int(max_saturated / 100.0 * 1440 + 1e-9)
+        history_day = whole_day if robust else search.budget(train).per_day or whole_day
         choosable = [cs for cs in search.results if allowed(cs[0])] or search.results
         chosen, chosen_score, within = choose(choosable, search.budget(train), whole_day if robust else None)
         judged: list[Judged] = []
