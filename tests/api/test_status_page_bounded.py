@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from flask.testing import FlaskClient
-from sqlalchemy import event, insert
+from sqlalchemy import insert
 
 from autoscaler.api.chart import MARKS
 from autoscaler.api.status import CHARTS
 from autoscaler.store import EventRecord, PoolChange, tables
 from autoscaler.store.rows import event_row
-from tests.support import AUTH, FakeClock, make_app
+from tests.support import FakeClock, make_app
+from tests.support.statements import sent_by
 
 # what a busy pool's log holds: mostly cooldown skips, some changes, a few shortfalls and failures
 _MIX = [("scale_out", "skipped_cooldown", 2, 2)] * 6 + [
@@ -43,20 +44,9 @@ def _app(tmp_path: Path, pools: int, events: int) -> tuple[FlaskClient, Any]:
 
 
 def _page(client: FlaskClient, engine: Any, path: str = "/") -> tuple[str, int]:
-    """The page and the SQL statements it sent (after a warm-up request: connections opened)."""
-    client.get(path, headers=AUTH)
-    sent: list[str] = []
-
-    def hook(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        sent.append(statement)
-
-    event.listen(engine, "before_cursor_execute", hook)
-    try:
-        resp = client.get(path, headers=AUTH)
-    finally:
-        event.remove(engine, "before_cursor_execute", hook)
-    assert resp.status_code == 200
-    return resp.get_data(as_text=True), len(sent)
+    """The page and the number of SQL statements it sent (after a warm-up request: connections opened)."""
+    html, sent = sent_by(client, engine, path)
+    return html, len(sent)
 
 
 def _charts(html: str) -> dict[str, str]:

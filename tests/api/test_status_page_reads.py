@@ -14,6 +14,7 @@ from autoscaler.api.status import CHARTS
 from autoscaler.store import EventRecord, tables
 from autoscaler.store.rows import event_row
 from tests.support import AUTH, FakeClock, am_alert, am_payload, make_app, post
+from tests.support.statements import reads, sent_by
 
 
 def _app(tmp_path: Path, pools: int) -> tuple[FlaskClient, Any]:
@@ -35,20 +36,7 @@ def _app(tmp_path: Path, pools: int) -> tuple[FlaskClient, Any]:
 @pytest.fixture
 def counted() -> Iterator[Any]:
     def count(engine: Any, client: FlaskClient, path: str) -> int:
-        seen: list[str] = []
-
-        def hook(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-            if statement.lstrip().upper().startswith(("SELECT", "WITH")):  # a read (SQLite's BEGIN IMMEDIATE aside)
-                seen.append(statement)
-
-        client.get(path, headers=AUTH)  # warm: connections opened, nothing else counted
-        event.listen(engine, "before_cursor_execute", hook)
-        try:
-            resp = client.get(path, headers=AUTH)
-        finally:
-            event.remove(engine, "before_cursor_execute", hook)
-        assert resp.status_code == 200
-        return len(seen)
+        return len(reads(sent_by(client, engine, path)[1]))
     yield count
 
 

@@ -1,0 +1,32 @@
+"""The SQL statements one request sends, counted on the real engine (a listener on ``before_cursor_execute``)."""
+from __future__ import annotations
+
+from typing import Any
+
+from flask.testing import FlaskClient
+from sqlalchemy import event
+
+from tests.support import AUTH
+
+
+def sent_by(client: FlaskClient, engine: Any, path: str) -> tuple[str, list[str]]:
+    """GET ``path`` once to warm up (connections opened, nothing counted), then again: its body and every statement
+    the second GET sent."""
+    client.get(path, headers=AUTH)
+    sent: list[str] = []
+
+    def hook(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        sent.append(statement)
+
+    event.listen(engine, "before_cursor_execute", hook)
+    try:
+        resp = client.get(path, headers=AUTH)
+    finally:
+        event.remove(engine, "before_cursor_execute", hook)
+    assert resp.status_code == 200, resp.get_data(as_text=True)
+    return resp.get_data(as_text=True), sent
+
+
+def reads(statements: list[str]) -> list[str]:
+    """The reads among them (SQLite's BEGIN IMMEDIATE and the writes aside)."""
+    return [s for s in statements if s.lstrip().upper().startswith(("SELECT", "WITH"))]
