@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
 
 from autoscaler.cluster.nodes import ClusterError
 from autoscaler.decide.policy import cooldown_remaining
@@ -105,10 +105,12 @@ def ask_pool(parts: Parts, spec: PoolSpec, ask: Ask, now: float) -> Decision:
                                                                               Action.SCALE_OUT))
 
 
-def in_flight(parts: Parts, spec: PoolSpec, ask: Ask) -> tuple[Outcome, str] | None:
+def in_flight(parts: Parts, spec: PoolSpec, ask: Ask,
+              waiting: Sequence[GangRecord] | None = None) -> tuple[Outcome, str] | None:
     """A gang still waiting on the pool (the nodes that come are counted as its: a second would mix them), or the
-    same request's gang waiting on any pool (asked by another worker meanwhile): the ask waits (busy)."""
-    for gang in parts.store.gangs():
+    same request's gang waiting on any pool (asked by another worker meanwhile): the ask waits (busy). ``waiting``:
+    the gangs waiting as read earlier in the round (None: read now)."""
+    for gang in parts.store.gangs() if waiting is None else waiting:
         if gang.pool == spec.name:
             return Outcome.SKIPPED_BUSY, (f"an atomic scale-out of {gang.asked} node(s) still waits on pool "
                                           f"{spec.name} (gang {gang.id}); asked once it is settled")
@@ -170,26 +172,43 @@ def ask_group(parts: Parts, group: str, ask: Ask, now: float) -> Decision:
     return parts.events.record(plan, ask.source, list(ask.alerts), now)
 
 
-def passed_over(parts: Parts, spec: PoolSpec, ask: Ask, now: float,
-                seen: dict[str, CloudStatus | ProviderError] | None = None) -> str:
-    """Why the group's choice passes this pool over for the gang ("" to ask it). ``seen``: the pools' cloud status
-    as read earlier in the same round (the ProvisioningRequests' round reads each pool's once, however many requests
-    wait), kept in it."""
-    state = parts.store.pool(spec.name)
+@dataclass
+class Reads:
+    """What the pre-check of many asks in one round (``passed_over``; the ProvisioningRequests' round, however many
+    requests wait) reads once: each pool's cloud status and stored state, and the gangs waiting. A pool asked is
+    ``forget``-ten (the ask itself reads everything again, under the pool's hold)."""
+
+    clouds: dict[str, CloudStatus | ProviderError] = field(default_factory=dict)
+    states: dict[str, PoolState] = field(default_factory=dict)
+    waiting: Sequence[GangRecord] | None = None
+
+    def forget(self, pool: str) -> None:
+        self.clouds.pop(pool, None)
+        self.states.pop(pool, None)
+        self.waiting = None
+
+
+def passed_over(parts: Parts, spec: PoolSpec, ask: Ask, now: float, reads: Reads | None = None) -> str:
+    """Why the group's choice passes this pool over for the gang ("" to ask it). ``reads``: what earlier asks of
+    the same round read (kept in it); None: everything read now."""
+    reads = Reads() if reads is None else reads
+    state = reads.states.get(spec.name)
+    if state is None:
+        state = reads.states[spec.name] = parts.store.pool(spec.name)
     if state.short_until is not None and now < state.short_until:
         return f"short of capacity ({state.short_reason or 'no reason given'})"
-    read = seen.get(spec.name) if seen is not None else None
+    read = reads.clouds.get(spec.name)
     if read is None:
         try:
             read = parts.providers[spec.name].status(state.tracked(), now)
         except ProviderError as exc:
             read = exc
-        if seen is not None:
-            seen[spec.name] = read
+        reads.clouds[spec.name] = read
     if isinstance(read, ProviderError):
         return f"unread ({redact_text(read.message)[:120]})"
     cloud = read
-    blocked = in_flight(parts, spec, ask) or _blocked(spec, state, cloud.busy, cloud.current,
-                                                      None if cloud.current is None else cloud.current + ask.nodes,
-                                                      ask, now)
+    if reads.waiting is None:
+        reads.waiting = parts.store.gangs()
+    blocked = in_flight(parts, spec, ask, reads.waiting) or _blocked(
+        spec, state, cloud.busy, cloud.current, None if cloud.current is None else cloud.current + ask.nodes, ask, now)
     return blocked[1] if blocked is not None else ""

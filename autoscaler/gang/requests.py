@@ -23,10 +23,9 @@ from autoscaler.cluster.requests import (ACCEPTED, BOOKING_EXPIRED, CAPACITY_REV
                                          PodNeed, ProvisioningRequest, condition, consumes, nodes_needed,
                                          pod_need, template_gpus)
 from autoscaler.engine.parts import Parts
-from autoscaler.gang.ask import Ask, ask_pool, passed_over
+from autoscaler.gang.ask import Ask, Reads, ask_pool, passed_over
 from autoscaler.models import Action, CloudStatus, Decision, Outcome, PoolSpec, Source
 from autoscaler.store.gangs import PROVISIONED as GANG_PROVISIONED, WAITING, GangRecord
-from providers import ProviderError
 
 log = logging.getLogger(__name__)
 FINISHED = (FAILED, BOOKING_EXPIRED, CAPACITY_REVOKED)
@@ -48,13 +47,13 @@ class Plan:
 @dataclass(frozen=True)
 class Round:
     """One cluster's round: its name, its node-aware pools and their nodes as this tick listed them (None: not
-    listed); the pools' cloud status read in it (each pool's once, however many requests wait) and the requests'
-    sizes kept across rounds (``sized``)."""
+    listed); what the requests' pre-checks read in it (each pool's cloud status and state, the gangs waiting: once,
+    however many requests wait) and the requests' sizes kept across rounds (``sized``)."""
 
     cluster: str
     pools: Mapping[str, PoolSpec]
     listed: Mapping[str, Sequence[NodeView] | None]
-    seen: dict[str, CloudStatus | ProviderError] = field(default_factory=dict)
+    reads: Reads = field(default_factory=Reads)
     sized: dict[tuple[str, str], tuple[str, Needs]] = field(default_factory=dict)
 
 
@@ -93,7 +92,7 @@ def serve(parts: Parts, cluster_name: str, specs: Sequence[PoolSpec],
     sized = _SIZED.setdefault(reader, {})
     for gone in set(sized) - {(r.namespace, r.name) for r in mine}:  # finished or deleted: forgotten
         del sized[gone]
-    where = Round(cluster_name, pools, listed, dict(seen or {}), sized)
+    where = Round(cluster_name, pools, listed, Reads(clouds=dict(seen or {})), sized)
     out: list[Decision] = []
     for request in mine:
         try:
@@ -195,9 +194,9 @@ def _ask(parts: Parts, where: Round, request: ProvisioningRequest, plan: Plan, t
         ask = Ask(nodes=plan.nodes[name], source=Source.RECONCILE.value, force=True, request=request.key,
                   reason=f"ProvisioningRequest {request.key}", group=plan.group,
                   tried=tuple(tried) + tuple(n for n in plan.unmatched if n not in tried))
-        if passed_over(parts, spec, ask, now, where.seen):
+        if passed_over(parts, spec, ask, now, where.reads):
             continue
-        where.seen.pop(name, None)  # asked: its status changes
+        where.reads.forget(name)  # asked: its status, its state and the gangs change
         return [ask_pool(parts, spec, ask, now)]
     return []
 

@@ -1,7 +1,9 @@
-"""The SQL statements one request sends, counted on the real engine (a listener on ``before_cursor_execute``)."""
+"""The SQL statements a request or a tick sends, counted on the real engine (a listener on
+``before_cursor_execute``)."""
 from __future__ import annotations
 
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from flask.testing import FlaskClient
 from sqlalchemy import event
@@ -9,10 +11,9 @@ from sqlalchemy import event
 from tests.support import AUTH
 
 
-def sent_by(client: FlaskClient, engine: Any, path: str) -> tuple[str, list[str]]:
-    """GET ``path`` once to warm up (connections opened, nothing counted), then again: its body and every statement
-    the second GET sent."""
-    client.get(path, headers=AUTH)
+@contextmanager
+def recorded(engine: Any) -> Iterator[list[str]]:
+    """Every statement the engine sends within the block, in the list yielded."""
     sent: list[str] = []
 
     def hook(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
@@ -20,9 +21,17 @@ def sent_by(client: FlaskClient, engine: Any, path: str) -> tuple[str, list[str]
 
     event.listen(engine, "before_cursor_execute", hook)
     try:
-        resp = client.get(path, headers=AUTH)
+        yield sent
     finally:
         event.remove(engine, "before_cursor_execute", hook)
+
+
+def sent_by(client: FlaskClient, engine: Any, path: str) -> tuple[str, list[str]]:
+    """GET ``path`` once to warm up (connections opened, nothing counted), then again: its body and every statement
+    the second GET sent."""
+    client.get(path, headers=AUTH)
+    with recorded(engine) as sent:
+        resp = client.get(path, headers=AUTH)
     assert resp.status_code == 200, resp.get_data(as_text=True)
     return resp.get_data(as_text=True), sent
 

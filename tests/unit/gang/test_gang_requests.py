@@ -11,6 +11,7 @@ from tests.support.fakes.kube import FakeKube
 from tests.support.gang_rig import H100, Rig
 from tests.support.rbac import asked, expected
 from tests.support import AUTH, post
+from tests.support.statements import recorded
 
 PRS = {"provisioning_requests": {"booking": "10m"}}
 
@@ -125,6 +126,14 @@ def test_requests_waiting_for_room_cost_no_template_read_and_one_cloud_read_a_po
         assert rig.tick() == []
         assert kube.prs.calls["GET podtemplates"] == calls["GET podtemplates"]  # unchanged requests: not read again
         assert [rig.provider(p).reads - r for p, r in zip(("spot", "ondemand"), reads)] == [1, 1]  # one a pool
+        # and the store: as many statements a tick for 40 waiting requests as for 20 (each pool's state and the
+        # waiting gangs read once for all the requests' pre-checks; before: 8 statements more a request)
+        twenty = _statements_a_tick(rig)
+        for i in range(20, 40):
+            kube.prs.add_request(f"r{i}", [("t1", 1)])
+        rig.tick()  # the new ones sized
+        assert _statements_a_tick(rig) == twenty
+        calls = dict(kube.prs.calls)
         kube.prs.add_template("t0", gpus=8, node_selector=dict(H100))  # the same template written again ...
         kube.prs.add_request("r0", [("t0", 2)])  # ... and the request (a new resourceVersion): sized again
         assert rig.tick() == [] and kube.prs.calls["GET podtemplates"] == calls["GET podtemplates"] + 1
@@ -132,3 +141,10 @@ def test_requests_waiting_for_room_cost_no_template_read_and_one_cloud_read_a_po
             assert post(rig.client, f"/api/v1/pools/{pool}/resume", {}).status_code == 200
         assert rig.tick() == [("spot", "scaled"), ("ondemand", "scaled")]  # r0 of 2 nodes, r1: one pool each
         assert rig.provider("spot").asked() == 2
+
+
+def _statements_a_tick(rig: Rig) -> int:
+    """The SQL statements one reconciler tick sends to the rig's store."""
+    with recorded(rig.app.extensions["autoscaler"].store.engine) as sent:
+        rig.tick()
+    return len(sent)
