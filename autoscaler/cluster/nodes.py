@@ -67,6 +67,7 @@ class NodeView:
     dra_unread: str = ""  # DRA's status ("403") when it was not read and the node has no device-plugin GPU
     booked: str = ""  # the ProvisioningRequest (``namespace/name``) the node is booked for, "" when none
     gang: str = ""  # the atomic scale-out (gang id) still waiting that the node came for, "" when none
+    ready_since: float = 0.0  # its Ready condition's lastTransitionTime (epoch seconds; 0.0 when not given)
 
     @property
     def gpu_ready(self) -> bool:
@@ -238,7 +239,8 @@ def node_view(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
     claims (:mod:`autoscaler.cluster.dra`)."""
     meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
     name, pods = str(meta.get("name", "")), list(pods)
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+    condition = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), {})
+    ready = condition.get("status") == "True"
     mark = str((meta.get("annotations") or {}).get(CORDON_ANNOTATION) or "")
     owner, _, when = mark.rpartition("@")
     ours = parse_time(when) if mark else None
@@ -258,6 +260,7 @@ def node_view(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
                   f"counted, so it may hold GPUs)")
     return NodeView(
         name=name, ready=ready, created=parse_time(meta.get("creationTimestamp")) or 0.0,
+        ready_since=parse_time(condition.get("lastTransitionTime")) or 0.0,
         cordoned=bool(spec.get("unschedulable")), gpu_pods=gpus.pods, protected=protected,
         cordoned_by_us=ours if ours is not None else (0.0 if mark else None),
         provider_id=spec.get("providerID", "") or "",

@@ -9,7 +9,8 @@ of the first matching pool that can hold it now (a group's order where the match
 the next matching pool is asked for its own node count; once its gang is ``provisioned`` the request is
 ``Provisioned`` and its nodes booked (kept from scale-in) until a pod of the request runs on each (read from the
 pool's listing of this tick) or ``booking`` ends (``BookingExpired``, the marks taken off); a booked node lost (gone
-from the listing, or NotReady) revokes the capacity (``CapacityRevoked``, event ``capacity_revoked``). When every pool
+from the listing, or NotReady for NOT_READY_GRACE) revokes the capacity (``CapacityRevoked``, event
+``capacity_revoked``). When every pool
 fell short it is ``Failed``. A request whose pools are busy, paused, short or serving another gang waits."""
 from __future__ import annotations
 
@@ -29,6 +30,10 @@ from autoscaler.store.gangs import PROVISIONED as GANG_PROVISIONED, WAITING, Gan
 
 log = logging.getLogger(__name__)
 FINISHED = (FAILED, BOOKING_EXPIRED, CAPACITY_REVOKED)
+#: How long a booked node may be NotReady before its capacity counts as lost: Kubernetes' default toleration of
+#: ``node.kubernetes.io/not-ready`` (300 s), after which it evicts the node's pods anyway. A shorter blip (a kubelet
+#: that missed its heartbeats) keeps the booking; a NotReady node whose condition gives no time is lost at once.
+NOT_READY_GRACE = 300.0
 
 
 @dataclass(frozen=True)
@@ -148,17 +153,24 @@ def _one(parts: Parts, reader: Any, where: Round, request: ProvisioningRequest, 
 def _hold_booking(parts: Parts, reader: Any, where: Round, request: ProvisioningRequest,
                   gangs: Sequence[GangRecord], now: float) -> Decision | None:
     """The booked nodes as this tick's listing shows them: each that runs a pod of the request released (its mark
-    off: its GPU work keeps it now); when one is gone or NotReady, every mark off and the ``capacity_revoked``
-    decision to record (None while the booking holds). A pool not listed this tick is looked at the next."""
+    off: its GPU work keeps it now); when one is gone or NotReady for NOT_READY_GRACE, every mark off and the
+    ``capacity_revoked`` decision to record (None while the booking holds). A pool not listed this tick is looked at
+    the next."""
+    def down_for(view: NodeView) -> float:
+        return now - view.ready_since if view.ready_since else NOT_READY_GRACE
+
     for gang in gangs:
         nodes = where.listed.get(gang.pool)
         if gang.state != GANG_PROVISIONED or not gang.nodes or nodes is None:
             continue
         views = {v.name: v for v in nodes}
-        lost = [n for n in gang.nodes if n not in views or not views[n].ready]
+        lost = [n for n in gang.nodes
+                if n not in views or not views[n].ready and down_for(views[n]) >= NOT_READY_GRACE - 1e-9]
         if lost:
             _unbook(parts, reader, gangs, now, gone=[n for n in lost if n not in views])
-            said = ", ".join(f"{n} ({'gone' if n not in views else 'NotReady'})" for n in lost)
+            said = ", ".join(f"{n} (gone)" if n not in views else
+                             f"{n} (NotReady for {down_for(views[n]):.0f}s)" if views[n].ready_since else
+                             f"{n} (NotReady)" for n in lost)
             return Decision(gang.pool, Action.SCALE_OUT, Outcome.CAPACITY_REVOKED, None, None,
                             f"ProvisioningRequest {request.key}: booked node(s) lost before its pods came: {said}",
                             details={"atomic": True, "gang": gang.id, "request": request.key, "lost": lost,

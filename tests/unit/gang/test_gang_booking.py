@@ -1,10 +1,11 @@
 """A booking's end and its loss, and a waiting gang's nodes, through the app, the real kubernetes client and the
 fake API server: a booked node's mark comes off once a pod of the request (annotated
 ``autoscaling.x-k8s.io/consume-provisioning-request``, or the older ``cluster-autoscaler.kubernetes.io/`` key) runs
-on it; a booked node lost (gone, or NotReady) marks the request CapacityRevoked and the event log says so; an idle
+on it; a booked node lost (gone, or NotReady for 5 minutes) marks the request CapacityRevoked and the event log says so; an idle
 scale-in while a gang waits takes none of its nodes."""
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 
 from tests.support.fakes.kube import FakeKube
@@ -72,11 +73,43 @@ def test_a_booked_node_gone_revokes_the_capacity(tmp_path: Path) -> None:
         assert "BookingExpired" not in kube.prs.conditions("job-b")
 
 
-def test_a_booked_node_not_ready_revokes_the_capacity(tmp_path: Path) -> None:
+def _not_ready(kube: FakeKube, node: str, since: float) -> None:
+    kube.nodes[node]["status"]["conditions"][0].update(
+        status="False", lastTransitionTime=datetime.fromtimestamp(since, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+def test_a_booked_node_not_ready_past_the_grace_revokes_the_capacity(tmp_path: Path) -> None:
+    """NotReady for NOT_READY_GRACE (300 s, Kubernetes' default toleration of node.kubernetes.io/not-ready before
+    it evicts the node's pods) revokes the capacity; a blip shorter than that (a kubelet that missed its heartbeats
+    for a few minutes) does not: before, the first tick that saw it NotReady revoked, and the request's job lost its
+    booking to a blip. The time is the Ready condition's lastTransitionTime, not when a tick first saw it."""
+    with FakeKube() as kube:
+        rig = Rig(tmp_path, kube, provisioning_requests={"booking": "1h"})
+        first, second = _provisioned(rig, kube)
+        _not_ready(kube, first, rig.clock())
+        assert rig.tick(after=240) == []
+        assert "CapacityRevoked" not in kube.prs.conditions("job-b")
+        assert _marks(kube, [first, second]) == ["ml/job-b"] * 2
+        assert rig.tick(after=60) == [("spot", "capacity_revoked")]
+        assert kube.prs.condition("job-b", "CapacityRevoked")["reason"] == "NodeLost"
+        said = events(rig.client, pool="spot")[0]
+        assert f"{first} (NotReady for 300s)" in said["reason"], said
+        assert _marks(kube, [first, second]) == [None, None]
+
+
+def test_a_booked_node_not_ready_for_long_when_first_seen_revokes_at_once(tmp_path: Path) -> None:
+    with FakeKube() as kube:
+        rig = Rig(tmp_path, kube, provisioning_requests={"booking": "1h"})
+        first, _ = _provisioned(rig, kube)
+        _not_ready(kube, first, rig.clock() - 280)
+        assert rig.tick(after=20) == [("spot", "capacity_revoked")]
+
+
+def test_a_booked_node_not_ready_since_an_unknown_time_revokes_at_once(tmp_path: Path) -> None:
     with FakeKube() as kube:
         rig = Rig(tmp_path, kube, **PRS)
         first, _ = _provisioned(rig, kube)
-        kube.nodes[first]["status"]["conditions"][0]["status"] = "False"
+        kube.nodes[first]["status"]["conditions"][0]["status"] = "False"  # no lastTransitionTime
         assert rig.tick() == [("spot", "capacity_revoked")]
         assert kube.prs.condition("job-b", "CapacityRevoked")["reason"] == "NodeLost"
 
