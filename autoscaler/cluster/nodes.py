@@ -239,7 +239,7 @@ def node_view(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
     claims (:mod:`autoscaler.cluster.dra`)."""
     meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
     name, pods = str(meta.get("name", "")), list(pods)
-    condition = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), {})
+    condition: Mapping[str, Any] = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), {})
     ready = condition.get("status") == "True"
     mark = str((meta.get("annotations") or {}).get(CORDON_ANNOTATION) or "")
     owner, _, when = mark.rpartition("@")

@@ -1,8 +1,8 @@
 """A booking's end and its loss, and a waiting gang's nodes, through the app, the real kubernetes client and the
 fake API server: a booked node's mark comes off once a pod of the request (annotated
 ``autoscaling.x-k8s.io/consume-provisioning-request``, or the older ``cluster-autoscaler.kubernetes.io/`` key) runs
-on it; a booked node lost (gone, or NotReady for 5 minutes) marks the request CapacityRevoked and the event log says so; an idle
-scale-in while a gang waits takes none of its nodes."""
+on it; a booked node lost (gone, or NotReady for 5 minutes) marks the request CapacityRevoked and the event log says
+so; an idle scale-in while a gang waits takes none of its nodes."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
