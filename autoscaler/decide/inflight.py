@@ -30,6 +30,9 @@ class NodeLike(Protocol):
     @property
     def dra_unread(self) -> str: ...  # DRA's status ("403") when not read and the node has no device-plugin GPU
 
+    @property
+    def ready_since(self) -> float: ...  # its Ready condition's lastTransitionTime (0.0 when not given)
+
 
 def gpu_ready(node: NodeLike) -> bool:
     """Ready with GPUs allocatable, or, while DRA cannot be read (403), Ready with a pod holding claims on it: its
@@ -74,11 +77,19 @@ def from_nodes(nodes: Iterable[NodeLike], current: int, now: float, provision_ti
 NOT_REGISTERED = "NodesNotReadyInTime"
 
 
+def went_down(node: NodeLike, provision_time: float) -> bool:
+    """Not Ready now, but its Ready condition changed more than ``provision_time`` after it was created: it came
+    (a node never Ready keeps the condition it registered with, or changes it within its boot) and went down later,
+    a kubelet's blip or a broken node: the repair's matter (docs/repair.md), not a node the cloud failed to deliver."""
+    return not node.ready and node.ready_since > node.created + provision_time > provision_time
+
+
 def unregistered(nodes: Iterable[NodeLike], asked: int, now: float, provision_time: float,
                  last_scale_out: float | None, noticed_since: float | None) -> tuple[int, str] | None:
     """Nodes the pool was asked for that are not Ready with GPUs allocatable although the newest scale-out is older
     than ``provision_time``: (how many are Ready with GPUs, a sentence), else None. A scale-out already noticed
-    (at or before ``noticed_since``, when the pool was last marked short) is not noticed again."""
+    (at or before ``noticed_since``, when the pool was last marked short) is not noticed again. A node that came and
+    went down later (``went_down``) counts as delivered."""
     if last_scale_out is None or now - last_scale_out < provision_time:
         return None
     if noticed_since is not None and last_scale_out <= noticed_since:
@@ -87,7 +98,8 @@ def unregistered(nodes: Iterable[NodeLike], asked: int, now: float, provision_ti
     # DRA not read (403) while some node of the pool runs claim-holding pods: the pool uses DRA, so a Ready node
     # without device-plugin GPUs has GPUs the service cannot see, not none (no shortfall claimed on no evidence)
     uses_dra = any(n.claims_unread for n in seen)
-    ready = sum(1 for n in seen if gpu_ready(n) or uses_dra and n.ready and n.dra_unread)
+    ready = sum(1 for n in seen if gpu_ready(n) or uses_dra and n.ready and n.dra_unread
+                or went_down(n, provision_time))
     if ready >= asked:
         return None
     unseen = [] if uses_dra else sorted({n.dra_unread for n in seen if n.ready and not gpu_ready(n) and n.dra_unread})

@@ -35,6 +35,7 @@ class Node:
     created: float
     claims_unread: str = ""
     dra_unread: str = ""
+    ready_since: float = 0.0  # the Ready condition's lastTransitionTime (0.0: not given)
 
 
 @pytest.mark.parametrize(("nodes", "count"), [
@@ -128,6 +129,15 @@ def test_with_a_cluster_in_flight_counts_booting_and_unregistered_nodes(tmp_path
     pytest.param([Node("a", True, 8, NOW - 900)], 3, NOW - 400, NOW - 350, None, id="already-noticed"),
     pytest.param([Node("a", True, 8, NOW - 900)], 1, NOW - 400, None, None, id="all-registered"),
     pytest.param([Node("a", True, 8, NOW - 900)], 3, None, None, None, id="never-scaled-out-by-us"),
+    # a node that went NotReady long after it came (its Ready condition changed more than provision_time after it
+    # was created) was delivered: a kubelet blip or a broken node is a repair's matter, not the cloud's shortfall
+    # (it made a pool short, asked its group's next pool for a node and passed the pool over for 10 minutes)
+    pytest.param([Node("a", True, 8, NOW - 9000), Node("b", False, 8, NOW - 9000, ready_since=NOW - 60)], 2,
+                 NOW - 4000, None, None, id="not-ready-long-after-it-came-was-delivered"),
+    pytest.param([Node("a", True, 8, NOW - 9000), Node("b", False, 0, NOW - 500, ready_since=NOW - 499)], 2,
+                 NOW - 500, None, 1, id="not-ready-since-it-registered-was-never-delivered"),
+    pytest.param([Node("a", True, 8, NOW - 9000), Node("b", False, 0, NOW - 500)], 2, NOW - 500, None, 1,
+                 id="not-ready-since-an-unknown-time-was-never-delivered"),
 ])
 def test_unregistered(nodes: list[Node], asked: int, last: float | None, noticed: float | None,
                       expected: int | None) -> None:

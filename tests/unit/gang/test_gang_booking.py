@@ -134,3 +134,18 @@ def test_an_idle_scale_in_takes_none_of_a_waiting_gangs_nodes(tmp_path: Path) ->
         assert all(n in rig.provider("spot").node_names() for n in came)
         shown = rig.client.get("/api/v1/pools/spot", headers=AUTH).get_json()["nodes"]
         assert {n["name"]: n["removable"] for n in shown if n["name"] in came} == {n: False for n in came}
+
+
+def test_a_node_that_came_and_went_not_ready_later_is_no_shortfall(tmp_path: Path) -> None:
+    """A node Ready with GPUs that goes NotReady well after it came (a kubelet's blip) was delivered: before, the
+    first tick past provision_time that saw it NotReady recorded the pool short (no_capacity, NodesNotReadyInTime),
+    asked the group's next pool for a node and passed the pool over for 10 minutes."""
+    with FakeKube() as kube:
+        rig = Rig(tmp_path, kube, **PRS)
+        got = post(rig.client, "/api/v1/pools/spot/scale", {"action": "scale_out", "step": 2}).get_json()
+        assert got["outcome"] == "scaled", got
+        came = rig.arrive("spot")
+        assert rig.tick(after=700) == []
+        _not_ready(kube, came[0], rig.clock())
+        assert rig.tick() == []
+        assert rig.current("ondemand") == 0
