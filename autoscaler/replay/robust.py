@@ -121,28 +121,19 @@ class Judged:
         return max([self.history.worst_changes, *(s.worst_changes for s in self.stressed)])
 
     def holds(self, day_budget: int, changes: int | None, total: int | None = None,
-              stressed_budget: int | None = None, day_changes: int | None = None) -> bool:
+              stressed_budget: int | None = None) -> bool:
         """The history's days within ``day_budget`` saturated minutes (and ``changes``; its whole span within
         ``total``, the margin the search kept); the stressed days, stand-ins for the worst day never seen, within
-        ``stressed_budget`` (default twice ``day_budget``) and twice ``changes``.
-
-        ``day_changes``: a day of the history may make up to that many direction changes, the span keeping
-        ``changes`` a day on average (days differ: tune_cli's DAY_FACTOR, as for the saturated minutes)."""
+        ``stressed_budget`` (default twice ``day_budget``) and twice ``changes``."""
         stressed_sat = max((s.worst_day for s in self.stressed), default=0)
         stressed_chg = max((s.worst_changes for s in self.stressed), default=0)
         if total is not None and self.history.saturated_minutes > total:
             return False
         if stressed_budget is None:
             stressed_budget = STRESSED_FACTOR * day_budget
-        if changes is not None:
-            days = self.history.day_changes
-            if day_changes is not None and days and sum(days) > changes * len(days):
-                return False
-            if self.history.worst_changes > (changes if day_changes is None else max(changes, day_changes)):
-                return False
-            if stressed_chg > STRESSED_FACTOR * changes:
-                return False
-        return self.history.worst_day <= day_budget and stressed_sat <= stressed_budget
+        return (self.history.worst_day <= day_budget and stressed_sat <= stressed_budget
+                and (changes is None or (self.history.worst_changes <= changes
+                                         and stressed_chg <= STRESSED_FACTOR * changes)))
 
 
 @dataclass(frozen=True)
@@ -154,10 +145,9 @@ class Rule:
     total: int | None = None
     stressed_budget: int | None = None
     ceiling: float | None = None  # node-hours on the tuning span the near-equal keep under (``pick``)
-    day_changes: int | None = None  # direction changes one day of the history may make (None: ``changes``)
 
     def holds(self, judged: Judged) -> bool:
-        return judged.holds(self.day_budget, self.changes, self.total, self.stressed_budget, self.day_changes)
+        return judged.holds(self.day_budget, self.changes, self.total, self.stressed_budget)
 
 
 def steadiness(candidate: Candidate) -> tuple[float, ...]:
@@ -170,7 +160,7 @@ def steadiness(candidate: Candidate) -> tuple[float, ...]:
 
 def pick(judged: Sequence[Judged], day_budget: int, changes: int | None,
          total: int | None = None, stressed_budget: int | None = None,
-         ceiling: float | None = None, day_changes: int | None = None) -> tuple[Judged, str]:
+         ceiling: float | None = None) -> tuple[Judged, str]:
     """The steadiest of the near-equal cheapest whose worst day of the history keeps ``day_budget`` saturated
     minutes and whose stressed days keep ``stressed_budget`` (default twice ``day_budget``; and, with ``changes``,
     that many direction changes; with ``total``, whose whole span keeps that many: a steadier variant the search
@@ -180,9 +170,9 @@ def pick(judged: Sequence[Judged], day_budget: int, changes: int | None,
     ``ceiling``: the node-hours on the tuning span of the peer the user would otherwise run (cluster-autoscaler
     with one pause node, issue 47): where the cheapest that holds is under it, the near-equal are only those under
     it too, so the steadiness bought with NEAR never costs more than that peer on the history (on a large pool,
-    NEAR's 3% is more than a spare node). ``day_changes``: ``Judged.holds``'s."""
+    NEAR's 3% is more than a spare node)."""
     for flag, limit in (("robust", changes), ("robust_changes_over", None)):
-        ok = [j for j in judged if j.holds(day_budget, limit, total, stressed_budget, day_changes)]
+        ok = [j for j in judged if j.holds(day_budget, limit, total, stressed_budget)]
         if ok:
             cheapest = min(j.history.cost for j in ok)
             near = [j for j in ok if j.history.cost <= cheapest * (1 + NEAR) + 1e-9]
@@ -295,8 +285,7 @@ def settle(pool: ProcessPoolExecutor | None, judged: Sequence[Judged], rule: Rul
     rejects (``leaves_a_node_waiting``) is not taken."""
     finals = list(judged)
     while True:
-        best, flag = pick(finals, rule.day_budget, rule.changes, rule.total, rule.stressed_budget, rule.ceiling,
-                          rule.day_changes)
+        best, flag = pick(finals, rule.day_budget, rule.changes, rule.total, rule.stressed_budget, rule.ceiling)
         plain = without_headroom(best.candidate)
         if plain is None or (allowed is not None and not allowed(plain)):
             return best, flag

@@ -134,11 +134,8 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
             progress(f"judging {len(finals)} finalists on the worst of the history's days and "
                      f"{len(stressed)} stressed copies of its {len(next(iter(stressed.values())).demand) // 1440} "
                      "burstiest days")
-            # a day of the history may change direction DAY_FACTOR times the limit, the span keeping the limit a
-            # day on average (as for the saturated minutes: days differ)
             rule = Rule(history_day, math.ceil(limit), stage.total, STRESSED_FACTOR * whole_day,
-                        ceiling=peer_ceiling(settings, Trace(trace.start, trace.demand[:train])),
-                        day_changes=None if robust else math.ceil(DAY_FACTOR * limit - 1e-9))
+                        ceiling=peer_ceiling(settings, Trace(trace.start, trace.demand[:train])))
             judged = judge(executor, finals, search.results, train, stressed, holds=rule.holds)
             not_judged = len(finals) - len(judged)
             if judged:

@@ -140,23 +140,6 @@ def test_pick_holds_the_history_and_the_stressed_days_to_their_own_limits() -> N
     assert pick([hot, calm], 21, 6, stressed_budget=28)[0].candidate["i"] == 120
 
 
-@pytest.mark.parametrize("days,want", [
-    pytest.param((3, 1, 1, 0, 0), 100, id="a-day-within-1.5x-the-change-limit-and-the-span-within-it-holds"),
-    pytest.param((4, 1, 1, 0, 0), 120, id="a-day-over-1.5x-the-change-limit-rules-it-out"),
-    pytest.param((3, 3, 3, 3, 0), 120, id="days-within-1.5x-but-the-span-over-the-limit-rules-it-out"),
-])
-def test_a_history_day_may_change_direction_1_5_times_the_limit(days: tuple[int, ...], want: float) -> None:
-    """Days differ, as for saturation: with a limit of 2 a day, a day of the history may make 3 direction changes
-    (DAY_FACTOR) as long as the span keeps 2 a day on average (issue 47: on the plateau, the near-equal cheapest
-    made 0.5 changes a day on the unseen days but 3 on one history day, and the pick took a point 8% costlier)."""
-    bold = Judged({"i": 100}, score(100, 10, sum(days), 10, days), (score(100, 5, 4, 5, (4,)),))
-    calm = Judged({"i": 120}, score(120, 5, 2, 5, (1, 1, 0, 0, 0)), (score(120, 5, 0),))
-    assert pick([bold, calm], 14, 2, day_changes=3)[0].candidate["i"] == want
-    assert pick([bold, calm], 14, 2)[0].candidate["i"] == 120  # without: every day within the limit itself
-    rule = Rule(14, 2, day_changes=3)
-    assert rule.holds(bold) is (want == 100) and rule.holds(calm)
-
-
 def test_pick_keeps_the_span_margin_the_search_kept() -> None:
     """A steadier variant the search never scored may keep every day's budget and still spend more of the span
     than the margin the search chose under: with ``total`` it is ruled out, without it it wins."""
