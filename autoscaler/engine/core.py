@@ -213,8 +213,9 @@ class Engine:
         if plan.details.get("recommendation") is not None:
             self.store.add_recommendation(spec.name, now, int(plan.details["recommendation"]), now - window)
         plan = said_by(signal, plan)
-        plan = _gang_first(self.store.gangs(spec.name), plan, now) if _grows(plan) else plan
         by_name = named and plan.action is Action.SCALE_IN
+        if _grows(plan) or (_shrinks(plan) and not by_name):
+            plan = _gang_first(self.store.gangs(spec.name), plan, now)
         if plan.outcome is Outcome.SCALED and by_name:
             decision, change = self.node_actions.remove(attempt, plan, state.failures, held.lease)
             return decision, change, view_after(spec, cloud, facts, decision, now)
@@ -245,14 +246,21 @@ def _grows(plan: Decision) -> bool:
     return plan.outcome is Outcome.SCALED and plan.from_ is not None and plan.to is not None and plan.to > plan.from_
 
 
+def _shrinks(plan: Decision) -> bool:
+    return plan.outcome is Outcome.SCALED and plan.from_ is not None and plan.to is not None and plan.to < plan.from_
+
+
 def _gang_first(gangs: Sequence[GangRecord], plan: Decision, now: float) -> Decision:
     """A plain scale-out of a pool an atomic scale-out waits on waits too (``skipped_busy``, retried once the gang
     is settled): the nodes that come could not be told from the gang's, which counts every new node as its own and
-    removes them on a roll-back (docs/gang.md)."""
+    removes them on a roll-back (docs/gang.md). So does a scale-in by size (the cloud picks the machine): it could
+    take a node that came for the gang (a scale-in by name passes the gang's nodes over)."""
     if not gangs:
         return plan
     gang = gangs[0]
+    why = ("its nodes are told apart only so" if _grows(plan) else
+           "the cloud picks which machine a scale-in by size removes, and it could be one that came for it")
     return replace(plan, outcome=Outcome.SKIPPED_BUSY, to=plan.from_, retry_after=max(30.0, gang.deadline - now),
                    reason=f"{plan.reason}: an atomic scale-out of {gang.asked} node(s) waits on pool {plan.pool} "
-                          f"(gang {gang.id}); asked once it is settled (its nodes are told apart only so)",
+                          f"(gang {gang.id}); asked once it is settled ({why})",
                    details={**plan.details, "gang": gang.id})

@@ -149,3 +149,27 @@ def test_a_node_that_came_and_went_not_ready_later_is_no_shortfall(tmp_path: Pat
         _not_ready(kube, came[0], rig.clock())
         assert rig.tick() == []
         assert rig.current("ondemand") == 0
+
+
+def test_a_scale_in_by_size_waits_while_a_gang_waits_on_the_pool(tmp_path: Path) -> None:
+    """A scale-in the cloud carries out by size (victims: cloud, the cloud picks the machine) of a pool an atomic
+    scale-out waits on is skipped_busy until the gang is settled: the cloud could take a node that came for the
+    gang, which then waited for its deadline or the cloud's shortfall (a named scale-in already passes the gang's
+    nodes over). Once the gang is settled it goes ahead."""
+    spot, ondemand = pools(spot_capacity=None)
+    spot["scale_in"] = {"victims": "cloud"}
+    spot["simulated"] = {"initial_count": 1}
+    with FakeKube() as kube:
+        kube.add_node("spot-node-0000", {"pool": "spot", **H100})
+        rig = Rig(tmp_path, kube, pools=[spot, ondemand])
+        assert rig.atomic("spot", 2).get_json()["outcome"] == "scaled"
+        rig.arrive("spot", ready=False)
+        got = post(rig.client, "/api/v1/pools/spot/scale", {"action": "scale_in", "step": 1, "force": True}).get_json()
+        assert got["outcome"] == "skipped_busy" and "atomic scale-out" in got["reason"], got
+        assert rig.current("spot") == 3
+        rig.arrive("spot")
+        for name in rig.provider("spot").node_names():
+            kube.nodes[name]["status"]["conditions"][0]["status"] = "True"
+        assert rig.tick() == [("spot", "provisioned")]
+        got = post(rig.client, "/api/v1/pools/spot/scale", {"action": "scale_in", "step": 1, "force": True}).get_json()
+        assert got["outcome"] == "scaled" and (got["from"], got["to"]) == (3, 2), got
