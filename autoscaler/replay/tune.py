@@ -27,9 +27,8 @@ from autoscaler.store.memory import MemoryStore
 Progress = Callable[[str], None]
 WAVE = 12  # candidates scored between two updates of the early-stop bound
 PAIR_MOVES = 1 / 3  # the share of neighbours that move two knobs instead of one
-#: Candidates within this share of the cheapest cost are near-equal: the robust pick (robust.py) takes the steadiest
-#: of them, and a hill-climb neighbour stops once costlier than the best feasible by this share of its cost (it
-#: could be neither the choice nor a finalist).
+#: A hill-climb neighbour stops once costlier than the best feasible by this share of its cost (it could be neither
+#: the choice nor a finalist; the robust pick's own band, robust.PICK_NEAR, is narrower).
 NEAR = 0.03
 
 

@@ -12,7 +12,8 @@ from autoscaler.replay.robust import (JUDGE_WAVE, Judged, Rule, burstiest_days, 
                                       leaves_a_node_waiting, pick, settle, sharper, steadier, stressed_copies)
 from autoscaler.replay.space import ABOVE, BELOW, Space, fine_thresholds
 from autoscaler.replay.trace import Trace, parse_time
-from autoscaler.replay.tune import NEAR, Budget, Score, choose, make_pool
+from autoscaler.replay.robust import PICK_NEAR
+from autoscaler.replay.tune import Budget, Score, choose, make_pool
 from tests.support.replay_cases import BASE
 
 T0 = parse_time("2025-01-06T00:00:00Z")
@@ -111,12 +112,16 @@ def judged(hours: float, worst: int, changes: int, headroom: Any = None, stress_
                  id="a-stressed-day-within-twice-the-budget-holds"),
     pytest.param([judged(100, 15, 3), judged(120, 5, 1)], 14, 6, 120, "robust",
                  id="a-history-day-over-the-budget-rules-it-out"),
-    pytest.param([judged(100, 10, 5), judged(102, 10, 2)], 14, 6, 102, "robust",
+    pytest.param([judged(100, 10, 5), judged(100.8, 10, 2)], 14, 6, 100.8, "robust",
                  id="near-equal-fewer-direction-changes-wins"),
-    pytest.param([judged(100, 10, 2), judged(102, 10, 2, headroom={"nodes": 1})], 14, 6, 102, "robust",
+    pytest.param([judged(100, 10, 2), judged(100.8, 10, 2, headroom={"nodes": 1})], 14, 6, 100.8, "robust",
                  id="near-equal-same-changes-more-headroom-wins"),
-    pytest.param([judged(100, 10, 2), judged(102, 10, 2, scale_in_for=900)], 14, 6, 102, "robust",
+    pytest.param([judged(100, 10, 2), judged(100.8, 10, 2, scale_in_for=900)], 14, 6, 100.8, "robust",
                  id="near-equal-longer-scale-in-for-wins"),
+    # issue 47 round 13: steadiness bought with 2-3% more node-hours on the history cost the unseen days their cost
+    # goal (inference, search seed 2: 80% of the days met it with the cheapest finalists, 8% with the steadiest)
+    pytest.param([judged(100, 10, 5), judged(102, 10, 2)], 14, 6, 100, "robust",
+                 id="two-percent-dearer-is-not-near-equal"),
     pytest.param([judged(100, 10, 5), judged(110, 10, 2)], 14, 6, 100, "robust",
                  id="not-near-equal-the-cheaper-stays"),
     pytest.param([judged(100, 10, 9), judged(150, 10, 8)], 14, 6, 100, "robust_changes_over",
@@ -160,7 +165,7 @@ def _judging() -> tuple[int, dict[str, Trace]]:
 
 def test_judging_stops_once_the_rest_could_not_be_picked_and_picks_the_same() -> None:
     """Finalists go to the stressed copies cheapest first, a wave at a time; once the cheapest that holds is known,
-    those costing more than NEAR above it are not judged (the pick could not take them): the same choice, fewer
+    those costing more than PICK_NEAR above it are not judged (the pick could not take them): the same choice, fewer
     replays. Without one that holds, every finalist is judged."""
     space, cand = _space()
     cands = [{**cand, "scale_out.headroom": room} for room in
@@ -168,7 +173,7 @@ def test_judging_stops_once_the_rest_could_not_be_picked_and_picks_the_same() ->
     train, stressed = _judging()
     full = judge(None, cands, [], train, stressed)
     costs = sorted(j.history.cost for j in full)
-    assert len(full) == 6 and costs[JUDGE_WAVE] > costs[0] * (1 + NEAR)  # the wave after the first could not win
+    assert len(full) == 6 and costs[JUDGE_WAVE] > costs[0] * (1 + PICK_NEAR)  # the wave after the first could not win
     lenient = Rule(day_budget=1440, changes=None, stressed_budget=2880)  # every finalist holds
     lazy = judge(None, cands, [], train, stressed, holds=lenient.holds)
     assert len(lazy) == JUDGE_WAVE and lazy == [j for j in full if j in lazy]  # the cheapest wave, in cands' order
@@ -212,22 +217,23 @@ def test_a_headroom_the_history_used_is_still_the_steadier_pick() -> None:
     train, stressed = _judging()
     calm = {**cand, "rules.1.below": 70, "scale_in.step": 2}
     finals = judge(None, [{**calm, "scale_out.headroom": room} for room in (None, {"nodes": 1})], [], train, stressed)
-    assert finals[0].history.cost < finals[1].history.cost < finals[0].history.cost * (1 + NEAR)
+    assert finals[0].history.cost < finals[1].history.cost < finals[0].history.cost * (1 + PICK_NEAR)
     lenient = Rule(day_budget=1440, changes=None, stressed_budget=2880)
     got = settle(None, finals, lenient, train, stressed)
     assert got == pick(finals, 1440, None, stressed_budget=2880) and got[0].candidate["scale_out.headroom"]
 
 
 def test_the_near_equal_stay_under_cluster_autoscaler_with_a_pause_node() -> None:
-    """Issue 47, real weeks (a recommendation service steady at 47-48 nodes): a node of headroom costs 2% more,
-    within NEAR, so the steadiest of the near-equal kept it and cost what cluster-autoscaler with one pause node
-    costs (49 nodes). With that peer's node-hours on the tuning span as the ceiling, the near-equal under it win;
-    where none is under it, the pick is as before."""
-    lean, spare = judged(48 * 120, 0, 0), judged(49 * 120, 0, 0, headroom={"nodes": 1})
+    """Issue 47, real weeks (a recommendation service steady at 47-48 nodes): a node of headroom cost 2% more,
+    within the near-equal band (then 3%), so the steadiest of the near-equal kept it and cost what
+    cluster-autoscaler with one pause node costs. At 120 nodes a spare one is under 1%, within the band still:
+    with that peer's node-hours on the tuning span as the ceiling, the near-equal under it win; where none is under
+    it, the pick is as before."""
+    lean, spare = judged(120 * 120, 0, 0), judged(121 * 120, 0, 0, headroom={"nodes": 1})
     assert pick([lean, spare], 14, 6)[0] is spare
-    assert pick([lean, spare], 14, 6, ceiling=49 * 120)[0] is lean
-    assert pick([lean, spare], 14, 6, ceiling=48 * 120)[0] is spare  # none under it: steadiness as before
-    assert settle(None, [lean, spare], Rule(14, 6, ceiling=49 * 120), 1440, {})[0] is lean
+    assert pick([lean, spare], 14, 6, ceiling=121 * 120)[0] is lean
+    assert pick([lean, spare], 14, 6, ceiling=120 * 120)[0] is spare  # none under it: steadiness as before
+    assert settle(None, [lean, spare], Rule(14, 6, ceiling=121 * 120), 1440, {})[0] is lean
 
 
 def test_a_large_pool_s_space_holds_thresholds_that_follow_whole_nodes() -> None:
