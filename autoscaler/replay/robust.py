@@ -304,8 +304,9 @@ def settle(pool: ProcessPoolExecutor | None, judged: Sequence[Judged], rule: Rul
 
 
 def as_json(j: Judged) -> dict[str, Any]:
-    """One finalist in tuning.json: its settings, cost on the tuning span and worst days."""
-    return {"settings": settings_text(j.candidate), "cost": round(j.history.cost, 2),
+    """One finalist in tuning.json: its settings (as text, and ``knobs``: as the candidate, to replay it), cost on
+    the tuning span and worst days."""
+    return {"settings": settings_text(j.candidate), "knobs": dict(j.candidate), "cost": round(j.history.cost, 2),
             "worst_day_saturated": j.worst_day, "worst_day_direction_changes": j.worst_changes,
             "stressed_worst_days": [s.worst_day for s in j.stressed]}
 
