@@ -81,7 +81,7 @@ def went_down(node: NodeLike, provision_time: float) -> bool:
     """Not Ready now, but its Ready condition changed more than ``provision_time`` after it was created: it came
     (a node never Ready keeps the condition it registered with, or changes it within its boot) and went down later,
     a kubelet's blip or a broken node: the repair's matter (docs/repair.md), not a node the cloud failed to deliver."""
-    return not node.ready and node.ready_since > node.created + provision_time > provision_time
+    return not node.ready and node.created > 0 and node.ready_since > node.created + provision_time
 
 
 def unregistered(nodes: Iterable[NodeLike], asked: int, now: float, provision_time: float,

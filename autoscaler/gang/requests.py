@@ -10,8 +10,8 @@ the next matching pool is asked for its own node count; once its gang is ``provi
 ``Provisioned`` and its nodes booked (kept from scale-in) until a pod of the request runs on each (read from the
 pool's listing of this tick) or ``booking`` ends (``BookingExpired``, the marks taken off); a booked node lost (gone
 from the listing, or NotReady for NOT_READY_GRACE) revokes the capacity (``CapacityRevoked``, event
-``capacity_revoked``). When every pool
-fell short it is ``Failed``. A request whose pools are busy, paused, short or serving another gang waits."""
+``capacity_revoked``). When every pool fell short it is ``Failed``. A request whose pools are busy, paused, short or
+serving another gang waits."""
 from __future__ import annotations
 
 import logging
