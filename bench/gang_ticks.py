@@ -49,21 +49,24 @@ def _resource(path: str) -> str:
     return path
 
 
+def _asked(tmp: Path, kube: FakeKube, n: int, nodes: int) -> Rig:
+    """The rig, and ``n`` requests ``r0``... of ``nodes`` nodes of 8 GPUs each (one PodTemplate)."""
+    rig = Rig(tmp, kube, **PRS)
+    kube.prs.add_template("tmpl", gpus=8, node_selector=dict(H100))
+    for i in range(n):
+        kube.prs.add_request(f"r{i}", [("tmpl", nodes)])
+    return rig
+
+
 def finished(tmp: Path, n: int) -> tuple[dict[str, Any], dict[str, Any]]:
     with FakeKube() as kube:
-        rig = Rig(tmp, kube, **PRS)
-        kube.prs.add_template("big", gpus=8, node_selector=dict(H100))
-        for i in range(n):
-            kube.prs.add_request(f"r{i}", [("big", 9)])  # 9 nodes: over both pools' max (8)
+        rig = _asked(tmp, kube, n, 9)  # 9 nodes: over both pools' max (8)
         return _calls(kube, rig), _calls(kube, rig)
 
 
 def waiting_for_room(tmp: Path, n: int) -> dict[str, Any]:
     with FakeKube() as kube:
-        rig = Rig(tmp, kube, **PRS)
-        kube.prs.add_template("one", gpus=8, node_selector=dict(H100))
-        for i in range(n):
-            kube.prs.add_request(f"r{i}", [("one", 1)])
+        rig = _asked(tmp, kube, n, 1)
         for pool in ("spot", "ondemand"):
             assert post(rig.client, f"/api/v1/pools/{pool}/pause", {"reason": "bench"}).status_code == 200
         rig.tick()
@@ -73,10 +76,7 @@ def waiting_for_room(tmp: Path, n: int) -> dict[str, Any]:
 def provisioned(tmp: Path, n: int) -> dict[str, Any]:
     """``n`` requests of one node each, provisioned one after the other."""
     with FakeKube() as kube:
-        rig = Rig(tmp, kube, **PRS)
-        kube.prs.add_template("one", gpus=8, node_selector=dict(H100))
-        for i in range(n):
-            kube.prs.add_request(f"r{i}", [("one", 1)])
+        rig = _asked(tmp, kube, n, 1)
         done = 0
         for _ in range(4 * n + 4):  # one request asked a tick (its pool busy meanwhile), each provisioned
             rig.tick()
