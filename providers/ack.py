@@ -11,7 +11,9 @@ from autoscaler.clock import SYSTEM, Clock
 from autoscaler.config.durations import Duration
 from autoscaler.models import CloudStatus, ProviderRead, Shortfall
 from providers import shortfalls
+from providers.ack_send import bound_client, bounded_failure
 from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked, read_of
+from providers.bounded import AnswerTooLarge
 from providers.errors import Code, PermanentError, cloud_autoscaler
 from providers.named import agreed, in_parts, lowered, machines
 from providers.retry import Transient, call, clean, refusal
@@ -211,7 +213,7 @@ class AckProvider(RemovingProvider):
             config.retry_options = None  # one retry layer: ours
             if config.credential is None:
                 config.credential = self._credential or _default_credential()
-            self._client = Client(config)
+            self._client = bound_client(Client(config))  # read_timeout: each exchange's total (ack_send.py)
         return self._client
 
 
@@ -247,6 +249,11 @@ def _classify(exc: Exception, what: str) -> Exception:
         status = int(exc.status_code or 0)
         return refusal(what, status, str(exc.code), _said(exc), text=f"{what.split()[0]} refused (HTTP {status}): "
                        f"{exc.code}: {_said(exc)}", cloud="ack")
+    failure = bounded_failure(exc)
+    if isinstance(failure, AnswerTooLarge):  # ACK may have acted: not again
+        return PermanentError(f"{what}: ACK {failure}", code=Code.BAD_ANSWER, cloud_code=str(failure.status))
+    if failure is not None:  # no whole answer within the attempt's timeout
+        return Transient(f"{failure} talking to the ACK API")
     name = type(getattr(exc, "inner_exception", None) or exc).__name__  # connection errors: UnretryableException
     if "credential" in str(exc).lower() or "accesskey" in str(exc).lower():
         return PermanentError(f"{what}: no usable Alibaba Cloud credentials ({type(exc).__name__}); set "

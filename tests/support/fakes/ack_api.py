@@ -7,7 +7,7 @@ into state ``scaling`` until :meth:`FakeAckApi.settle` is called, as the real se
 ``DELETE /clusters/{cluster}/nodepools/{nodepool}/nodes?instance_ids=["i-…"]&drain_node=&release_node=`` answers
 RemoveNodePoolNodes: the instances leave the pool, ``desired_size`` drops by as many, state ``removing`` until
 settled. Which error code the real service gives an instance outside the pool is not documented; here 400
-``ErrorInstanceNotInNodePool`` (our name).
+``ErrorInstanceNotInNodePool`` (our name). :meth:`FakeAckApi.trickle_next` sends an answer a byte at a time.
 """
 from __future__ import annotations
 
@@ -78,6 +78,7 @@ class FakeAckApi(FakeHttpServer):
     failures: list[tuple[int, dict[str, Any], str | None]] = field(default_factory=list)
     lost_answers: list[str] = field(default_factory=list)  # actions carried out whose answer is then dropped
     tasks: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # each cluster's tasks, newest first
+    trickled: dict[str, float] = field(default_factory=dict)  # action -> seconds between its next answer's bytes
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -99,6 +100,12 @@ class FakeAckApi(FakeHttpServer):
         """The next ``action`` request is carried out, but the connection drops before the answer."""
         with self._lock:
             self.lost_answers.append(action)
+
+    def trickle_next(self, action: str, every: float) -> None:
+        """The next ``action`` answer is the real one, its body sent a byte every ``every`` seconds (the headers at
+        once): a stuck peer that still sends, so no single read waits long."""
+        with self._lock:
+            self.trickled[action] = every
 
     def stock_out(self, cluster: str, nodepool: str, capacity: int, code: str = "OperationDenied.NoStock",
                   message: str = "The requested resource is sold out in the specified zone; try other types of "
@@ -132,7 +139,8 @@ class FakeAckApi(FakeHttpServer):
             if action in self.lost_answers:
                 self.lost_answers.remove(action)
                 return Reply(reset=True)
-        return Reply(status, answer, content_type="application/json;charset=utf-8")
+            every = self.trickled.pop(action, 0.0) if action else 0.0
+        return Reply(status, answer, content_type="application/json;charset=utf-8", trickle=every)
 
     def _answer(self, method: str, path: str, body: Any, request: Request) -> tuple[int, dict[str, Any]]:
         with self._lock:

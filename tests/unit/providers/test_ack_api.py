@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,14 +11,17 @@ import pytest
 
 import providers
 from providers.base import ProviderError, Tracked
+from providers.errors import Code, PermanentError, TemporaryError
 from tests.support.fakes.ack_api import FakeAckApi, Pool
 from tests.support.fakes.clients import ACK_CLUSTER as CLUSTER
 from tests.support.fakes.clients import AK_ID, AK_SECRET, NODEPOOL
 from tests.support.fakes.clients import make_ack as make
+from tests.support.fakes.misbehaving import Misbehaving
 from tests.support import FakeClock
 
 PATH = f"/clusters/{CLUSTER}/nodepools/{NODEPOOL}"
 NONE = Tracked(None, None)
+MiB = 1024 * 1024
 
 
 @pytest.fixture
@@ -107,6 +111,39 @@ def test_connection_refused_is_retryable(api: FakeAckApi, sleeps: list[float]) -
     assert caught.value.retryable is True and "talking to the ACK API" in caught.value.message
 
 
+def test_a_trickled_answer_is_cut_at_the_attempts_timeout(api: FakeAckApi, sleeps: list[float]) -> None:
+    """The node pool's answer (~360 bytes) sent a byte every 10 ms: no read waits near the SDK's 1 s read timeout,
+    yet the whole answer takes ~3.6 s. One attempt ends at its 1 s timeout as a retryable CloudUnavailable; the
+    connection is dropped, not left trickling; the next call reads the pool as ever."""
+    provider = make(api, sleeps, timeout=1, retry_budget=0)
+    assert provider.status(NONE, now=0.0).current == 2  # the SDK's client is built before the clock starts
+    api.trickle_next("DescribeClusterNodePoolDetail", every=0.01)
+    started = time.monotonic()
+    with pytest.raises(TemporaryError) as caught:
+        provider.status(NONE, now=1.0)
+    took = time.monotonic() - started
+    print(f"ACK trickle: gave up after {took:.2f}s: {caught.value.message}")
+    assert took < 1.8, f"the 1s timeout held the call {took:.1f}s"
+    assert caught.value.code == Code.UNAVAILABLE and caught.value.retryable
+    assert "no complete answer within 1s" in caught.value.message and "ACK API" in caught.value.message
+    assert AK_SECRET not in caught.value.message
+    deadline = time.monotonic() + 2
+    while not api.hung_up and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert api.hung_up, "the client hung up at its deadline"
+    assert provider.status(NONE, now=2.0).current == 2
+
+
+def test_a_huge_answer_is_refused_not_retried(api: FakeAckApi, sleeps: list[float]) -> None:
+    with Misbehaving("large", size=24 * MiB) as huge:
+        provider = make(api, sleeps, endpoint=huge.url.removeprefix("http://"), retry_budget=30)
+        with pytest.raises(PermanentError) as caught:
+            provider.scale(2, 3, now=0.0)
+    assert len(huge.served) == 1 and huge.served[0].sent < 24 * MiB, "an answer that may have acted: not again"
+    assert caught.value.code == Code.BAD_ANSWER and caught.value.cloud_code == "200"
+    assert "more than 16 MiB" in caught.value.message and sleeps == []
+
+
 def test_no_secret_in_errors_or_logs(api: FakeAckApi, sleeps: list[float], caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     provider = make(api, sleeps)
@@ -124,6 +161,7 @@ import sys
 from autoscaler.clock import SYSTEM
 from providers.ack import FACTORY as f
 from providers.base import ProviderError, Tracked
+from providers.errors import Code, PermanentError, TemporaryError
 s = f.settings_model.model_validate({"cluster_id": sys.argv[1], "nodepool_id": sys.argv[2],
     "region_id": "cn-hangzhou", "endpoint": sys.argv[3], "protocol": "http", "retry_budget": 0})
 try:

@@ -1,0 +1,42 @@
+"""The Alibaba Cloud SDK's HTTP exchanges through a bounded session (:mod:`providers.bounded`).
+
+The SDK (alibabacloud-tea-openapi over darabonba-core) sends every synchronous call with ``requests``, through a
+``requests.Session`` of its own that it makes on first use for each endpoint and keeps in ``DaraCore._sessions``,
+and hands it ``timeout=(connect, read)`` from the client's ``connect_timeout``/``read_timeout``. The read part
+bounds each socket read, so an answer trickled a byte at a time was never cut. No option of the SDK takes a session
+or a transport: :func:`bound_client` puts a bounded session in that cache, under the key the SDK looks it up by,
+before the client's first call; every exchange of the client then ends within its read timeout, the answer read up
+to :data:`ACK_ANSWER` (TLS as ``requests`` does it, with certifi's CAs as the SDK's own adapter; the SDK still hands
+each send its ``verify``, ``cert`` and proxies). The SDK re-raises the adapter's error as its own ``RetryError``
+(inside the ``except``, so the original is its ``__context__``); :func:`bounded_failure` finds it again.
+darabonba-core is pinned in requirements.txt for this; the ACK trickle test fails should an upgrade move the cache.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import requests
+
+from providers.bounded import AnswerTooLarge, AnswerTooSlow, bound
+
+ACK_ANSWER = 16 * 1024 * 1024  # bytes: the most of one ACK answer read (a page of 100 nodes is ~100 KB)
+
+
+def bound_client(client: Any) -> Any:
+    """``client`` (an alibabacloud-tea-openapi client) with every exchange bounded (see the module)."""
+    from darabonba.core import DaraCore
+    from darabonba.request import DaraRequest
+
+    # as DaraCore.do_action names it: protocol, the endpoint (the host header), the request's port, the pool size
+    protocol, host = str(client._protocol or "https").lower(), str(client._endpoint).rstrip("/")
+    pool = DaraCore._resolve_pool_maxsize({"maxIdleConns": DaraCore.to_number(client._max_idle_conns)})
+    key = f"{protocol}://{host}:{DaraRequest().port}:pool={pool}"
+    bound(DaraCore._sessions.setdefault(key, requests.Session()), ACK_ANSWER)
+    return client
+
+
+def bounded_failure(exc: Exception) -> AnswerTooSlow | AnswerTooLarge | None:
+    """The bounded adapter's error under the SDK's exception (``UnretryableException`` -> ``RetryError``), if any."""
+    inner = getattr(exc, "inner_exception", None) or exc
+    cause = inner.__context__
+    return cause if isinstance(cause, (AnswerTooSlow, AnswerTooLarge)) else None
