@@ -12,10 +12,11 @@ from typing import Iterable
 
 from autoscaler.config.common import MAX_NODES
 from autoscaler.config.durations import parse_duration
-from autoscaler.replay.trace import MAX_LINE, ReplayError, parse_time
+from autoscaler.replay.trace import MAX_LINE, MAX_MINUTES, ReplayError, bounded_lines, parse_time
 
 HEADER = ["time", "nodes", "duration"]
 OPTIONAL = "gpus_per_node"
+ROW_IS = "a row is a time, a node count, a duration and maybe GPUs per node"
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def parse_gangs(lines: Iterable[str], path: str) -> list[GangRow]:
     width = 0
     for line, text in enumerate(lines, start=1):
         if len(text) > MAX_LINE + 2:
-            raise ReplayError(f"{path} line {line}: longer than {MAX_LINE} bytes")
+            raise ReplayError(f"{path} line {line}: longer than {MAX_LINE} bytes ({ROW_IS})")
         try:
             row = next(csv.reader([text]), [])
         except csv.Error as exc:
@@ -81,6 +82,9 @@ def parse_gangs(lines: Iterable[str], path: str) -> list[GangRow]:
             continue
         if not row or all(not c.strip() for c in row):
             continue
+        if len(rows) == MAX_MINUTES:
+            raise ReplayError(f"{path} line {line}: more than {MAX_MINUTES:,} requests (one a minute for a leap "
+                              "year); replay a shorter span of it")
         rows.append(_row(path, line, row, width, rows[-1].time if rows else None))
     if not width:
         raise ReplayError(f"{path} line 1: expected the header time,nodes,duration[,gpus_per_node], got 'an empty "
@@ -91,10 +95,9 @@ def parse_gangs(lines: Iterable[str], path: str) -> list[GangRow]:
 
 
 def load_gangs(path: str) -> list[GangRow]:
+    """Read and check a gang trace, line by line (each read with the demand trace's bound, ``MAX_LINE``)."""
     try:
-        with open(path, encoding="utf-8", errors="strict", newline="") as fh:
-            return parse_gangs(fh, path)
-    except UnicodeDecodeError as exc:
-        raise ReplayError(f"{path}: not UTF-8 text ({exc.reason})") from None
+        with open(path, "rb") as fh:
+            return parse_gangs(bounded_lines(fh, path, ROW_IS), path)
     except OSError as exc:
         raise ReplayError(f"{path}: cannot read: {exc.strerror}") from None

@@ -17,6 +17,12 @@ MAX_DEMAND = float(MAX_NODES)
 #: The longest line a trace may have, in bytes (its line ending aside): a row (``2025-01-06T00:00:00Z,12.5``) is
 #: about 30.
 MAX_LINE = 1024
+#: The most rows (minutes) a trace may hold: a leap year. A replay keeps every minute's figures and the tuner
+#: replays its span hundreds of times, so a longer file is a mistake (or a file that never ends) to refuse at its
+#: first row over the cap, not a history to read whole: tune on a week or a few (docs/tuning.md).
+MAX_DAYS = 366
+ROW_IS = "a row is a timestamp and a number"
+MAX_MINUTES = MAX_DAYS * 1440
 
 
 class ReplayError(Exception):
@@ -70,16 +76,16 @@ def _row(path: str, line: int, row: list[str], previous: float | None) -> tuple[
     return ts, demand
 
 
-def _lines(fh: IO[bytes], path: str) -> Iterator[str]:
+def bounded_lines(fh: IO[bytes], path: str, row: str = ROW_IS) -> Iterator[str]:
     """The file's lines as text, each read with a bound: a line longer than MAX_LINE bytes is refused once that much
-    is read, never held whole (a 300 MB line took 574 MiB before the error)."""
+    is read, never held whole (a 300 MB line took 574 MiB before the error); ``row`` says what a row holds."""
     line = 1
     while True:
         raw = fh.readline(MAX_LINE + 1)
         if not raw:
             return
         if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
-            raise _too_long(path, line)
+            raise _too_long(path, line, row)
         try:
             yield raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -87,8 +93,8 @@ def _lines(fh: IO[bytes], path: str) -> Iterator[str]:
         line += 1
 
 
-def _too_long(path: str, line: int) -> ReplayError:
-    return ReplayError(f"{path} line {line}: longer than {MAX_LINE} bytes (a row is a timestamp and a number)")
+def _too_long(path: str, line: int, row: str = ROW_IS) -> ReplayError:
+    return ReplayError(f"{path} line {line}: longer than {MAX_LINE} bytes ({row})")
 
 
 def parse_trace(lines: Iterable[str], path: str) -> Trace:
@@ -111,6 +117,9 @@ def parse_trace(lines: Iterable[str], path: str) -> Trace:
             continue
         if not row or all(not c.strip() for c in row):
             continue
+        if len(demand) == MAX_MINUTES:
+            raise ReplayError(f"{path} line {line}: more than {MAX_MINUTES:,} rows ({MAX_DAYS} days of minutes); "
+                              "replay or tune a shorter span of it")
         previous, value = _row(path, line, row, previous)
         start = previous if start is None else start
         demand.append(value)
@@ -125,6 +134,6 @@ def load_trace(path: str) -> Trace:
     """Read and check a trace, row by row; ReplayError names the line of the first problem."""
     try:
         with open(path, "rb") as fh:
-            return parse_trace(_lines(fh, path), path)
+            return parse_trace(bounded_lines(fh, path), path)
     except OSError as exc:
         raise ReplayError(f"{path}: cannot read: {exc.strerror}") from None

@@ -2,6 +2,10 @@
 virtual clock, a spot pool that delivers 2 of any size asked, figures checked by hand; a bad row refused by line."""
 from __future__ import annotations
 
+import itertools
+import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +14,8 @@ import yaml
 
 from autoscaler.config.load import load_replay_config
 from autoscaler.replay.gang import run_gang_replay
-from autoscaler.replay.trace import ReplayError
+from autoscaler.replay.gang_trace import ROW_IS, load_gangs, parse_gangs
+from autoscaler.replay.trace import MAX_LINE, MAX_MINUTES, ReplayError
 
 T0 = "2026-01-05T00:00:00Z"
 
@@ -99,3 +104,41 @@ def test_overlapping_requests_on_one_pool_finish_and_leave_no_node(tmp_path: Pat
         assert figures["started"] == figures["requests"] == 4, (mode, figures)
         assert 12 <= figures["node_hours"] <= 12.5, (mode, figures)  # 12 node-h of jobs, boots waited a little
         assert figures["waiting_node_hours_past_provision_time"] == 0
+
+
+def test_a_line_over_the_bound_is_refused_once_that_much_is_read(tmp_path: Path) -> None:
+    """A FIFO whose writer sends the header, a good row and then a line that never ends (bytes, no newline, the pipe
+    kept open): the reader refuses it once MAX_LINE bytes of it are read, as the demand trace does; a reader that
+    wants the whole line first never returns."""
+    fifo = tmp_path / "gangs.csv"
+    os.mkfifo(fifo)
+    release = threading.Event()
+
+    def writer() -> None:
+        with open(fifo, "w") as fh:
+            fh.write(f"time,nodes,duration\n{T0},4,1h\n{T0}," + "1" * (4 * MAX_LINE))
+            fh.flush()
+            release.wait(30)
+
+    threading.Thread(target=writer, daemon=True).start()
+    found: list[BaseException] = []
+    reader = threading.Thread(target=lambda: found.append(pytest.raises(ReplayError, load_gangs, str(fifo)).value),
+                              daemon=True)
+    reader.start()
+    reader.join(10)
+    done = bool(found)  # before the writer lets go of the pipe
+    release.set()
+    reader.join(10)
+    assert done and str(found[0]) == f"{fifo} line 3: longer than {MAX_LINE} bytes ({ROW_IS})"
+
+
+def test_a_gang_trace_longer_than_the_row_cap_is_refused_at_the_first_row_over_it() -> None:
+    """At most MAX_MINUTES requests (one a minute for a leap year): the next row is refused naming its line,
+    nothing after it read."""
+    def rows(count: int) -> Iterator[str]:
+        yield "time,nodes,duration\n"
+        yield from itertools.repeat(f"{T0},1,1h\n", count)
+        raise AssertionError("read past the first row over the cap")
+
+    with pytest.raises(ReplayError, match=rf"^g\.csv line {MAX_MINUTES + 2}: more than {MAX_MINUTES:,} requests"):
+        parse_gangs(rows(MAX_MINUTES + 1), "g.csv")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from autoscaler.__main__ import main
-from autoscaler.replay.trace import MAX_LINE, ReplayError, load_trace, parse_trace
+from autoscaler.replay.trace import MAX_LINE, MAX_MINUTES, ReplayError, load_trace, parse_trace
 
 HEADER = "timestamp,demand\n"
 ROW = "2025-01-06T00:{:02d}:00Z,{}\n"
@@ -92,3 +92,24 @@ def test_other_bad_files_still_name_the_place(tmp_path: Path, text: str, said: s
     with pytest.raises(ReplayError) as caught:
         load_trace(str(path))
     assert str(caught.value).startswith(f"{path}{said}"), str(caught.value)
+
+
+def _minutes(count: int) -> Iterator[str]:
+    """A valid trace of ``count`` rows, one a minute, written as it is read."""
+    yield HEADER
+    t0 = 1736121600  # 2025-01-06T00:00:00Z
+    for i in range(count):
+        yield time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0 + 60 * i)) + ",1\n"
+
+
+def test_a_trace_longer_than_the_row_cap_is_refused_at_the_first_row_over_it() -> None:
+    """A trace holds at most MAX_MINUTES rows (a leap year of minutes): the row after them is refused, naming its
+    line and the cap, without reading further (a file that never ends is refused too); exactly the cap is read."""
+    def rows(count: int) -> Iterator[str]:
+        yield from _minutes(count)
+        raise ReadTooFar("read past the first row over the cap")
+
+    with pytest.raises(ReplayError, match=rf"^t\.csv line {MAX_MINUTES + 2}: more than {MAX_MINUTES:,} rows "
+                                          r"\(366 days of minutes\)"):
+        parse_trace(rows(MAX_MINUTES + 1), "t.csv")
+    assert len(parse_trace(_minutes(MAX_MINUTES), "t.csv").demand) == MAX_MINUTES
