@@ -3,8 +3,6 @@ virtual clock, a spot pool that delivers 2 of any size asked, figures checked by
 from __future__ import annotations
 
 import itertools
-import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ from autoscaler.config.load import load_replay_config
 from autoscaler.replay.gang import run_gang_replay
 from autoscaler.replay.gang_trace import ROW_IS, load_gangs, parse_gangs
 from autoscaler.replay.trace import MAX_LINE, MAX_MINUTES, ReplayError
+from tests.support.fifo import refused_while_open
 
 T0 = "2026-01-05T00:00:00Z"
 
@@ -111,25 +110,8 @@ def test_a_line_over_the_bound_is_refused_once_that_much_is_read(tmp_path: Path)
     kept open): the reader refuses it once MAX_LINE bytes of it are read, as the demand trace does; a reader that
     wants the whole line first never returns."""
     fifo = tmp_path / "gangs.csv"
-    os.mkfifo(fifo)
-    release = threading.Event()
-
-    def writer() -> None:
-        with open(fifo, "w") as fh:
-            fh.write(f"time,nodes,duration\n{T0},4,1h\n{T0}," + "1" * (4 * MAX_LINE))
-            fh.flush()
-            release.wait(30)
-
-    threading.Thread(target=writer, daemon=True).start()
-    found: list[BaseException] = []
-    reader = threading.Thread(target=lambda: found.append(pytest.raises(ReplayError, load_gangs, str(fifo)).value),
-                              daemon=True)
-    reader.start()
-    reader.join(10)
-    done = bool(found)  # before the writer lets go of the pipe
-    release.set()
-    reader.join(10)
-    assert done and str(found[0]) == f"{fifo} line 3: longer than {MAX_LINE} bytes ({ROW_IS})"
+    said = refused_while_open(fifo, f"time,nodes,duration\n{T0},4,1h\n{T0}," + "1" * (4 * MAX_LINE), load_gangs)
+    assert said == f"{fifo} line 3: longer than {MAX_LINE} bytes ({ROW_IS})"
 
 
 def test_a_gang_trace_longer_than_the_row_cap_is_refused_at_the_first_row_over_it() -> None:

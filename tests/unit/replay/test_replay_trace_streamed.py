@@ -2,8 +2,6 @@
 without reading the rest of the file; a line longer than ``MAX_LINE`` is refused once that much is read."""
 from __future__ import annotations
 
-import os
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +10,7 @@ import pytest
 
 from autoscaler.__main__ import main
 from autoscaler.replay.trace import MAX_LINE, MAX_MINUTES, ReplayError, load_trace, parse_trace
+from tests.support.fifo import refused_while_open
 
 HEADER = "timestamp,demand\n"
 ROW = "2025-01-06T00:{:02d}:00Z,{}\n"
@@ -37,24 +36,8 @@ def test_a_bad_row_early_in_a_file_that_never_ends_is_found(tmp_path: Path) -> N
     """A FIFO whose writer sends the header and a bad line 2, then keeps the pipe open: a reader that wants the
     whole file first never returns."""
     fifo = tmp_path / "trace.csv"
-    os.mkfifo(fifo)
-    release = threading.Event()
-
-    def writer() -> None:
-        with open(fifo, "w") as fh:
-            fh.write(HEADER + ROW.format(0, "nan") + ROW.format(1, 2))
-            fh.flush()
-            release.wait(30)
-
-    threading.Thread(target=writer, daemon=True).start()
-    found: list[BaseException] = []
-    reader = threading.Thread(target=lambda: found.append(pytest.raises(ReplayError, load_trace, str(fifo)).value),
-                              daemon=True)
-    reader.start()
-    reader.join(10)
-    release.set()
-    reader.join(10)
-    assert found and f"{fifo} line 2: demand 'nan'" in str(found[0])
+    said = refused_while_open(fifo, HEADER + ROW.format(0, "nan") + ROW.format(1, 2), load_trace)
+    assert said is not None and said.startswith(f"{fifo} line 2: demand 'nan'")
 
 
 @pytest.mark.parametrize("length", [MAX_LINE + 1, 50_000_000])
