@@ -244,6 +244,42 @@ def table(res: dict[str, Any]) -> list[str]:
     return rows
 
 
+def seed_range(text: str) -> list[int]:
+    """``0-9`` or ``0,3,5`` -> the seeds; ValueError (argparse: a usage error) otherwise."""
+    if "-" in text:
+        first, last = (int(part) for part in text.split("-", 1))
+        if last < first:
+            raise ValueError(text)
+        return list(range(first, last + 1))
+    return [int(part) for part in text.split(",")]
+
+
+def by_seed(family: str, rule: str, seeds: list[int], candidates: int = 243,
+            smoke: bool = False) -> dict[str, Any]:
+    """The family tuned with each search seed and judged on its unseen days: each seed's verdict and the mean share
+    of days meeting the goal (the spread by seed is what a change to the search must beat)."""
+    fam = FAMILIES[family]
+    verdicts = {}
+    for seed in seeds:
+        res = run(smoke=smoke, only=(family,), rules=(rule,), seed=seed, candidates=candidates)
+        verdicts[seed] = res["families"][family]["verdict"][rule]
+    shares = [v["meet_goal_pct"] for v in verdicts.values()]
+    held = sum(1 for v in verdicts.values() if v["worst_saturated_pct"] <= 2 * fam.budget)
+    return {"family": family, "rule": rule, "goal": fam.goal.__dict__, "budget_pct": fam.budget,
+            "seeds": verdicts, "mean_meet_goal_pct": round(sum(shares) / len(shares), 1),
+            "worst_day_within_twice_budget": held}
+
+
+def seeds_table(res: dict[str, Any]) -> list[str]:
+    rows = [f"{res['family']}, rule {res['rule']} (budget {res['budget_pct']:g}%): days meeting the goal by search "
+            "seed (worst day saturated)"]
+    rows += [f"  seed {seed}: {v['meet_goal_pct']:.0f}% ({v['worst_saturated_pct']:.2f}%)"
+             for seed, v in res["seeds"].items()]
+    rows.append(f"  mean {res['mean_meet_goal_pct']:.1f}%; worst day within twice the budget on "
+                f"{res['worst_day_within_twice_budget']} of {len(res['seeds'])} seeds")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     """Replay one config on a family's unseen days (e.g. another tuner's tuned.yaml); prints JSON: the verdict, the
     node-hours above foresight by band (``excess``: boot, scale-in lag, spare) and each day's figures."""
@@ -256,8 +292,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --tune: the choice rule (pooled: the default with the search's first rungs on "
                         "pooled days, --pooled)")
     parser.add_argument("--seed", type=int, default=0, help="with --tune: the search's seed")
+    parser.add_argument("--seeds", type=seed_range, help="with --tune: several search seeds (A-B or A,B,...): each "
+                        "seed's share of days meeting the goal, and their mean (BENCHMARKS.md round 14: one seed "
+                        "moves a share by up to 50 points)")
     parser.add_argument("--candidates", type=int, default=243, help="with --tune: the search's draws")
     args = parser.parse_args(argv)
+    if args.tune and args.seeds:
+        print("\n".join(seeds_table(by_seed(args.family, args.rule, args.seeds, args.candidates))))
+        return 0
     if args.tune:
         res = run(only=(args.family,), rules=(args.rule,), seed=args.seed, candidates=args.candidates)
         print("\n".join(table(res)))
