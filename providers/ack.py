@@ -11,7 +11,7 @@ from autoscaler.clock import SYSTEM, Clock
 from autoscaler.config.durations import Duration
 from autoscaler.models import CloudStatus, ProviderRead, Shortfall
 from providers import shortfalls
-from providers.ack_send import bound_client, bounded_failure
+from providers.ack_send import bound_client, bounded_failure, keep_bounded
 from providers.base import Capabilities, NodeRef, ProviderFactory, RemovingProvider, Tracked, read_of
 from providers.bounded import AnswerTooLarge
 from providers.errors import Code, PermanentError, cloud_autoscaler
@@ -195,7 +195,11 @@ class AckProvider(RemovingProvider):
             pathname=f"/clusters/{_quote(self.settings.cluster_id)}/nodepools/{_quote(self.settings.nodepool_id)}",
             req_body_type="json", body_type="json")
         request = utils_models.OpenApiRequest(headers={}, body=body)
-        result: dict[str, Any] = self._sdk().call_api(params, request, RuntimeOptions())
+        client = self._sdk()
+        try:
+            result: dict[str, Any] = client.call_api(params, request, RuntimeOptions())
+        finally:
+            keep_bounded(client)  # a session the SDK made itself is bounded too (ack_send.py)
         return result
 
     def _sdk(self) -> Any:

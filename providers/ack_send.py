@@ -9,15 +9,19 @@ before the client's first call; every exchange of the client then ends within it
 to :data:`ACK_ANSWER` (TLS as ``requests`` does it, with certifi's CAs as the SDK's own adapter; the SDK still hands
 each send its ``verify``, ``cert`` and proxies). The SDK re-raises the adapter's error as its own ``RetryError``
 (inside the ``except``, so the original is its ``__context__``); :func:`bounded_failure` finds it again.
-darabonba-core is pinned in requirements.txt for this; the ACK trickle test fails should an upgrade move the cache.
+darabonba-core is pinned in requirements.txt for this; the ACK trickle test fails should an upgrade move the cache,
+and at run time :func:`keep_bounded` bounds, after the call that made it, any session the SDK made itself (said once).
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import requests
 
-from providers.bounded import AnswerTooLarge, AnswerTooSlow, bound
+from providers.bounded import AnswerTooLarge, AnswerTooSlow, BoundedAdapter, bound
+
+log = logging.getLogger(__name__)
 
 ACK_ANSWER = 16 * 1024 * 1024  # bytes: the most of one ACK answer read (a page of 100 nodes is ~100 KB)
 
@@ -33,6 +37,22 @@ def bound_client(client: Any) -> Any:
     key = f"{protocol}://{host}:{DaraRequest().port}:pool={pool}"
     bound(DaraCore._sessions.setdefault(key, requests.Session()), ACK_ANSWER)
     return client
+
+
+def keep_bounded(client: Any) -> None:
+    """After a call of ``client``: every session the SDK keeps for its endpoint is a bounded one. One that is not
+    (the SDK looked its session up under another key than :func:`bound_client`'s: a changed darabonba-core) is
+    bounded from now on and said once by a warning: only the call that made it went with the SDK's per-read timeout.
+    """
+    from darabonba.core import DaraCore
+
+    host = str(client._endpoint).rstrip("/")
+    for key, session in list(DaraCore._sessions.items()):
+        if f"://{host}:" in key and not isinstance(session.get_adapter("https://"), BoundedAdapter):
+            bound(session, ACK_ANSWER)
+            log.warning("the ACK SDK made an HTTP session of its own for %s (darabonba-core changed its session "
+                        "key?): bounded from now on; the call that made it had only the SDK's per-read timeout",
+                        host)
 
 
 def bounded_failure(exc: Exception) -> AnswerTooSlow | AnswerTooLarge | None:

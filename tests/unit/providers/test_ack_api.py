@@ -134,6 +134,33 @@ def test_a_trickled_answer_is_cut_at_the_attempts_timeout(api: FakeAckApi, sleep
     assert provider.status(NONE, now=2.0).current == 2
 
 
+def test_a_session_the_sdk_made_itself_is_bounded_after_its_first_call_and_said_once(
+        api: FakeAckApi, sleeps: list[float], caplog: pytest.LogCaptureFixture) -> None:
+    """Should darabonba look its session up under another key than ack_send's (a changed SDK), the session it makes
+    itself is bounded after the call that made it, with one warning; the next trickled answer is cut at the
+    attempt's timeout. Simulated by taking the bounded session out of the SDK's cache: the SDK then makes its own,
+    as it would under a key of its own."""
+    from darabonba.core import DaraCore
+
+    provider = make(api, sleeps, timeout=1, retry_budget=0)
+    assert provider.status(NONE, now=0.0).current == 2
+    host = api.endpoint.rstrip("/")
+    mine = [key for key in DaraCore._sessions if f"://{host}:" in key]
+    assert mine, "the SDK's session for the fake is in its cache"
+    for key in mine:
+        DaraCore._sessions.pop(key)
+    caplog.set_level(logging.WARNING)
+    assert provider.status(NONE, now=1.0).current == 2  # the SDK makes its own session: this call is unbounded
+    assert provider.status(NONE, now=2.0).current == 2
+    said = [r.getMessage() for r in caplog.records if "session of its own" in r.getMessage()]
+    assert len(said) == 1 and host in said[0] and AK_SECRET not in said[0]
+    api.trickle_next("DescribeClusterNodePoolDetail", every=0.01)
+    started = time.monotonic()
+    with pytest.raises(TemporaryError):
+        provider.status(NONE, now=3.0)
+    assert time.monotonic() - started < 1.8
+
+
 def test_a_huge_answer_is_refused_not_retried(api: FakeAckApi, sleeps: list[float]) -> None:
     with Misbehaving("large", size=24 * MiB) as huge:
         provider = make(api, sleeps, endpoint=huge.url.removeprefix("http://"), retry_budget=30)
