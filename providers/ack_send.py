@@ -19,7 +19,7 @@ from typing import Any
 
 import requests
 
-from providers.bounded import AnswerTooLarge, AnswerTooSlow, BoundedAdapter, bound
+from providers.bounded import AnswerTooLarge, AnswerTooSlow, bound, is_bounded
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ def bound_client(client: Any) -> Any:
     from darabonba.request import DaraRequest
 
     # as DaraCore.do_action names it: protocol, the endpoint (the host header), the request's port, the pool size
-    protocol, host = str(client._protocol or "https").lower(), str(client._endpoint).rstrip("/")
+    protocol, host = str(client._protocol or "https").lower(), _host(client)
     pool = DaraCore._resolve_pool_maxsize({"maxIdleConns": DaraCore.to_number(client._max_idle_conns)})
     key = f"{protocol}://{host}:{DaraRequest().port}:pool={pool}"
     bound(DaraCore._sessions.setdefault(key, requests.Session()), ACK_ANSWER)
@@ -46,13 +46,18 @@ def keep_bounded(client: Any) -> None:
     """
     from darabonba.core import DaraCore
 
-    host = str(client._endpoint).rstrip("/")
+    host = _host(client)
     for key, session in list(DaraCore._sessions.items()):
-        if f"://{host}:" in key and not isinstance(session.get_adapter("https://"), BoundedAdapter):
+        if f"://{host}:" in key and not is_bounded(session):
             bound(session, ACK_ANSWER)
             log.warning("the ACK SDK made an HTTP session of its own for %s (darabonba-core changed its session "
                         "key?): bounded from now on; the call that made it had only the SDK's per-read timeout",
                         host)
+
+
+def _host(client: Any) -> str:
+    """The client's endpoint as the SDK's session keys hold it (the request's host header, no trailing slash)."""
+    return str(client._endpoint).rstrip("/")
 
 
 def bounded_failure(exc: Exception) -> AnswerTooSlow | AnswerTooLarge | None:

@@ -203,10 +203,15 @@ def bounded_session(limit: int = MAX_ANSWER) -> requests.Session:
     return bound(requests.Session(), limit)
 
 
+def is_bounded(session: requests.Session) -> bool:
+    """Whether ``session``'s exchanges go through a :class:`BoundedAdapter` (:func:`bound` was applied)."""
+    return isinstance(session.get_adapter("https://"), BoundedAdapter)
+
+
 def bound(session: requests.Session, limit: int = MAX_ANSWER) -> requests.Session:
     """``session`` (a ``requests.Session`` or a subclass, such as google-auth's AuthorizedSession) with every
     exchange bounded from now on (see :class:`BoundedAdapter`); no retries of its own."""
-    if not isinstance(session.get_adapter("https://"), BoundedAdapter):
+    if not is_bounded(session):
         adapter = BoundedAdapter(limit, max_retries=0)
         session.mount("http://", adapter)
         session.mount("https://", adapter)

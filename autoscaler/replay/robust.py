@@ -227,8 +227,8 @@ def judge(pool: ProcessPoolExecutor | None, cands: list[Candidate], known: Seque
     With ``holds`` (the pick's first test, ``Judged.holds`` with the pick's arguments), the candidates go to the
     stressed copies cheapest first, JUDGE_WAVE at a time, and no further once the cheapest that holds is known and
     the next costs more than PICK_NEAR above it: the pick takes the steadiest within PICK_NEAR of the cheapest that
-    holds, so
-    those could not be chosen (they are left out of the answer). Without one that holds, every candidate is judged."""
+    holds, so those could not be chosen (they are left out of the answer). Without one that holds, every candidate
+    is judged."""
     history = {candidate_key(c): s for c, s in known}
     unscored = [(i, cand, 0, train, None, None, "") for i, cand in enumerate(cands)
                 if candidate_key(cand) not in history]

@@ -21,8 +21,9 @@ MAX_LINE = 1024
 #: replays its span hundreds of times, so a longer file is a mistake (or a file that never ends) to refuse at its
 #: first row over the cap, not a history to read whole: tune on a week or a few (docs/tuning.md).
 MAX_DAYS = 366
-ROW_IS = "a row is a timestamp and a number"
 MAX_MINUTES = MAX_DAYS * 1440
+#: What a row holds, as a line too long says it.
+ROW_IS = "a row is a timestamp and a number"
 
 
 class ReplayError(Exception):
