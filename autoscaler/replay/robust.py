@@ -20,13 +20,12 @@ cost.
 """
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from autoscaler.replay.space import HEADROOM, Candidate, Space, settings_text
 from autoscaler.replay.trace import Trace
-from autoscaler.replay.tune import Budget, Score, candidate_key, replays
+from autoscaler.replay.tune import Budget, Score, Workers, candidate_key, replays
 
 BUSIER = 1.15
 LEAD_MINUTES = 5
@@ -219,7 +218,7 @@ def finalists(space: Space, results: Sequence[tuple[Candidate, Score]], budget: 
     return out
 
 
-def judge(pool: ProcessPoolExecutor | None, cands: list[Candidate], known: Sequence[tuple[Candidate, Score]],
+def judge(pool: Workers | None, cands: list[Candidate], known: Sequence[tuple[Candidate, Score]],
           train: int, stressed: dict[str, Trace], holds: Callable[[Judged], bool] | None = None) -> list[Judged]:
     """Each candidate's score on the tuning span (taken from ``known`` where the search has it) and on every
     stressed copy; returned in the order of ``cands``.
@@ -280,7 +279,7 @@ def _figures(score: Score) -> tuple[Any, ...]:
             score.day_changes)
 
 
-def settle(pool: ProcessPoolExecutor | None, judged: Sequence[Judged], rule: Rule, train: int,
+def settle(pool: Workers | None, judged: Sequence[Judged], rule: Rule, train: int,
            stressed: dict[str, Trace], allowed: Callable[[Candidate], bool] | None = None) -> tuple[Judged, str]:
     """``pick``, but never a headroom the history did not use (issue 47, real weeks). A headroom acts only through
     an alert-driven decision, so on a history where the pick's scale-out never fired (a small pool whose work stays

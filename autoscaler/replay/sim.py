@@ -4,7 +4,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, Generator
 
 from autoscaler.clock import ManualClock
 from autoscaler.config.load import Settings
@@ -136,6 +136,60 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     ``store``: a fresh store to use instead of SQLite at ``store_url`` (the tuner's MemoryStore); ``stop``: see
     StopHook.
     """
+    replay = Replay(settings, trace, use_steps, store_url, victims, store)
+    try:
+        return replay.run(stop=stop)
+    finally:
+        replay.close()
+
+
+class Replay:
+    """A replay that can pause before a minute and go on from there later: the tuner's successive halving scores a
+    candidate on the first day, then (if it survives) on more days; the longer rung goes on from the pause instead
+    of replaying the first day again. The minutes before a pause are exactly those of a replay of the trace cut
+    there (nothing before a minute depends on what comes after it)."""
+
+    def __init__(self, settings: Settings, trace: Trace, use_steps: bool = True, store_url: str = "sqlite://",
+                 victims: str | None = None, store: Store | None = None) -> None:
+        self._own: SqlStore | None = SqlStore(store_url) if store is None else None  # closed by close()
+        used: Store | None = self._own if self._own is not None else store
+        assert used is not None
+        self.settings = settings
+        self._steps = _steps(settings, trace, use_steps, victims, used)
+        next(self._steps)  # the setup, up to the first event
+        self.done: Run | None = None
+        self.so_far = Run([], [])  # the run up to the pause
+        self.paused_at = 0  # the minutes replayed so far (the index of the next minute)
+
+    def run(self, until: int | None = None, stop: StopHook | None = None) -> Run:
+        """Replay on to the start of minute ``until`` (None: the end of the trace), ``stop`` called with each new
+        minute (when it says stop, the replay pauses there: it can go on later, from that minute's other events);
+        the run so far (its lists are copies: going on later leaves this one as it is). Once the trace has ended,
+        that run again."""
+        if self.done is not None:
+            return self.done
+        try:
+            run = self._steps.send((until, stop))
+        except StopIteration as ended:
+            self.done = self.so_far = ended.value
+            self.paused_at = len(self.done.minutes)
+            return self.done
+        assert run is not None  # only the setup yields none
+        self.so_far, self.paused_at = run, len(run.minutes)
+        return run
+
+    def close(self) -> None:
+        """Done with it: a store of its own (SQLite at ``store_url``) is closed."""
+        self._steps.close()
+        if self._own is not None:
+            self._own.engine.dispose()
+            self._own = None
+
+
+def _steps(settings: Settings, trace: Trace, use_steps: bool, victims: str | None,
+           store: Store) -> Generator[Run | None, tuple[int | None, StopHook | None], Run]:
+    """The replay's setup and events (see Replay): yields None once set up, then the run so far at each pause; it
+    is sent ``(until, stop)``: pause before minute ``until`` (None: never), ``stop`` see StopHook."""
     members = replay_route(settings)[1]
     pool = members[0]
     for member in members:
@@ -148,8 +202,6 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     sims: dict[str, SimulatedSettings] = {name: settings.pools[name].provider_settings for name in members}
     sim = sims[pool]
     now = trace.start
-    own_store = store is None
-    store = SqlStore(store_url) if store is None else store
     store.ensure_pools(list(settings.pools))
     providers = {name: build(s.provider, name, s.provider_settings) for name, s in settings.pools.items()}
     simulated = [providers[name] for name in members]
@@ -213,9 +265,21 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
     outcomes: list[str] = []
     stopped = False
     bound = len(trace.demand) * (4 + int(STEP / cfg.evaluation_interval)) + 10 * len(cfg.rules) + 100
+
+    def so_far() -> Run:
+        if minutes:
+            minutes[-1] = minutes[-1].with_outcomes(outcomes)
+        return Run(list(minutes), list(decisions), list(notifications), round(nodes.interrupted_node_minutes, 4),
+                   nodes.interrupted_pods, nodes.evictions, stopped, list(reconciles), gpus, ticks,
+                   list(headroom_reads), nodes.restarts)
+
+    until, stop = yield None
     for _ in range(bound * 4):
         if not queue:
             break
+        if until is not None and queue[0][1] == SAMPLE and queue[0][2] >= until:  # a pause: the minute is next
+            until, stop = yield so_far()
+            continue
         now, kind, index = heapq.heappop(queue)
         clock.now = nodes.now = now
         if nodes.waiting:
@@ -236,8 +300,11 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
                 shares = tuple((name, by_pool.get(name, 0)) for name in members)
             minutes.append(Minute(now, demand, ready, nodes.requested, utilization(demand, ready), (), shares))
             if stop is not None and stop(minutes[-1]):
+                # stopped here, as a pause: the minute's other events are still queued, so a longer rung whose
+                # early stop would not end it here goes on from it (Replay)
                 stopped = True
-                break
+                until, stop = yield so_far()
+                stopped = False
         elif kind == EVALUATE:
             at = int((now - first) // STEP)  # trace.at(now), inline: twice a minute of every replay
             demand, ready = demands[at] if 0 <= at < count else 0.0, nodes.ready(now)
@@ -285,8 +352,6 @@ def simulate(settings: Settings, trace: Trace, use_steps: bool = True, store_url
         raise ReplayError("replay did not finish: too many events (is evaluation_interval tiny?)")
     if minutes:
         minutes[-1] = minutes[-1].with_outcomes(outcomes)
-    if own_store and isinstance(store, SqlStore):
-        store.engine.dispose()
     return Run(minutes, decisions, notifications, round(nodes.interrupted_node_minutes, 4), nodes.interrupted_pods,
                nodes.evictions, stopped, reconciles, gpus, ticks, headroom_reads, nodes.restarts)
 

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import itertools
 import math
+import multiprocessing
 import os
+import pickle
+import queue
 import random
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from autoscaler.config.load import build_settings, offline
 from autoscaler.replay.report import figures, foresight_node_hours
 from autoscaler.models import Outcome
 from autoscaler.replay.pooled import NAME as POOLED, scored
-from autoscaler.replay.sim import Minute, Run, simulate
+from autoscaler.replay.sim import Minute, Replay, Run, simulate
 from autoscaler.replay.space import Candidate, Space, apply
 from autoscaler.replay.trace import STEP, Trace
 from autoscaler.store.memory import MemoryStore
@@ -56,6 +58,8 @@ class Score:
     interrupted: float = 0.0  # node-minutes of GPU work cut by node removals (report's interrupted_node_minutes)
     day_changes: tuple[int, ...] = ()  # direction changes of each whole day of the span
     decisions: int = 0  # the engine's decisions in the replay (what most of a replay's CPU goes to)
+    #: minutes and decisions taken over from a paused replay of a shorter rung, not replayed again (Replay)
+    resumed: tuple[int, int] = (0, 0)
 
     @property
     def cost(self) -> float:
@@ -127,20 +131,50 @@ _WORK: dict[str, Any] = {}
 
 def _init(raw: dict[str, Any], env: dict[str, str], pool: str, trace: Trace,
           stressed: dict[str, Trace] | None = None) -> None:
-    _WORK.update(raw=raw, env=env, pool=pool, trace=trace, stressed=stressed or {})
+    #: ``paused``: this process's replays paused at the end of a rung, by candidate_key, until a longer rung goes
+    #: on from there (or ``retain`` drops them)
+    _WORK.update(raw=raw, env=env, pool=pool, trace=trace, stressed=stressed or {}, paused={})
+
+
+def retain(keys: set[str]) -> None:
+    """Drop this process's paused replays but those of ``keys`` (the candidates that go on to a longer rung)."""
+    paused: dict[str, Replay] = _WORK.setdefault("paused", {})
+    for key in [k for k in paused if k not in keys]:
+        del paused[key]
 
 
 def evaluate(candidate: Candidate, begin: int, end: int, budget: int | None, bound: Bound | None,
-             stress: str = "", per_day: int | None = None) -> Score:
+             stress: str = "", per_day: int | None = None, keep: bool = False) -> Score:
     """Replay minutes [begin, end) of the trace (``stress``: of that copy, a stressed one (robust.py) or the pooled
-    days (pooled.py)) with the candidate (``budget``/``bound``/``per_day``: stop early; None: never)."""
-    raw = apply(_WORK["raw"], _WORK["pool"], candidate)
-    settings = build_settings(offline(raw), env=_WORK["env"], replay=True)
+    days (pooled.py)) with the candidate (``budget``/``bound``/``per_day``: stop early; None: never).
+
+    From the span's start on the trace itself, a replay of the candidate paused by an earlier call goes on from its
+    pause (when the early stop would not have ended it before there: then it is replayed again from the start), and
+    ``keep`` pauses this one at ``end`` for a later call: the same figures as replaying it from the start."""
     trace: Trace = _WORK["stressed"][stress] if stress else _WORK["trace"]
-    span = Trace(trace.start + STEP * begin, trace.demand[begin:end])
     counted = scored(len(trace.demand) // 1440)[begin:end] if stress == POOLED else None
     stop = _Stop(budget, bound, per_day, counted) if budget is not None else None
-    run = simulate(settings, span, store=MemoryStore(), stop=stop)
+    resumable = begin == 0 and not stress
+    key = candidate_key(candidate) if resumable else ""
+    replay = _WORK.setdefault("paused", {}).pop(key, None) if resumable else None
+    if replay is not None and not _goes_on(replay, end, stop):
+        replay = None  # replayed from the start, with an early stop that has seen no minute yet
+        stop = _Stop(budget, bound, per_day, counted) if budget is not None else None
+    resumed = (replay.paused_at, len(replay.so_far.decisions)) if replay is not None else (0, 0)
+    if replay is not None:
+        settings = replay.settings
+    else:
+        settings = build_settings(offline(apply(_WORK["raw"], _WORK["pool"], candidate)), env=_WORK["env"],
+                                  replay=True)
+    if replay is None and keep and resumable:
+        replay = Replay(settings, trace, store=MemoryStore())
+    if replay is not None:
+        run = replay.run(until=end if end < len(trace.demand) else None, stop=stop)
+        if keep and replay.done is None:  # stopped early too: a longer rung may go on from there
+            _WORK["paused"][key] = replay
+    else:
+        span = Trace(trace.start + STEP * begin, trace.demand[begin:end])
+        run = simulate(settings, span, store=MemoryStore(), stop=stop)
     if counted is not None:  # the pooled days' warm-ups replayed, not counted
         run = replace(run, minutes=[m for m, c in zip(run.minutes, counted) if c],
                       decisions=[(t, d) for t, d in run.decisions if counted[min(int((t - span.start) // STEP),
@@ -154,7 +188,24 @@ def evaluate(candidate: Candidate, begin: int, end: int, budget: int | None, bou
     return Score(data["node_hours"], data["saturated_minutes"], data["direction_changes"], data["minutes"],
                  stop.why if stop and run.stopped else "", worst, daily,
                  foresight_node_hours([m.demand for m in run.minutes], low), run.interrupted_node_minutes,
-                 changes_by_day(run, len(days)), len(run.decisions))
+                 changes_by_day(run, len(days)), len(run.decisions), resumed)
+
+
+def score_figures(score: Score) -> dict[str, Any]:
+    """A score as tuning.json holds it (without ``resumed``: how much of it was replayed is the tune's work, counted
+    in ``minutes_replayed``, not a figure of the candidate)."""
+    return {k: v for k, v in asdict(score).items() if k != "resumed"}
+
+
+def _goes_on(replay: Replay, end: int, stop: _Stop | None) -> bool:
+    """Whether a paused replay can go on to ``end`` as a replay from the start would: it is paused before ``end``,
+    and ``stop`` (this call's early stop) would not have ended it before the pause (the stop is then primed with
+    the minutes so far)."""
+    if replay.paused_at > end:
+        return False
+    if stop is None:
+        return True
+    return not any(stop(minute) for minute in replay.so_far.minutes)
 
 
 def changes_by_day(run: Run, days: int) -> tuple[int, ...]:
@@ -171,7 +222,8 @@ def changes_by_day(run: Run, days: int) -> tuple[int, ...]:
 
 Task = (tuple[int, Candidate, int, int, int | None, Bound | None]
         | tuple[int, Candidate, int, int, int | None, Bound | None, str]
-        | tuple[int, Candidate, int, int, int | None, Bound | None, str, int | None])
+        | tuple[int, Candidate, int, int, int | None, Bound | None, str, int | None]
+        | tuple[int, Candidate, int, int, int | None, Bound | None, str, int | None, bool])
 
 
 def evaluate_task(task: Task) -> tuple[int, Score]:
@@ -221,7 +273,7 @@ class Search:
             count //= self.eta
         return lengths[::-1]
 
-    def run(self, pool: ProcessPoolExecutor | None, progress: Progress) -> None:
+    def run(self, pool: Workers | None, progress: Progress) -> None:
         rng = random.Random(self.seed)
         seen: set[str] = set()
         alive: list[Candidate] = []
@@ -236,13 +288,15 @@ class Search:
             final = depth == len(rungs) - 1
             progress(f"rung {depth + 1}/{len(rungs)}: {len(alive)} candidates on {minutes / 1440:.1f} days")
             scores = self._score(pool, alive, minutes, early=not final,
-                                 copy=POOLED if not final and minutes <= self.pooled else "")
+                                 copy=POOLED if not final and minutes <= self.pooled else "", keep=not final)
             counted = self._counted(minutes) if not final and minutes <= self.pooled else minutes
             ranked = sorted(zip(alive, scores), key=lambda cs: cs[1].rank(self.budget(counted)))
             if final:
                 self.results += ranked
             else:
                 alive = [c for c, _ in ranked[:max(1, len(ranked) // self.eta)]]
+            # the next rung goes on from where these paused (tune.Replay); the others' pauses are dropped
+            retained(pool, set() if final else {candidate_key(c) for c in alive})
         budget = self.budget(self.train_minutes)
         for round_ in range(self.rounds):  # hill-climb: neighbours of the best so far, a few rounds
             best = [c for c, _ in sorted(self.results, key=lambda cs: cs[1].rank(budget))[:6]]
@@ -285,8 +339,9 @@ class Search:
             return best.cost + slack
         return tuple(hours + slack for hours in itertools.accumulate(h for h, _ in best.days))
 
-    def _score(self, pool: ProcessPoolExecutor | None, cands: list[Candidate], minutes: int,
-               early: bool, bound: Bound | None = None, copy: str = "", per_day: int | None = None) -> list[Score]:
+    def _score(self, pool: Workers | None, cands: list[Candidate], minutes: int,
+               early: bool, bound: Bound | None = None, copy: str = "", per_day: int | None = None,
+               keep: bool = False) -> list[Score]:
         """Score every candidate on the first ``minutes`` (``copy``: of that copy of the span, the pooled days);
         with ``early``, each stops once it cannot be the best (``bound``: a fixed node-hours bound instead of the
         best feasible of these candidates; ``per_day``: once over that many saturated minutes on a whole day).
@@ -299,12 +354,12 @@ class Search:
         for first in range(0, len(cands), WAVE):
             limit = bound if bound is not None else best
             tasks: list[Task] = [(i, cands[i], 0, minutes, budget.total if early else None,
-                                  limit if early else None, copy, per_day if early else None)
+                                  limit if early else None, copy, per_day if early else None, keep)
                                  for i in range(first, min(first + WAVE, len(cands)))]
             for _, score in replays(pool, tasks):
                 scores.append(score)
                 self.evaluated += 1
-                self.minutes_replayed += score.minutes
+                self.minutes_replayed += score.minutes - score.resumed[0]
                 if score.feasible(budget):
                     best = score.cost if best is None else min(best, score.cost)
         return scores
@@ -321,12 +376,108 @@ def candidate_key(candidate: Candidate) -> str:
 REPLAYED = [0, 0]
 
 
-def replays(pool: ProcessPoolExecutor | None, tasks: Sequence[Task]) -> list[tuple[int, Score]]:
+def replays(pool: Workers | None, tasks: Sequence[Task]) -> list[tuple[int, Score]]:
     """Each task evaluated, in the worker processes or (no pool) in this one; in the order of ``tasks``."""
-    done = list(pool.map(evaluate_task, tasks) if pool is not None else map(evaluate_task, tasks))
-    REPLAYED[0] += sum(score.minutes for _, score in done)
-    REPLAYED[1] += sum(score.decisions for _, score in done)
+    done = pool.map(tasks) if pool is not None else [evaluate_task(task) for task in tasks]
+    REPLAYED[0] += sum(score.minutes - score.resumed[0] for _, score in done)
+    REPLAYED[1] += sum(score.decisions - score.resumed[1] for _, score in done)
     return done
+
+
+def retained(pool: Workers | None, keys: set[str]) -> None:
+    """Paused replays dropped everywhere but those of ``keys`` (``retain`` in each process)."""
+    if pool is not None:
+        pool.retain(keys)
+    else:
+        retain(keys)
+
+
+def _resumable(task: Task) -> bool:
+    return task[2] == 0 and not (task[6] if len(task) > 6 else "")
+
+
+def _serve(inbox: Any, outbox: Any, initargs: tuple[Any, ...]) -> None:
+    """A worker process: tasks from its own inbox (a paused replay stays in the process that paused it)."""
+    _init(*initargs)
+    while (message := inbox.get()) is not None:
+        kind, position, body = message
+        if kind == "retain":
+            retain(body)
+            continue
+        try:
+            outbox.put(("done", position, evaluate_task(body)))
+        except Exception as exc:  # noqa: BLE001 - handed to the parent, which raises it
+            try:
+                pickle.dumps(exc)
+            except Exception:  # noqa: BLE001 - an error that cannot cross processes is said as text
+                exc = RuntimeError(f"{type(exc).__name__}: {exc}")
+            outbox.put(("error", position, exc))
+
+
+class Workers:
+    """The tune's worker processes, each given the config and the traces once. Unlike a process pool's, a task
+    goes to a chosen process: a candidate's longer rung to the process that paused its shorter one (Replay); the
+    others to the process with the fewest tasks of the batch."""
+
+    def __init__(self, count: int, initargs: tuple[Any, ...]) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self._results = ctx.Queue()
+        self._inboxes = [ctx.Queue() for _ in range(count)]
+        self._procs = [ctx.Process(target=_serve, args=(inbox, self._results, initargs), daemon=True)
+                       for inbox in self._inboxes]
+        for proc in self._procs:
+            proc.start()
+        self._owner: dict[str, int] = {}  # which process paused a candidate's replay
+
+    def map(self, tasks: Sequence[Task]) -> list[tuple[int, Score]]:
+        load = [0] * len(self._inboxes)
+        for position, task in enumerate(tasks):
+            key = candidate_key(task[1]) if _resumable(task) else ""
+            worker = self._owner.get(key)
+            if worker is None:
+                worker = min(range(len(load)), key=load.__getitem__)
+            if key and len(task) > 8 and task[8]:
+                self._owner[key] = worker
+            load[worker] += 1
+            self._inboxes[worker].put(("task", position, task))
+        done: dict[int, tuple[int, Score]] = {}
+        failed: BaseException | None = None
+        while len(done) < len(tasks):
+            kind, position, body = self._next()
+            if kind == "error":
+                failed = failed or body
+                done[position] = (position, Score(0.0, 0, 0, 0))
+            else:
+                done[position] = body
+        if failed is not None:
+            raise failed
+        return [done[i] for i in range(len(tasks))]
+
+    @property
+    def pids(self) -> list[int | None]:
+        return [proc.pid for proc in self._procs]
+
+    def retain(self, keys: set[str]) -> None:
+        self._owner = {k: w for k, w in self._owner.items() if k in keys}
+        for inbox in self._inboxes:
+            inbox.put(("retain", 0, set(keys)))
+
+    def _next(self) -> tuple[str, int, Any]:
+        while True:
+            try:
+                return self._results.get(timeout=1.0)
+            except queue.Empty:
+                dead = [proc.exitcode for proc in self._procs if not proc.is_alive()]
+                if dead:
+                    raise RuntimeError(f"a tune worker process ended (exit code {dead[0]})") from None
+
+    def shutdown(self) -> None:
+        for inbox in self._inboxes:
+            inbox.put(None)
+        for proc in self._procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.terminate()
 
 
 def pareto(results: list[tuple[Candidate, Score]]) -> list[tuple[Candidate, Score]]:
@@ -369,12 +520,12 @@ def choose(results: list[tuple[Candidate, Score]], budget: Budget,
 
 
 def make_pool(workers: int, raw: dict[str, Any], env: dict[str, str], pool: str, trace: Trace,
-              stressed: dict[str, Trace] | None = None) -> ProcessPoolExecutor | None:
+              stressed: dict[str, Trace] | None = None) -> Workers | None:
     """The worker processes (None: evaluate in this process), each given the config and the traces once."""
     _init(raw, env, pool, trace, stressed)
     if workers <= 1:
         return None
-    return ProcessPoolExecutor(max_workers=workers, initializer=_init, initargs=(raw, env, pool, trace, stressed))
+    return Workers(workers, (raw, env, pool, trace, stressed))
 
 
 def default_workers() -> int:

@@ -11,7 +11,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any
 
 from autoscaler.config.load import build_settings, load_replay_config, offline
@@ -24,7 +24,7 @@ from autoscaler.replay.peers import peer_figures
 from autoscaler.replay.trace import ReplayError, Trace, load_trace
 from autoscaler.replay.robust import (STRESSED_FACTOR, Judged, Rule, as_json, burstiest_days, finalists, judge,
                                       leaves_a_node_waiting, settle, stress_note, stressed_copies)
-from autoscaler.replay.tune import REPLAYED, Budget, Score, Search, choose, make_pool, pareto, replays
+from autoscaler.replay.tune import REPLAYED, Budget, Score, Search, choose, make_pool, pareto, replays, score_figures
 from autoscaler.replay import command, peers, tune_files
 
 DEFAULT_HOLDOUT = 2 / 7
@@ -160,11 +160,11 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
 
     spans: dict[str, dict[str, Any]] = {
         "tune": {"minutes": [0, train], "budget": budget(train), "choice_budget": search.budget(train).total,
-                 "choice_budget_per_day": search.budget(train).per_day, "base": asdict(scored[0]),
-                 "tuned": asdict(chosen_score), "tuned_on_outlook": asdict(judged_score)}}
+                 "choice_budget_per_day": search.budget(train).per_day, "base": score_figures(scored[0]),
+                 "tuned": score_figures(chosen_score), "tuned_on_outlook": score_figures(judged_score)}}
     if train < total:
         spans["confirm"] = {"minutes": [train, total], "budget": budget(total - train),
-                            "base": asdict(scored[2]), "tuned": asdict(scored[1])}
+                            "base": score_figures(scored[2]), "tuned": score_figures(scored[1])}
     low = settings.pools[pool].min
     span_trace = Trace(history.start, history.demand[:train])
     data_peers = {name: peer_figures(run, gpus_per_node(settings, pool), foresight_node_hours(span_trace.demand, low))
