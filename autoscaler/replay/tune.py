@@ -125,6 +125,11 @@ class _Stop:
         return bound[day - 1] if not into and 0 < day <= len(bound) else math.inf
 
 
+#: Paused replays one process keeps at most (each 0.3-0.7 MB on a week of the bench; 243 candidates on 2 processes
+#: keep about 120 each): past it a candidate is not paused, and a longer rung replays it from the start (the same
+#: score), so a large ``--candidates`` costs CPU, not memory.
+MAX_PAUSED = 400
+
 # -- one evaluation (in a worker process) ---------------------------------------------------------------
 _WORK: dict[str, Any] = {}
 
@@ -166,7 +171,8 @@ def evaluate(candidate: Candidate, begin: int, end: int, budget: int | None, bou
     else:
         settings = build_settings(offline(apply(_WORK["raw"], _WORK["pool"], candidate)), env=_WORK["env"],
                                   replay=True)
-    if replay is None and keep and resumable:
+    keep = keep and resumable and len(_WORK["paused"]) < MAX_PAUSED
+    if replay is None and keep:
         replay = Replay(settings, trace, store=MemoryStore())
     if replay is not None:
         run = replay.run(until=end if end < len(trace.demand) else None, stop=stop)

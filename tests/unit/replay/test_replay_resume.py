@@ -126,3 +126,17 @@ def test_a_worker_that_dies_is_said_not_waited_for() -> None:
             pool.map([(i, describe(_settings(), "gpu"), 0, 1440, None, None) for i in range(4)])
     finally:
         pool.shutdown()
+
+
+def test_past_max_paused_a_candidate_is_replayed_from_the_start_with_the_same_score(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoscaler.replay import tune
+    monkeypatch.setattr(tune, "MAX_PAUSED", 1)
+    _init(yaml.safe_load(BASE), {}, "gpu", Trace(T0, _demand(2)))
+    base = describe(_settings(), "gpu")
+    other = {**base, "scale_in.cooldown": 1800}
+    evaluate(base, 0, 1440, None, None, "", None, True)
+    evaluate(other, 0, 1440, None, None, "", None, True)  # over the limit: not paused
+    assert evaluate(base, 0, 2880, None, None).resumed[0] == 1440
+    later = evaluate(other, 0, 2880, None, None)
+    assert later.resumed == (0, 0) and _scored_alike(later, evaluate(other, 0, 2880, None, None))
