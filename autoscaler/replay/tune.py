@@ -426,7 +426,7 @@ class Workers:
     others to the process with the fewest tasks of the batch."""
 
     def __init__(self, count: int, initargs: tuple[Any, ...]) -> None:
-        ctx = multiprocessing.get_context("fork")
+        ctx = multiprocessing.get_context()  # the platform's own, as ProcessPoolExecutor's: Linux forks
         self._results = ctx.Queue()
         self._inboxes = [ctx.Queue() for _ in range(count)]
         self._procs = [ctx.Process(target=_serve, args=(inbox, self._results, initargs), daemon=True)
