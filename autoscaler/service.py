@@ -12,6 +12,7 @@ from autoscaler.engine.parts import Parts
 from autoscaler.answers import Cooldown, PoolBody, RepairBody, dump, event_body
 from autoscaler.config.durations import rfc3339
 from autoscaler.pool.events import EventLog
+from autoscaler.pool.stamps import pulled_back
 from autoscaler.metrics import Metrics
 from autoscaler.models import PoolSpec, PoolState
 from autoscaler.decide.policy import cooldown_remaining
@@ -75,6 +76,7 @@ class Service:
             state = self.store.pool(spec.name)
         provider = self.providers[spec.name]
         now = self.wall()
+        state = pulled_back(state, now, spec.short_for)[1]  # shown as the next decision will read it (stamps.py)
         view = (self.store.views() if views is None else views).get(spec.name)
         current: int | None = None
         busy = False

@@ -28,6 +28,7 @@ from autoscaler.api.status_rows import row, table
 from autoscaler.config.durations import rfc3339
 from autoscaler.decide.groups import Member, choose
 from autoscaler.models import Action, Mode, PoolSpec
+from autoscaler.pool.stamps import pulled_back
 from autoscaler.repair.alerts import xid_of
 from autoscaler.service import Service, Stored
 from autoscaler.store import EventRecord
@@ -154,6 +155,9 @@ def _render(query: EventQuery, error: str | None = None) -> Response:
     specs = [spec for spec in svc.settings.pools.values() if principal().sees(spec.name)]
     stored = Stored.read(svc.store, nodes=bool(svc.parts.clusters),
                          repairs=any(spec.repair is not None for spec in specs))
+    for spec in specs:  # times stamped ahead of this clock, shown as the next decision will read them (stamps.py)
+        if spec.name in stored.states:
+            stored.states[spec.name] = pulled_back(stored.states[spec.name], now, spec.short_for)[1]
     answers = svc.pools_json(specs, with_nodes=True, stored=stored)
     for spec, pool in zip(specs, answers):
         pool["gpus_per_node"] = spec.gpus_per_node

@@ -15,6 +15,7 @@ from autoscaler.engine.parts import Parts
 from autoscaler.models import (Action, Decision, Notification, Outcome, PoolFacts, PoolSpec, Signal, Source)
 from autoscaler.cluster.nodes import NodeView
 from autoscaler.pool.door import error_details, said_by
+from autoscaler.pool.stamps import pulled_back
 from autoscaler.decide.policy import decide, shortcut
 from autoscaler.redact import redact_text
 from autoscaler.nodes.removals import Seen
@@ -166,6 +167,8 @@ class Engine:
     def _shortcut_plan(self, attempt: Attempt, quick: QuickState) -> Decision | None:
         """The decision when the stored state settles it (see ``policy.shortcut``), else None."""
         state, current = quick.state, quick.last_count
+        if pulled_back(state, attempt.now, attempt.spec.short_for)[0]:
+            return None  # a time stamped ahead of this clock: the held decision brings it back first (stamps.py)
         if not attempt.provider.capabilities.reports_count and state.tracked_count is not None:
             current = state.tracked_count
         plan = shortcut(attempt.signal, attempt.spec, state, attempt.now, current)

@@ -47,7 +47,8 @@ class Parts:
         """``clusters``: each configured cluster by name; ``cluster``: the one cluster alone (named "default",
         as ``kubernetes:`` names it: the replay's, a test's)."""
         server = settings.config.server
-        hold = PoolHold(store, events, server.lock_wait, server.lease_ttl, clock)
+        hold = PoolHold(store, events, server.lock_wait, server.lease_ttl, clock,
+                        {name: spec.short_for for name, spec in settings.pools.items()})
         door = Door(metrics, clock)
         known = dict(clusters or {}) | ({DEFAULT_CLUSTER: cluster} if cluster is not None else {})
         scale_ins = {name: NodeScaleIn(c, door, clock, store) for name, c in known.items()}

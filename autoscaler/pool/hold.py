@@ -17,11 +17,12 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 from autoscaler.clock import SYSTEM, Clock
 from autoscaler.models import Alert, Decision, PoolState
 from autoscaler.pool.final_write import Final
+from autoscaler.pool.stamps import settled
 from autoscaler.store import DedupConfirm, PoolChange, PoolStore, RepairMark, Store, StoreUnavailable
 
 if TYPE_CHECKING:
@@ -168,8 +169,9 @@ class PoolHold:
     for a pool another holds; ``lease_ttl``: the lease's TTL, renewed every third of it."""
 
     def __init__(self, store: Store, events: EventLog, lock_wait: float, lease_ttl: float,
-                 clock: Clock = SYSTEM) -> None:
+                 clock: Clock = SYSTEM, short_for: Mapping[str, float] | None = None) -> None:
         self.store = store
+        self.short_for = dict(short_for or {})  # each pool's capacity.short_for (stamps.settled)
         self.events = events
         self.clock = clock
         self.lock_wait = lock_wait
@@ -211,6 +213,12 @@ class PoolHold:
         if state is None:
             lock.release()
             return None
+        try:  # stamps written ahead of this clock brought back before anything is decided on them
+            state = settled(self.store, pool, state, self.clock.wall(), self.short_for.get(pool))
+        except BaseException:
+            lease.release()
+            lock.release()
+            raise
         return Held(state, lease, self.events, lock, self.max_decision, self.renew)
 
     @contextmanager
