@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import pickle
 import queue
+import signal
 import random
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Sequence
@@ -403,7 +404,9 @@ def _resumable(task: Task) -> bool:
 
 
 def _serve(inbox: Any, outbox: Any, initargs: tuple[Any, ...]) -> None:
-    """A worker process: tasks from its own inbox (a paused replay stays in the process that paused it)."""
+    """A worker process: tasks from its own inbox (a paused replay stays in the process that paused it). Ctrl-C is
+    the parent's to handle (it shuts the workers down): a worker ignores it rather than die with a traceback each."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _init(*initargs)
     while (message := inbox.get()) is not None:
         kind, position, body = message

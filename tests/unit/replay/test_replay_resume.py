@@ -140,3 +140,18 @@ def test_past_max_paused_a_candidate_is_replayed_from_the_start_with_the_same_sc
     assert evaluate(base, 0, 2880, None, None).resumed[0] == 1440
     later = evaluate(other, 0, 2880, None, None)
     assert later.resumed == (0, 0) and _scored_alike(later, evaluate(other, 0, 2880, None, None))
+
+
+def test_ctrl_c_is_the_parents_a_worker_goes_on() -> None:
+    """Ctrl-C reaches the whole process group; the parent handles it (the tune stops, its workers shut down), so a
+    worker that gets it goes on rather than dying with a traceback of its own."""
+    pool = Workers(2, (yaml.safe_load(BASE), {}, "gpu", Trace(T0, _demand(1)), {}))
+    try:
+        pool.map([(i, describe(_settings(), "gpu"), 0, 30, None, None) for i in range(4)])  # both workers serving
+        for pid in pool.pids:
+            assert pid is not None
+            os.kill(pid, signal.SIGINT)
+        done = pool.map([(i, describe(_settings(), "gpu"), 0, 60, None, None) for i in range(4)])
+        assert [i for i, _ in done] == [0, 1, 2, 3]
+    finally:
+        pool.shutdown()
