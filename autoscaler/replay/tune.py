@@ -403,12 +403,26 @@ def _resumable(task: Task) -> bool:
     return task[2] == 0 and not (task[6] if len(task) > 6 else "")
 
 
+#: Seconds a worker waits for a task before it looks whether the tune that started it is still alive (a tune killed
+#: outright cannot tell its workers to stop: they end by themselves within this).
+PARENT_CHECK = 2.0
+
+
 def _serve(inbox: Any, outbox: Any, initargs: tuple[Any, ...]) -> None:
     """A worker process: tasks from its own inbox (a paused replay stays in the process that paused it). Ctrl-C is
     the parent's to handle (it shuts the workers down): a worker ignores it rather than die with a traceback each."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _init(*initargs)
-    while (message := inbox.get()) is not None:
+    parent = multiprocessing.parent_process()
+    while True:
+        try:
+            message = inbox.get(timeout=PARENT_CHECK)
+        except queue.Empty:
+            if parent is not None and not parent.is_alive():
+                return  # the tune was killed: nothing will ever come, and nobody would read an answer
+            continue
+        if message is None:
+            return
         kind, position, body = message
         if kind == "retain":
             retain(body)

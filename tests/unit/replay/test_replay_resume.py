@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,12 +18,13 @@ from autoscaler.config.load import build_settings
 from autoscaler.replay.sim import Minute, Replay, Run, simulate
 from autoscaler.replay.space import describe
 from autoscaler.replay.trace import Trace, parse_time
-from autoscaler.replay.tune import Workers, _init, evaluate, retain
+from autoscaler.replay.tune import PARENT_CHECK, Workers, _init, evaluate, retain
 from autoscaler.store.memory import MemoryStore
 from bench.traces.make_traces import generate
 from tests.support.replay_cases import BASE
 
 T0 = parse_time("2025-01-06T00:00:00Z")
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _settings() -> Any:
@@ -155,3 +160,34 @@ def test_ctrl_c_is_the_parents_a_worker_goes_on() -> None:
         assert [i for i, _ in done] == [0, 1, 2, 3]
     finally:
         pool.shutdown()
+
+
+def test_workers_of_a_tune_killed_outright_end_by_themselves(tmp_path: Path) -> None:
+    """A tune killed with SIGKILL cannot shut its workers down: they see it gone and end within PARENT_CHECK."""
+    script = tmp_path / "tune_then_die.py"
+    script.write_text(
+        "import os, sys, yaml\n"
+        "from autoscaler.replay.trace import Trace, parse_time\n"
+        "from autoscaler.replay.tune import Workers\n"
+        "from tests.support.replay_cases import BASE\n"
+        "pool = Workers(2, (yaml.safe_load(BASE), {}, 'gpu', Trace(parse_time('2025-01-06T00:00:00Z'), (1.0,) * 60),"
+        " {}))\n"
+        "print(' '.join(str(p) for p in pool.pids), flush=True)\n"
+        "os.kill(os.getpid(), 9)\n")
+    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    pids = [int(p) for p in done.stdout.split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 4 * PARENT_CHECK + 5
+    while time.monotonic() < deadline and any(_running(pid) for pid in pids):
+        time.sleep(0.2)
+    assert not any(_running(pid) for pid in pids)
+
+
+def _running(pid: int) -> bool:
+    """Whether the process is there and not a zombie (an orphan's exit may wait for a reaper)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
