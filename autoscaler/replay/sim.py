@@ -267,6 +267,7 @@ def _steps(settings: Settings, trace: Trace, use_steps: bool, victims: str | Non
     bound = len(trace.demand) * (4 + int(STEP / cfg.evaluation_interval)) + 10 * len(cfg.rules) + 100
 
     def so_far() -> Run:
+        """The run up to now, its lists copied (after a pause the replay goes on with its own)."""
         if minutes:
             minutes[-1] = minutes[-1].with_outcomes(outcomes)
         return Run(list(minutes), list(decisions), list(notifications), round(nodes.interrupted_node_minutes, 4),
@@ -350,10 +351,7 @@ def _steps(settings: Settings, trace: Trace, use_steps: bool, victims: str | Non
                 nodes.follow(*follow_at(now))
     else:
         raise ReplayError("replay did not finish: too many events (is evaluation_interval tiny?)")
-    if minutes:
-        minutes[-1] = minutes[-1].with_outcomes(outcomes)
-    return Run(minutes, decisions, notifications, round(nodes.interrupted_node_minutes, 4), nodes.interrupted_pods,
-               nodes.evictions, stopped, reconciles, gpus, ticks, headroom_reads, nodes.restarts)
+    return so_far()
 
 
 def gpus_per_node(settings: Settings, pool: str) -> int:

@@ -13,8 +13,8 @@ import multiprocessing
 import os
 import pickle
 import queue
-import signal
 import random
+import signal
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Sequence
 
@@ -160,7 +160,7 @@ def evaluate(candidate: Candidate, begin: int, end: int, budget: int | None, bou
     trace: Trace = _WORK["stressed"][stress] if stress else _WORK["trace"]
     counted = scored(len(trace.demand) // 1440)[begin:end] if stress == POOLED else None
     stop = _Stop(budget, bound, per_day, counted) if budget is not None else None
-    resumable = begin == 0 and not stress
+    resumable = _resumable(begin, stress)
     key = candidate_key(candidate) if resumable else ""
     replay = _WORK.setdefault("paused", {}).pop(key, None) if resumable else None
     if replay is not None and not _goes_on(replay, end, stop):
@@ -399,8 +399,9 @@ def retained(pool: Workers | None, keys: set[str]) -> None:
         retain(keys)
 
 
-def _resumable(task: Task) -> bool:
-    return task[2] == 0 and not (task[6] if len(task) > 6 else "")
+def _resumable(begin: int, stress: str) -> bool:
+    """Whether a replay can pause and go on (Replay): from the span's start, on the trace itself."""
+    return begin == 0 and not stress
 
 
 #: Seconds a worker waits for a task before it looks whether the tune that started it is still alive (a tune killed
@@ -455,7 +456,7 @@ class Workers:
     def map(self, tasks: Sequence[Task]) -> list[tuple[int, Score]]:
         load = [0] * len(self._inboxes)
         for position, task in enumerate(tasks):
-            key = candidate_key(task[1]) if _resumable(task) else ""
+            key = candidate_key(task[1]) if _resumable(task[2], task[6] if len(task) > 6 else "") else ""
             worker = self._owner.get(key)
             if worker is None:
                 worker = min(range(len(load)), key=load.__getitem__)
