@@ -15,14 +15,14 @@ from autoscaler.config.load import Settings
 from autoscaler.decide.groups import OUT_OF_SCOPE, Member, choose
 from autoscaler.models import Action, Decision, Mode, Outcome, PoolSpec, Signal, Source
 from autoscaler.decide.proportional import propose
-from autoscaler.pool.stamps import settled
+from autoscaler.pool import stamps
 from autoscaler.store import Store
 from providers import NodePoolProvider, ProviderError
 
 
 def member(store: Store, provider: NodePoolProvider, spec: PoolSpec, now: float) -> Member:
     """What the group's choice reads of one pool now."""
-    state = settled(store, spec.name, store.pool(spec.name), now, spec.short_for)
+    state = stamps.read(store, spec, now)
     short_until, short_reason = state.short_until, state.short_reason
     try:
         cloud = provider.status(state.tracked(), now)

@@ -16,7 +16,7 @@ from autoscaler.decide.policy import cooldown_remaining
 from autoscaler.engine.parts import Parts
 from autoscaler.models import Action, Alert, CloudStatus, Decision, Outcome, PoolSpec, PoolState
 from autoscaler.pool.door import changed, error_details, failed
-from autoscaler.pool.stamps import settled
+from autoscaler.pool import stamps
 from autoscaler.redact import redact_text
 from autoscaler.store import PoolChange
 from autoscaler.store.gangs import FAILED, GangRecord
@@ -195,8 +195,7 @@ def passed_over(parts: Parts, spec: PoolSpec, ask: Ask, now: float, reads: Reads
     reads = Reads() if reads is None else reads
     state = reads.states.get(spec.name)
     if state is None:
-        state = reads.states[spec.name] = settled(parts.store, spec.name, parts.store.pool(spec.name), now,
-                                                  spec.short_for)
+        state = reads.states[spec.name] = stamps.read(parts.store, spec, now)
     if state.short_until is not None and now < state.short_until:
         return f"short of capacity ({state.short_reason or 'no reason given'})"
     read = reads.clouds.get(spec.name)

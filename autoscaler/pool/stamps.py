@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from autoscaler.decide.policy import backoff_seconds
-from autoscaler.models import Action, PoolState
+from autoscaler.models import Action, PoolSpec, PoolState
 from autoscaler.store import PoolChange, PoolStore
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,11 @@ def pulled_back(state: PoolState, now: float,
             changes.append(PoolChange(short_until=longest, short_reason=state.short_reason))
             fields["short_until"] = longest
     return tuple(changes), replace(state, **fields) if fields else state
+
+
+def read(store: PoolStore, spec: PoolSpec, now: float) -> PoolState:
+    """The pool's stored state, read to decide on it: with its stamps ahead of ``now`` brought back (``settled``)."""
+    return settled(store, spec.name, store.pool(spec.name), now, spec.short_for)
 
 
 def settled(store: PoolStore, pool: str, state: PoolState, now: float, short_for: float | None = None) -> PoolState:

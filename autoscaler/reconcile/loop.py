@@ -34,7 +34,7 @@ from autoscaler.decide.headroom import Floor, floor as headroom_floor
 from autoscaler.decide.inflight import NOT_REGISTERED, unregistered
 from autoscaler.models import Action, CloudStatus, Decision, PoolFacts, PoolSpec, PoolState, Shortfall, Signal, Source
 from autoscaler.decide.policy import cooldown_remaining
-from autoscaler.pool.stamps import settled
+from autoscaler.pool import stamps
 from autoscaler.redact import redact_text
 from autoscaler.answers import dump, node_body
 from autoscaler.reconcile.retention import Pruner
@@ -136,7 +136,7 @@ class Reconciler:
         nothing changed the pool after the read)."""
         self._log_unusable(spec, now)
         out.decisions += gang_carry.carry_on(self.parts, spec, now)  # all-or-nothing scale-outs: docs/gang.md
-        state = settled(self.store, spec.name, self.store.pool(spec.name), now, spec.short_for)
+        state = stamps.read(self.store, spec, now)
         listed = self.refresh_nodes(spec, now, unreachable)
         if listings is not None:
             listings[spec.name] = listed
