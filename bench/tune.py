@@ -167,10 +167,12 @@ def _cpu_seconds() -> float:
 
 
 def run(smoke: bool = False, runs: int = 1, only: tuple[str, ...] = (),
-        rules: tuple[str, ...] = tuple(RULES), seed: int = 0, candidates: int = 243) -> dict[str, Any]:
+        rules: tuple[str, ...] = tuple(RULES), seed: int = 0, candidates: int = 243,
+        others: bool = True) -> dict[str, Any]:
     """Tune each family once per choice rule (a week; smoke: two days, few candidates) and judge it on unseen
     days, beside the base config and the peers (``only``: these families; ``rules``: these choice rules; ``seed``:
-    the search's; ``candidates``: its draws)."""
+    the search's; ``candidates``: its draws; ``others`` False: the tuned settings only, not the base config and
+    the peers, which no seed changes)."""
     out: dict[str, Any] = {"cpu_limit_s": CPU_LIMIT_S, "families": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for family, fam in FAMILIES.items():
@@ -184,10 +186,12 @@ def run(smoke: bool = False, runs: int = 1, only: tuple[str, ...] = (),
             entry: dict[str, Any] = {"base_config": os.path.relpath(fam.base, ROOT), "budget_pct": fam.budget,
                                      "goal": fam.goal.__dict__, "week_seed": fam.week_seed,
                                      "days": [name for name, _ in days], "rules": {}}
-            judged = {"base": [judge_day(base, d)["run"] for _, d in days]}
-            for name, cells in zip(("cluster_autoscaler", "cluster_autoscaler_overprovisioned"),
-                                   zip(*[peer_day(base, d).values() for _, d in days])):
-                judged[name] = list(cells)
+            judged: dict[str, list[dict[str, Any]]] = {}
+            if others:
+                judged["base"] = [judge_day(base, d)["run"] for _, d in days]
+                for name, cells in zip(("cluster_autoscaler", "cluster_autoscaler_overprovisioned"),
+                                       zip(*[peer_day(base, d).values() for _, d in days])):
+                    judged[name] = list(cells)
             for rule in rules:
                 cpu, own = _cpu_seconds(), time.process_time()
                 data = tune(fam.base, path, os.path.join(tmp, family, rule), fam.budget,
@@ -207,7 +211,7 @@ def run(smoke: bool = False, runs: int = 1, only: tuple[str, ...] = (),
                 if family == "diurnal_inference":
                     demand = list(load_trace(SERVING_DAY).demand)
                     entry["rules"][rule]["serving_day"] = judge_day(tuned, demand)["run"]
-            if family == "diurnal_inference":
+            if family == "diurnal_inference" and others:
                 demand = list(load_trace(SERVING_DAY).demand)
                 entry["serving_day"] = {"base": judge_day(base, demand)["run"], **peer_day(base, demand),
                                         "goal": SERVING_GOAL.__dict__}
@@ -261,7 +265,7 @@ def by_seed(family: str, rule: str, seeds: list[int], candidates: int = 243,
     fam = FAMILIES[family]
     verdicts = {}
     for seed in seeds:
-        res = run(smoke=smoke, only=(family,), rules=(rule,), seed=seed, candidates=candidates)
+        res = run(smoke=smoke, only=(family,), rules=(rule,), seed=seed, candidates=candidates, others=False)
         verdicts[seed] = res["families"][family]["verdict"][rule]
     shares = [v["meet_goal_pct"] for v in verdicts.values()]
     held = sum(1 for v in verdicts.values() if v["worst_saturated_pct"] <= 2 * fam.budget)

@@ -30,6 +30,10 @@ def test_by_seed_gives_each_seeds_own_verdict_and_their_mean() -> None:
     res = by_seed("noisy_plateau", "default", seed_range("0-1"), smoke=True)
     one = run(smoke=True, only=("noisy_plateau",), rules=("default",), seed=1)
     assert res["seeds"][1] == one["families"]["noisy_plateau"]["verdict"]["default"]
+    # by_seed judges the tuned settings only: the base config and the peers, which no seed changes, once at most
+    assert {"base", "cluster_autoscaler", "default"} <= set(one["families"]["noisy_plateau"]["verdict"])
+    alone = run(smoke=True, only=("noisy_plateau",), rules=("default",), seed=1, others=False)
+    assert alone["families"]["noisy_plateau"]["verdict"] == {"default": res["seeds"][1]}
     shares = [res["seeds"][s]["meet_goal_pct"] for s in (0, 1)]
     assert res["mean_meet_goal_pct"] == round(sum(shares) / 2, 1)
     held = sum(res["seeds"][s]["worst_saturated_pct"] <= 2 * FAMILIES["noisy_plateau"].budget for s in (0, 1))
