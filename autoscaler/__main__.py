@@ -96,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     tuning.add_argument("--candidates", type=int, default=243, help="settings sampled at first (default 243)")
     tuning.add_argument("--workers", type=int, default=None, help="processes (default 2, fewer on one core)")
     tuning.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
+    tuning.add_argument("--restarts", type=int, default=1, help="whole searches (seeds --seed, --seed + 1000, ...), "
+                        "keeping the choice that holds its limits and costs least on the span searched: about that "
+                        "many times the CPU, a choice that depends less on the seed (default 1; docs/tuning.md)")
     tuning.add_argument("--holdout", type=float, default=2 / 7, help="share of the trace, at its end, kept from "
                         "the search to confirm the choice on (default 2/7: days 6-7 of a week; 0: none)")
     tuning.add_argument("--pending-expr", default=None, help="PromQL of GPUs requested by pending pods, for "

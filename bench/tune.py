@@ -168,11 +168,11 @@ def _cpu_seconds() -> float:
 
 def run(smoke: bool = False, runs: int = 1, only: tuple[str, ...] = (),
         rules: tuple[str, ...] = tuple(RULES), seed: int = 0, candidates: int = 243,
-        others: bool = True) -> dict[str, Any]:
+        others: bool = True, restarts: int = 1) -> dict[str, Any]:
     """Tune each family once per choice rule (a week; smoke: two days, few candidates) and judge it on unseen
     days, beside the base config and the peers (``only``: these families; ``rules``: these choice rules; ``seed``:
-    the search's; ``candidates``: its draws; ``others`` False: the tuned settings only, not the base config and
-    the peers, which no seed changes)."""
+    the search's; ``candidates``: its draws; ``restarts``: whole searches, the best choice kept; ``others``
+    False: the tuned settings only, not the base config and the peers, which no seed changes)."""
     out: dict[str, Any] = {"cpu_limit_s": CPU_LIMIT_S, "families": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for family, fam in FAMILIES.items():
@@ -196,7 +196,7 @@ def run(smoke: bool = False, runs: int = 1, only: tuple[str, ...] = (),
                 cpu, own = _cpu_seconds(), time.process_time()
                 data = tune(fam.base, path, os.path.join(tmp, family, rule), fam.budget,
                             candidates=27 if smoke else candidates, neighbours=6 if smoke else None, workers=2,
-                            quiet=True,
+                            quiet=True, restarts=restarts,
                             seed=seed, **VARIANTS[rule])
                 cpu, own = _cpu_seconds() - cpu, time.process_time() - own
                 tuned = load_replay_config(os.path.join(tmp, family, rule, "tuned.yaml"))[1]
@@ -259,13 +259,14 @@ def seed_range(text: str) -> list[int]:
 
 
 def by_seed(family: str, rule: str, seeds: list[int], candidates: int = 243,
-            smoke: bool = False) -> dict[str, Any]:
+            smoke: bool = False, restarts: int = 1) -> dict[str, Any]:
     """The family tuned with each search seed and judged on its unseen days: each seed's verdict and the mean share
     of days meeting the goal (the spread by seed is what a change to the search must beat)."""
     fam = FAMILIES[family]
     verdicts = {}
     for seed in seeds:
-        res = run(smoke=smoke, only=(family,), rules=(rule,), seed=seed, candidates=candidates, others=False)
+        res = run(smoke=smoke, only=(family,), rules=(rule,), seed=seed, candidates=candidates, others=False,
+                  restarts=restarts)
         verdicts[seed] = res["families"][family]["verdict"][rule]
     shares = [v["meet_goal_pct"] for v in verdicts.values()]
     held = sum(1 for v in verdicts.values() if v["worst_saturated_pct"] <= 2 * fam.budget)
@@ -300,12 +301,16 @@ def main(argv: list[str] | None = None) -> int:
                         "seed's share of days meeting the goal, and their mean (BENCHMARKS.md round 14: one seed "
                         "moves a share by up to 50 points)")
     parser.add_argument("--candidates", type=int, default=243, help="with --tune: the search's draws")
+    parser.add_argument("--restarts", type=int, default=1, help="with --tune: whole searches, the best choice kept "
+                        "(replay --tune --restarts)")
     args = parser.parse_args(argv)
     if args.tune and args.seeds:
-        print("\n".join(seeds_table(by_seed(args.family, args.rule, args.seeds, args.candidates))))
+        print("\n".join(seeds_table(by_seed(args.family, args.rule, args.seeds, args.candidates,
+                                             restarts=args.restarts))))
         return 0
     if args.tune:
-        res = run(only=(args.family,), rules=(args.rule,), seed=args.seed, candidates=args.candidates)
+        res = run(only=(args.family,), rules=(args.rule,), seed=args.seed, candidates=args.candidates,
+                  restarts=args.restarts)
         print("\n".join(table(res)))
         return 0
     if not args.config:

@@ -11,7 +11,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autoscaler.config.load import build_settings, load_replay_config, offline
@@ -24,7 +24,8 @@ from autoscaler.replay.peers import peer_figures
 from autoscaler.replay.trace import ReplayError, Trace, load_trace
 from autoscaler.replay.robust import (STRESSED_FACTOR, Judged, Rule, as_json, burstiest_days, finalists, judge,
                                       leaves_a_node_waiting, settle, stress_note, stressed_copies)
-from autoscaler.replay.tune import REPLAYED, Budget, Score, Search, choose, make_pool, pareto, replays, score_figures
+from autoscaler.replay.tune import (REPLAYED, Budget, Score, Search, candidate_key, choose, make_pool, pareto, replays,
+                                    score_figures)
 from autoscaler.replay import command, peers, tune_files
 
 DEFAULT_HOLDOUT = 2 / 7
@@ -36,6 +37,36 @@ CHANGES_FACTOR = 2  # ... and is this many times the base config's direction cha
 #: the budget itself on each of the history's days pushed the choice far under the budget on the average day.
 DAY_FACTOR = 1.5
 AS_IT_WAS = "history"  # the tuning span as it was, beside the stressed copies, where the outlook changed it
+
+
+#: restart k of ``--restarts`` searches with the seed plus this many times k (restart 0: the seed itself)
+RESTART_SEED = 1000
+#: how well a restart's choice keeps its limits, best first (choose's flag, then the robust pick's)
+WITHIN_ORDER = ("every_day", "span", "every_day_no_margin", "changes_over", "over")
+PICKED_ORDER = (None, "robust", "robust_changes_over", "robust_over")
+
+
+@dataclass
+class Restart:
+    """One search of a tune and the choice made among its own results (``--restarts``: the best of them is kept)."""
+
+    search: Search
+    chosen: Candidate
+    score: Score  # the choice's, on the span the candidates were judged on
+    within: str  # choose's flag
+    picked: str | None  # the robust pick's flag (None: no stressed copies judged)
+    judged: list[Judged]
+    not_judged: int
+
+    def rank(self) -> tuple[int, int, float]:
+        """Limits kept first (a choice within every day's limit and held on the stressed copies before one that
+        needed a limit dropped), then the cost on the span searched."""
+        return (WITHIN_ORDER.index(self.within), PICKED_ORDER.index(self.picked), self.score.cost)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"seed": self.search.seed, "choice": self.within, "stress_choice": self.picked,
+                "cost": round(self.score.cost, 4), "node_hours": round(self.score.node_hours, 4),
+                "candidates": len(self.search.results), "replays": self.search.evaluated}
 
 
 def default_neighbours(candidates: int) -> int:
@@ -60,12 +91,16 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
          workers: int = 2, seed: int = 0, holdout: float = DEFAULT_HOLDOUT, margin: float = DEFAULT_MARGIN,
          neighbours: int | None = None, robust: bool = False, max_changes: float | None = None, stress: bool = True,
          utilization_expr: str = tune_files.UTILIZATION_EXPR, pending_expr: str = tune_files.PENDING_EXPR,
-         quiet: bool = False, outlook: bool = True, pooled: bool = False) -> dict[str, Any]:
+         quiet: bool = False, outlook: bool = True, pooled: bool = False, restarts: int = 1) -> dict[str, Any]:
     """Search, confirm and write DIR's files; returns what tuning.json holds. ConfigError / ReplayError on bad
     input. ``outlook``: the candidates are judged on the tuning span as the weeks after it will look (outlook.py);
     the report's figures are the history's as it was. ``pooled``: the search's first rungs screen on days pooled
     from every searched day (pooled.py; measured, not better: BENCHMARKS.md round 11), not on the span's first
-    days."""
+    days. ``restarts``: that many whole searches (seeds ``seed``, ``seed + RESTART_SEED``, ...), each choosing among
+    its own results; the choice that keeps its limits best, then costs least on the span searched, is kept (about
+    ``restarts`` times the CPU)."""
+    if restarts < 1:
+        raise ReplayError(f"--restarts {restarts}: at least 1")
     started, replayed = time.monotonic(), list(REPLAYED)
     raw, settings = _load(config_path)
     pool = replay_pool(settings)
@@ -112,35 +147,53 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
         def allowed(candidate: Candidate) -> bool:
             return not leaves_a_node_waiting(candidate, gpus, level)
 
-        search = Search(space, train, max_saturated * (1 - margin), day_pct=day_pct, changes_per_day=limit,
-                        candidates=candidates, neighbours=default_neighbours(candidates) if neighbours is None
-                        else neighbours, seed=seed, pooled=len(days_pooled.demand) if days_pooled else 0,
-                        allowed=allowed)
-        search.run(executor, progress)
-        if all(cand != base for cand, _ in search.results):  # the base config is a candidate too: never passed over
-            search.results.append((base, base_score))  # for a costlier choice it would itself have beaten
         whole_day = int(max_saturated / 100.0 * 1440 + 1e-9)
-        history_day = whole_day if robust else search.budget(train).per_day or whole_day
-        choosable = [cs for cs in search.results if allowed(cs[0])] or search.results
-        chosen, chosen_score, within = choose(choosable, search.budget(train), whole_day if robust else None)
-        judged: list[Judged] = []
-        not_judged = 0
-        stage = {"every_day": search.budget(train),
-                 "every_day_no_margin": Budget(10 ** 9, whole_day, search.budget(train).changes),
-                 "changes_over": replace(search.budget(train), changes=None)}.get(within)
-        picked = None
-        if stressed and stage is not None:
-            finals = finalists(space, choosable, stage)
-            progress(f"judging {len(finals)} finalists on the worst of the history's days and "
-                     f"{len(stressed)} stressed copies of its {len(next(iter(stressed.values())).demand) // 1440} "
-                     "burstiest days")
-            rule = Rule(history_day, math.ceil(limit), stage.total, STRESSED_FACTOR * whole_day,
-                        ceiling=peer_ceiling(settings, Trace(trace.start, trace.demand[:train])))
-            judged = judge(executor, finals, search.results, train, stressed, holds=rule.holds)
-            not_judged = len(finals) - len(judged)
-            if judged:
-                best, picked = settle(executor, judged, rule, train, stressed, allowed)
-                chosen, chosen_score = best.candidate, best.history
+
+        def searched(k: int) -> Restart:
+            """One search (restart ``k``: seed ``seed + RESTART_SEED * k``) and its choice among its own results."""
+            search = Search(space, train, max_saturated * (1 - margin), day_pct=day_pct, changes_per_day=limit,
+                            candidates=candidates, neighbours=default_neighbours(candidates) if neighbours is None
+                            else neighbours, seed=seed + RESTART_SEED * k,
+                            pooled=len(days_pooled.demand) if days_pooled else 0, allowed=allowed)
+            if restarts > 1:
+                progress(f"restart {k + 1}/{restarts}: search seed {search.seed}")
+            search.run(executor, progress)
+            if all(cand != base for cand, _ in search.results):  # the base config is a candidate too: never passed
+                search.results.append((base, base_score))  # over for a costlier choice it would itself have beaten
+            history_day = whole_day if robust else search.budget(train).per_day or whole_day
+            choosable = [cs for cs in search.results if allowed(cs[0])] or search.results
+            chosen, chosen_score, within = choose(choosable, search.budget(train), whole_day if robust else None)
+            judged: list[Judged] = []
+            not_judged = 0
+            stage = {"every_day": search.budget(train),
+                     "every_day_no_margin": Budget(10 ** 9, whole_day, search.budget(train).changes),
+                     "changes_over": replace(search.budget(train), changes=None)}.get(within)
+            picked = None
+            if stressed and stage is not None:
+                finals = finalists(space, choosable, stage)
+                progress(f"judging {len(finals)} finalists on the worst of the history's days and "
+                         f"{len(stressed)} stressed copies of its {len(next(iter(stressed.values())).demand) // 1440} "
+                         "burstiest days")
+                rule = Rule(history_day, math.ceil(limit), stage.total, STRESSED_FACTOR * whole_day,
+                            ceiling=peer_ceiling(settings, Trace(trace.start, trace.demand[:train])))
+                judged = judge(executor, finals, search.results, train, stressed, holds=rule.holds)
+                not_judged = len(finals) - len(judged)
+                if judged:
+                    best, picked = settle(executor, judged, rule, train, stressed, allowed)
+                    chosen, chosen_score = best.candidate, best.history
+            return Restart(search, chosen, chosen_score, within, picked, judged, not_judged)
+
+        runs = [searched(k) for k in range(restarts)]
+        # the restart whose choice keeps its limits best, then the cheapest on the span searched (the choice's
+        # cost there is what says how it fares after: BENCHMARKS.md rounds 15-16)
+        won = min(runs, key=lambda r: r.rank())
+        search, chosen, chosen_score, within, picked, judged, not_judged = (
+            won.search, won.chosen, won.score, won.within, won.picked, won.judged, won.not_judged)
+        if restarts > 1:  # the frontier and the report's candidates: every restart's, each candidate once
+            pooled_results = {candidate_key(c): (c, sc) for r in runs for c, sc in r.search.results}
+            search = replace(search, results=list(pooled_results.values()),
+                             evaluated=sum(r.search.evaluated for r in runs),
+                             minutes_replayed=sum(r.search.minutes_replayed for r in runs))
         jobs: list[Any] = []
         if train < total:
             jobs += [(1, chosen, train, total, None, None), (2, base, train, total, None, None)]
@@ -183,7 +236,8 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
                          "copies": list(stressed), "finalists": [as_json(j) for j in judged],
                          "not_judged": not_judged},
             "outlook": ahead.as_json() if ahead is not None else None,
-            "sampled": candidates, "replays": search.evaluated + len(jobs),
+            "sampled": candidates * restarts, "replays": search.evaluated + len(jobs),
+            "restarts": [r.as_json() for r in runs], "restart": runs.index(won),
             "search_minutes_replayed": search.minutes_replayed, "pooled": search.pooled > 0,
             "minutes_replayed": REPLAYED[0] - replayed[0], "decisions_replayed": REPLAYED[1] - replayed[1],
             "seconds": round(time.monotonic() - started, 1), "workers": workers, "base": base, "tuned": chosen,
@@ -328,7 +382,7 @@ def run(args: Any) -> int:
     data = command(lambda: tune(args.config, args.trace, args.out, pct, candidates=args.candidates,
                                 workers=args.workers, seed=args.seed, holdout=args.holdout, margin=args.margin,
                                 robust=args.robust, max_changes=args.max_direction_changes, stress=args.stress,
-                                outlook=args.outlook, pooled=args.pooled,
+                                outlook=args.outlook, pooled=args.pooled, restarts=args.restarts,
                                 utilization_expr=args.utilization_expr, pending_expr=args.pending_expr),
                    args.config, args.out)
     if data is None:

@@ -529,3 +529,42 @@ def test_the_search_never_replays_a_candidate_the_choice_would_pass_over() -> No
     plain = Search(Space(settings, "gpu"), 1440, 3.0, candidates=9, neighbours=0, rounds=2, seed=1)
     plain.run(None, lambda _: None)
     assert not all(allowed(c) for c, _ in plain.results)  # the same draws without it hold some
+
+
+def test_restarts_keep_the_search_whose_choice_holds_and_costs_least(tuned: dict[str, Any], tmp_path: Path) -> None:
+    """--restarts 2: two whole searches (seeds 3 and 1003), each choosing among its own results as a tune with that
+    seed alone would; the one kept is the choice within its limits that costs least on the span searched (here the
+    second: a pick that took the first search's would fail), and the frontier holds both searches' candidates."""
+    from autoscaler.replay.tune_cli import PICKED_ORDER, WITHIN_ORDER, tune
+
+    out = tmp_path / "out"
+    assert main(["replay", "--tune", "--config", str(tuned["dir"] / "base.yaml"), "--trace",
+                 str(tuned["dir"] / "history.csv"), "--max-saturated", "2%", "--out", str(out), "--candidates", "12",
+                 "--holdout", "0.25", "--workers", "2", "--seed", "3", "--restarts", "2"]) == 0
+    data = json.loads((out / "tuning.json").read_text())
+    runs = data["restarts"]
+    assert [r["seed"] for r in runs] == [3, 1003]
+    alone = [tune(str(tuned["dir"] / "base.yaml"), str(tuned["dir"] / "history.csv"), str(tmp_path / f"s{seed}"),
+                  2.0, candidates=12, workers=2, holdout=0.25, seed=seed, quiet=True) for seed in (3, 1003)]
+    for run, one in zip(runs, alone):  # each restart chose as its seed alone does
+        assert (run["choice"], run["stress_choice"]) == (one["choice"], one["stress_choice"])
+        assert run["node_hours"] == one["spans"]["tune"]["tuned_on_outlook"]["node_hours"]
+    assert alone[0]["tuned"] != alone[1]["tuned"]  # the two searches differ: the pick below is a real one
+
+    def rank(r: dict[str, Any]) -> tuple[int, int, float]:
+        return WITHIN_ORDER.index(r["choice"]), PICKED_ORDER.index(r["stress_choice"]), r["cost"]
+    kept = min(range(2), key=lambda i: rank(runs[i]))
+    assert kept == 1 and rank(runs[1]) < rank(runs[0])
+    assert data["restart"] == kept and data["tuned"] == alone[kept]["tuned"]
+    assert data["spans"] == json.loads(json.dumps(alone[kept]["spans"]))  # the same figures, as tuning.json has them
+    assert data["candidates"] > max(r["candidates"] for r in runs)  # both searches' candidates, each once
+    assert data["sampled"] == 24
+
+
+def test_restarts_below_one_is_a_usage_error(tuned: dict[str, Any], tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", "--tune", "--config", str(tuned["dir"] / "base.yaml"), "--trace",
+                 str(tuned["dir"] / "history.csv"), "--max-saturated", "2%", "--out", str(tmp_path / "out"),
+                 "--restarts", "0"]) == 1
+    assert "--restarts 0: at least 1" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
