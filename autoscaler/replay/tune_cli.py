@@ -335,6 +335,12 @@ def report(data: dict[str, Any], out_dir: str) -> str:
         tail.insert(0, f"note: no candidate within the budget kept to {data['direction_change_limit']:g} direction "
                        "changes a day; the choice ignores that limit")
     tail.insert(0, stress_note(data))
+    runs = data.get("restarts") or []
+    if len(runs) > 1:
+        kept = runs[data["restart"]]
+        tail.insert(0, f"restarts: {len(runs)} searches (seeds {', '.join(str(r['seed']) for r in runs)}); kept seed "
+                       f"{kept['seed']}'s choice, the best within its limits and the cheapest on the searched days ("
+                       + ", ".join(f"{r['cost']:.1f}" for r in runs) + " node-hours with the work cut)")
     if data["choice"] == "every_day_no_margin":
         tail.insert(0, "note: no candidate kept the margin under the budget on every day of the tuning span; the "
                        "choice keeps the budget itself on every day")

@@ -559,6 +559,9 @@ def test_restarts_keep_the_search_whose_choice_holds_and_costs_least(tuned: dict
     assert data["spans"] == json.loads(json.dumps(alone[kept]["spans"]))  # the same figures, as tuning.json has them
     assert data["candidates"] > max(r["candidates"] for r in runs)  # both searches' candidates, each once
     assert data["sampled"] == 24
+    said = report(data, str(out))  # what the operator reads: which search was kept and why
+    assert "restarts: 2 searches (seeds 3, 1003); kept seed 1003's choice" in said
+    assert f"{runs[0]['cost']:.1f}, {runs[1]['cost']:.1f} node-hours" in said
 
 
 def test_restarts_below_one_is_a_usage_error(tuned: dict[str, Any], tmp_path: Path,
