@@ -175,8 +175,9 @@ def bound(demand: list[float], low: int, budget: float, candidates: int = 200, r
     return min(seen.items(), key=rank)
 
 
-def measure(trace: RealTrace, raw_dir: str, smoke: bool = False) -> dict[str, Any]:
-    """Convert, tune on days 1-7, judge days 8..end: ours, the peers, the bound."""
+def measure(trace: RealTrace, raw_dir: str, smoke: bool = False, restarts: int = 1) -> dict[str, Any]:
+    """Convert, tune on days 1-7 (``restarts``: replay --tune --restarts), judge days 8..end: ours, the peers, the
+    bound."""
     path = os.path.join(raw_dir, trace.raw)
     days = 9 if smoke else trace.days
     gpus = trace.gpus(path, trace.start, days * 1440)
@@ -193,7 +194,7 @@ def measure(trace: RealTrace, raw_dir: str, smoke: bool = False) -> dict[str, An
         base = base_config(trace.kind, week, os.path.join(tmp, "base.yaml"))
         cpu = _cpu()
         data = tune(base, week_path, os.path.join(tmp, "tuned"), budget, workers=2, quiet=True,
-                    candidates=27 if smoke else 243, neighbours=6 if smoke else None)
+                    candidates=27 if smoke else 243, neighbours=6 if smoke else None, restarts=restarts)
         out["tune"] = {"cpu_s": round(_cpu() - cpu, 1), "wall_s": data["seconds"], "choice": data["choice"],
                        "stress_choice": data["stress_choice"], "tuned": data["tuned"],
                        "confirm": data["spans"].get("confirm", {}).get("tuned")}
@@ -244,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", choices=[t.name for t in TRACES])
     parser.add_argument("--json", help="write every figure here")
     parser.add_argument("--smoke", action="store_true", help="9 days, few candidates: checks the harness")
+    parser.add_argument("--restarts", type=int, default=1, help="whole searches of the tune (replay --tune "
+                        "--restarts; default 1)")
     args = parser.parse_args(argv)
     results: dict[str, Any] = {}
     rows = []
@@ -254,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         if not os.path.isfile(path):
             print(f"{trace.name}: skipped: {path} is absent (see bench/traces/README.md)", flush=True)
             continue
-        results[trace.name] = r = measure(trace, args.raw, smoke=args.smoke)
+        results[trace.name] = r = measure(trace, args.raw, smoke=args.smoke, restarts=args.restarts)
         t = r["tune"]
         print(f"{trace.name}: tuned in {t['cpu_s']:.0f} CPU-s ({t['choice']}/{t['stress_choice']}); "
               f"{json.dumps(r['judged'])}", flush=True)
