@@ -6,6 +6,7 @@ spans are reported (stdout and tuning.json).
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -149,6 +150,10 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
 
         whole_day = int(max_saturated / 100.0 * 1440 + 1e-9)
 
+        @functools.cache
+        def ceiling() -> float:  # the peer's node-hours on the span, replayed once for every restart's pick
+            return peer_ceiling(settings, Trace(trace.start, trace.demand[:train]))
+
         def searched(k: int) -> Restart:
             """One search (restart ``k``: seed ``seed + RESTART_SEED * k``) and its choice among its own results."""
             search = Search(space, train, max_saturated * (1 - margin), day_pct=day_pct, changes_per_day=limit,
@@ -175,7 +180,7 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
                          f"{len(stressed)} stressed copies of its {len(next(iter(stressed.values())).demand) // 1440} "
                          "burstiest days")
                 rule = Rule(history_day, math.ceil(limit), stage.total, STRESSED_FACTOR * whole_day,
-                            ceiling=peer_ceiling(settings, Trace(trace.start, trace.demand[:train])))
+                            ceiling=ceiling())
                 judged = judge(executor, finals, search.results, train, stressed, holds=rule.holds)
                 not_judged = len(finals) - len(judged)
                 if judged:
