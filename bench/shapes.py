@@ -6,6 +6,7 @@ Each shape is drawn by a seeded generator at the size and shape issue 47 names, 
 first 7 days (bench.real_weeks' base configs, budgets and boot) and judged on every day after, beside
 cluster-autoscaler with and without one node of pause pods and ``bench.bound``'s idealised reactive scaler:
 
+- ``llm_daily``: LLM serving with a clear daily cycle (+-40%), 12 nodes' worth, weekends at 0.8x, drift and bursts.
 - ``llm_weak``: LLM serving with a weak daily cycle (+-8%), API-heavy: 12 nodes' worth, slow drifts (AR(1)) and
   short bursts, and **one** two-hour surge to 1.9x on day 4 (in the tuning week; none after). Issue 47: the
   tuner before the outlook bought headroom for such a peak all the following weeks.
@@ -69,6 +70,20 @@ def llm_weak(seed: int, days: int = 14) -> list[float]:
     return out
 
 
+def llm_daily(seed: int, days: int = 14) -> list[float]:
+    """GPUs busy a minute serving LLM chat: a clear daily cycle (+-40%), quieter weekends, drift and bursts."""
+    rng = random.Random(seed)
+    out, drift = [], 0.0
+    for m in range(days * DAY):
+        hour = (m % DAY) / 60
+        cycle = 1 + 0.4 * math.sin(2 * math.pi * (hour - 9) / 24)
+        weekend = 0.8 if (m // DAY) % 7 >= 5 else 1.0
+        drift = 0.97 * drift + rng.gauss(0, 0.02)
+        burst = 0.3 * rng.random() if rng.random() < 0.01 else 0.0
+        out.append(max(0.0, 12 * GPUS_PER_NODE * cycle * weekend * (1 + drift + burst)))
+    return out
+
+
 def image_growing(seed: int, days: int = 20) -> list[float]:
     """GPUs busy a minute serving image generation: a daily cycle, growing 1.5x over the days."""
     rng = random.Random(seed)
@@ -83,6 +98,7 @@ def image_growing(seed: int, days: int = 20) -> list[float]:
 
 
 SHAPES: dict[str, tuple[Callable[[int, int], list[float]], str, int, str]] = {
+    "llm_daily": (llm_daily, "serving", 14, "LLM serving, clear daily cycle, quieter weekends (synthetic)"),
     "llm_weak": (llm_weak, "serving", 14, "LLM serving, weak daily cycle, one lone surge in week 1 (synthetic)"),
     "image_growing": (image_growing, "serving", 20, "image generation, daily cycle, growing 1.5x (synthetic)"),
     "team_queue": (team_queue, "training", 19, "one team's queue of whole 8-GPU jobs (synthetic)"),

@@ -6,7 +6,7 @@ import json
 
 from autoscaler.replay.outlook import day_levels, lone_peaks, outlook
 from autoscaler.replay.trace import Trace
-from bench.shapes import DAY, PEAK_DAY, image_growing, llm_weak, main, seeds, team_queue
+from bench.shapes import DAY, PEAK_DAY, image_growing, llm_daily, llm_weak, main, seeds, team_queue
 from bench.traces.convert import EPOCH, nodes
 
 WEEK = 7 * DAY
@@ -40,6 +40,15 @@ def test_the_image_service_grows_half_again_over_its_days() -> None:
     growth = (sum(levels[-3:]) / 3) / (sum(levels[:3]) / 3)
     assert 1.3 < growth < 1.6
     assert min(levels) > 4.0  # about 5 nodes at the start, never idle
+
+
+def test_the_daily_llm_service_has_a_clear_cycle_and_quieter_weekends() -> None:
+    demand = nodes(llm_daily(1))
+    hourly = [sum(demand[h * 60:(h + 1) * 60]) / 60 for h in range(5 * 24)]  # the weekdays, hour by hour
+    day = [sum(hourly[d * 24 + h] for d in range(5)) / 5 for h in range(24)]
+    assert max(day) / min(day) > 2.0  # +-40% around the mean: the busiest hour over twice the quietest
+    weekdays, weekend = day_levels(demand, 7 * DAY)[:5], day_levels(demand, 7 * DAY)[5:]
+    assert max(weekend) < min(weekdays)
 
 
 def test_seeds_are_a_range_or_a_list() -> None:
