@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                         "each day (measured: docs/tuning.md)")
     tuning.add_argument("--max-direction-changes", type=float, default=None, help="direction changes (a scale-in "
                         "after a scale-out or back) a day the choice may make (default: twice the base config's "
-                        "changes a day on the tuning span, at least 2)")
+                        "changes a day on the tuning span, at least 2, at least 6 where the history has busy hours)")
     tuning.add_argument("--stress", action=argparse.BooleanOptionalAction, default=True, help="choose among the "
                         "cheapest on the worst of the history's days and of stressed copies of its burstiest days, "
                         "preferring the steadiest of near-equal settings (default); --no-stress: the cheapest "

@@ -32,6 +32,10 @@ from autoscaler.replay import command, peers, tune_files
 DEFAULT_HOLDOUT = 2 / 7
 DEFAULT_MARGIN = 0.25
 MIN_CHANGES = 2  # the default limit of direction changes a day is never under this
+#: ... nor under this where the history has busy hours (space.busy_windows: its surges gather in a run of hours, a
+#: daily cycle): following the cycle takes two changes a day by itself (up in the morning, down at night), so a calm
+#: base config (none on a weak-cycle LLM service) would hold the choice to a pool that never follows it (issue 47).
+CYCLE_CHANGES = 6
 CHANGES_FACTOR = 2  # ... and is this many times the base config's direction changes a day
 #: A day of the history may be saturated this many times the budget (the span as a whole keeps the budget less the
 #: margin; a stressed copy, standing in for the worst day never seen, twice the budget): days differ, and a cap at
@@ -134,10 +138,11 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
     try:
         base_score = replays(None, [(0, base, 0, train, None, None)])[0][1]
         # Flapping has a price: by default at most twice the direction changes a day the base config made on the
-        # history (at least MIN_CHANGES); --max-direction-changes sets the limit instead.
+        # history (at least MIN_CHANGES, CYCLE_CHANGES on a history with busy hours); --max-direction-changes sets
+        # the limit instead.
         days = max(train / 1440, 1.0)
-        limit = max_changes if max_changes is not None else max(MIN_CHANGES, math.ceil(
-            CHANGES_FACTOR * base_score.direction_changes / days - 1e-9))
+        floor = CYCLE_CHANGES if windows else MIN_CHANGES
+        limit = change_limit(base_score.direction_changes / days, bool(windows), max_changes)
         # The choice keeps a margin under the budget over the span, and DAY_FACTOR times the budget on each whole
         # day of it: days differ, and the days the search never saw must hold the budget too.
         # Robust: the worst day decides, with the margin on each day (the span's total is then within it too).
@@ -235,7 +240,8 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
             "margin": margin, "robust": robust, "max_direction_changes": max_changes, "day_budget": whole_day,
             "day_limit": search.budget(train).per_day,
             "within_budget": within != "over", "choice": within, "candidates": len(search.results),
-            "direction_change_limit": limit, "base_direction_changes_per_day": round(
+            "direction_change_limit": limit, "direction_change_floor": floor, "busy_hours": list(windows),
+            "base_direction_changes_per_day": round(
                 base_score.direction_changes / days, 2), "stress_choice": picked,
             "stressed": {"days": sorted(burstiest_days(trace.demand, train)) if stressed else [],
                          "copies": list(stressed), "finalists": [as_json(j) for j in judged],
@@ -252,6 +258,15 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
            env)
     data["seconds"] = round(time.monotonic() - started, 1)
     return data
+
+
+def change_limit(base_per_day: float, busy_hours: bool, given: float | None = None) -> float:
+    """The direction changes a day the choice may make: ``given`` (--max-direction-changes), else CHANGES_FACTOR
+    times the base config's on the history, at least MIN_CHANGES, or CYCLE_CHANGES on a history with busy hours."""
+    if given is not None:
+        return given
+    floor = CYCLE_CHANGES if busy_hours else MIN_CHANGES
+    return max(floor, math.ceil(CHANGES_FACTOR * base_per_day - 1e-9))
 
 
 def peer_ceiling(settings: Any, span: Trace) -> float:

@@ -31,6 +31,8 @@ def test_help_and_guide_give_the_direction_change_default_the_code_applies() -> 
     guide = _flat((ROOT / "docs" / "tuning.md").read_text())
     assert f"{words} as often a day as the base config did" in guide
     assert f"never fewer than {tune_cli.MIN_CHANGES} a day" in guide
+    assert f"at least {tune_cli.CYCLE_CHANGES} where the history has busy hours" in option, option
+    assert f"never fewer than {tune_cli.CYCLE_CHANGES} a day on a history with busy hours" in guide
 
 
 def _headings(text: str) -> list[str]:

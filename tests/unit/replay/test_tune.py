@@ -17,7 +17,7 @@ from autoscaler.__main__ import main
 from autoscaler.config.load import build_settings
 from autoscaler.models import Action
 from autoscaler.replay.space import (FOR, PENDING_FOR, Candidate, Space, apply, describe, duration_text, settings_text)
-from autoscaler.replay.tune_cli import default_neighbours, report
+from autoscaler.replay.tune_cli import change_limit, default_neighbours, report
 from autoscaler.replay.tune_files import prometheus_rules
 from autoscaler.replay.trace import Trace, parse_time
 from autoscaler.replay.tune import Budget, Score, Search, _init, choose, evaluate, pareto
@@ -109,12 +109,27 @@ def test_direction_changes_are_limited_by_default_from_the_base_run(tuned: dict[
     days = data["spans"]["tune"]["minutes"][1] / 1440
     assert data["max_direction_changes"] is None  # no --max-direction-changes: the limit comes from the base run
     assert data["base_direction_changes_per_day"] == pytest.approx(base["direction_changes"] / days, abs=0.01)
-    assert data["direction_change_limit"] == max(2, math.ceil(2 * base["direction_changes"] / days - 1e-9))
+    floor = 6 if data["busy_hours"] else 2
+    assert data["direction_change_floor"] == floor
+    assert data["direction_change_limit"] == max(floor, math.ceil(2 * base["direction_changes"] / days - 1e-9))
     tuned_span = data["spans"]["tune"]["tuned"]
     assert len(tuned_span["day_changes"]) == len(tuned_span["days"]) == 1  # one whole day in 1.5
     assert sum(tuned_span["day_changes"]) <= tuned_span["direction_changes"]
     text = report(data, str(tuned["out"]))
     assert "chg: direction changes" in text and "direction changes limited to" in text
+
+
+@pytest.mark.parametrize("base_per_day, busy_hours, given, limit", [
+    pytest.param(0.0, False, None, 2, id="a calm base on a flat history: at least 2"),
+    pytest.param(0.0, True, None, 6, id="a calm base on a history with busy hours: room to follow the cycle"),
+    pytest.param(1.2, True, None, 6, id="twice a calm base is under the cycle's floor"),
+    pytest.param(3.4, True, None, 7, id="twice a busy base is over it (rounded up)"),
+    pytest.param(3.0, False, None, 6, id="twice the base's, exactly"),
+    pytest.param(0.0, True, 1.5, 1.5, id="--max-direction-changes decides, under any floor"),
+])
+def test_the_default_change_limit(base_per_day: float, busy_hours: bool, given: float | None,
+                                  limit: float) -> None:
+    assert change_limit(base_per_day, busy_hours, given) == limit
 
 
 def test_confirm_span_is_reported_and_unseen_by_the_search(tuned: dict[str, Any], tmp_path: Path) -> None:
