@@ -141,7 +141,7 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
         # history (at least MIN_CHANGES, CYCLE_CHANGES on a history with busy hours); --max-direction-changes sets
         # the limit instead.
         days = max(train / 1440, 1.0)
-        floor = CYCLE_CHANGES if windows else MIN_CHANGES
+        floor = change_floor(bool(windows))
         limit = change_limit(base_score.direction_changes / days, bool(windows), max_changes)
         # The choice keeps a margin under the budget over the span, and DAY_FACTOR times the budget on each whole
         # day of it: days differ, and the days the search never saw must hold the budget too.
@@ -265,8 +265,12 @@ def change_limit(base_per_day: float, busy_hours: bool, given: float | None = No
     times the base config's on the history, at least MIN_CHANGES, or CYCLE_CHANGES on a history with busy hours."""
     if given is not None:
         return given
-    floor = CYCLE_CHANGES if busy_hours else MIN_CHANGES
-    return max(floor, math.ceil(CHANGES_FACTOR * base_per_day - 1e-9))
+    return max(change_floor(busy_hours), math.ceil(CHANGES_FACTOR * base_per_day - 1e-9))
+
+
+def change_floor(busy_hours: bool) -> int:
+    """The least the default limit of direction changes a day may be."""
+    return CYCLE_CHANGES if busy_hours else MIN_CHANGES
 
 
 def peer_ceiling(settings: Any, span: Trace) -> float:
