@@ -54,34 +54,32 @@ def team_queue(seed: int, days: int = 19) -> list[float]:
 PEAK_DAY = 3  # the lone surge's day (0-based: the fourth day, inside the five days the tuner searches)
 
 
-def llm_weak(seed: int, days: int = 14) -> list[float]:
-    """GPUs busy a minute serving LLM requests: a weak daily cycle, drift and bursts, one lone surge."""
+def _llm(seed: int, days: int, amplitude: float, weekend: float = 1.0, surge: bool = False) -> list[float]:
+    """GPUs busy a minute serving LLM requests, 12 nodes' worth: a daily cycle of +-``amplitude``, weekends at
+    ``weekend`` times, drift (AR(1)) and short bursts; ``surge``: one two-hour surge to 1.9x on PEAK_DAY."""
     rng = random.Random(seed)
     out, drift = [], 0.0
     for m in range(days * DAY):
         hour = (m % DAY) / 60
-        cycle = 1 + 0.08 * math.sin(2 * math.pi * (hour - 9) / 24)
+        cycle = 1 + amplitude * math.sin(2 * math.pi * (hour - 9) / 24)
+        quiet = weekend if (m // DAY) % 7 >= 5 else 1.0
         drift = 0.97 * drift + rng.gauss(0, 0.02)
         burst = 0.3 * rng.random() if rng.random() < 0.01 else 0.0
-        gpus = 12 * GPUS_PER_NODE * cycle * (1 + drift + burst)
-        if m // DAY == PEAK_DAY and 14 * 60 <= m % DAY < 16 * 60:
+        gpus = 12 * GPUS_PER_NODE * cycle * quiet * (1 + drift + burst)
+        if surge and m // DAY == PEAK_DAY and 14 * 60 <= m % DAY < 16 * 60:
             gpus *= 1.9
         out.append(max(0.0, gpus))
     return out
 
 
+def llm_weak(seed: int, days: int = 14) -> list[float]:
+    """LLM serving with a weak daily cycle (+-8%) and one lone surge."""
+    return _llm(seed, days, 0.08, surge=True)
+
+
 def llm_daily(seed: int, days: int = 14) -> list[float]:
-    """GPUs busy a minute serving LLM chat: a clear daily cycle (+-40%), quieter weekends, drift and bursts."""
-    rng = random.Random(seed)
-    out, drift = [], 0.0
-    for m in range(days * DAY):
-        hour = (m % DAY) / 60
-        cycle = 1 + 0.4 * math.sin(2 * math.pi * (hour - 9) / 24)
-        weekend = 0.8 if (m // DAY) % 7 >= 5 else 1.0
-        drift = 0.97 * drift + rng.gauss(0, 0.02)
-        burst = 0.3 * rng.random() if rng.random() < 0.01 else 0.0
-        out.append(max(0.0, 12 * GPUS_PER_NODE * cycle * weekend * (1 + drift + burst)))
-    return out
+    """LLM chat serving with a clear daily cycle (+-40%) and quieter weekends (0.8x)."""
+    return _llm(seed, days, 0.4, weekend=0.8)
 
 
 def image_growing(seed: int, days: int = 20) -> list[float]:
