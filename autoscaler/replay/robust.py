@@ -312,13 +312,14 @@ def as_json(j: Judged) -> dict[str, Any]:
 
 def stress_note(data: dict[str, Any]) -> str:
     """How the choice was made: the change limit, and the worst of the history's and the stressed days."""
-    floor = data.get("direction_change_floor")
-    limit = (f"direction changes limited to {data['direction_change_limit']:g} a day ("
-             + ("--max-direction-changes" if data["max_direction_changes"] is not None else
-                f"twice the base config's {data['base_direction_changes_per_day']:g} a day on the tuning span"
-                + (f", at least {floor:g}" + (f": the history has busy hours, {', '.join(data['busy_hours'])}"
-                                               if data.get("busy_hours") else "") if floor is not None else ""))
-             + ")")
+    why = f"twice the base config's {data['base_direction_changes_per_day']:g} a day on the tuning span"
+    if data.get("direction_change_floor") is not None:
+        why += f", at least {data['direction_change_floor']:g}"
+        if data.get("busy_hours"):
+            why += f": the history has busy hours, {', '.join(data['busy_hours'])}"
+    if data["max_direction_changes"] is not None:
+        why = "--max-direction-changes"
+    limit = f"direction changes limited to {data['direction_change_limit']:g} a day ({why})"
     stressed = data["stressed"]
     if not data["stress_choice"]:
         return f"choice: the cheapest within the budget; {limit}; no stressed copies judged"
