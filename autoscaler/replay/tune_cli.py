@@ -21,7 +21,7 @@ from autoscaler.replay.sim import gpus_per_node, replay_pool
 from autoscaler.replay.space import Candidate, Space, apply, busy_windows, describe, show
 from autoscaler.replay.outlook import outlook as outlook_of
 from autoscaler.replay.pooled import NAME as POOLED, pooled as pooled_days
-from autoscaler.replay.peers import peer_figures
+from autoscaler.replay.peers import PeerRun, peer_figures
 from autoscaler.replay.trace import ReplayError, Trace, load_trace
 from autoscaler.replay.robust import (STRESSED_FACTOR, Judged, Rule, as_json, burstiest_days, finalists, judge,
                                       leaves_a_node_waiting, settle, stress_note, stressed_copies)
@@ -156,8 +156,8 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
         whole_day = int(max_saturated / 100.0 * 1440 + 1e-9)
 
         @functools.cache
-        def ceiling() -> float:  # the peer's node-hours on the span, replayed once for every restart's pick
-            return peer_ceiling(settings, Trace(trace.start, trace.demand[:train]))
+        def searched_peers() -> dict[str, PeerRun]:  # on the searched span: once for every restart's pick and,
+            return peers(settings, Trace(trace.start, trace.demand[:train]))  # where the outlook kept it, tuning.json
 
         def searched(k: int) -> Restart:
             """One search (restart ``k``: seed ``seed + RESTART_SEED * k``) and its choice among its own results."""
@@ -185,7 +185,7 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
                          f"{len(stressed)} stressed copies of its {len(next(iter(stressed.values())).demand) // 1440} "
                          "burstiest days")
                 rule = Rule(history_day, math.ceil(limit), stage.total, STRESSED_FACTOR * whole_day,
-                            ceiling=ceiling())
+                            ceiling=peer_ceiling(searched_peers()))
                 judged = judge(executor, finals, search.results, train, stressed, holds=rule.holds)
                 not_judged = len(finals) - len(judged)
                 if judged:
@@ -230,8 +230,9 @@ def tune(config_path: str, trace_path: str, out_dir: str, max_saturated: float, 
                             "base": score_figures(scored[2]), "tuned": score_figures(scored[1])}
     low = settings.pools[pool].min
     span_trace = Trace(history.start, history.demand[:train])
+    peer_runs = searched_peers() if trace is history else peers(settings, span_trace)
     data_peers = {name: peer_figures(run, gpus_per_node(settings, pool), foresight_node_hours(span_trace.demand, low))
-                  for name, run in peers(settings, span_trace).items()}
+                  for name, run in peer_runs.items()}
     for span in spans.values():
         first, last = int(span["minutes"][0]), int(span["minutes"][1])
         span["foresight_days"] = [foresight_node_hours(history.demand[d:d + 1440], low)
@@ -273,11 +274,10 @@ def change_floor(busy_hours: bool) -> int:
     return CYCLE_CHANGES if busy_hours else MIN_CHANGES
 
 
-def peer_ceiling(settings: Any, span: Trace) -> float:
-    """The node-hours cluster-autoscaler with one node of pause pods keeps on the span the candidates are judged
-    on: the pick's near-equal stay under it where they can (robust.pick's ``ceiling``)."""
-    run = peers(settings, span)["cluster_autoscaler_overprovisioned"]
-    return sum(run.ready) / 60.0
+def peer_ceiling(runs: dict[str, PeerRun]) -> float:
+    """The node-hours cluster-autoscaler with one node of pause pods keeps (``runs``: the peers on the span the
+    candidates are judged on): the pick's near-equal stay under it where they can (robust.pick's ``ceiling``)."""
+    return sum(runs["cluster_autoscaler_overprovisioned"].ready) / 60.0
 
 
 def _about(data: dict[str, Any]) -> list[str]:
